@@ -1,0 +1,1 @@
+"""gpuadmin: a web admin panel for labs that share GPU servers."""

@@ -1,0 +1,24 @@
+"""The Celery app, built from Django settings (CELERY_ namespace).
+
+Queues: ``central`` (ingest, kill progress, sweeps; needs the database) and
+``host.<name>`` (one per GPU host; its agent probes and signals and needs only
+the broker).
+"""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuadmin.settings")
+
+app = Celery("gpuadmin")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks(["gpuadmin.agent", "gpuadmin.fleet", "gpuadmin.kills"])
+
+CENTRAL_QUEUE = "central"
+
+
+def host_queue(host_name: str) -> str:
+    return f"host.{host_name}"

@@ -1,0 +1,239 @@
+"""What central knows about the fleet: hosts, their GPUs, the latest snapshot,
+history, and the findings drawn from it.
+
+History is kept proportional to what matters: one row per GPU and one per host
+per snapshot, and one row per *life* of a process that mattered (GPU holder,
+device holder, zombie, D state) — never one row per process per snapshot.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+class Host(models.Model):
+    name = models.CharField(max_length=253, unique=True)
+    first_seen_at = models.DateTimeField(default=timezone.now)
+    # When central last stored a snapshot (its clock), and when the host took it (its clock).
+    last_seen_at = models.DateTimeField(null=True, blank=True)
+    last_snapshot_taken_at = models.DateTimeField(null=True, blank=True)
+    boot_id = models.CharField(max_length=64, blank=True)
+    kernel = models.CharField(max_length=256, blank=True)
+    driver_version = models.CharField(max_length=64, blank=True)
+    pid_max = models.PositiveIntegerField(null=True, blank=True)
+    pids_in_use = models.PositiveIntegerField(null=True, blank=True)
+    process_count = models.PositiveIntegerField(default=0)
+    zombie_count = models.PositiveIntegerField(default=0)
+    gpu_process_count = models.PositiveIntegerField(default=0)
+    gpu_backend_name = models.CharField(max_length=16, blank=True)
+    gpu_backend_available = models.BooleanField(default=False)
+    gpu_backend_reason = models.CharField(max_length=1024, blank=True)
+    # The last rejected snapshot's error, shown on the host page until a good one arrives.
+    last_error = models.TextField(blank=True)
+    last_error_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @staticmethod
+    def offline_after() -> timedelta:
+        return timedelta(
+            seconds=settings.GPUADMIN_PROBE_INTERVAL_SECONDS
+            * settings.GPUADMIN_OFFLINE_AFTER_INTERVALS
+        )
+
+    @property
+    def is_online(self) -> bool:
+        if self.last_seen_at is None:
+            return False
+        return timezone.now() - self.last_seen_at <= self.offline_after()
+
+
+class LatestSnapshot(models.Model):
+    """The newest accepted snapshot document of a host, as sent (validated)."""
+
+    host = models.OneToOneField(Host, on_delete=models.CASCADE, related_name="latest_snapshot")
+    taken_at = models.DateTimeField()
+    received_at = models.DateTimeField(default=timezone.now)
+    document = models.JSONField()
+
+    def __str__(self) -> str:
+        return f"{self.host.name} @ {self.taken_at:%Y-%m-%d %H:%M:%S}"
+
+
+class Gpu(models.Model):
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="gpus")
+    uuid = models.CharField(max_length=128)
+    index = models.PositiveIntegerField()
+    name = models.CharField(max_length=256, blank=True)
+    memory_total_bytes = models.BigIntegerField(null=True, blank=True)
+    memory_used_bytes = models.BigIntegerField(null=True, blank=True)
+    # Sum of the memory of processes visible on the host; the rest is unattributed.
+    memory_attributed_bytes = models.BigIntegerField(default=0)
+    utilization_percent = models.PositiveSmallIntegerField(null=True, blank=True)
+    # False once a snapshot no longer lists this GPU (removed, or fell off the bus).
+    present = models.BooleanField(default=True)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["host", "index"]
+        constraints = [models.UniqueConstraint(fields=["host", "uuid"], name="gpu_unique_per_host")]
+
+    def __str__(self) -> str:
+        return f"{self.host.name} GPU {self.index}"
+
+    @property
+    def memory_unattributed_bytes(self) -> int:
+        if self.memory_used_bytes is None:
+            return 0
+        return max(0, self.memory_used_bytes - self.memory_attributed_bytes)
+
+    @property
+    def memory_used_percent(self) -> float | None:
+        if not self.memory_total_bytes or self.memory_used_bytes is None:
+            return None
+        return 100.0 * self.memory_used_bytes / self.memory_total_bytes
+
+
+class GpuSample(models.Model):
+    gpu = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="samples")
+    taken_at = models.DateTimeField()
+    memory_used_bytes = models.BigIntegerField(null=True)
+    memory_attributed_bytes = models.BigIntegerField(default=0)
+    utilization_percent = models.PositiveSmallIntegerField(null=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["gpu", "taken_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.gpu} @ {self.taken_at:%Y-%m-%d %H:%M:%S}"
+
+    @property
+    def memory_unattributed_bytes(self) -> int:
+        if self.memory_used_bytes is None:
+            return 0
+        return max(0, self.memory_used_bytes - self.memory_attributed_bytes)
+
+
+class HostSample(models.Model):
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="samples")
+    taken_at = models.DateTimeField()
+    process_count = models.PositiveIntegerField()
+    zombie_count = models.PositiveIntegerField()
+    uninterruptible_count = models.PositiveIntegerField()
+    pids_in_use = models.PositiveIntegerField()
+    pid_max = models.PositiveIntegerField()
+
+    class Meta:
+        indexes = [models.Index(fields=["host", "taken_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.host} @ {self.taken_at:%Y-%m-%d %H:%M:%S}"
+
+
+class ProcessLife(models.Model):
+    """One process that mattered, from the first snapshot that saw it to the last.
+
+    Identity is (host, boot id, pid, start time): a reused PID starts a new life.
+    """
+
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="process_lives")
+    boot_id = models.CharField(max_length=64)
+    pid = models.PositiveIntegerField()
+    start_time_ticks = models.BigIntegerField()
+    ppid = models.PositiveIntegerField(default=0)
+    uid = models.PositiveIntegerField(null=True, blank=True)
+    user = models.CharField(max_length=256, blank=True)
+    name = models.CharField(max_length=256, blank=True)
+    cmdline = models.JSONField(default=list)
+    container_id = models.CharField(max_length=128, blank=True)
+    first_seen_at = models.DateTimeField()
+    last_seen_at = models.DateTimeField()
+    # Set by the first snapshot of the same boot that no longer has this process.
+    gone_at = models.DateTimeField(null=True, blank=True)
+    last_state = models.CharField(max_length=1, blank=True)
+    last_gpu_memory_bytes = models.BigIntegerField(default=0)
+    peak_gpu_memory_bytes = models.BigIntegerField(default=0)
+    held_device = models.BooleanField(default=False)
+    was_zombie = models.BooleanField(default=False)
+    was_orphaned = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["-last_seen_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["host", "boot_id", "pid", "start_time_ticks"], name="process_life_identity"
+            )
+        ]
+        indexes = [models.Index(fields=["host", "gone_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.host.name}:{self.pid} ({self.name})"
+
+
+class Finding(models.Model):
+    """A diagnosis drawn from a snapshot, with a one-line remedy.
+
+    A finding stays open while each new snapshot still shows it (matched by
+    kind + key) and is resolved by the first snapshot that does not.
+    """
+
+    class Kind(models.TextChoices):
+        ZOMBIES = "zombies", "Zombie processes"
+        ORPHAN_GPU = "orphan_gpu", "Orphan holding the GPU"
+        UNINTERRUPTIBLE_GPU = "uninterruptible_gpu", "Uninterruptible process holding the GPU"
+        UNATTRIBUTED_MEMORY = "unattributed_memory", "Unattributed GPU memory"
+        PID_EXHAUSTION = "pid_exhaustion", "PIDs nearly exhausted"
+        GPU_DATA_UNAVAILABLE = "gpu_data_unavailable", "GPU data unavailable"
+        UNKILLABLE = "unkillable", "Process survived SIGKILL"
+
+    class Severity(models.TextChoices):
+        INFO = "info", "Info"
+        WARNING = "warning", "Warning"
+        CRITICAL = "critical", "Critical"
+
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="findings")
+    kind = models.CharField(max_length=32, choices=Kind.choices)
+    # Distinguishes findings of one kind on one host: a parent's pid+start, a GPU uuid...
+    key = models.CharField(max_length=200)
+    severity = models.CharField(max_length=16, choices=Severity.choices)
+    title = models.CharField(max_length=300)
+    remedy = models.CharField(max_length=500)
+    details = models.JSONField(default=dict)
+    first_seen_at = models.DateTimeField()
+    last_seen_at = models.DateTimeField()
+    resolved_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-severity", "kind", "key"]
+        indexes = [models.Index(fields=["host", "resolved_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.host.name}: {self.title}"
+
+    @property
+    def is_open(self) -> bool:
+        return self.resolved_at is None
+
+
+class SnapshotRejection(models.Model):
+    """A snapshot central refused, and why. Nothing stored changes when one arrives."""
+
+    host_name = models.CharField(max_length=253, blank=True)
+    received_at = models.DateTimeField(default=timezone.now)
+    size_bytes = models.PositiveIntegerField()
+    error = models.TextField()
+
+    class Meta:
+        ordering = ["-received_at"]
+        indexes = [models.Index(fields=["host_name", "received_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.host_name or '?'} rejected at {self.received_at:%Y-%m-%d %H:%M:%S}"

@@ -1,0 +1,126 @@
+"""Read a snapshot document (already validated) as the rows and trees the
+findings, pages and API show. Pure functions over the document: no database.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+ZOMBIE = "Z"
+UNINTERRUPTIBLE = "D"
+
+
+@dataclass(frozen=True)
+class ProcessRow:
+    pid: int
+    ppid: int
+    state: str
+    start_time_ticks: int
+    uid: int | None
+    user: str | None
+    name: str
+    cmdline: tuple[str, ...]
+    cmdline_truncated: bool
+    rss_bytes: int | None
+    pgid: int | None = None
+    sid: int | None = None
+    container_id: str | None = None
+    elapsed_seconds: float | None = None
+    orphaned: bool = False
+    kernel_thread: bool = False
+    reasons: tuple[str, ...] = ()
+    gpu_memory_bytes: dict[str, int | None] = field(default_factory=dict)
+    device_files: tuple[str, ...] = ()
+
+    @classmethod
+    def from_document(cls, p: dict[str, Any]) -> ProcessRow:
+        return cls(
+            pid=p["pid"],
+            ppid=p["ppid"],
+            state=p["state"],
+            start_time_ticks=p["start_time_ticks"],
+            uid=p.get("uid"),
+            user=p.get("user"),
+            name=p.get("name", ""),
+            cmdline=tuple(p.get("cmdline", ())),
+            cmdline_truncated=p.get("cmdline_truncated", False),
+            rss_bytes=p.get("rss_bytes"),
+            pgid=p.get("pgid"),
+            sid=p.get("sid"),
+            container_id=p.get("container_id"),
+            elapsed_seconds=p.get("elapsed_seconds"),
+            orphaned=p.get("orphaned", False),
+            kernel_thread=p.get("kernel_thread", False),
+            reasons=tuple(p.get("reasons", ())),
+            gpu_memory_bytes=dict(p.get("gpu_memory_bytes", {})),
+            device_files=tuple(p.get("device_files", ())),
+        )
+
+    @property
+    def command_line(self) -> str:
+        """The command line as one string, for display (the template escapes it)."""
+        return " ".join(self.cmdline) if self.cmdline else f"[{self.name}]"
+
+    @property
+    def total_gpu_memory_bytes(self) -> int:
+        return sum(v for v in self.gpu_memory_bytes.values() if v)
+
+    @property
+    def holds_gpu(self) -> bool:
+        return bool(self.gpu_memory_bytes) or bool(self.device_files)
+
+    @property
+    def is_zombie(self) -> bool:
+        return self.state == ZOMBIE
+
+    @property
+    def is_uninterruptible(self) -> bool:
+        return self.state == UNINTERRUPTIBLE
+
+
+@dataclass(frozen=True)
+class ZombieTree:
+    """A parent and the defunct children only it can reap."""
+
+    parent_pid: int
+    parent: ProcessRow | None  # None when the parent is not in the snapshot
+    zombies: tuple[ProcessRow, ...]
+
+
+def process_rows(document: dict[str, Any]) -> dict[int, ProcessRow]:
+    return {p["pid"]: ProcessRow.from_document(p) for p in document.get("processes", ())}
+
+
+def gpu_holders(rows: dict[int, ProcessRow]) -> list[ProcessRow]:
+    """Processes holding GPU memory or a device file, biggest holder first."""
+    holders = [r for r in rows.values() if r.holds_gpu]
+    return sorted(holders, key=lambda r: (-r.total_gpu_memory_bytes, r.pid))
+
+
+def zombie_trees(rows: dict[int, ProcessRow]) -> list[ZombieTree]:
+    """Zombies grouped under their parent, the parent with the most zombies first."""
+    by_parent: dict[int, list[ProcessRow]] = defaultdict(list)
+    for row in rows.values():
+        if row.is_zombie:
+            by_parent[row.ppid].append(row)
+    trees = [
+        ZombieTree(parent_pid=ppid, parent=rows.get(ppid), zombies=tuple(sorted(z, key=lambda r: r.pid)))
+        for ppid, z in by_parent.items()
+    ]
+    return sorted(trees, key=lambda t: (-len(t.zombies), t.parent_pid))
+
+
+def orphans(rows: dict[int, ProcessRow]) -> list[ProcessRow]:
+    """Orphans that still hold GPU memory or a device file (see docs/snapshot.md, `orphaned`)."""
+    return sorted((r for r in rows.values() if r.orphaned and r.holds_gpu), key=lambda r: r.pid)
+
+
+def attributed_memory_bytes(rows: dict[int, ProcessRow]) -> dict[str, int]:
+    """Per GPU uuid: the memory the visible processes account for."""
+    per_gpu: dict[str, int] = defaultdict(int)
+    for row in rows.values():
+        for uuid, used in row.gpu_memory_bytes.items():
+            per_gpu[uuid] += used or 0
+    return dict(per_gpu)

@@ -1,0 +1,198 @@
+"""Django settings for gpuadmin.
+
+Everything a lab may change comes from the environment (see README). With no
+DATABASE_URL and no REDIS_URL the panel runs on one box: SQLite in WAL mode and
+Celery's filesystem broker, both under GPUADMIN_DATA_DIR.
+"""
+
+from __future__ import annotations
+
+import secrets
+import socket
+from pathlib import Path
+
+import dj_database_url
+
+from gpuadmin.env import env_bool, env_int, env_secret, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DATA_DIR = Path(env_str("GPUADMIN_DATA_DIR", str(BASE_DIR / "var"))).resolve()
+DATA_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def _secret_key() -> str:
+    """SECRET_KEY from the environment, else one generated once and kept in DATA_DIR."""
+    key = env_secret("GPUADMIN_SECRET_KEY")
+    if key:
+        return key
+    path = DATA_DIR / "secret_key"
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        key = secrets.token_urlsafe(50)
+        path.touch(mode=0o600)
+        path.write_text(key)
+        return key
+
+
+SECRET_KEY = _secret_key()
+DEBUG = env_bool("GPUADMIN_DEBUG", False)
+_DEFAULT_ALLOWED_HOSTS = "127.0.0.1,localhost,[::1],testserver"
+ALLOWED_HOSTS = [h for h in env_str("GPUADMIN_ALLOWED_HOSTS", _DEFAULT_ALLOWED_HOSTS).split(",") if h]
+CSRF_TRUSTED_ORIGINS = [o for o in env_str("GPUADMIN_CSRF_TRUSTED_ORIGINS").split(",") if o]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "django.contrib.humanize",
+    "django_htmx",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "gpuadmin.accounts",
+    "gpuadmin.fleet",
+    "gpuadmin.kills",
+    "gpuadmin.web",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "gpuadmin.urls"
+WSGI_APPLICATION = "gpuadmin.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# SQLite for one box, PostgreSQL for a fleet: DATABASE_URL decides.
+DATABASE_URL = env_str("DATABASE_URL")
+if DATABASE_URL:
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": DATA_DIR / "gpuadmin.sqlite3",
+            "OPTIONS": {
+                # WAL lets the web process read while a worker writes; IMMEDIATE
+                # takes the write lock at BEGIN so two writers queue instead of
+                # failing with "database is locked" half-way through.
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 20,
+            },
+        }
+    }
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "fleet"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env_str("GPUADMIN_TIME_ZONE", "UTC")
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = DATA_DIR / "static"
+
+SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_HTTPONLY = False  # htmx reads it from the page, not the cookie
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["gpuadmin.accounts.permissions.IsViewer"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PAGINATION_CLASS": None,
+    "UNAUTHENTICATED_USER": None,
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env_str("GPUADMIN_LOG_LEVEL", "INFO")},
+}
+
+# --- gpuadmin itself -------------------------------------------------------
+GPUADMIN_HOST_NAME = env_str("GPUADMIN_HOST_NAME") or socket.gethostname()
+GPUADMIN_PROBE_INTERVAL_SECONDS = env_int("GPUADMIN_PROBE_INTERVAL", 10)
+# A host with no snapshot for this many intervals shows as offline.
+GPUADMIN_OFFLINE_AFTER_INTERVALS = 3
+GPUADMIN_SNAPSHOT_MAX_BYTES = env_int("GPUADMIN_SNAPSHOT_MAX_BYTES", 8 * 1024 * 1024)
+GPUADMIN_UNATTRIBUTED_THRESHOLD_BYTES = env_int(
+    "GPUADMIN_UNATTRIBUTED_THRESHOLD_BYTES", 512 * 1024 * 1024
+)
+GPUADMIN_PID_USAGE_WARN_RATIO = 0.8
+
+# Kill workflow (see gpuadmin/kills).
+GPUADMIN_ALLOW_SELF_APPROVAL = env_bool("GPUADMIN_ALLOW_SELF_APPROVAL", False)
+GPUADMIN_PENDING_EXPIRY_SECONDS = env_int("GPUADMIN_PENDING_EXPIRY_SECONDS", 3600)
+GPUADMIN_APPROVED_START_DEADLINE_SECONDS = env_int("GPUADMIN_APPROVED_START_DEADLINE_SECONDS", 120)
+GPUADMIN_PROTECTED_USERS = [u for u in env_str("GPUADMIN_PROTECTED_USERS", "").split(",") if u]
+GPUADMIN_PROTECTED_UIDS = [int(u) for u in env_str("GPUADMIN_PROTECTED_UIDS", "").split(",") if u]
+GPUADMIN_PROTECTED_COMMAND_PATTERNS = [
+    p for p in env_str("GPUADMIN_PROTECTED_COMMAND_PATTERNS", "").split(",") if p
+]
+
+# --- Celery: Redis when REDIS_URL is set, else a broker that needs no server --
+REDIS_URL = env_str("REDIS_URL")
+if REDIS_URL:
+    CELERY_BROKER_URL = REDIS_URL
+    CELERY_BROKER_TRANSPORT_OPTIONS: dict = {"visibility_timeout": 3600}
+else:
+    _broker_dir = DATA_DIR / "broker"
+    (_broker_dir / "queue").mkdir(parents=True, exist_ok=True)
+    (_broker_dir / "processed").mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_URL = "filesystem://"
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_broker_dir / "queue"),
+        "data_folder_out": str(_broker_dir / "queue"),
+        "processed_folder": str(_broker_dir / "processed"),
+        "store_processed": False,
+    }
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_DEFAULT_QUEUE = "central"
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
