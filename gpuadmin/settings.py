@@ -56,6 +56,7 @@ INSTALLED_APPS = [
     "gpuadmin.accounts",
     "gpuadmin.fleet",
     "gpuadmin.kills",
+    "gpuadmin.audit",
     "gpuadmin.web",
 ]
 

@@ -6,7 +6,12 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
-    path("api/v1/", include("gpuadmin.api.urls")),
+    # JSON API, one module per app that owns the data.
+    path("api/v1/", include("gpuadmin.fleet.api_urls")),
+    path("api/v1/", include("gpuadmin.kills.api_urls")),
+    path("api/v1/", include("gpuadmin.audit.api_urls")),
+    # Pages.
     path("kills/", include("gpuadmin.kills.urls")),
+    path("audit/", include("gpuadmin.audit.urls")),
     path("", include("gpuadmin.web.urls")),
 ]

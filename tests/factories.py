@@ -6,6 +6,7 @@ itself use real processes instead (tests/probe).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from datetime import UTC, datetime
 from typing import Any
@@ -41,6 +42,7 @@ def proc(pid: int, *, ppid: int = 1, state: str = "S", start: int | None = None,
         "name": name,
         "cmdline": cmdline if cmdline is not None else [name, f"job{pid}.py"],
         "cmdline_truncated": False,
+        "cmdline_sha256": hashlib.sha256("\0".join(cmdline if cmdline is not None else [name, f"job{pid}.py"]).encode() + b"\0").hexdigest(),
         "rss_bytes": 100 * 1024**2,
         "pgid": pgid if pgid is not None else pid,
         "sid": sid if sid is not None else pid,

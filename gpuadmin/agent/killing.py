@@ -1,0 +1,1 @@
+"""Celery tasks (filled in by its issue)."""
