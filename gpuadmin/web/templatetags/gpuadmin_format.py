@@ -1,0 +1,143 @@
+"""Template filters for what the pages show: bytes, ages, roles, and untrusted
+text from processes made visible instead of interpreted.
+
+Anything that comes from a GPU host (command line, process name, user name,
+container id) is chosen by whoever runs the process there. Auto-escaping stops
+HTML injection; ``visible_controls`` also stops *display* spoofing: an ANSI
+escape, a right-to-left override (U+202E) or a zero-width space would otherwise
+reorder or hide parts of a table cell, so they are shown as ``\\x1b``,
+``\\u202e``... in a marked span. Nothing is removed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from django import template
+from django.utils.html import conditional_escape, format_html
+from django.utils.safestring import SafeString, mark_safe
+
+from gpuadmin.accounts.roles import Role, role_names
+
+register = template.Library()
+
+_BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def format_bytes(value: int | float | None) -> str:
+    """1536 -> '1.5 KiB'; 12 * 2**30 -> '12.0 GiB'; None -> '—' (not known)."""
+    if value is None or value == "":
+        return "—"
+    amount = float(value)
+    for unit in _BYTE_UNITS:
+        if abs(amount) < 1024 or unit == _BYTE_UNITS[-1]:
+            return f"{int(amount)} B" if unit == "B" else f"{amount:.1f} {unit}"
+        amount /= 1024
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def format_duration(seconds: int | float | None) -> str:
+    """An age in the two largest units: '42 s', '5 min 3 s', '3 h 12 min', '2 d 4 h'."""
+    if seconds is None or seconds == "":
+        return "—"
+    total = max(0, int(seconds))
+    if total < 60:
+        return f"{total} s"
+    parts: list[tuple[int, str]] = []
+    for size, unit in ((86400, "d"), (3600, "h"), (60, "min"), (1, "s")):
+        parts.append((total // size, unit))
+        total %= size
+    # Start at the largest non-zero unit and keep the next one when it is not zero.
+    first = next(i for i, (n, _) in enumerate(parts) if n)
+    shown = [parts[first]]
+    if first + 1 < len(parts) and parts[first + 1][0]:
+        shown.append(parts[first + 1])
+    return " ".join(f"{n} {unit}" for n, unit in shown)
+
+
+def escape_sequence(char: str) -> str:
+    """How Python would write the character in a string literal: \\x1b, \\u202e, \\U0001f600."""
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    return f"\\U{code:08x}"
+
+
+def visible_text_parts(text: str) -> list[tuple[bool, str]]:
+    """Split text into (is_control, piece) runs; control pieces already written as escapes.
+
+    "Control" is everything Python does not call printable (Unicode categories
+    Cc, Cf, Cs, Co, Cn, Zl, Zp and every space but U+0020): ANSI escapes, bidi
+    overrides, zero-width and other invisible characters, newlines and tabs.
+    """
+    if text.isprintable():
+        return [(False, text)] if text else []
+    parts: list[tuple[bool, str]] = []
+    for char in text:
+        is_control = not char.isprintable()
+        piece = escape_sequence(char) if is_control else char
+        if parts and parts[-1][0] == is_control:
+            parts[-1] = (is_control, parts[-1][1] + piece)
+        else:
+            parts.append((is_control, piece))
+    return parts
+
+
+@register.filter
+def bytes_human(value: Any) -> str:
+    return format_bytes(value)
+
+
+@register.filter
+def duration(value: Any) -> str:
+    return format_duration(value)
+
+
+@register.filter(is_safe=False)
+def visible_controls(value: Any) -> SafeString:
+    """Escape ``value`` for HTML and show its control characters as marked escapes.
+
+    The result is built only from ``conditional_escape``d pieces and fixed
+    markup, so it is safe whatever the input; it is escaped even where a
+    template turned auto-escaping off, because the input is never trusted.
+    """
+    if value is None:
+        return mark_safe("")
+    out: list[str] = []
+    for is_control, piece in visible_text_parts(str(value)):
+        if is_control:
+            out.append(format_html('<span class="ctl" title="control character">{}</span>', piece))
+        else:
+            out.append(conditional_escape(piece))
+    return mark_safe("".join(out))  # noqa: S308 - every piece above is escaped
+
+
+@register.filter
+def role_label(user: Any) -> str:
+    """The user's roles in the order viewer, requester, approver: 'viewer, requester'."""
+    names = role_names(user)
+    return ", ".join(r.value for r in Role if r.value in names)
+
+
+@register.filter
+def has_role(user: Any, role: str) -> bool:
+    return role in role_names(user)
+
+
+@register.filter
+def percent_of(part: Any, whole: Any) -> float:
+    """part / whole as a percentage clamped to 0..100, for bar widths (0 when unknown)."""
+    try:
+        ratio = 100.0 * float(part) / float(whole)
+    except (TypeError, ValueError, ZeroDivisionError):
+        return 0.0
+    return max(0.0, min(100.0, ratio))
+
+
+@register.filter
+def join_visible(values: Iterable[Any], separator: str = ", ") -> SafeString:
+    """Like ``join`` but each item goes through ``visible_controls``."""
+    return mark_safe(conditional_escape(separator).join(visible_controls(v) for v in values))  # noqa: S308
