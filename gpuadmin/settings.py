@@ -93,7 +93,9 @@ TEMPLATES = [
 # SQLite for one box, PostgreSQL for a fleet: DATABASE_URL decides.
 DATABASE_URL = env_str("DATABASE_URL")
 if DATABASE_URL:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+    # Health checks let a long-lived worker survive a PostgreSQL restart. Nothing
+    # connects until a query runs: an agent never queries, so it needs no database.
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)}
 else:
     DATABASES = {
         "default": {
@@ -127,6 +129,10 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "static"
+# WhiteNoise serves static/ straight from the finders, so `make run` needs no
+# collectstatic step and can never serve a stale copy; `collectstatic` into
+# STATIC_ROOT still works for a reverse proxy.
+WHITENOISE_USE_FINDERS = True
 
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False  # htmx reads it from the page, not the cookie
@@ -181,11 +187,14 @@ else:
     _broker_dir = DATA_DIR / "broker"
     (_broker_dir / "queue").mkdir(parents=True, exist_ok=True)
     (_broker_dir / "processed").mkdir(parents=True, exist_ok=True)
+    (_broker_dir / "control").mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_URL = "filesystem://"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "queue"),
         "data_folder_out": str(_broker_dir / "queue"),
         "processed_folder": str(_broker_dir / "processed"),
+        # Exchange bindings; kombu's default is a "control" folder in the working directory.
+        "control_folder": str(_broker_dir / "control"),
         "store_processed": False,
     }
 CELERY_TASK_SERIALIZER = "json"
