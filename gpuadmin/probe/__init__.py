@@ -1,0 +1,28 @@
+"""The host-side probe: reads one host (processes, GPUs, device holders) into a
+snapshot document. A plain library: no Django, no Celery, no database.
+
+`take_snapshot` and `ProbeConfig` are loaded on first use, so importing the
+package (as the CLI and the kill executor do) costs nothing.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpuadmin.probe.config import ProbeConfig
+    from gpuadmin.probe.snapshot import take_snapshot
+
+__all__ = ["ProbeConfig", "take_snapshot"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "take_snapshot":
+        from gpuadmin.probe.snapshot import take_snapshot
+
+        return take_snapshot
+    if name == "ProbeConfig":
+        from gpuadmin.probe.config import ProbeConfig
+
+        return ProbeConfig
+    raise AttributeError(f"module 'gpuadmin.probe' has no attribute {name!r}")

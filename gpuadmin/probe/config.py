@@ -1,0 +1,58 @@
+"""What one probe run reads, from the command line or the agent's environment."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from dataclasses import dataclass
+
+GPU_BACKENDS = ("auto", "nvml", "simulated", "none")
+DEFAULT_DEVICE_GLOB = "/dev/nvidia*"
+DEFAULT_CMDLINE_MAX_BYTES = 4096
+# The schema's host-name rule (snapshot.schema.json, host.name): a DNS-ish label.
+HOST_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
+
+
+class ProbeConfigError(ValueError):
+    """A setting the probe cannot work with; the message names the setting."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeConfig:
+    gpu_backend: str = "auto"
+    simulated_gpus_path: str | None = None
+    device_glob: str = DEFAULT_DEVICE_GLOB
+    include_all: bool = False
+    host_name: str = ""
+    cmdline_max_bytes: int = DEFAULT_CMDLINE_MAX_BYTES
+
+    def __post_init__(self) -> None:
+        if self.gpu_backend not in GPU_BACKENDS:
+            raise ProbeConfigError(
+                f"GPU backend must be one of {', '.join(GPU_BACKENDS)}; got {self.gpu_backend!r}"
+            )
+        if not self.host_name:
+            object.__setattr__(self, "host_name", socket.gethostname())
+        if not HOST_NAME_PATTERN.match(self.host_name):
+            raise ProbeConfigError(
+                f"host name {self.host_name!r} is not usable: letters, digits, '.', '_' and '-' only, "
+                "starting with a letter or digit (set GPUADMIN_HOST_NAME)"
+            )
+        if not self.device_glob:
+            raise ProbeConfigError("device glob must not be empty")
+        if self.cmdline_max_bytes < 1:
+            raise ProbeConfigError(f"cmdline_max_bytes must be at least 1; got {self.cmdline_max_bytes}")
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None, **overrides: object) -> ProbeConfig:
+        """Defaults from GPUADMIN_* variables; keyword arguments that are not None win."""
+        env = os.environ if environ is None else environ
+        values: dict[str, object] = {
+            "gpu_backend": env.get("GPUADMIN_GPU_BACKEND") or "auto",
+            "simulated_gpus_path": env.get("GPUADMIN_SIMULATED_GPUS") or None,
+            "device_glob": env.get("GPUADMIN_DEVICE_GLOB") or DEFAULT_DEVICE_GLOB,
+            "host_name": env.get("GPUADMIN_HOST_NAME") or "",
+        }
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)  # type: ignore[arg-type]

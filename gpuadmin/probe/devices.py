@@ -1,0 +1,82 @@
+"""Who holds the GPU device files open, the way `fuser -v /dev/nvidia*` finds out:
+every process's open files, /proc/<pid>/fd/*, compared with the device glob.
+
+A worker that holds /dev/nvidia* keeps its CUDA context (and often GPU memory)
+whatever its name is, so this catches holders that `ps | grep python` misses.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+_WILDCARDS = re.compile(r"[*?\[]")
+
+
+class DeviceMatcher:
+    """Does an open file's path match the device glob?
+
+    The glob's fixed directory is resolved once (so /tmp/x/dev* still matches
+    when /tmp/x is a symlink: the kernel reports resolved paths); `*` matches
+    across '/' as in fnmatch, so /dev/nvidia* also covers /dev/nvidia-caps/*.
+    """
+
+    def __init__(self, glob: str) -> None:
+        self.glob = glob
+        directory, _, last = glob.rpartition("/")
+        if directory and not _WILDCARDS.search(directory):
+            directory = os.path.realpath(directory)
+            glob = f"{directory}/{last}"
+        wildcard = _WILDCARDS.search(glob)
+        # Most open files (sockets, pipes, /usr/lib/...) fail this cheap prefix test.
+        self._prefix = glob[: wildcard.start()] if wildcard else glob
+        self._pattern = re.compile(fnmatch.translate(glob))
+
+    def matches(self, path: str) -> bool:
+        return path.startswith(self._prefix) and self._pattern.match(path) is not None
+
+
+@dataclass(slots=True)
+class DeviceScan:
+    holders: dict[int, list[str]] = field(default_factory=dict)  # pid -> sorted distinct device paths
+    denied_pids: int = 0  # processes whose open files we may not read (another user's, without root)
+
+    def merge(self, other: DeviceScan) -> None:
+        self.holders.update(other.holders)
+        self.denied_pids += other.denied_pids
+
+
+def open_device_files(pid: int, matcher: DeviceMatcher) -> list[str] | None:
+    """The device paths pid holds open (sorted, distinct); None when we may not look."""
+    fd_dir = f"/proc/{pid}/fd/"
+    try:
+        fds = os.listdir(fd_dir)
+    except PermissionError:
+        return None
+    except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
+        return []
+    readlink = os.readlink
+    matches = matcher.matches
+    found: set[str] = set()
+    for fd in fds:
+        try:
+            target = readlink(fd_dir + fd)
+        except OSError:  # closed meanwhile, or the process exited
+            continue
+        if matches(target):
+            found.add(target)
+    return sorted(found)
+
+
+def scan_device_holders(pids: Iterable[int], matcher: DeviceMatcher) -> DeviceScan:
+    scan = DeviceScan()
+    for pid in pids:
+        files = open_device_files(pid, matcher)
+        if files is None:
+            scan.denied_pids += 1
+        elif files:
+            scan.holders[pid] = files
+    return scan

@@ -1,0 +1,139 @@
+"""The process table from /proc: one cheap pass over every PID, then the
+costlier details (command line, uid, cgroup) for the few that go in a snapshot.
+
+Direct reads of /proc/<pid>/stat are used instead of psutil: a psutil.Process
+per PID costs several times more (see benchmarks/probe_vs_manual.py), and stat
+already holds everything the full table needs (state, ppid, pgid, sid, flags,
+start time, RSS).
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from gpuadmin.probe.procfs import CLOCK_TICKS_PER_SECOND, StatFields, cmdline_sha256, parse_stat
+
+PAGE_SIZE_BYTES = os.sysconf("SC_PAGE_SIZE")
+ZOMBIE = "Z"
+UNINTERRUPTIBLE = "D"
+# A container runtime names the cgroup after the container: docker/<id>, docker-<id>.scope,
+# cri-containerd-<id>.scope, crio-<id>.scope, libpod-<id>.scope, kubepods/.../<id>. All use 64 hex digits.
+CONTAINER_ID = re.compile(r"(?<![0-9a-f])[0-9a-f]{64}(?![0-9a-f])")
+
+_user_names: dict[int, str | None] = {}
+
+
+def list_pids() -> list[int]:
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def read_stats(pids: Iterable[int]) -> dict[int, StatFields]:
+    """/proc/<pid>/stat of every PID still alive; PIDs that exit meanwhile are left out."""
+    # os.open/os.read: no file object per PID, which is most of the cost of open() here.
+    stats: dict[int, StatFields] = {}
+    for pid in pids:
+        try:
+            fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        try:
+            data = os.read(fd, 4096)
+        except ProcessLookupError:
+            continue
+        finally:
+            os.close(fd)
+        if data:
+            stats[pid] = parse_stat(data.decode("utf-8", "replace"))
+    return stats
+
+
+def read_uptime_seconds() -> float:
+    with open("/proc/uptime", "rb") as f:
+        return float(f.read().split()[0])
+
+
+def split_cmdline(raw: bytes, max_bytes: int) -> tuple[list[str], bool]:
+    """argv from the raw NUL-separated bytes, keeping at most max_bytes of them.
+
+    Undecodable bytes become U+FFFD; nothing else is changed (escaping is the
+    reader's job). A command line that never contained a NUL (a process that
+    rewrote its argv with spaces) comes back as one string.
+    """
+    truncated = len(raw) > max_bytes
+    parts = (raw[:max_bytes] if truncated else raw).split(b"\0")
+    # The terminating NUL leaves an empty last part; after a cut, so does a cut right after a NUL.
+    if parts and parts[-1] == b"":
+        parts.pop()
+    return [part.decode("utf-8", "replace") for part in parts], truncated
+
+
+def read_status_uid(pid: int) -> int | None:
+    """The real uid (first number of the Uid: line of /proc/<pid>/status)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            data = f.read()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    start = data.find(b"\nUid:")
+    if start < 0:
+        return None
+    return int(data[start + 5 : data.index(b"\n", start + 5)].split()[0])
+
+
+def read_container_id(pid: int) -> str | None:
+    """The innermost container id named in /proc/<pid>/cgroup, or None outside containers."""
+    try:
+        with open(f"/proc/{pid}/cgroup", "rb") as f:
+            text = f.read().decode("ascii", "replace")
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    found = CONTAINER_ID.findall(text)
+    return found[-1] if found else None
+
+
+def user_name(uid: int | None) -> str | None:
+    """The passwd name of uid, None when unknown (uids from a container's own passwd, say)."""
+    if uid is None:
+        return None
+    if uid not in _user_names:
+        try:
+            _user_names[uid] = pwd.getpwuid(uid).pw_name
+        except KeyError:
+            _user_names[uid] = None
+    return _user_names[uid]
+
+
+def describe(stat: StatFields, *, uptime_seconds: float, cmdline_max_bytes: int) -> dict[str, Any]:
+    """The snapshot row of one process (without the snapshot-level fields:
+    orphaned, reasons, gpu_memory_bytes, device_files)."""
+    pid = stat.pid
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            raw = f.read()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        raw = b""  # gone since the stat pass; the row still says what it was
+    argv, truncated = split_cmdline(raw, cmdline_max_bytes)
+    uid = read_status_uid(pid)
+    start_seconds = stat.start_time_ticks / CLOCK_TICKS_PER_SECOND
+    return {
+        "pid": pid,
+        "ppid": stat.ppid,
+        "state": stat.state,
+        "start_time_ticks": stat.start_time_ticks,
+        "uid": uid,
+        "user": user_name(uid),
+        "name": stat.comm,
+        "cmdline": argv,
+        "cmdline_truncated": truncated,
+        "cmdline_sha256": cmdline_sha256(raw),
+        "rss_bytes": max(stat.rss_pages, 0) * PAGE_SIZE_BYTES,
+        "pgid": stat.pgid if stat.pgid >= 0 else None,
+        "sid": stat.sid if stat.sid >= 0 else None,
+        "container_id": read_container_id(pid),
+        "elapsed_seconds": round(max(uptime_seconds - start_seconds, 0.0), 2),
+        "kernel_thread": stat.kernel_thread,
+    }
