@@ -35,6 +35,8 @@ class Host(models.Model):
     # The last rejected snapshot's error, shown on the host page until a good one arrives.
     last_error = models.TextField(blank=True)
     last_error_at = models.DateTimeField(null=True, blank=True)
+    # When central last sent this host a probe task: hosts offline for long are probed less often.
+    last_probe_sent_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["name"]

@@ -1,0 +1,415 @@
+"""Findings: what a snapshot says is wrong on a host, each with a one-line remedy.
+
+``compute_findings`` reads a validated document and returns drafts (pure, no
+database); ``sync_findings`` turns the drafts into open / refreshed / resolved
+``Finding`` rows. The remedies encode the seed's manual procedure
+(docs: ../shared/DOMAIN.md): a zombie is dealt with through its parent, an
+orphan through a kill request, a D-state process through the kernel, and
+memory nobody accounts for outside the process world.
+
+Titles quote command lines and user names, which any user on a GPU host
+controls: they are clipped and stripped of control and bidirectional-override
+characters here, and escaped by the templates like everything else.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from fractions import Fraction
+from typing import Any
+
+from django.conf import settings
+
+from gpuadmin.fleet.models import Finding, Host
+from gpuadmin.fleet.process_tree import (
+    ProcessRow,
+    ZombieTree,
+    attributed_memory_bytes,
+    orphans,
+    process_rows,
+    zombie_trees,
+)
+from gpuadmin.fleet.units import human_bytes
+
+Kind = Finding.Kind
+Severity = Finding.Severity
+
+# Findings of these kinds are drawn from snapshots and resolved by them; the
+# others (UNKILLABLE) belong to the kills app and are never touched here.
+SNAPSHOT_KINDS = frozenset(
+    {
+        Kind.ZOMBIES,
+        Kind.ORPHAN_GPU,
+        Kind.UNINTERRUPTIBLE_GPU,
+        Kind.UNATTRIBUTED_MEMORY,
+        Kind.PID_EXHAUSTION,
+        Kind.GPU_DATA_UNAVAILABLE,
+    }
+)
+
+ZOMBIES_WARNING_COUNT = 10
+ZOMBIES_CRITICAL_COUNT = 1000
+PID_USAGE_CRITICAL_RATIO = Fraction(95, 100)
+_PIDS_LISTED_MAX = 10
+_DETAIL_PIDS_MAX = 100
+_COMMAND_SHOWN_MAX_CHARS = 60
+_TITLE_MAX_CHARS = Finding._meta.get_field("title").max_length
+_REMEDY_MAX_CHARS = Finding._meta.get_field("remedy").max_length
+_KEY_MAX_CHARS = Finding._meta.get_field("key").max_length
+
+
+@dataclass(frozen=True)
+class FindingDraft:
+    kind: str
+    key: str
+    severity: str
+    title: str
+    remedy: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "title", _clip(self.title, _TITLE_MAX_CHARS))
+        object.__setattr__(self, "remedy", _clip(self.remedy, _REMEDY_MAX_CHARS))
+        object.__setattr__(self, "key", self.key[:_KEY_MAX_CHARS])
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    opened: int
+    refreshed: int
+    resolved: int
+
+
+def compute_findings(document: dict[str, Any]) -> list[FindingDraft]:
+    """Every finding the snapshot supports, most urgent kinds first."""
+    rows = process_rows(document)
+    trees = zombie_trees(rows)
+    return [
+        *gpu_data_unavailable(document),
+        *orphans_holding_gpu(rows),
+        *uninterruptible_holding_gpu(rows),
+        *unattributed_memory(document, rows),
+        *pid_exhaustion(document, trees),
+        *zombies(trees),
+    ]
+
+
+# --- the kinds ------------------------------------------------------------
+
+
+def zombies(trees: Iterable[ZombieTree]) -> list[FindingDraft]:
+    """One finding per parent: only the parent can reap its zombies."""
+    drafts = []
+    for tree in trees:
+        count = len(tree.zombies)
+        parent = tree.parent
+        if parent is not None:
+            who = describe(parent)
+            key = f"{parent.pid}:{parent.start_time_ticks}"
+        else:
+            who = f"pid {tree.parent_pid} (not in the snapshot)"
+            key = f"{tree.parent_pid}:?"
+        drafts.append(
+            FindingDraft(
+                kind=Kind.ZOMBIES,
+                key=key,
+                severity=_zombie_severity(count),
+                title=f"{_plural(count, 'zombie')} under {who}",
+                remedy=_zombie_remedy(tree),
+                details={
+                    "parent_pid": tree.parent_pid,
+                    "parent_start_time_ticks": parent.start_time_ticks if parent else None,
+                    "parent_user": parent.user if parent else None,
+                    "parent_name": parent.name if parent else None,
+                    "zombie_count": count,
+                    "zombie_pids": [z.pid for z in tree.zombies[:_DETAIL_PIDS_MAX]],
+                },
+            )
+        )
+    return drafts
+
+
+def _zombie_severity(count: int) -> str:
+    if count >= ZOMBIES_CRITICAL_COUNT:
+        return Severity.CRITICAL
+    if count >= ZOMBIES_WARNING_COUNT:
+        return Severity.WARNING
+    return Severity.INFO
+
+
+def _zombie_remedy(tree: ZombieTree) -> str:
+    futile = "kill -9 on a zombie does nothing: it is already dead."
+    if tree.parent_pid == 1:
+        return (
+            "PID 1 is not reaping its children: run the container with an init that reaps "
+            f"(docker run --init, tini), or check the host's init. {futile}"
+        )
+    parent = f"pid {tree.parent_pid}"
+    if tree.parent is not None:
+        parent = f"{_clean(tree.parent.name)} ({parent})"
+    return (
+        f"Only the parent can reap them: make {parent} call wait()/waitpid() (or handle SIGCHLD); "
+        f"if it is a disposable job, end the parent and init reaps them. {futile}"
+    )
+
+
+def orphans_holding_gpu(rows: dict[int, ProcessRow]) -> list[FindingDraft]:
+    """Orphans holding GPU memory or a device file, grouped by the leader they lost."""
+    groups: dict[tuple[str, int], list[ProcessRow]] = defaultdict(list)
+    for row in orphans(rows):
+        groups[_lost_leader(row)].append(row)
+    drafts = []
+    for (leader_kind, leader_pid), members in groups.items():
+        memory_bytes = sum(r.total_gpu_memory_bytes for r in members)
+        count = len(members)
+        holds = "hold" if count != 1 else "holds"
+        if memory_bytes:
+            what = f"{human_bytes(memory_bytes)} of GPU memory"
+        elif any(r.gpu_memory_bytes for r in members):
+            what = "GPU memory (amount unknown)"
+        else:
+            what = f"{_clean(_first_device(members))} open"
+        launcher = f"launcher {leader_pid}" if leader_kind != "pid" else f"pid {leader_pid}"
+        users = sorted({r.user or str(r.uid) for r in members})
+        owner = f" ({_clean(', '.join(users))})" if users else ""
+        pids = [r.pid for r in members]
+        drafts.append(
+            FindingDraft(
+                kind=Kind.ORPHAN_GPU,
+                key=f"{leader_kind}:{leader_pid}",
+                severity=Severity.CRITICAL if memory_bytes else Severity.WARNING,
+                title=f"{_plural(count, 'orphan')} of {launcher}{owner} {holds} {what}",
+                remedy=(
+                    f"Leftovers of a dead launcher ({leader_kind} {leader_pid} is gone): they free nothing "
+                    f"until they exit, so file a kill request for {_pid_list(pids)} "
+                    "(SIGINT, then SIGTERM, then SIGKILL)."
+                ),
+                details={
+                    "leader": leader_kind,
+                    "leader_pid": leader_pid,
+                    "pids": pids[:_DETAIL_PIDS_MAX],
+                    "targets": [[r.pid, r.start_time_ticks] for r in members[:_DETAIL_PIDS_MAX]],
+                    "gpu_memory_bytes": memory_bytes,
+                },
+            )
+        )
+    return drafts
+
+
+def _lost_leader(row: ProcessRow) -> tuple[str, int]:
+    """The process group (else session) leader an orphan outlived, as it names the launcher."""
+    if row.pgid is not None and row.pgid not in (0, row.pid):
+        return "pgid", row.pgid
+    if row.sid is not None and row.sid not in (0, row.pid):
+        return "sid", row.sid
+    return "pid", row.pid
+
+
+def _first_device(rows: Iterable[ProcessRow]) -> str:
+    return next((f for r in rows for f in r.device_files), "a GPU device")
+
+
+def uninterruptible_holding_gpu(rows: dict[int, ProcessRow]) -> list[FindingDraft]:
+    drafts = []
+    for row in sorted(rows.values(), key=lambda r: r.pid):
+        if not (row.is_uninterruptible and row.holds_gpu):
+            continue
+        memory_bytes = row.total_gpu_memory_bytes
+        holding = f"holding {human_bytes(memory_bytes)}" if memory_bytes else "holding a GPU"
+        drafts.append(
+            FindingDraft(
+                kind=Kind.UNINTERRUPTIBLE_GPU,
+                key=f"{row.pid}:{row.start_time_ticks}",
+                severity=Severity.WARNING,
+                title=f"{describe(row)} is in uninterruptible sleep (D) {holding}",
+                remedy=(
+                    "Signals wait until its kernel call returns, so killing it again is pointless: "
+                    "check the storage and NFS mounts it may wait on and the GPU driver "
+                    "(dmesg | grep -e NVRM -e Xid); if it never leaves D state, reboot the host."
+                ),
+                details={
+                    "pid": row.pid,
+                    "start_time_ticks": row.start_time_ticks,
+                    "user": row.user,
+                    "gpu_memory_bytes": memory_bytes,
+                },
+            )
+        )
+    return drafts
+
+
+def unattributed_memory(document: dict[str, Any], rows: dict[int, ProcessRow]) -> list[FindingDraft]:
+    """Per GPU: used memory that no process visible on the host accounts for."""
+    threshold_bytes = settings.GPUADMIN_UNATTRIBUTED_THRESHOLD_BYTES
+    attributed = defaultdict(int, attributed_memory_bytes(rows))
+    unmatched: dict[str, list[int]] = defaultdict(list)
+    for entry in document.get("unmatched_gpu_processes", ()):
+        unmatched[entry["gpu_uuid"]].append(entry["pid"])
+    drafts = []
+    for gpu in document.get("gpus", ()):
+        used_bytes = gpu["memory_used_bytes"]
+        if used_bytes is None:
+            continue
+        unattributed_bytes = used_bytes - attributed[gpu["uuid"]]
+        if unattributed_bytes <= threshold_bytes:
+            continue
+        index = gpu["index"]
+        pids = sorted(unmatched[gpu["uuid"]])
+        if pids:
+            where = (
+                f"The GPU reports {_pid_list(pids)}, which this host's /proc does not show: "
+                "find the container (another PID namespace) that runs them."
+            )
+        else:
+            where = "No process on this host accounts for it: look for a container in another PID namespace."
+        total_bytes = gpu["memory_total_bytes"]
+        critical = bool(total_bytes) and unattributed_bytes * 2 > total_bytes
+        drafts.append(
+            FindingDraft(
+                kind=Kind.UNATTRIBUTED_MEMORY,
+                key=gpu["uuid"],
+                severity=Severity.CRITICAL if critical else Severity.WARNING,
+                title=(
+                    f"GPU {index} ({_clean(gpu['name'])}): {human_bytes(unattributed_bytes)} "
+                    "used by no visible process"
+                ),
+                remedy=(
+                    f"{where} Otherwise the driver may be stuck (dmesg for NVRM/Xid): reload nvidia_uvm, "
+                    f"run nvidia-smi --gpu-reset -i {index}, or reboot."
+                ),
+                details={
+                    "gpu_uuid": gpu["uuid"],
+                    "gpu_index": index,
+                    "memory_used_bytes": used_bytes,
+                    "memory_attributed_bytes": attributed[gpu["uuid"]],
+                    "memory_unattributed_bytes": unattributed_bytes,
+                    "unmatched_pids": pids[:_DETAIL_PIDS_MAX],
+                },
+            )
+        )
+    return drafts
+
+
+def pid_exhaustion(document: dict[str, Any], trees: list[ZombieTree]) -> list[FindingDraft]:
+    """PIDs in use above GPUADMIN_PID_USAGE_WARN_RATIO of pid_max (strictly above)."""
+    pid_max = document["host"]["pid_max"]
+    in_use = document["host"]["pids_in_use"]
+    usage = Fraction(in_use, pid_max)
+    if usage <= Fraction(str(settings.GPUADMIN_PID_USAGE_WARN_RATIO)):
+        return []
+    culprit = ""
+    if trees and trees[0].parent is not None:
+        top = trees[0]
+        culprit = (
+            f" Most zombies ({len(top.zombies)}) are under {_clean(top.parent.name)} (pid {top.parent_pid})."
+        )
+    return [
+        FindingDraft(
+            kind=Kind.PID_EXHAUSTION,
+            key="pids",
+            severity=Severity.CRITICAL if usage > PID_USAGE_CRITICAL_RATIO else Severity.WARNING,
+            title=f"{in_use:,} of {pid_max:,} PIDs in use ({float(usage) * 100:.1f}%)",
+            remedy=(
+                "New processes fail with EAGAIN (errno 11) when PIDs run out: find the parent holding "
+                f"zombies (reap or end it) or the fork bomb.{culprit}"
+            ),
+            details={"pids_in_use": in_use, "pid_max": pid_max},
+        )
+    ]
+
+
+def gpu_data_unavailable(document: dict[str, Any]) -> list[FindingDraft]:
+    backend = document["gpu_backend"]
+    if backend["available"]:
+        return []
+    reason = backend["reason"] or "no reason given"
+    return [
+        FindingDraft(
+            kind=Kind.GPU_DATA_UNAVAILABLE,
+            key=backend["name"],
+            severity=Severity.WARNING,
+            title=f"GPU data unavailable ({backend['name']} backend): {_clean(reason)}",
+            remedy=(
+                "Install the NVIDIA driver and nvidia-ml-py on the host, and let the agent's user open "
+                "/dev/nvidia* and load libnvidia-ml; until then GPU memory and its holders are unknown."
+            ),
+            details={"backend": backend["name"], "reason": backend["reason"]},
+        )
+    ]
+
+
+# --- storing --------------------------------------------------------------
+
+
+def sync_findings(host: Host, drafts: Iterable[FindingDraft], now: datetime) -> SyncResult:
+    """Open the new findings, refresh those still present, resolve those that vanished.
+
+    Matching is by (kind, key): a finding keeps its first_seen_at for as long as
+    consecutive snapshots show it. A resolved finding that comes back opens a
+    new row, so the history of each episode stays intact.
+    """
+    wanted: dict[tuple[str, str], FindingDraft] = {}
+    for draft in drafts:
+        if draft.kind not in SNAPSHOT_KINDS:
+            raise ValueError(f"{draft.kind} findings are not drawn from snapshots")
+        wanted[(draft.kind, draft.key)] = draft
+    still_open = {
+        (f.kind, f.key): f
+        for f in Finding.objects.filter(host=host, resolved_at__isnull=True, kind__in=SNAPSHOT_KINDS)
+    }
+    created, refreshed = [], []
+    for kind_key, draft in wanted.items():
+        finding = still_open.pop(kind_key, None)
+        if finding is None:
+            finding = Finding(host=host, kind=draft.kind, key=draft.key, first_seen_at=now)
+            created.append(finding)
+        else:
+            refreshed.append(finding)
+        finding.severity = draft.severity
+        finding.title = draft.title
+        finding.remedy = draft.remedy
+        finding.details = draft.details
+        finding.last_seen_at = now
+    if created:
+        Finding.objects.bulk_create(created)
+    if refreshed:
+        Finding.objects.bulk_update(refreshed, ["severity", "title", "remedy", "details", "last_seen_at"])
+    if still_open:
+        Finding.objects.filter(pk__in=[f.pk for f in still_open.values()]).update(resolved_at=now)
+    return SyncResult(opened=len(created), refreshed=len(refreshed), resolved=len(still_open))
+
+
+# --- wording --------------------------------------------------------------
+
+
+def describe(row: ProcessRow) -> str:
+    """``python train.py (pid 4120, alice)``: a process as a person recognises it."""
+    command = _clip(_clean(row.command_line), _COMMAND_SHOWN_MAX_CHARS)
+    owner = row.user if row.user else (f"uid {row.uid}" if row.uid is not None else "unknown user")
+    return f"{command} (pid {row.pid}, {_clean(owner)})"
+
+
+def _clean(text: str) -> str:
+    """Text from a process, safe to quote in a title: no control or bidi-override characters."""
+    return "".join(
+        " " if ch.isspace() else ("\ufffd" if unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Co") else ch)
+        for ch in text
+    )
+
+
+def _clip(text: str, max_chars: int) -> str:
+    return text if len(text) <= max_chars else text[: max_chars - 1] + "…"
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def _pid_list(pids: list[int]) -> str:
+    shown = ", ".join(str(p) for p in pids[:_PIDS_LISTED_MAX])
+    more = f" and {len(pids) - _PIDS_LISTED_MAX} more" if len(pids) > _PIDS_LISTED_MAX else ""
+    return f"pid{'s' if len(pids) != 1 else ''} {shown}{more}"

@@ -1,0 +1,211 @@
+"""Ingest: turn one snapshot from an agent into what central stores.
+
+A rejected snapshot changes nothing already stored: it leaves a
+``SnapshotRejection`` row and, when the host is known, the error on the host
+(shown on its page until a good snapshot arrives). An accepted one is stored
+in one transaction: host facts, latest document, GPUs, history, findings.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from functools import partial
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from gpuadmin.fleet import findings, history
+from gpuadmin.fleet.models import Gpu, Host, LatestSnapshot, SnapshotRejection
+from gpuadmin.fleet.process_tree import ProcessRow, attributed_memory_bytes, gpu_holders, process_rows
+from gpuadmin.fleet.signals import snapshot_ingested
+from gpuadmin.fleet.validation import (
+    INT32_MAX,
+    SnapshotRejected,
+    parse_snapshot,
+    parse_taken_at,
+    payload_size_bytes,
+)
+
+logger = logging.getLogger(__name__)
+
+_HOST_SNAPSHOT_FIELDS = [
+    "last_seen_at",
+    "last_snapshot_taken_at",
+    "boot_id",
+    "kernel",
+    "driver_version",
+    "pid_max",
+    "pids_in_use",
+    "process_count",
+    "zombie_count",
+    "gpu_process_count",
+    "gpu_backend_name",
+    "gpu_backend_available",
+    "gpu_backend_reason",
+    "last_error",
+    "last_error_at",
+]
+_GPU_UPDATE_FIELDS = [
+    "index",
+    "name",
+    "memory_total_bytes",
+    "memory_used_bytes",
+    "memory_attributed_bytes",
+    "utilization_percent",
+    "present",
+    "updated_at",
+]
+
+
+def ingest_snapshot(payload: str | bytes, *, received_at: datetime | None = None) -> Host:
+    """Validate and store one snapshot; return its host. Raises ``SnapshotRejected``.
+
+    Snapshots can arrive out of order (several central workers, redelivery
+    after a worker died). Only a snapshot taken after the stored latest one
+    moves the host forward: latest document, host facts, GPUs, process lives
+    and findings all describe "now", and an older reading must not overwrite
+    a newer one. An older snapshot still adds its GPU and host samples to
+    history (they are indexed by taken_at, so a late one fills its gap in the
+    charts) unless that moment is already there; a snapshot taken at the same
+    instant as the latest is a redelivery and changes nothing.
+    """
+    received_at = received_at or timezone.now()
+    try:
+        document = parse_snapshot(payload, now=received_at)
+    except SnapshotRejected as rejected:
+        record_rejection(rejected, size_bytes=payload_size_bytes(payload), received_at=received_at)
+        raise
+
+    taken_at = parse_taken_at(document["taken_at"])
+    with transaction.atomic():
+        # The lock serialises two workers ingesting the same host (PostgreSQL;
+        # SQLite's IMMEDIATE transactions already serialise every writer).
+        host, created = Host.objects.select_for_update().get_or_create(
+            name=document["host"]["name"], defaults={"first_seen_at": received_at}
+        )
+        if not created and host.last_snapshot_taken_at and taken_at <= host.last_snapshot_taken_at:
+            _store_late(host, document, taken_at)
+            return host
+
+        rows = process_rows(document)
+        attributed_bytes = attributed_memory_bytes(rows)
+        _update_host(host, document, rows, taken_at=taken_at, received_at=received_at)
+        _store_latest(host, document, taken_at=taken_at, received_at=received_at, created=created)
+        gpus_by_uuid = _upsert_gpus(host, document, attributed_bytes, received_at=received_at)
+        history.record_samples(
+            host, document, gpus_by_uuid=gpus_by_uuid, attributed_bytes=attributed_bytes, taken_at=taken_at
+        )
+        history.record_process_lives(host, rows, boot_id=document["host"]["boot_id"], taken_at=taken_at)
+        findings.sync_findings(host, findings.compute_findings(document), received_at)
+        transaction.on_commit(
+            partial(snapshot_ingested.send, sender=Host, host=host, document=document), robust=True
+        )
+    return host
+
+
+def record_rejection(rejected: SnapshotRejected, *, size_bytes: int, received_at: datetime) -> None:
+    """Keep the refusal where people look: the rejection log and the host's page."""
+    logger.warning("snapshot from %s rejected: %s", rejected.host_name or "an unknown host", rejected.message)
+    with transaction.atomic():
+        SnapshotRejection.objects.create(
+            host_name=rejected.host_name,
+            received_at=received_at,
+            size_bytes=min(size_bytes, INT32_MAX),
+            error=rejected.message,
+        )
+        if rejected.host_name:
+            # A rejected snapshot never creates a host: anyone on a GPU host can
+            # send junk, and a name alone proves nothing.
+            Host.objects.filter(name=rejected.host_name).update(
+                last_error=rejected.message, last_error_at=received_at
+            )
+
+
+def _store_late(host: Host, document: dict[str, Any], taken_at: datetime) -> None:
+    if taken_at == host.last_snapshot_taken_at or history.has_samples_at(host, taken_at):
+        logger.info("snapshot of %s taken at %s already stored; ignored", host.name, taken_at)
+        return
+    logger.info("late snapshot of %s taken at %s: added to history only", host.name, taken_at)
+    gpus_by_uuid = {g.uuid: g for g in host.gpus.filter(uuid__in=[g["uuid"] for g in document["gpus"]])}
+    history.record_samples(
+        host,
+        document,
+        gpus_by_uuid=gpus_by_uuid,
+        attributed_bytes=attributed_memory_bytes(process_rows(document)),
+        taken_at=taken_at,
+    )
+
+
+def _update_host(
+    host: Host,
+    document: dict[str, Any],
+    rows: dict[int, ProcessRow],
+    *,
+    taken_at: datetime,
+    received_at: datetime,
+) -> None:
+    facts = document["host"]
+    backend = document["gpu_backend"]
+    counts = document["process_counts"]
+    host.last_seen_at = received_at
+    host.last_snapshot_taken_at = taken_at
+    host.boot_id = facts["boot_id"]
+    host.kernel = facts.get("kernel") or ""
+    host.driver_version = facts.get("driver_version") or ""
+    host.pid_max = facts["pid_max"]
+    host.pids_in_use = facts["pids_in_use"]
+    host.process_count = counts["total"]
+    host.zombie_count = counts["zombies"]
+    # Holders of GPU memory or of a device file: both keep a GPU busy.
+    host.gpu_process_count = len(gpu_holders(rows))
+    host.gpu_backend_name = backend["name"]
+    host.gpu_backend_available = backend["available"]
+    host.gpu_backend_reason = backend["reason"] or ""
+    host.last_error = ""
+    host.last_error_at = None
+    # Named fields only: the scheduler writes last_probe_sent_at on the same row concurrently.
+    host.save(update_fields=_HOST_SNAPSHOT_FIELDS)
+
+
+def _store_latest(
+    host: Host, document: dict[str, Any], *, taken_at: datetime, received_at: datetime, created: bool
+) -> None:
+    fields = {"taken_at": taken_at, "received_at": received_at, "document": document}
+    if created or not LatestSnapshot.objects.filter(host=host).update(**fields):
+        LatestSnapshot.objects.create(host=host, **fields)
+
+
+def _upsert_gpus(
+    host: Host, document: dict[str, Any], attributed_bytes: dict[str, int], *, received_at: datetime
+) -> dict[str, Gpu]:
+    """GPU rows as this snapshot lists them; GPUs it no longer lists stay, marked not present."""
+    uuids = [g["uuid"] for g in document["gpus"]]
+    if uuids:
+        Gpu.objects.bulk_create(
+            [
+                Gpu(
+                    host=host,
+                    uuid=g["uuid"],
+                    index=g["index"],
+                    name=g["name"],
+                    memory_total_bytes=g["memory_total_bytes"],
+                    memory_used_bytes=g["memory_used_bytes"],
+                    memory_attributed_bytes=attributed_bytes.get(g["uuid"], 0),
+                    utilization_percent=g["utilization_percent"],
+                    present=True,
+                    updated_at=received_at,
+                )
+                for g in document["gpus"]
+            ],
+            update_conflicts=True,
+            unique_fields=["host", "uuid"],
+            update_fields=_GPU_UPDATE_FIELDS,
+        )
+    Gpu.objects.filter(host=host, present=True).exclude(uuid__in=uuids).update(
+        present=False, updated_at=received_at
+    )
+    if not uuids:
+        return {}
+    return {g.uuid: g for g in Gpu.objects.filter(host=host, uuid__in=uuids)}

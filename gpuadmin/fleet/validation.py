@@ -1,0 +1,355 @@
+"""Decide whether a snapshot sent by an agent may be stored, and say why not.
+
+Agents run on machines any lab member can log into, so a snapshot is untrusted
+input: it is checked for size before it is parsed, against the JSON Schema that
+the probe is tested against (gpuadmin/probe/snapshot.schema.json), and for the
+things a schema cannot say (duplicate PIDs, memory on a GPU that is not listed,
+a clock far ahead, numbers too big for a database column). Every refusal is a
+``SnapshotRejected`` whose message a lab admin can act on; it is shown on the
+host's page, so it also carries the host name when one can be read at all.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from functools import lru_cache
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+from jsonschema import Draft202012Validator, validators
+from jsonschema.exceptions import ValidationError, best_match
+
+from gpuadmin.fleet.units import human_bytes
+
+SUPPORTED_SCHEMA_VERSION = 1
+SCHEMA_PATH = Path(__file__).resolve().parent.parent / "probe" / "snapshot.schema.json"
+
+# A host's clock may run a little ahead of central's; more than this and its
+# taken_at would sort every later snapshot (and every other host's) wrongly.
+MAX_CLOCK_AHEAD = timedelta(minutes=5)
+
+# Linux's PID_MAX_LIMIT on 64-bit kernels: no pid, pgid, sid or pid_max is larger.
+PID_MAX_LIMIT = 4_194_304
+# Columns are PostgreSQL integer / bigint: a bigger number would fail the
+# INSERT after validation and be retried forever instead of rejected once.
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+
+HOST_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
+# Finds the host name in a payload that cannot be parsed (truncated, oversized);
+# bounded repetitions keep it linear on hostile input.
+_HOST_NAME_IN_TEXT = re.compile(
+    r'"host"\s*:\s*\{[^{}]{0,4096}?"name"\s*:\s*"([A-Za-z0-9][A-Za-z0-9._-]{0,252})"'
+)
+_HOST_NAME_SCAN_BYTES = 64 * 1024
+_MESSAGE_PART_MAX_CHARS = 300
+_SCHEMA_ERRORS_CONSIDERED = 50
+
+
+class SnapshotRejected(Exception):
+    """A snapshot that will not be stored. ``message`` says why, for people."""
+
+    def __init__(self, message: str, *, host_name: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.host_name = host_name
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _strict_integer(_checker: Any, instance: Any) -> bool:
+    # Draft 2020-12 counts 1.0 (and 1e300) as an integer; a PID or a byte count
+    # that is a float is a broken probe, and 1e300 does not fit any column.
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+@lru_cache(maxsize=1)
+def snapshot_validator() -> Draft202012Validator:
+    """The schema validator, built once per process (the schema does not change at run time)."""
+    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    Draft202012Validator.check_schema(schema)
+    strict = validators.extend(
+        Draft202012Validator,
+        type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _strict_integer),
+    )
+    return strict(schema)
+
+
+def parse_snapshot(payload: str | bytes, *, now: datetime | None = None) -> dict[str, Any]:
+    """Return the snapshot document in ``payload``, or raise ``SnapshotRejected``.
+
+    ``now`` is central's clock (defaults to the current time), against which
+    a taken_at too far in the future is refused.
+    """
+    if not isinstance(payload, str | bytes | bytearray):
+        raise SnapshotRejected(f"snapshot must arrive as JSON text, got a {type(payload).__name__}")
+    max_bytes = settings.GPUADMIN_SNAPSHOT_MAX_BYTES
+    size_bytes = payload_size_bytes(payload)
+    if size_bytes > max_bytes:
+        raise SnapshotRejected(
+            f"snapshot is {human_bytes(size_bytes)}, over the limit of {human_bytes(max_bytes)} "
+            "(GPUADMIN_SNAPSHOT_MAX_BYTES); run the probe without --all, or raise the limit",
+            host_name=host_name_from_text(payload),
+        )
+    document = _decode(payload)
+    host_name = _host_name_from_document(document)
+    try:
+        _check_schema_version(document)
+        _check_schema(document)
+        _check_semantics(document, now=now or timezone.now())
+    except SnapshotRejected as rejected:
+        rejected.host_name = host_name
+        raise
+    return document
+
+
+def payload_size_bytes(payload: str | bytes) -> int:
+    if isinstance(payload, bytes | bytearray):
+        return len(payload)
+    if not isinstance(payload, str):
+        return 0
+    if len(payload) > settings.GPUADMIN_SNAPSHOT_MAX_BYTES:
+        return len(payload)  # each character is at least one byte: too big already, skip the copy
+    return len(payload.encode("utf-8", "surrogatepass"))
+
+
+def host_name_from_text(payload: str | bytes) -> str:
+    """The host name in a payload that could not be parsed, or "" (best effort)."""
+    head = payload[:_HOST_NAME_SCAN_BYTES]
+    if not isinstance(head, str):
+        head = bytes(head).decode("utf-8", "replace")
+    match = _HOST_NAME_IN_TEXT.search(head)
+    return match.group(1) if match else ""
+
+
+def _host_name_from_document(document: Any) -> str:
+    host = document.get("host") if isinstance(document, dict) else None
+    name = host.get("name") if isinstance(host, dict) else None
+    if isinstance(name, str) and HOST_NAME_PATTERN.fullmatch(name):
+        return name
+    return ""
+
+
+# --- decoding -------------------------------------------------------------
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} does not fit a 64-bit float")
+    return value
+
+
+def _decode(payload: str | bytes) -> Any:
+    try:
+        document = json.loads(payload, parse_constant=_reject_constant, parse_float=_finite_float)
+    except UnicodeDecodeError as error:
+        raise SnapshotRejected(
+            f"snapshot is not UTF-8 text (byte {error.start}): {error.reason}",
+            host_name=host_name_from_text(payload),
+        ) from None
+    except json.JSONDecodeError as error:
+        raise SnapshotRejected(
+            f"snapshot is not valid JSON: {error.msg} at line {error.lineno} column {error.colno}",
+            host_name=host_name_from_text(payload),
+        ) from None
+    except ValueError as error:  # NaN, Infinity, 1e400
+        raise SnapshotRejected(
+            f"snapshot is not valid JSON: {_clip(str(error))}", host_name=host_name_from_text(payload)
+        ) from None
+    except RecursionError:
+        raise SnapshotRejected(
+            "snapshot is not valid JSON: nested too deeply", host_name=host_name_from_text(payload)
+        ) from None
+    if not isinstance(document, dict):
+        raise SnapshotRejected(f"snapshot must be a JSON object, got {_json_type(document)}")
+    return document
+
+
+def _json_type(value: Any) -> str:
+    names = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
+    return names.get(type(value), "a number")
+
+
+# --- schema ---------------------------------------------------------------
+
+
+def _check_schema_version(document: dict[str, Any]) -> None:
+    version = document.get("schema_version")
+    if version == SUPPORTED_SCHEMA_VERSION and not isinstance(version, bool | float):
+        return
+    shown = "missing" if "schema_version" not in document else _clip(json.dumps(version))
+    raise SnapshotRejected(
+        f"schema_version {shown} is not supported: this central accepts schema_version "
+        f"{SUPPORTED_SCHEMA_VERSION} only; run the same gpuadmin version on the host and on central"
+    )
+
+
+def _check_schema(document: dict[str, Any]) -> None:
+    errors = islice(snapshot_validator().iter_errors(document), _SCHEMA_ERRORS_CONSIDERED)
+    error: ValidationError | None = best_match(errors)
+    if error is not None:
+        raise SnapshotRejected(f"{json_path(error.absolute_path)}: {_clip(error.message)}")
+
+
+def json_path(parts: Iterator[str | int] | Any) -> str:
+    """``processes[3].gpu_memory_bytes["GPU-1"]`` for a jsonschema path; "snapshot" for the root."""
+    text = ""
+    for part in parts:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        elif re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", part):
+            text += f".{part}" if text else part
+        else:
+            text += f"[{_clip(json.dumps(part))}]"
+    return text or "snapshot"
+
+
+# --- what the schema cannot say ------------------------------------------
+
+
+def _check_semantics(document: dict[str, Any], *, now: datetime) -> None:
+    _check_taken_at(document["taken_at"], now=now)
+    _check_strings_and_numbers(document, "")
+    _check_column_ranges(document)
+    gpu_uuids = _check_gpus(document["gpus"])
+    _check_processes(document["processes"], gpu_uuids)
+    for i, unmatched in enumerate(document["unmatched_gpu_processes"]):
+        if unmatched["gpu_uuid"] not in gpu_uuids:
+            raise SnapshotRejected(
+                f"unmatched_gpu_processes[{i}].gpu_uuid: GPU {_clip(json.dumps(unmatched['gpu_uuid']))} "
+                "is not in gpus"
+            )
+
+
+def parse_taken_at(text: str) -> datetime:
+    """taken_at as an aware UTC datetime (the schema's pattern already holds)."""
+    # More than 6 fractional digits are legal ISO 8601 but not datetime's business.
+    text = re.sub(r"(\.\d{6})\d+", r"\1", text)
+    return datetime.fromisoformat(text).astimezone(UTC)
+
+
+def _check_taken_at(text: str, *, now: datetime) -> None:
+    try:
+        taken_at = parse_taken_at(text)
+    except ValueError:
+        raise SnapshotRejected(f"taken_at: {_clip(json.dumps(text))} is not a valid date and time") from None
+    ahead = taken_at - now
+    if ahead > MAX_CLOCK_AHEAD:
+        raise SnapshotRejected(
+            f"taken_at: {text} is {_duration(ahead)} ahead of central's clock (at most "
+            f"{_duration(MAX_CLOCK_AHEAD)} allowed); fix the host's clock (NTP)"
+        )
+
+
+def _check_strings_and_numbers(value: Any, path: str) -> None:
+    """No NUL, no lone surrogate (PostgreSQL refuses both), no number beyond 64 bits."""
+    if isinstance(value, str):
+        _check_string(value, path)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_string(key, path or "snapshot")
+            _check_strings_and_numbers(item, f"{path}.{key}" if path else key)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_strings_and_numbers(item, f"{path}[{i}]")
+    elif isinstance(value, int | float) and not isinstance(value, bool) and abs(value) > INT64_MAX:
+        raise SnapshotRejected(f"{path}: {value} is larger than a 64-bit integer")
+
+
+def _check_string(text: str, path: str) -> None:
+    if "\x00" in text:
+        raise SnapshotRejected(f"{path}: contains a NUL character")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise SnapshotRejected(f"{path}: contains a lone UTF-16 surrogate, not valid Unicode text") from None
+
+
+def _check_column_ranges(document: dict[str, Any]) -> None:
+    host = document["host"]
+    _at_most(host["pid_max"], PID_MAX_LIMIT, "host.pid_max", "Linux's PID_MAX_LIMIT")
+    _at_most(host["pids_in_use"], INT32_MAX, "host.pids_in_use", "2147483647")
+    for name, count in document["process_counts"].items():
+        _at_most(count, INT32_MAX, f"process_counts.{name}", "2147483647")
+    for i, gpu in enumerate(document["gpus"]):
+        _at_most(gpu["index"], INT32_MAX, f"gpus[{i}].index", "2147483647")
+    for i, process in enumerate(document["processes"]):
+        for field in ("pid", "ppid", "pgid", "sid"):
+            value = process.get(field)
+            if value is not None:
+                _at_most(value, PID_MAX_LIMIT, f"processes[{i}].{field}", "Linux's PID_MAX_LIMIT")
+        if process["uid"] is not None:
+            _at_most(process["uid"], INT32_MAX, f"processes[{i}].uid", "2147483647")
+
+
+def _at_most(value: int, limit: int, path: str, limit_name: str) -> None:
+    if value > limit:
+        raise SnapshotRejected(f"{path}: {value} is greater than {limit_name} ({limit})")
+
+
+def _check_gpus(gpus: list[dict[str, Any]]) -> set[str]:
+    seen_uuids: dict[str, int] = {}
+    seen_indices: dict[int, int] = {}
+    for i, gpu in enumerate(gpus):
+        if gpu["uuid"] in seen_uuids:
+            raise SnapshotRejected(
+                f"gpus[{i}].uuid: GPU {_clip(json.dumps(gpu['uuid']))} is listed twice "
+                f"(also gpus[{seen_uuids[gpu['uuid']]}])"
+            )
+        if gpu["index"] in seen_indices:
+            raise SnapshotRejected(
+                f"gpus[{i}].index: GPU index {gpu['index']} is listed twice "
+                f"(also gpus[{seen_indices[gpu['index']]}])"
+            )
+        seen_uuids[gpu["uuid"]] = i
+        seen_indices[gpu["index"]] = i
+    return set(seen_uuids)
+
+
+def _check_processes(processes: list[dict[str, Any]], gpu_uuids: set[str]) -> None:
+    seen_pids: dict[int, int] = {}
+    for i, process in enumerate(processes):
+        pid = process["pid"]
+        if pid in seen_pids:
+            raise SnapshotRejected(
+                f"processes[{i}].pid: pid {pid} is listed twice (also processes[{seen_pids[pid]}])"
+            )
+        seen_pids[pid] = i
+        for uuid in process["gpu_memory_bytes"]:
+            if uuid not in gpu_uuids:
+                raise SnapshotRejected(
+                    f"processes[{i}].gpu_memory_bytes: GPU {_clip(json.dumps(uuid))} is not in gpus"
+                )
+
+
+# --- wording --------------------------------------------------------------
+
+
+def _clip(text: str) -> str:
+    if len(text) <= _MESSAGE_PART_MAX_CHARS:
+        return text
+    return text[: _MESSAGE_PART_MAX_CHARS - 1] + "…"
+
+
+def _duration(delta: timedelta) -> str:
+    seconds = int(delta.total_seconds())
+    if seconds >= 2 * 86400:
+        return f"{seconds // 86400} days"
+    if seconds >= 2 * 3600:
+        return f"{seconds // 3600} hours"
+    if seconds >= 120:
+        return f"{seconds // 60} minutes"
+    return f"{seconds} seconds"
