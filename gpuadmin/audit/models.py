@@ -1,0 +1,152 @@
+"""The audit log: one append-only, hash-chained table of kill workflow events.
+
+Each event copies the names it mentions (actor, host, requester, approver,
+process owners) at write time, so history stays readable after users, hosts
+and requests are gone, and it refers to its kill request by number only: the
+log must never be constrained or changed by the rows it describes.
+
+The application never updates or deletes an event. The one change allowed is
+the database clearing ``actor`` when that user is deleted (``SET_NULL``):
+``actor_name`` keeps who it was, and the hash never covered the foreign key.
+On PostgreSQL, triggers (migration 0002) enforce the same below the ORM.
+
+Events are written only by :func:`gpuadmin.audit.log.record`, which assigns the
+next sequence and links the chain; :mod:`gpuadmin.audit.chain` verifies it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+
+from gpuadmin.audit.chain import GENESIS_HASH, event_hash
+
+
+class AppendOnlyError(Exception):
+    """Raised when code tries to change or remove an audit event."""
+
+
+class Action(models.TextChoices):
+    REQUESTED = "requested", "Requested"
+    APPROVED = "approved", "Approved"
+    REJECTED = "rejected", "Rejected"
+    CANCELLED = "cancelled", "Cancelled"
+    EXPIRED = "expired", "Expired"
+    DISPATCHED = "dispatched", "Dispatched to host"
+    STARTED = "started", "Started on host"
+    SIGNAL_SENT = "signal_sent", "Signal sent"
+    TARGET_EXITED = "target_exited", "Target exited"
+    TARGET_SURVIVED = "target_survived", "Target survived"
+    REFUSED = "refused", "Refused"
+    FINISHED = "finished", "Finished"
+    MEMORY_RELEASED = "memory_released", "Memory released"
+
+
+def _only_clears_actor(kwargs: dict[str, Any]) -> bool:
+    return bool(kwargs) and all(k in ("actor", "actor_id") and v is None for k, v in kwargs.items())
+
+
+class AuditEventQuerySet(models.QuerySet):
+    def update(self, **kwargs: Any) -> int:
+        # Django's deletion collector clears the actor of a deleted user with
+        # queryset.update(actor=None); that is the only update we let through.
+        if _only_clears_actor(kwargs):
+            return super().update(**kwargs)
+        raise AppendOnlyError("Audit events are append-only: they cannot be updated.")
+
+    def delete(self) -> tuple[int, dict[str, int]]:
+        raise AppendOnlyError("Audit events are append-only: they cannot be deleted.")
+
+    def bulk_create(self, *args: Any, **kwargs: Any) -> list:
+        raise AppendOnlyError("Audit events are written one at a time by gpuadmin.audit.log.record().")
+
+    def bulk_update(self, *args: Any, **kwargs: Any) -> int:
+        raise AppendOnlyError("Audit events are append-only: they cannot be updated.")
+
+    def update_or_create(self, *args: Any, **kwargs: Any) -> Any:
+        raise AppendOnlyError("Audit events are append-only: they cannot be updated.")
+
+
+AuditEventManager = models.Manager.from_queryset(AuditEventQuerySet)
+
+
+class AuditEvent(models.Model):
+    sequence = models.PositiveBigIntegerField(unique=True, editable=False)
+    created_at = models.DateTimeField(db_index=True, editable=False)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="audit_events",
+    )
+    # Empty when the system acted (sweeper, agent report) rather than a person.
+    actor_name = models.TextField(blank=True)
+    action = models.CharField(max_length=32, choices=Action.choices, db_index=True)
+    kill_request_id = models.PositiveBigIntegerField(null=True, blank=True, db_index=True)
+    host_name = models.TextField(blank=True, db_index=True)
+    requester_name = models.TextField(blank=True)
+    approver_name = models.TextField(blank=True)
+    # Owners of the targets, sorted, comma-separated: "alice,bob".
+    process_users = models.TextField(blank=True)
+    targets_summary = models.TextField(blank=True)
+    # Canonical JSON text, exactly as hashed. Kept as text, not a JSON column,
+    # because PostgreSQL's jsonb rewrites numbers (1e16 -> 10000000000000000)
+    # and refuses "\u0000", either of which would break the hash on read-back.
+    details_json = models.TextField(default="{}")
+    previous_hash = models.CharField(max_length=64)
+    hash = models.CharField(max_length=64)
+
+    objects = AuditEventManager()
+
+    class Meta:
+        ordering = ["sequence"]
+        # The deletion collector reaches events through the base manager; make
+        # it the refusing one too.
+        base_manager_name = "objects"
+        verbose_name = "audit event"
+
+    def __str__(self) -> str:
+        return f"#{self.sequence} {self.action}"
+
+    @property
+    def details(self) -> Any:
+        return json.loads(self.details_json)
+
+    @property
+    def process_user_list(self) -> list[str]:
+        return [u for u in self.process_users.split(",") if u]
+
+    @property
+    def is_genesis(self) -> bool:
+        return self.previous_hash == GENESIS_HASH
+
+    def computed_hash(self) -> str:
+        return event_hash(
+            sequence=self.sequence,
+            created_at=self.created_at,
+            actor_name=self.actor_name,
+            action=self.action,
+            kill_request_id=self.kill_request_id,
+            host_name=self.host_name,
+            requester_name=self.requester_name,
+            approver_name=self.approver_name,
+            process_users=self.process_users,
+            targets_summary=self.targets_summary,
+            details_json=self.details_json,
+            previous_hash=self.previous_hash,
+        )
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self._state.adding:
+            raise AppendOnlyError(f"Audit event #{self.sequence} is append-only: it cannot be changed.")
+        if not self.hash or self.hash != self.computed_hash():
+            raise AppendOnlyError("Audit events are written by gpuadmin.audit.log.record(), which chains them.")
+        kwargs["force_insert"] = True
+        super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
+        raise AppendOnlyError(f"Audit event #{self.sequence} is append-only: it cannot be deleted.")
