@@ -116,6 +116,14 @@ def visible_controls(value: Any) -> SafeString:
 
 
 @register.filter
+def visible_controls_text(value: Any) -> str:
+    """Plain-text form of ``visible_controls`` for attributes (title=...): escapes as text, auto-escaped."""
+    if value is None:
+        return ""
+    return "".join(piece for _, piece in visible_text_parts(str(value)))
+
+
+@register.filter
 def role_label(user: Any) -> str:
     """The user's roles in the order viewer, requester, approver: 'viewer, requester'."""
     names = role_names(user)
@@ -135,6 +143,25 @@ def percent_of(part: Any, whole: Any) -> float:
     except (TypeError, ValueError, ZeroDivisionError):
         return 0.0
     return max(0.0, min(100.0, ratio))
+
+
+@register.filter
+def memory_bar(gpu: Any) -> dict[str, str]:
+    """Widths (CSS percentages) of a GPU memory bar's two parts: attributed, then unattributed.
+
+    Attributed memory is capped at the used memory: the two are read at slightly
+    different moments, and the bar must never claim more than the GPU reports.
+    """
+    total = getattr(gpu, "memory_total_bytes", None)
+    used = getattr(gpu, "memory_used_bytes", None) or 0
+    attributed = min(getattr(gpu, "memory_attributed_bytes", 0) or 0, used)
+    attributed_percent = percent_of(attributed, total)
+    unattributed_percent = min(percent_of(used - attributed, total), 100.0 - attributed_percent)
+    return {
+        "attributed_percent": f"{attributed_percent:.1f}",
+        "unattributed_percent": f"{unattributed_percent:.1f}",
+        "used_percent": f"{percent_of(used, total):.0f}",
+    }
 
 
 @register.filter

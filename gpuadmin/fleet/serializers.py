@@ -1,0 +1,173 @@
+"""What the read side says about hosts: the JSON API's shapes, and the two
+queries that load them (shared with the pages so both show the same thing).
+
+Plain functions returning dicts rather than DRF serializers: everything here
+is read-only, half of it is a stored snapshot document that is already
+validated JSON (processes are passed through with every field the probe sent),
+and the other half is a few model columns. A function per shape is shorter,
+reads top to bottom, and is tested without a request.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Count, Prefetch, Q, QuerySet
+
+from gpuadmin.fleet.models import Finding, Gpu, Host, LatestSnapshot
+from gpuadmin.fleet.process_tree import gpu_holders, orphans, process_rows, zombie_trees
+
+Severity = Finding.Severity
+# Most urgent first. (Finding.Meta.ordering sorts the stored strings, which is alphabetical.)
+SEVERITY_RANK = {Severity.CRITICAL: 0, Severity.WARNING: 1, Severity.INFO: 2}
+
+
+# --- loading ------------------------------------------------------------------
+
+def hosts_for_listing() -> QuerySet[Host]:
+    """Every host, with its present GPUs and open-finding counts, in two queries.
+
+    Each host gets ``present_gpus`` (list, by index) and ``open_findings_<severity>``
+    counts, so listing N hosts never loads a snapshot document or runs a query per host.
+    """
+    open_finding = Q(findings__resolved_at__isnull=True)
+    counts = {
+        f"open_findings_{severity.value}": Count(
+            "findings", filter=open_finding & Q(findings__severity=severity.value)
+        )
+        for severity in Severity
+    }
+    return Host.objects.annotate(**counts).prefetch_related(
+        Prefetch("gpus", queryset=Gpu.objects.filter(present=True).order_by("index"), to_attr="present_gpus")
+    )
+
+
+def host_for_listing(name: str) -> Host | None:
+    return hosts_for_listing().filter(name=name).first()
+
+
+def open_findings(host: Host) -> list[Finding]:
+    """The host's open findings, most severe first, then oldest first."""
+    findings = list(host.findings.filter(resolved_at__isnull=True))
+    return sorted(findings, key=lambda f: (SEVERITY_RANK.get(f.severity, 99), f.first_seen_at, f.kind, f.key))
+
+
+def latest_document(host: Host) -> dict[str, Any] | None:
+    try:
+        return LatestSnapshot.objects.only("document").get(host=host).document
+    except LatestSnapshot.DoesNotExist:
+        return None
+
+
+# --- shapes -------------------------------------------------------------------
+
+def iso(moment: datetime | None) -> str | None:
+    if moment is None:
+        return None
+    return moment.isoformat().replace("+00:00", "Z")
+
+
+def open_finding_counts(host: Host) -> dict[str, int]:
+    """Counts by severity, from ``hosts_for_listing`` annotations (queried if missing)."""
+    if hasattr(host, f"open_findings_{Severity.CRITICAL.value}"):
+        return {s.value: getattr(host, f"open_findings_{s.value}") for s in Severity}
+    rows = (
+        host.findings.filter(resolved_at__isnull=True).values("severity").annotate(n=Count("id"))
+    )
+    by_severity = {row["severity"]: row["n"] for row in rows}
+    return {s.value: by_severity.get(s.value, 0) for s in Severity}
+
+
+def present_gpus(host: Host) -> list[Gpu]:
+    gpus = getattr(host, "present_gpus", None)
+    if gpus is None:
+        gpus = list(host.gpus.filter(present=True).order_by("index"))
+    return gpus
+
+
+def gpu_dict(gpu: Gpu) -> dict[str, Any]:
+    return {
+        "index": gpu.index,
+        "uuid": gpu.uuid,
+        "name": gpu.name,
+        "memory_total_bytes": gpu.memory_total_bytes,
+        "memory_used_bytes": gpu.memory_used_bytes,
+        "memory_attributed_bytes": gpu.memory_attributed_bytes,
+        "memory_unattributed_bytes": gpu.memory_unattributed_bytes,
+        "utilization_percent": gpu.utilization_percent,
+    }
+
+
+def host_summary_dict(host: Host) -> dict[str, Any]:
+    """One host as the list endpoint shows it: columns only, no snapshot document."""
+    by_severity = open_finding_counts(host)
+    return {
+        "name": host.name,
+        "online": host.is_online,
+        "first_seen_at": iso(host.first_seen_at),
+        "last_seen_at": iso(host.last_seen_at),
+        "last_snapshot_taken_at": iso(host.last_snapshot_taken_at),
+        "boot_id": host.boot_id,
+        "kernel": host.kernel,
+        "driver_version": host.driver_version,
+        "pid_max": host.pid_max,
+        "pids_in_use": host.pids_in_use,
+        "gpus": [gpu_dict(g) for g in present_gpus(host)],
+        "counts": {
+            "processes": host.process_count,
+            "zombies": host.zombie_count,
+            "gpu_processes": host.gpu_process_count,
+        },
+        "open_findings_count": sum(by_severity.values()),
+        "open_findings_by_severity": by_severity,
+        "gpu_backend": {
+            "name": host.gpu_backend_name,
+            "available": host.gpu_backend_available,
+            "reason": host.gpu_backend_reason or None,
+        },
+        "last_error": host.last_error or None,
+        "last_error_at": iso(host.last_error_at),
+    }
+
+
+def finding_dict(finding: Finding) -> dict[str, Any]:
+    return {
+        "kind": finding.kind,
+        "severity": finding.severity,
+        "title": finding.title,
+        "remedy": finding.remedy,
+        "first_seen_at": iso(finding.first_seen_at),
+        "last_seen_at": iso(finding.last_seen_at),
+        "details": finding.details,
+    }
+
+
+def processes_that_matter(document: dict[str, Any] | None) -> dict[str, Any]:
+    """GPU holders, zombie trees and orphans of a snapshot, each process exactly as the probe sent it."""
+    if document is None:
+        return {"processes": [], "zombie_trees": [], "orphans": []}
+    as_sent = {p["pid"]: p for p in document.get("processes", ())}
+    rows = process_rows(document)
+    return {
+        "processes": [as_sent[r.pid] for r in gpu_holders(rows)],
+        "zombie_trees": [
+            {
+                "parent_pid": tree.parent_pid,
+                "parent": as_sent.get(tree.parent_pid),
+                "zombie_count": len(tree.zombies),
+                "zombies": [as_sent[z.pid] for z in tree.zombies],
+            }
+            for tree in zombie_trees(rows)
+        ],
+        "orphans": [as_sent[r.pid] for r in orphans(rows)],
+    }
+
+
+def host_detail_dict(host: Host, document: dict[str, Any] | None, findings: list[Finding]) -> dict[str, Any]:
+    return {
+        **host_summary_dict(host),
+        "snapshot_taken_at": document.get("taken_at") if document else None,
+        **processes_that_matter(document),
+        "findings": [finding_dict(f) for f in findings],
+    }

@@ -1,0 +1,174 @@
+"""The tables of the host page, built from the latest snapshot document.
+
+Pure functions over the document and the host's GPU rows: the view only
+loads, calls ``host_tables`` and renders. The process table's filter and
+sort come from query parameters (``ProcessQuery``) so a filtered view is a
+link that can be shared, and the HTMX refresh asks for the same thing again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+from urllib.parse import urlencode
+
+from gpuadmin.fleet.models import Gpu
+from gpuadmin.fleet.process_tree import (
+    ProcessRow,
+    ZombieTree,
+    gpu_holders,
+    orphans,
+    process_rows,
+    zombie_trees,
+)
+
+# Sort keys and whether their natural order is descending (biggest / oldest first).
+SORT_DESCENDING_BY_DEFAULT = {"memory": True, "pid": False, "user": False, "age": True}
+DEFAULT_SORT = "memory"
+TEXT_FILTER_MAX_CHARS = 200
+
+
+@dataclass(frozen=True)
+class GpuMemory:
+    label: str  # "GPU 0", or the uuid when the GPU is not in the snapshot's list
+    uuid: str
+    memory_bytes: int | None
+
+
+@dataclass(frozen=True)
+class ProcessTableRow:
+    process: ProcessRow
+    parent: ProcessRow | None
+    gpu_memory: tuple[GpuMemory, ...]
+
+
+@dataclass(frozen=True)
+class ProcessQuery:
+    """Filter and sort of the holders table. ``sort`` is a key, ``-key`` reverses its natural order."""
+
+    user: str = ""
+    gpu: str = ""  # a GPU index, as text ("0"), or "" for all
+    text: str = ""
+    sort: str = DEFAULT_SORT
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, str]) -> ProcessQuery:
+        sort = params.get("sort", "") or DEFAULT_SORT
+        if sort.removeprefix("-") not in SORT_DESCENDING_BY_DEFAULT:
+            sort = DEFAULT_SORT
+        gpu = params.get("gpu", "").strip()
+        return cls(
+            user=params.get("user", "").strip(),
+            gpu=gpu if gpu.isdigit() else "",
+            text=params.get("q", "").strip()[:TEXT_FILTER_MAX_CHARS],
+            sort=sort,
+        )
+
+    @property
+    def sort_key(self) -> str:
+        return self.sort.removeprefix("-")
+
+    @property
+    def descending(self) -> bool:
+        natural = SORT_DESCENDING_BY_DEFAULT[self.sort_key]
+        return not natural if self.sort.startswith("-") else natural
+
+    @property
+    def is_filtered(self) -> bool:
+        return bool(self.user or self.gpu or self.text)
+
+    def params(self) -> dict[str, str]:
+        values = {"user": self.user, "gpu": self.gpu, "q": self.text}
+        if self.sort != DEFAULT_SORT:
+            values["sort"] = self.sort
+        return {k: v for k, v in values.items() if v}
+
+    def query_string(self) -> str:
+        return urlencode(self.params())
+
+    def sorted_by(self, key: str) -> str:
+        """Query string that sorts by ``key``: its natural order first, reversed when clicked again."""
+        sort = f"-{key}" if self.sort == key else key
+        return urlencode(replace(self, sort=sort).params())
+
+
+@dataclass(frozen=True)
+class HostTables:
+    processes: list[ProcessTableRow]  # after filter and sort
+    holder_count: int  # before filtering
+    users: list[str]  # every user holding a GPU, for the filter's choices
+    zombie_trees: list[ZombieTree]
+    zombie_count: int
+    orphans: list[ProcessTableRow]
+    has_snapshot: bool
+
+
+def _gpu_labels(gpus: Iterable[Gpu]) -> dict[str, str]:
+    return {g.uuid: f"GPU {g.index}" for g in gpus}
+
+
+def _table_row(row: ProcessRow, rows: Mapping[int, ProcessRow], labels: Mapping[str, str]) -> ProcessTableRow:
+    gpu_memory = tuple(
+        GpuMemory(label=labels.get(uuid, uuid), uuid=uuid, memory_bytes=used)
+        for uuid, used in sorted(row.gpu_memory_bytes.items(), key=lambda item: labels.get(item[0], item[0]))
+    )
+    return ProcessTableRow(process=row, parent=rows.get(row.ppid), gpu_memory=gpu_memory)
+
+
+def _matches(row: ProcessTableRow, query: ProcessQuery, gpu_uuid: str | None) -> bool:
+    process = row.process
+    if query.user and (process.user or "") != query.user:
+        return False
+    if query.gpu and (gpu_uuid is None or gpu_uuid not in process.gpu_memory_bytes):
+        return False
+    if query.text:
+        needle = query.text.casefold()
+        haystack = [
+            process.command_line, process.name, process.user or "", str(process.pid),
+            process.container_id or "", *process.device_files,
+        ]
+        if not any(needle in part.casefold() for part in haystack):
+            return False
+    return True
+
+
+def _sort_value(row: ProcessTableRow, key: str) -> tuple[Any, ...]:
+    process = row.process
+    if key == "memory":
+        return (process.total_gpu_memory_bytes,)
+    if key == "user":
+        return ((process.user or "").casefold(),)
+    if key == "age":
+        # Unknown ages sort as youngest.
+        return (process.elapsed_seconds if process.elapsed_seconds is not None else -1.0,)
+    return (process.pid,)
+
+
+def filter_and_sort(
+    rows: list[ProcessTableRow], query: ProcessQuery, gpus: Iterable[Gpu]
+) -> list[ProcessTableRow]:
+    gpu_uuid = next((g.uuid for g in gpus if str(g.index) == query.gpu), None) if query.gpu else None
+    kept = [r for r in rows if _matches(r, query, gpu_uuid)]
+    # Stable sorts: pid first as the tie-breaker, then the chosen key.
+    kept.sort(key=lambda r: r.process.pid)
+    kept.sort(key=lambda r: _sort_value(r, query.sort_key), reverse=query.descending)
+    return kept
+
+
+def host_tables(document: dict[str, Any] | None, gpus: list[Gpu], query: ProcessQuery) -> HostTables:
+    if document is None:
+        return HostTables([], 0, [], [], 0, [], has_snapshot=False)
+    rows = process_rows(document)
+    labels = _gpu_labels(gpus)
+    holders = [_table_row(r, rows, labels) for r in gpu_holders(rows)]
+    trees = zombie_trees(rows)
+    return HostTables(
+        processes=filter_and_sort(holders, query, gpus),
+        holder_count=len(holders),
+        users=sorted({r.process.user for r in holders if r.process.user}, key=str.casefold),
+        zombie_trees=trees,
+        zombie_count=sum(len(t.zombies) for t in trees),
+        orphans=[_table_row(r, rows, labels) for r in orphans(rows)],
+        has_snapshot=True,
+    )

@@ -1,0 +1,81 @@
+"""Hosts as the pages and the API see them, stored through the real ingest path."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.utils import timezone
+
+from gpuadmin.fleet.ingest import ingest_snapshot
+from gpuadmin.fleet.models import Host
+from tests.factories import GiB, gpu, proc, snapshot_json
+
+HOSTILE_CMDLINE = [
+    "python",
+    "<script>alert(1)</script>",
+    '"><img src=x onerror=alert(1)>',
+    "\x1b[31mred",
+    "evil\u202egpj.exe",
+]
+HOSTILE_USER = "<b>mallory</b>\u202e"
+HOSTILE_NAME = "\x1b[2Jx<i>"
+
+
+def store(host: str = "gpu01", **kwargs: Any) -> Host:
+    """Ingest a factory snapshot for ``host``; return the stored Host."""
+    return ingest_snapshot(snapshot_json(host, **kwargs))
+
+
+def make_offline(host: Host) -> Host:
+    """Pretend the host's last snapshot arrived long ago."""
+    Host.objects.filter(pk=host.pk).update(last_seen_at=timezone.now() - timedelta(hours=2))
+    host.refresh_from_db()
+    return host
+
+
+def busy_host_processes() -> list[dict[str, Any]]:
+    """Holders on two GPUs, a device-only holder, two orphans, and zombie trees.
+
+    GPU 0: 20 GiB (pid 101) + 2 x 4 GiB orphans (201, 202) = 28 GiB attributed.
+    GPU 1: 8 GiB (pid 102).
+    Parent 300 has 5 zombies (301-305); zombie 310's parent (999) is not in the snapshot.
+    """
+    g0, g1 = "GPU-sim-0000", "GPU-sim-0001"
+    return [
+        proc(100, user="alice", name="launch", cmdline=["python", "launch.py"], elapsed_seconds=20000),
+        proc(101, ppid=100, user="alice", name="python", cmdline=["python", "train.py", "--lr", "3e-4"],
+             gpu_memory={g0: 20 * GiB}, elapsed_seconds=3 * 3600 + 12 * 60, reasons=["gpu"]),
+        proc(102, ppid=100, user="bob", name="python", cmdline=["python", "eval.py"],
+             gpu_memory={g1: 8 * GiB}, elapsed_seconds=50, reasons=["gpu"]),
+        proc(103, user="carol", name="nvidia-smi", cmdline=["nvidia-smi", "-l"],
+             device_files=["/dev/nvidia0", "/dev/nvidiactl"], elapsed_seconds=600, reasons=["device"]),
+        proc(201, ppid=1, user="erin", name="worker", cmdline=["worker", "--rank", "0"], pgid=200, sid=200,
+             orphaned=True, gpu_memory={g0: 4 * GiB}, elapsed_seconds=7200, reasons=["gpu"]),
+        proc(202, ppid=1, user="erin", name="worker", cmdline=["worker", "--rank", "1"], pgid=200, sid=200,
+             orphaned=True, gpu_memory={g0: 4 * GiB}, elapsed_seconds=7200, reasons=["gpu"]),
+        proc(300, user="dave", name="leaky-parent", cmdline=["leaky-parent", "--forks", "5"],
+             elapsed_seconds=900, reasons=["ancestor"]),
+        *[proc(pid, ppid=300, state="Z", user="dave", name="child", cmdline=[], reasons=["zombie"])
+          for pid in range(301, 306)],
+        proc(310, ppid=999, state="Z", user="frank", name="lost", cmdline=[], reasons=["zombie"]),
+    ]
+
+
+def busy_host_gpus() -> list[dict[str, Any]]:
+    # 2 GiB unattributed on each GPU.
+    return [gpu(0, used=30 * GiB, utilization_percent=97), gpu(1, used=10 * GiB, utilization_percent=40)]
+
+
+def store_busy_host(host: str = "gpu01") -> Host:
+    return store(host, processes=busy_host_processes(), gpus=busy_host_gpus())
+
+
+def store_hostile_host(host: str = "gpu66") -> Host:
+    """A GPU holder whose command line, user and name try to inject markup and spoof the display."""
+    return store(host, processes=[
+        proc(4242, user=HOSTILE_USER, name=HOSTILE_NAME, cmdline=HOSTILE_CMDLINE,
+             gpu_memory={"GPU-sim-0000": 1 * GiB}, reasons=["gpu"]),
+        proc(4243, ppid=4242, state="Z", user=HOSTILE_USER, name=HOSTILE_NAME, cmdline=[],
+             reasons=["zombie"]),
+    ], gpus=[gpu(0, used=1 * GiB)])

@@ -1,0 +1,91 @@
+"""The template filters that format sizes and ages, and show untrusted text safely."""
+
+from types import SimpleNamespace
+
+import pytest
+from django.template import Context, Template
+
+from gpuadmin.web.templatetags.gpuadmin_format import (
+    format_bytes,
+    format_duration,
+    memory_bar,
+    visible_controls,
+    visible_controls_text,
+)
+
+GiB = 1024**3
+
+
+@pytest.mark.parametrize(("value", "shown"), [
+    (None, "—"), (0, "0 B"), (1023, "1023 B"), (1536, "1.5 KiB"), (12 * GiB, "12.0 GiB"),
+    (80 * GiB + 512 * 1024**2, "80.5 GiB"), (3 * 1024**4, "3.0 TiB"),
+])
+def test_bytes_are_shown_in_binary_units(value, shown):
+    assert format_bytes(value) == shown
+
+
+@pytest.mark.parametrize(("seconds", "shown"), [
+    (None, "—"), (0, "0 s"), (59.9, "59 s"), (60, "1 min"), (303, "5 min 3 s"),
+    (3 * 3600 + 12 * 60 + 40, "3 h 12 min"), (7200, "2 h"), (2 * 86400 + 4 * 3600 + 5, "2 d 4 h"),
+    (86400 + 59, "1 d"), (-5, "0 s"),
+])
+def test_ages_use_the_two_largest_units(seconds, shown):
+    assert format_duration(seconds) == shown
+
+
+def test_control_characters_become_visible_escapes_in_a_marked_span():
+    shown = visible_controls("a\x1b[31mb\u202ec\u200bd\te\nf\x7fg")
+    assert shown == (
+        'a<span class="ctl" title="control character">\\x1b</span>[31mb'
+        '<span class="ctl" title="control character">\\u202e</span>c'
+        '<span class="ctl" title="control character">\\u200b</span>d'
+        '<span class="ctl" title="control character">\\x09</span>e'
+        '<span class="ctl" title="control character">\\x0a</span>f'
+        '<span class="ctl" title="control character">\\x7f</span>g'
+    )
+
+
+def test_markup_is_escaped_and_nothing_is_dropped():
+    hostile = '<script>alert(1)</script>"><img src=x onerror=alert(1)>&'
+    assert visible_controls(hostile) == (
+        "&lt;script&gt;alert(1)&lt;/script&gt;&quot;&gt;&lt;img src=x onerror=alert(1)&gt;&amp;"
+    )
+
+
+def test_markup_next_to_control_characters_is_still_escaped():
+    assert visible_controls("<b>\x1b</b>") == (
+        '&lt;b&gt;<span class="ctl" title="control character">\\x1b</span>&lt;/b&gt;'
+    )
+
+
+def test_escaping_holds_even_where_a_template_turns_autoescape_off():
+    rendered = Template(
+        "{% load gpuadmin_format %}{% autoescape off %}{{ v|visible_controls }}{% endautoescape %}"
+    ).render(Context({"v": "<script>\u202e"}))
+    assert rendered == '&lt;script&gt;<span class="ctl" title="control character">\\u202e</span>'
+
+
+def test_characters_outside_the_basic_plane_and_invisible_spaces_are_shown():
+    assert visible_controls_text("a\U000e0001b\u00a0c") == "a\\U000e0001b\\xa0c"
+    assert visible_controls_text("ünïcode 日本 🙂 ok") == "ünïcode 日本 🙂 ok"
+
+
+def test_text_form_is_autoescaped_in_attributes():
+    rendered = Template('{% load gpuadmin_format %}<i title="{{ v|visible_controls_text }}">').render(
+        Context({"v": '"><script>\x1b'})
+    )
+    assert rendered == '<i title="&quot;&gt;&lt;script&gt;\\x1b">'
+
+
+def test_memory_bar_splits_used_memory_into_attributed_and_unattributed():
+    bar = memory_bar(SimpleNamespace(memory_total_bytes=80 * GiB, memory_used_bytes=30 * GiB,
+                                     memory_attributed_bytes=28 * GiB))
+    assert bar == {"attributed_percent": "35.0", "unattributed_percent": "2.5", "used_percent": "38"}
+
+
+def test_memory_bar_never_shows_more_attributed_than_used_or_unknown_totals():
+    over = memory_bar(SimpleNamespace(memory_total_bytes=10, memory_used_bytes=4, memory_attributed_bytes=9))
+    assert over == {"attributed_percent": "40.0", "unattributed_percent": "0.0", "used_percent": "40"}
+    unknown = memory_bar(SimpleNamespace(memory_total_bytes=None, memory_used_bytes=None,
+                                         memory_attributed_bytes=0))
+    assert unknown == {"attributed_percent": "0.0", "unattributed_percent": "0.0", "used_percent": "0"}
