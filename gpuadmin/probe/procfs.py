@@ -103,3 +103,20 @@ def read_boot_id() -> str:
 
 def read_pid_max() -> int:
     return int((PROC / "sys/kernel/pid_max").read_text())
+
+
+def read_tgid(pid: int) -> int | None:
+    """The thread group (process) id that /proc/<pid> belongs to, from the Tgid: line.
+
+    /proc/<tid> answers for any thread id too, though it is hidden from the
+    listing; a thread id differs from its Tgid, and kill() on it would hit the
+    whole process it belongs to.
+    """
+    try:
+        with open(f"/proc/{pid}/status", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("Tgid:"):
+                    return int(line.split()[1])
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return None

@@ -1,0 +1,515 @@
+"""Execute one approved kill order on this host: verify, signal, escalate, report.
+
+The sequence (docs/kill-order.md has the why):
+
+1. validate the order (ValueError: nothing journaled, nothing reported);
+2. claim the request id in the journal — a repeat delivery answers from the
+   journal instead and executes nothing;
+3. refuse the whole order when its start deadline has passed ("expired");
+4. per target: refuse the protected (PID 1, kernel threads, the agent and its
+   ancestors), open a pidfd, verify the identity from /proc while holding it,
+   refuse zombies and changed identities;
+5. for each plan step: re-verify and signal every target still alive through
+   its pidfd, then wait up to the step's grace for them to exit (pidfds become
+   readable when their process exits); stop as soon as none is left;
+6. report what survived the last step, and the result.
+
+Every event is written to the journal (fsync'ed) before it is reported, so a
+crash leaves a record that says how far the order got.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import logging
+import math
+import os
+import select
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from gpuadmin.probe import procfs
+from gpuadmin.probe.kill.identity import Observation, Refusal, Seen, describe_parent, observe, protected_pids
+from gpuadmin.probe.kill.order import Order, PlanStep, Target, validate_order
+
+if TYPE_CHECKING:
+    from gpuadmin.probe.journal import Journal, JournalEntry, JournalWriter
+
+logger = logging.getLogger(__name__)
+
+# Without pidfds nothing wakes us when a process exits: look at /proc this often.
+FALLBACK_POLL_SECONDS = 0.02
+
+
+class Event(StrEnum):
+    STARTED = "started"
+    REFUSED = "refused"
+    SIGNAL_SENT = "signal_sent"
+    TARGET_EXITED = "target_exited"
+    TARGET_SURVIVED = "target_survived"
+    FINISHED = "finished"
+
+
+class Result(StrEnum):
+    SUCCEEDED = "succeeded"  # every target that was not refused is gone
+    FAILED = "failed"  # some target could not be signalled (EPERM, changed mid-plan, ...)
+    UNKILLABLE = "unkillable"  # some target was still alive after the last step
+    REFUSED = "refused"  # every target refused, nothing signalled
+    EXPIRED = "expired"  # received after the start deadline: nothing done
+    INTERRUPTED = "interrupted"  # an earlier delivery started and never finished
+
+
+class Outcome(StrEnum):
+    """What became of one target."""
+
+    EXITED = "exited"
+    REFUSED = "refused"
+    FAILED = "failed"
+    SURVIVED = "survived"
+
+
+class Method(StrEnum):
+    PIDFD = "pidfd"
+    KILL = "kill"  # os.kill fallback where pidfds are unavailable: a small race remains
+
+
+Report = Callable[[dict[str, Any]], None]
+
+
+@dataclass(slots=True)
+class _Tracked:
+    """One target during execution."""
+
+    target: Target
+    pidfd: int | None = None
+    method: Method = Method.PIDFD
+    outcome: Outcome | None = None  # None while it may still be alive
+    signals_sent: list[str] = field(default_factory=list)
+    last_sent_monotonic: float = 0.0
+    detail: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "pid": self.target.pid,
+            "start_time_ticks": self.target.start_time_ticks,
+            "user": self.target.user,
+            "name": self.target.name,
+            "outcome": self.outcome.value if self.outcome else None,
+            "signals_sent": list(self.signals_sent),
+            "method": self.method.value,
+            "detail": self.detail,
+            **self.extra,
+        }
+
+    def close(self) -> None:
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
+
+
+def order_sha256(order: dict[str, Any]) -> str:
+    """Digest of the order as delivered, to notice a different order under a known request id."""
+    canonical = json.dumps(order, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def utc_iso(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp, tz=UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def _pidfd_is_readable(pidfd: int) -> bool:
+    """A pidfd polls readable once its process has exited (zombie or reaped)."""
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    return bool(poller.poll(0))
+
+
+class _Execution:
+    def __init__(self, order: Order, raw_sha256: str, *, report: Report, clock: Callable[[], float]) -> None:
+        self.order = order
+        self.raw_sha256 = raw_sha256
+        self._report = report
+        self.clock = clock
+        self.writer: JournalWriter | None = None
+        self.seq = 0
+        self.tracked = [_Tracked(target) for target in order.targets]
+        self.host_boot_id = procfs.read_boot_id()
+
+    # -- events ------------------------------------------------------------
+
+    def emit(self, event: Event, tracked: _Tracked | None = None, **fields: Any) -> dict[str, Any]:
+        self.seq += 1
+        record: dict[str, Any] = {
+            "request_id": self.order.request_id,
+            "seq": self.seq,
+            "at": utc_iso(self.clock()),
+            "event": event.value,
+            "pid": tracked.target.pid if tracked else None,
+            "start_time_ticks": tracked.target.start_time_ticks if tracked else None,
+            "signal": None,
+            "method": tracked.method.value if tracked else None,
+            "detail": "",
+        }
+        record.update(fields)
+        if self.writer is not None:
+            self.writer.append(record)  # journal first: a crash after this line is still on record
+        deliver(self._report, record)
+        return record
+
+    def refuse(self, tracked: _Tracked, reason: Refusal, detail: str, **fields: Any) -> None:
+        # A target that already got a signal and then cannot get the next one was
+        # not refused outright: the order failed for it.
+        tracked.outcome = Outcome.FAILED if tracked.signals_sent else Outcome.REFUSED
+        tracked.detail = f"refused: {detail}"
+        tracked.extra.update({"reason": reason.value, **fields})
+        self.emit(Event.REFUSED, tracked, reason=reason.value, detail=tracked.detail, **fields)
+        tracked.close()
+
+    def exited(self, tracked: _Tracked) -> None:
+        """Report a target whose process is gone or a zombie; it holds no GPU memory any more."""
+        stat = procfs.read_stat(tracked.target.pid)
+        last = tracked.signals_sent[-1] if tracked.signals_sent else None
+        if last is None:
+            when = "before any signal"
+        else:
+            elapsed = time.monotonic() - tracked.last_sent_monotonic
+            when = f"after {last}, {elapsed:.2f} s after it was sent"
+        fields: dict[str, Any] = {}
+        same_process = stat is not None and stat.start_time_ticks == tracked.target.start_time_ticks
+        if stat is not None and same_process and stat.state == "Z":
+            tracked.detail = f"exited, not yet reaped by parent {describe_parent(stat.ppid)} ({when})"
+            fields["parent_pid"] = stat.ppid
+        else:
+            tracked.detail = f"exited ({when})"
+        tracked.outcome = Outcome.EXITED
+        tracked.extra.update(fields)
+        self.emit(Event.TARGET_EXITED, tracked, signal=last, detail=tracked.detail, **fields)
+        tracked.close()
+
+    # -- the run -----------------------------------------------------------
+
+    def preflight(self) -> None:
+        """Open a pidfd per target and verify it; refuse what must not be touched."""
+        protected = protected_pids()
+        for tracked in self.tracked:
+            pid = tracked.target.pid
+            if pid in protected:
+                reason, detail = protected[pid]
+                self.refuse(tracked, reason, detail)
+                continue
+            try:
+                tracked.pidfd = os.pidfd_open(pid)
+            except AttributeError:
+                tracked.method = Method.KILL
+            except ProcessLookupError:
+                self.exited(tracked)
+                continue
+            except OSError as error:
+                if error.errno == errno.ENOSYS:
+                    tracked.method = Method.KILL
+                elif error.errno == errno.EINVAL:
+                    # pidfd_open refuses thread ids; observe() names the process.
+                    tracked.method = Method.KILL
+                else:
+                    self.refuse(tracked, Refusal.SIGNAL_ERROR, f"could not open a pidfd: {error.strerror}")
+                    continue
+            seen = self.observe(tracked)
+            if seen.seen is Seen.ALIVE:
+                continue
+            if seen.seen is Seen.GONE:
+                self.exited(tracked)
+            elif seen.seen is Seen.ZOMBIE and seen.stat is not None:
+                self.refuse(
+                    tracked,
+                    Refusal.ZOMBIE,
+                    f"already exited, a zombie waiting for parent {describe_parent(seen.stat.ppid)} "
+                    "to reap it; only the parent can reap it (or its death hands the zombie to init)",
+                    parent_pid=seen.stat.ppid,
+                )
+            else:
+                self.refuse(tracked, seen.refusal or Refusal.IDENTITY_CHANGED, seen.detail)
+
+    def observe(self, tracked: _Tracked) -> Observation:
+        return observe(tracked.target, order_boot_id=self.order.boot_id, host_boot_id=self.host_boot_id)
+
+    def verified_alive(self, tracked: _Tracked, step: PlanStep) -> Observation | None:
+        """Re-verify a target before a signal; None (and the event written) when it must not get it."""
+        if tracked.pidfd is not None and _pidfd_is_readable(tracked.pidfd):
+            self.exited(tracked)
+            return None
+        seen = self.observe(tracked)
+        if seen.seen is Seen.ALIVE:
+            return seen
+        if seen.seen in (Seen.GONE, Seen.ZOMBIE) or (
+            # Our process is gone and its PID already serves another: it exited.
+            seen.seen is Seen.REUSED and (tracked.pidfd is None or _pidfd_is_readable(tracked.pidfd))
+        ):
+            self.exited(tracked)
+        else:
+            self.refuse(
+                tracked, seen.refusal or Refusal.IDENTITY_CHANGED, f"before {step.signal}: {seen.detail}"
+            )
+        return None
+
+    def send(self, tracked: _Tracked, step: PlanStep, step_number: int) -> None:
+        """Re-verify one target and send it the step's signal."""
+        seen = self.verified_alive(tracked, step)
+        if seen is None:
+            return
+        try:
+            if tracked.pidfd is not None:
+                signal.pidfd_send_signal(tracked.pidfd, step.signum)
+            else:
+                os.kill(tracked.target.pid, step.signum)
+        except ProcessLookupError:
+            self.exited(tracked)
+            return
+        except PermissionError:
+            self.refuse(
+                tracked,
+                Refusal.PERMISSION_DENIED,
+                f"could not send {step.signal}: permission denied (EPERM); the agent's user may not signal "
+                "this process",
+                error="EPERM",
+            )
+            return
+        except OSError as error:
+            code = errno.errorcode.get(error.errno or 0, str(error.errno))
+            self.refuse(
+                tracked, Refusal.SIGNAL_ERROR, f"could not send {step.signal}: {error.strerror}", error=code
+            )
+            return
+        tracked.signals_sent.append(step.signal)
+        tracked.last_sent_monotonic = time.monotonic()
+        detail = (
+            f"sent {step.signal} (step {step_number} of {len(self.order.plan)}; "
+            f"grace {step.grace_seconds:g} s)"
+        )
+        if tracked.method is Method.KILL:
+            detail += "; via kill(), pidfds unavailable"
+        if seen.stat is not None and seen.stat.state == "D":
+            detail += "; it is in uninterruptible sleep (D): the signal waits until its kernel call returns"
+        self.emit(Event.SIGNAL_SENT, tracked, signal=step.signal, step=step_number, detail=detail)
+
+    def alive(self) -> list[_Tracked]:
+        return [tracked for tracked in self.tracked if tracked.outcome is None]
+
+    def wait(self, grace_seconds: float) -> None:
+        """Wait up to the grace for the live targets to exit, noticing each exit at once."""
+        deadline = time.monotonic() + grace_seconds
+        while alive := self.alive():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            by_fd = {tracked.pidfd: tracked for tracked in alive if tracked.pidfd is not None}
+            watched_by_proc = [tracked for tracked in alive if tracked.pidfd is None]
+            timeout = min(remaining, FALLBACK_POLL_SECONDS) if watched_by_proc else remaining
+            poller = select.poll()
+            for fd in by_fd:
+                poller.register(fd, select.POLLIN)
+            for fd, _mask in poller.poll(math.ceil(timeout * 1000)):
+                self.exited(by_fd[fd])
+            for tracked in watched_by_proc:
+                if self.observe(tracked).seen in (Seen.GONE, Seen.ZOMBIE, Seen.REUSED):
+                    self.exited(tracked)
+
+    def survived(self, tracked: _Tracked) -> None:
+        last_step = self.order.plan[-1]
+        stat = procfs.read_stat(tracked.target.pid)
+        state = stat.state if stat is not None else None
+        detail = f"still alive {last_step.grace_seconds:g} s after {last_step.signal}, the last step"
+        if state == "D":
+            detail += (
+                "; in uninterruptible sleep (state D): no signal acts until its kernel call returns "
+                "(often a stuck driver or file system)"
+            )
+        elif state == "T":
+            detail += "; stopped (state T): catchable signals wait until it is continued"
+        elif state:
+            detail += f"; state {state}"
+        tracked.outcome = Outcome.SURVIVED
+        tracked.detail = detail
+        tracked.extra["state"] = state
+        self.emit(Event.TARGET_SURVIVED, tracked, signal=last_step.signal, state=state, detail=detail)
+        tracked.close()
+
+    def escalate(self) -> None:
+        for step_number, step in enumerate(self.order.plan, start=1):
+            for tracked in self.alive():
+                self.send(tracked, step, step_number)
+            if not self.alive():
+                return
+            self.wait(step.grace_seconds)
+        for tracked in self.alive():
+            self.survived(tracked)
+
+    def result(self) -> tuple[Result, str]:
+        outcomes = [tracked.outcome for tracked in self.tracked]
+        total = len(outcomes)
+        counts = {outcome: outcomes.count(outcome) for outcome in Outcome}
+        tally = ", ".join(f"{count} {outcome.value}" for outcome, count in counts.items() if count)
+        if survived := counts[Outcome.SURVIVED]:
+            return Result.UNKILLABLE, f"{survived} of {total} targets still alive after the plan ({tally})"
+        if failed := counts[Outcome.FAILED]:
+            return Result.FAILED, f"{failed} of {total} targets could not be signalled ({tally})"
+        if counts[Outcome.REFUSED] == total:
+            return Result.REFUSED, f"all {total} targets refused; nothing was signalled"
+        return Result.SUCCEEDED, f"every target not refused is gone ({tally})"
+
+    def finish(self, result: Result, detail: str, **fields: Any) -> dict[str, Any]:
+        return self.emit(
+            Event.FINISHED,
+            result=result.value,
+            detail=detail,
+            targets=[tracked.summary() for tracked in self.tracked],
+            duplicate=False,
+            **fields,
+        )
+
+    def close(self) -> None:
+        for tracked in self.tracked:
+            tracked.close()
+
+
+def deliver(report: Report, event: dict[str, Any]) -> None:
+    """Hand an event to the caller; a failing report must not stop an escalation half-way."""
+    try:
+        report(dict(event))
+    except Exception:
+        # The journal holds the event; central learns the outcome from "finished"
+        # or from a redelivery answered out of the journal.
+        logger.exception("could not report kill event %s #%s", event.get("event"), event.get("seq"))
+
+
+def _answer_repeat(
+    order: Order, raw_sha256: str, journal: Journal, report: Report, clock: Callable[[], float]
+) -> dict[str, Any]:
+    """A delivery of a request id the journal already holds: execute nothing."""
+    writer = journal.wait_for(order.request_id)  # waits while another delivery still runs it
+    if writer is None:
+        raise RuntimeError(f"journal entry for request {order.request_id} vanished while being read")
+    with writer:
+        entry = writer.entry
+        note = ""
+        if entry.claim.get("order_sha256") not in (None, raw_sha256):
+            note = " (note: this delivery's content differs from the order recorded under this request id)"
+        recorded = entry.finished
+        if recorded is not None:
+            answer = dict(recorded, duplicate=True, answered_at=utc_iso(clock()))
+            answer["detail"] = f"{recorded.get('detail', '')}; repeat delivery, nothing executed{note}"
+            deliver(report, answer)
+            return answer
+        answer = {
+            "request_id": order.request_id,
+            "seq": entry.last_seq + 1,
+            "at": utc_iso(clock()),
+            "event": Event.FINISHED.value,
+            "pid": None,
+            "start_time_ticks": None,
+            "signal": None,
+            "method": None,
+            "result": Result.INTERRUPTED.value,
+            "detail": (
+                f"an earlier delivery claimed this order at {entry.claim.get('claimed_at', '?')} and never "
+                f"finished (the agent stopped mid-way); nothing executed now{note}"
+            ),
+            "targets": _summary_from_journal(order, entry),
+            "duplicate": True,
+        }
+        writer.append(answer)  # later deliveries answer "interrupted" as a recorded result
+        deliver(report, answer)
+        return answer
+
+
+def _summary_from_journal(order: Order, entry: JournalEntry) -> list[dict[str, Any]]:
+    """Per target, what the interrupted delivery had recorded before it stopped."""
+    outcome_of_event = {
+        Event.TARGET_EXITED.value: Outcome.EXITED.value,
+        Event.TARGET_SURVIVED.value: Outcome.SURVIVED.value,
+        Event.REFUSED.value: Outcome.REFUSED.value,
+    }
+    summaries = {
+        target.pid: {
+            "pid": target.pid,
+            "start_time_ticks": target.start_time_ticks,
+            "user": target.user,
+            "name": target.name,
+            "outcome": None,
+            "signals_sent": [],
+            "method": None,
+            "detail": "unknown: the delivery stopped before recording an outcome",
+        }
+        for target in order.targets
+    }
+    for event in entry.events:
+        summary = summaries.get(event.get("pid"))  # type: ignore[arg-type]
+        if summary is None:
+            continue
+        if event.get("event") == Event.SIGNAL_SENT.value:
+            summary["signals_sent"].append(event.get("signal"))
+            summary["method"] = event.get("method")
+        elif event.get("event") in outcome_of_event:
+            summary["outcome"] = outcome_of_event[event["event"]]
+            summary["detail"] = event.get("detail", "")
+    return list(summaries.values())
+
+
+def execute_order(
+    order: dict[str, Any],
+    *,
+    journal: Journal,
+    report: Report,
+    clock: Callable[[], float] = time.time,
+) -> dict[str, Any]:
+    """Execute an approved kill order on this host; returns the "finished" event.
+
+    Raises ValueError for a malformed order (before anything is journaled or
+    reported). ``report`` receives every event as it happens; an exception it
+    raises is logged and the execution goes on.
+    """
+    parsed = validate_order(order)
+    raw_sha256 = order_sha256(order)
+    execution = _Execution(parsed, raw_sha256, report=report, clock=clock)
+    writer = journal.claim(
+        parsed.request_id,
+        {
+            "request_id": parsed.request_id,
+            "claimed_at": utc_iso(clock()),
+            "order_sha256": raw_sha256,
+            "agent_pid": os.getpid(),
+            "order": order,
+        },
+    )
+    if writer is None:
+        return _answer_repeat(parsed, raw_sha256, journal, report, clock)
+    with writer:
+        execution.writer = writer
+        try:
+            now = clock()
+            if now > parsed.deadline.timestamp():
+                for tracked in execution.tracked:
+                    tracked.detail = "not executed: the order expired"
+                deadline = utc_iso(parsed.deadline.timestamp())
+                return execution.finish(
+                    Result.EXPIRED,
+                    f"received at {utc_iso(now)}, after its start deadline {deadline}; nothing was done",
+                )
+            execution.emit(
+                Event.STARTED,
+                detail=f"executing {parsed.describe_plan()} on {len(parsed.targets)} target(s), approved by "
+                f"{parsed.approved_by}",
+            )
+            execution.preflight()
+            execution.escalate()
+            result, detail = execution.result()
+            return execution.finish(result, detail)
+        finally:
+            execution.close()

@@ -1,0 +1,177 @@
+"""Is the process behind a PID still the target of the order, and may it be signalled?
+
+These checks read /proc, which names processes by PID number only. They are
+made race-free by the caller: it opens a pidfd *first* and reads /proc while
+holding it. A pidfd refers to one process for good; a signal sent through it
+reaches that process or fails with ESRCH, never a newcomer that got the same
+PID number. If /proc, read after the open, shows the target's start time,
+then the process the pidfd refers to is the target (docs/kill-order.md).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from enum import StrEnum
+
+from gpuadmin.probe import procfs
+from gpuadmin.probe.kill.order import Target
+
+
+class Refusal(StrEnum):
+    """Why the agent will not signal a target (the "reason" of a "refused" event)."""
+
+    PID_1 = "pid_1"
+    KERNEL_THREAD = "kernel_thread"
+    AGENT = "agent"
+    AGENT_ANCESTOR = "agent_ancestor"
+    NOT_A_PROCESS = "not_a_process"
+    ZOMBIE = "zombie"
+    IDENTITY_CHANGED = "identity_changed"
+    PERMISSION_DENIED = "permission_denied"
+    SIGNAL_ERROR = "signal_error"
+
+
+class Seen(StrEnum):
+    """What /proc says about a target right now."""
+
+    ALIVE = "alive"  # the same process, alive: may be signalled
+    GONE = "gone"  # no process with this PID
+    ZOMBIE = "zombie"  # the same process, exited, waiting for its parent to reap it
+    REUSED = "reused"  # the PID belongs to a process with another start time
+    REFUSED = "refused"  # see refusal
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    seen: Seen
+    stat: procfs.StatFields | None = None
+    refusal: Refusal | None = None
+    detail: str = ""
+
+
+def protected_pids() -> dict[int, tuple[Refusal, str]]:
+    """PID 1, the agent process and all its ancestors, each with the reason it is protected.
+
+    Computed once per order: an agent's ancestors can only die (their PIDs then
+    stay here, which refuses more, never less), and a new one cannot appear.
+    """
+    protected: dict[int, tuple[Refusal, str]] = {
+        1: (Refusal.PID_1, "PID 1 is init (in a container, the whole container); never signalled"),
+    }
+    own_pid = os.getpid()
+    protected[own_pid] = (Refusal.AGENT, f"PID {own_pid} is the agent itself")
+    pid = own_pid
+    for _depth in range(4096):  # a ppid chain always ends at 0; the bound only guards a bad read
+        stat = procfs.read_stat(pid)
+        if stat is None or stat.ppid <= 0:
+            break
+        pid = stat.ppid
+        if pid not in protected:
+            parent = procfs.read_stat(pid)
+            name = parent.comm if parent else "?"
+            protected[pid] = (
+                Refusal.AGENT_ANCESTOR,
+                f"PID {pid} ({name}) is an ancestor of the agent; killing it would take the agent down",
+            )
+    return protected
+
+
+def _is_kernel_thread(stat: procfs.StatFields) -> bool:
+    if stat.kernel_thread:
+        return True
+    # Belt and braces for PF_KTHREAD: a child of kthreadd is a kernel thread.
+    # Only when PID 2 really is kthreadd: inside a container PID 2 is a user process.
+    if stat.ppid == 2:
+        kthreadd = procfs.read_stat(2)
+        return kthreadd is not None and kthreadd.kernel_thread
+    return False
+
+
+def describe_parent(ppid: int) -> str:
+    parent = procfs.read_stat(ppid)
+    return f"{ppid} ({parent.comm})" if parent else str(ppid)
+
+
+def _not_this_process(target: Target, stat: procfs.StatFields) -> Observation | None:
+    """A refusal when the PID is not (or no longer) the target process at all."""
+    if _is_kernel_thread(stat):
+        return Observation(
+            Seen.REFUSED, stat, Refusal.KERNEL_THREAD, f"PID {target.pid} ({stat.comm}) is a kernel thread"
+        )
+    if stat.start_time_ticks != target.start_time_ticks:
+        return Observation(
+            Seen.REUSED,
+            stat,
+            Refusal.IDENTITY_CHANGED,
+            f"identity changed: PID {target.pid} now has start time {stat.start_time_ticks}, the target had "
+            f"{target.start_time_ticks} (the PID was reused by another process)",
+        )
+    tgid = procfs.read_tgid(target.pid)
+    if tgid is not None and tgid != target.pid:
+        return Observation(
+            Seen.REFUSED,
+            stat,
+            Refusal.NOT_A_PROCESS,
+            f"{target.pid} is a thread of process {tgid}, not a process; a signal would hit all of {tgid}",
+        )
+    return None
+
+
+def _claim_mismatch(target: Target) -> str | None:
+    """What differs in uid or command line: "" when nothing, None when the process vanished mid-read."""
+    uid = procfs.read_uid(target.pid)
+    raw_cmdline = procfs.read_cmdline_bytes(target.pid)
+    if uid is None or raw_cmdline is None:
+        return None  # vanished between the reads
+    if uid != target.uid:
+        return f"identity changed: uid is {uid}, the target had {target.uid}"
+    if procfs.cmdline_sha256(raw_cmdline) != target.cmdline_sha256:
+        return "identity changed: the command line differs from the one approved (digest mismatch)"
+    return ""
+
+
+def observe(target: Target, *, order_boot_id: str, host_boot_id: str) -> Observation:
+    """Compare the target with what /proc shows for its PID now.
+
+    The order of the checks matters: whether the PID is this process at all
+    (boot, start time, process-not-thread) comes before what state it is in
+    (zombie), which comes before what it claims to be (uid, command line) —
+    a zombie has no command line left to compare.
+    """
+    if order_boot_id != host_boot_id:
+        return Observation(
+            Seen.REFUSED,
+            refusal=Refusal.IDENTITY_CHANGED,
+            detail=f"identity changed: the order is for boot {order_boot_id}, this host runs boot "
+            f"{host_boot_id} (rebooted since, or another host)",
+        )
+    stat = procfs.read_stat(target.pid)
+    if stat is None:
+        return Observation(Seen.GONE)
+    if (refused := _not_this_process(target, stat)) is not None:
+        return refused
+    if stat.state == "Z":
+        return Observation(Seen.ZOMBIE, stat)
+    mismatch = _claim_mismatch(target)
+    if mismatch == "":
+        return Observation(Seen.ALIVE, stat)
+    return _look_again(target, stat, mismatch)
+
+
+def _look_again(target: Target, stat: procfs.StatFields, mismatch: str | None) -> Observation:
+    """Blame a mismatch on the process only if it is still the same, live one.
+
+    It may have exited between the reads (a zombie's command line is empty),
+    or even been reaped and its PID reused.
+    """
+    again = procfs.read_stat(target.pid)
+    if again is None:
+        return Observation(Seen.GONE)
+    if again.start_time_ticks != target.start_time_ticks:
+        return Observation(Seen.REUSED, again, Refusal.IDENTITY_CHANGED, "identity changed: PID reused")
+    if again.state == "Z":
+        return Observation(Seen.ZOMBIE, again)
+    return Observation(
+        Seen.REFUSED, stat, Refusal.IDENTITY_CHANGED, mismatch or "identity changed: /proc unreadable"
+    )

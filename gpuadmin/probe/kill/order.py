@@ -1,0 +1,207 @@
+"""A kill order (version 1) as the agent receives it, and its validation.
+
+The order is a self-contained JSON document built by central after a second
+admin approved the request (docs/kill-order.md). The agent trusts nothing in
+it beyond its shape: identities are checked against /proc right before each
+signal, and the protected processes are refused whatever the order says.
+Unknown keys are ignored so central can add fields; every key listed here is
+required and checked.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from gpuadmin.probe.journal import REQUEST_ID_PATTERN
+
+ORDER_VERSION = 1
+SIGNALS: dict[str, signal.Signals] = {
+    "SIGINT": signal.SIGINT,
+    "SIGTERM": signal.SIGTERM,
+    "SIGKILL": signal.SIGKILL,
+}
+# Outer bounds only: central applies the lab's tighter plan bounds.
+MAX_STEPS = 10
+MAX_GRACE_SECONDS = 3600
+MAX_TARGETS = 10_000
+SHA256_HEX_PATTERN = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One process: a PID *and* its start time on one boot (PIDs are reused)."""
+
+    pid: int
+    start_time_ticks: int
+    uid: int
+    user: str
+    name: str
+    cmdline_sha256: str
+
+
+@dataclass(frozen=True, slots=True)
+class PlanStep:
+    signal: str
+    grace_seconds: float
+
+    @property
+    def signum(self) -> signal.Signals:
+        return SIGNALS[self.signal]
+
+
+@dataclass(frozen=True, slots=True)
+class Order:
+    order_version: int
+    request_id: str
+    host: str
+    boot_id: str
+    deadline: datetime
+    targets: tuple[Target, ...]
+    plan: tuple[PlanStep, ...]
+    approved_by: str
+    approved_at: str
+
+    def describe_plan(self) -> str:
+        """'SIGINT → 10 s → SIGTERM → 20 s → SIGKILL → 30 s'"""
+        return " → ".join(f"{step.signal} → {step.grace_seconds:g} s" for step in self.plan)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _require(raw: dict[str, Any], key: str, where: str) -> Any:
+    if key not in raw:
+        raise ValueError(f"{where}: missing {key!r}")
+    return raw[key]
+
+
+def _text(raw: dict[str, Any], key: str, where: str, *, allow_empty: bool = False) -> str:
+    value = _require(raw, key, where)
+    if not isinstance(value, str):
+        raise ValueError(f"{where}: {key!r} must be a string; got {type(value).__name__}")
+    if not allow_empty and not value.strip():
+        raise ValueError(f"{where}: {key!r} must not be empty")
+    return value
+
+
+def _utc_time(raw: dict[str, Any], key: str, where: str) -> datetime:
+    text = _text(raw, key, where)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"{where}: {key!r} is not an ISO 8601 time: {text!r}") from None
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        # A naive time would be read in the host's local zone: an absolute
+        # deadline must not depend on where the agent runs.
+        raise ValueError(f"{where}: {key!r} must carry a UTC offset (e.g. 'Z'): {text!r}")
+    return moment
+
+
+def _target(raw: Any, number: int) -> Target:
+    where = f"target {number}"
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where} must be an object; got {type(raw).__name__}")
+    pid = _require(raw, "pid", where)
+    if not _is_int(pid) or pid < 1:
+        raise ValueError(f"{where}: 'pid' must be a positive integer; got {pid!r}")
+    start_time_ticks = _require(raw, "start_time_ticks", where)
+    if not _is_int(start_time_ticks) or start_time_ticks < 0:
+        raise ValueError(
+            f"{where}: 'start_time_ticks' must be an integer of 0 or more; got {start_time_ticks!r}"
+        )
+    uid = _require(raw, "uid", where)
+    if not _is_int(uid) or uid < 0:
+        raise ValueError(f"{where}: 'uid' must be a non-negative integer; got {uid!r}")
+    digest = _text(raw, "cmdline_sha256", where)
+    if not SHA256_HEX_PATTERN.match(digest):
+        raise ValueError(f"{where}: 'cmdline_sha256' must be 64 lowercase hex digits; got {digest!r}")
+    return Target(
+        pid=pid,
+        start_time_ticks=start_time_ticks,
+        uid=uid,
+        user=_text(raw, "user", where, allow_empty=True),
+        name=_text(raw, "name", where, allow_empty=True),
+        cmdline_sha256=digest,
+    )
+
+
+def _step(raw: Any, number: int) -> PlanStep:
+    where = f"plan step {number}"
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where} must be an object like {{'signal': 'SIGINT', 'grace_seconds': 10}}")
+    name = _require(raw, "signal", where)
+    if name not in SIGNALS:
+        raise ValueError(f"{where}: signal must be one of {', '.join(SIGNALS)}; got {name!r}")
+    grace = _require(raw, "grace_seconds", where)
+    if isinstance(grace, bool) or not isinstance(grace, int | float):
+        raise ValueError(f"{where}: 'grace_seconds' must be a number; got {grace!r}")
+    if not 0 < grace <= MAX_GRACE_SECONDS:  # also false for NaN
+        raise ValueError(f"{where}: 'grace_seconds' must be over 0, at most {MAX_GRACE_SECONDS}; got {grace}")
+    return PlanStep(signal=name, grace_seconds=float(grace))
+
+
+def _plan(raw: Any) -> tuple[PlanStep, ...]:
+    if not isinstance(raw, list) or not raw:
+        raise ValueError("'plan' must be a non-empty list of steps")
+    if len(raw) > MAX_STEPS:
+        raise ValueError(f"'plan' has {len(raw)} steps; at most {MAX_STEPS}")
+    plan = tuple(_step(step, number) for number, step in enumerate(raw, start=1))
+    names = list(SIGNALS)
+    for number, step in enumerate(plan, start=1):
+        if step.signal == "SIGKILL" and number != len(plan):
+            raise ValueError(f"plan step {number}: SIGKILL must be the last step; nothing can follow it")
+        if number > 1 and names.index(step.signal) < names.index(plan[number - 2].signal):
+            raise ValueError(
+                f"plan step {number}: {step.signal} after {plan[number - 2].signal}; "
+                "signals must escalate (SIGINT, then SIGTERM, then SIGKILL)"
+            )
+    return plan
+
+
+def _targets(raw: Any) -> tuple[Target, ...]:
+    if not isinstance(raw, list) or not raw:
+        raise ValueError("'targets' must be a non-empty list")
+    if len(raw) > MAX_TARGETS:
+        raise ValueError(f"'targets' has {len(raw)} entries; at most {MAX_TARGETS}")
+    targets = tuple(_target(target, number) for number, target in enumerate(raw, start=1))
+    seen: set[int] = set()
+    for target in targets:
+        if target.pid in seen:
+            raise ValueError(f"PID {target.pid} is listed twice in 'targets'")
+        seen.add(target.pid)
+    return targets
+
+
+def validate_order(order: Any) -> Order:
+    """The order as dataclasses, or ValueError saying what is wrong with it."""
+    if not isinstance(order, dict):
+        raise ValueError(f"a kill order must be a JSON object; got {type(order).__name__}")
+    version = _require(order, "order_version", "order")
+    if version != ORDER_VERSION or not _is_int(version):
+        raise ValueError(
+            f"unsupported order_version {version!r}; this agent runs version {ORDER_VERSION} only"
+        )
+    request_id = _require(order, "request_id", "order")
+    if _is_int(request_id):
+        request_id = str(request_id)
+    if not isinstance(request_id, str) or not REQUEST_ID_PATTERN.match(request_id):
+        raise ValueError(
+            f"order: 'request_id' must be 1-128 letters, digits, '.', '_' or '-' "
+            f"(starting with a letter or digit); got {request_id!r}"
+        )
+    return Order(
+        order_version=version,
+        request_id=request_id,
+        host=_text(order, "host", "order"),
+        boot_id=_text(order, "boot_id", "order").strip(),
+        deadline=_utc_time(order, "deadline", "order"),
+        targets=_targets(_require(order, "targets", "order")),
+        plan=_plan(_require(order, "plan", "order")),
+        approved_by=_text(order, "approved_by", "order"),
+        approved_at=_utc_time(order, "approved_at", "order").isoformat(),
+    )
