@@ -108,7 +108,8 @@ def summarize_targets(targets: Sequence[Mapping[str, Any]]) -> str:
     if not targets:
         return ""
     first = targets[0]
-    text = f"pid {first.get('pid', '?')} {first.get('name', '')} ({first.get('user', '?')})".replace("  ", " ")
+    name = f" {first['name']}" if first.get("name") else ""
+    text = f"pid {first.get('pid', '?')}{name} ({first.get('user') or '?'})"
     if len(targets) > 1:
         text += f" +{len(targets) - 1}"
     return _text(text)

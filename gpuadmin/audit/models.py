@@ -112,9 +112,27 @@ class AuditEvent(models.Model):
     def __str__(self) -> str:
         return f"#{self.sequence} {self.action}"
 
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self._state.adding:
+            raise AppendOnlyError(f"Audit event #{self.sequence} is append-only: it cannot be changed.")
+        if not self.hash or self.hash != self.computed_hash():
+            raise AppendOnlyError(
+                "Audit events are written by gpuadmin.audit.log.record(), which chains them."
+            )
+        kwargs["force_insert"] = True
+        super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
+        raise AppendOnlyError(f"Audit event #{self.sequence} is append-only: it cannot be deleted.")
+
     @property
     def details(self) -> Any:
         return json.loads(self.details_json)
+
+    @property
+    def details_text(self) -> str:
+        """The details for people: readable Unicode instead of the stored \\u escapes."""
+        return json.dumps(self.details, ensure_ascii=False, sort_keys=True, separators=(", ", ": "))
 
     @property
     def process_user_list(self) -> list[str]:
@@ -139,14 +157,3 @@ class AuditEvent(models.Model):
             details_json=self.details_json,
             previous_hash=self.previous_hash,
         )
-
-    def save(self, *args: Any, **kwargs: Any) -> None:
-        if not self._state.adding:
-            raise AppendOnlyError(f"Audit event #{self.sequence} is append-only: it cannot be changed.")
-        if not self.hash or self.hash != self.computed_hash():
-            raise AppendOnlyError("Audit events are written by gpuadmin.audit.log.record(), which chains them.")
-        kwargs["force_insert"] = True
-        super().save(*args, **kwargs)
-
-    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
-        raise AppendOnlyError(f"Audit event #{self.sequence} is append-only: it cannot be deleted.")

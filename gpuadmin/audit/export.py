@@ -1,0 +1,89 @@
+"""Audit events as plain data: one dict shape for the API, rows for the CSV export."""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from gpuadmin.audit.chain import timestamp_text
+from gpuadmin.audit.models import AuditEvent
+
+CSV_COLUMNS = (
+    "sequence",
+    "created_at",
+    "action",
+    "actor",
+    "kill_request_id",
+    "host",
+    "requester",
+    "approver",
+    "process_users",
+    "targets_summary",
+    "details",
+    "previous_hash",
+    "hash",
+)
+
+# A spreadsheet runs a cell starting with one of these as a formula
+# ("=HYPERLINK(...)"), and host or process names are chosen by whoever runs
+# the process. A leading quote makes it text again.
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def event_as_dict(event: AuditEvent) -> dict[str, Any]:
+    return {
+        "sequence": event.sequence,
+        "created_at": timestamp_text(event.created_at),
+        "action": event.action,
+        "actor": event.actor_name,
+        "actor_id": event.actor_id,
+        "kill_request_id": event.kill_request_id,
+        "host": event.host_name,
+        "requester": event.requester_name,
+        "approver": event.approver_name,
+        "process_users": event.process_user_list,
+        "targets_summary": event.targets_summary,
+        "details": event.details,
+        "previous_hash": event.previous_hash,
+        "hash": event.hash,
+    }
+
+
+def csv_safe(value: Any) -> Any:
+    if isinstance(value, str) and value.startswith(_FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
+def _csv_row(event: AuditEvent) -> list[Any]:
+    row = [
+        event.sequence,
+        timestamp_text(event.created_at),
+        event.action,
+        event.actor_name,
+        event.kill_request_id if event.kill_request_id is not None else "",
+        event.host_name,
+        event.requester_name,
+        event.approver_name,
+        event.process_users,
+        event.targets_summary,
+        event.details_json,
+        event.previous_hash,
+        event.hash,
+    ]
+    return [csv_safe(cell) for cell in row]
+
+
+class _Echo:
+    """A file-like object whose write() returns the line, for streaming csv.writer output."""
+
+    def write(self, value: str) -> str:
+        return value
+
+
+def csv_lines(events: Iterable[AuditEvent]) -> Iterator[str]:
+    writer = csv.writer(_Echo())
+    yield writer.writerow(CSV_COLUMNS)
+    for event in events:
+        yield writer.writerow(_csv_row(event))
