@@ -161,7 +161,7 @@ def orphans_holding_gpu(rows: dict[int, ProcessRow]) -> list[FindingDraft]:
     """Orphans holding GPU memory or a device file, grouped by the leader they lost."""
     groups: dict[tuple[str, int], list[ProcessRow]] = defaultdict(list)
     for row in orphans(rows):
-        groups[_lost_leader(row)].append(row)
+        groups[_lost_leader(row, rows)].append(row)
     drafts = []
     for (leader_kind, leader_pid), members in groups.items():
         memory_bytes = sum(r.total_gpu_memory_bytes for r in members)
@@ -200,13 +200,22 @@ def orphans_holding_gpu(rows: dict[int, ProcessRow]) -> list[FindingDraft]:
     return drafts
 
 
-def _lost_leader(row: ProcessRow) -> tuple[str, int]:
-    """The process group (else session) leader an orphan outlived, as it names the launcher."""
-    if row.pgid is not None and row.pgid not in (0, row.pid):
-        return "pgid", row.pgid
-    if row.sid is not None and row.sid not in (0, row.pid):
-        return "sid", row.sid
-    return "pid", row.pid
+def _lost_leader(row: ProcessRow, rows: dict[int, ProcessRow]) -> tuple[str, int]:
+    """The process group (else session) leader an orphan outlived: it names the dead launcher.
+
+    A leader absent from the snapshot (or a zombie) is the one that is gone;
+    when the snapshot cannot tell, the process group wins: launchers such as
+    torchrun share theirs with their workers.
+    """
+    candidates = [
+        (name, leader)
+        for name, leader in (("pgid", row.pgid), ("sid", row.sid))
+        if leader is not None and leader not in (0, row.pid)
+    ]
+    for name, leader in candidates:
+        if leader not in rows or rows[leader].is_zombie:
+            return name, leader
+    return candidates[0] if candidates else ("pid", row.pid)
 
 
 def _first_device(rows: Iterable[ProcessRow]) -> str:

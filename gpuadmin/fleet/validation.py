@@ -154,7 +154,9 @@ def _finite_float(text: str) -> float:
 
 def _decode(payload: str | bytes) -> Any:
     try:
-        document = json.loads(payload, parse_constant=_reject_constant, parse_float=_finite_float)
+        # JSON on the wire is UTF-8 (RFC 8259); json.loads would guess UTF-16/32 from bytes.
+        text = payload.decode("utf-8") if isinstance(payload, bytes | bytearray) else payload
+        document = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
     except UnicodeDecodeError as error:
         raise SnapshotRejected(
             f"snapshot is not UTF-8 text (byte {error.start}): {error.reason}",
