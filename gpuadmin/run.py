@@ -1,0 +1,293 @@
+"""python -m gpuadmin.run — everything `make run` starts, on one box, supervised.
+
+Migrates, makes sure an admin account exists, then starts two children:
+
+- web: gunicorn serving gpuadmin.wsgi on 127.0.0.1:$PORT (default 8000);
+- worker: one Celery worker consuming ``central`` and ``host.<this host>``
+  with the embedded scheduler (-B), so this box is both central and an agent.
+
+Each child gets its own session (and so its own process group): Ctrl+C in the
+terminal reaches only this supervisor, which then stops the children in order.
+On SIGINT or SIGTERM every child's process group gets SIGTERM, then SIGKILL
+after a grace period, and everything is reaped before exit. The supervisor is
+a child subreaper, so a grandchild whose parent dies is re-parented here, not
+to PID 1, and reaped here: nothing it started is left as an orphan or zombie.
+If one child dies on its own, the others are stopped and the exit status is 1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import signal
+import socket
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DEFAULT_PORT = 8000
+BIND_ADDRESS = "127.0.0.1"
+STOP_GRACE_SECONDS = 10.0
+KILL_WAIT_SECONDS = 5.0
+READY_TIMEOUT_SECONDS = 60.0
+POLL_SECONDS = 0.1
+DEFAULT_WORKER_CONCURRENCY = 4
+PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
+
+
+class StartupError(RuntimeError):
+    """Something this box must fix before gpuadmin can start; the message says what."""
+
+
+@dataclass
+class Child:
+    name: str
+    argv: list[str]
+    pid: int = 0
+    exit_status: int | None = None  # as os.waitstatus_to_exitcode gives it: -N for signal N
+
+    @property
+    def running(self) -> bool:
+        return self.pid > 0 and self.exit_status is None
+
+    def describe_exit(self) -> str:
+        if self.exit_status is None:
+            return "is running"
+        if self.exit_status < 0:
+            return f"was killed by {signal.Signals(-self.exit_status).name}"
+        return f"exited with status {self.exit_status}"
+
+
+@dataclass
+class Supervisor:
+    children: list[Child]
+    env: dict[str, str]
+    out: Callable[[str], None] = print
+    stop_requested: int | None = None  # the signal that asked us to stop
+    signals_received: int = 0
+    _by_pid: dict[int, Child] = field(default_factory=dict)
+
+    # --- signals -------------------------------------------------------------
+    def install_signal_handlers(self) -> None:
+        signal.signal(signal.SIGINT, self._on_stop_signal)
+        signal.signal(signal.SIGTERM, self._on_stop_signal)
+
+    def _on_stop_signal(self, signum: int, _frame: object) -> None:
+        self.signals_received += 1
+        if self.stop_requested is None:
+            self.stop_requested = signum
+
+    # --- children ------------------------------------------------------------
+    def start(self, child: Child) -> None:
+        # posix_spawn with setsid: the child is a session (and group) leader from its first instruction.
+        child.pid = os.posix_spawn(child.argv[0], child.argv, self.env, setsid=True)
+        self._by_pid[child.pid] = child
+        self.out(f"gpuadmin: started {child.name} (pid {child.pid})")
+
+    def reap(self) -> None:
+        """Collect every exited child, ours or re-parented to us as subreaper, without blocking."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            child = self._by_pid.get(pid)
+            if child is not None:
+                child.exit_status = os.waitstatus_to_exitcode(status)
+
+    def first_unexpected_exit(self) -> Child | None:
+        return next((c for c in self.children if c.pid and c.exit_status is not None), None)
+
+    def group_alive(self, child: Child) -> bool:
+        """Whether any process (zombies included) is still in the child's process group."""
+        try:
+            os.killpg(child.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    def _signal_group(self, child: Child, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signum)
+
+    def _wait_groups_gone(self, seconds: float, stop_early: Callable[[], bool] = lambda: False) -> bool:
+        deadline = time.monotonic() + seconds
+        while True:
+            self.reap()
+            if not any(self.group_alive(c) for c in self.children if c.pid):
+                return True
+            if time.monotonic() >= deadline or stop_early():
+                return False
+            time.sleep(POLL_SECONDS)
+
+    def stop_all(self) -> None:
+        """SIGTERM to each child (a graceful stop), SIGKILL to whatever is left of its group."""
+        started = [c for c in self.children if c.pid]
+        signals_before = self.signals_received
+        for child in started:
+            if child.running:
+                # The leader first: gunicorn and Celery stop their own workers
+                # gracefully (Celery finishes the task at hand).
+                os.kill(child.pid, signal.SIGTERM)
+            else:
+                self._signal_group(child, signal.SIGTERM)
+        # A second Ctrl+C means "now": skip the rest of the grace period.
+        if self._wait_groups_gone(STOP_GRACE_SECONDS, lambda: self.signals_received > signals_before):
+            return
+        for child in started:
+            if self.group_alive(child):
+                self.out(f"gpuadmin: {child.name} did not stop in time; sending SIGKILL to its process group")
+                self._signal_group(child, signal.SIGKILL)
+        if not self._wait_groups_gone(KILL_WAIT_SECONDS):
+            left = [c.name for c in started if self.group_alive(c)]
+            self.out(f"gpuadmin: processes of {', '.join(left)} are still there after SIGKILL (state D?)")
+
+    # --- the main loop ---------------------------------------------------------
+    def run(self, ready_url: str, ready_message: str) -> int:
+        self.install_signal_handlers()
+        try:
+            for child in self.children:
+                if self.stop_requested is not None:
+                    break
+                self.start(child)
+            is_ready = False
+            ready_deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+            next_check = 0.0
+            while self.stop_requested is None:
+                self.reap()
+                died = self.first_unexpected_exit()
+                if died is not None:
+                    self.out(f"gpuadmin: {died.name} {died.describe_exit()} unexpectedly; stopping the rest")
+                    return 1
+                now = time.monotonic()
+                if not is_ready and now >= next_check:
+                    next_check = now + 0.5
+                    if http_ok(ready_url):
+                        is_ready = True
+                        self.out(ready_message)
+                    elif now > ready_deadline:
+                        self.out(f"gpuadmin: {ready_url} did not answer within {READY_TIMEOUT_SECONDS:.0f} s")
+                        return 1
+                time.sleep(POLL_SECONDS)
+            name = signal.Signals(self.stop_requested).name
+            self.out(f"gpuadmin: {name} received; stopping {', '.join(c.name for c in self.children)}")
+            return 0
+        finally:
+            self.stop_all()
+            self.out("gpuadmin: stopped")
+
+
+def http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310 (our own http://127.0.0.1 URL)
+            return response.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def become_subreaper() -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        # Not fatal: orphans then go to PID 1, which reaps them on a normal system.
+        reason = os.strerror(ctypes.get_errno())
+        print(f"gpuadmin: cannot become a child subreaper: {reason}", file=sys.stderr)
+
+
+def port_from_env(environ: dict[str, str]) -> int:
+    raw = environ.get("PORT") or str(DEFAULT_PORT)
+    try:
+        port = int(raw)
+    except ValueError:
+        raise StartupError(f"PORT must be a number, got {raw!r}") from None
+    if not 0 < port < 65536:
+        raise StartupError(f"PORT must be between 1 and 65535, got {port}")
+    return port
+
+
+def check_port_free(port: int) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((BIND_ADDRESS, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise StartupError(f"{BIND_ADDRESS}:{port} is in use; choose another with PORT=...") from None
+            raise StartupError(f"cannot listen on {BIND_ADDRESS}:{port}: {exc.strerror}") from None
+
+
+def prepare_database() -> str:
+    """Migrate and make sure an admin exists; returns this host's name (for its queue)."""
+    import django
+    from django.conf import settings
+    from django.core.management import call_command
+    from django.db import connections
+
+    django.setup()
+    call_command("migrate", interactive=False, verbosity=1)
+    call_command("ensure_admin")
+    connections.close_all()  # the children open their own
+    return settings.GPUADMIN_HOST_NAME
+
+
+def build_children(python: str, port: int, host_name: str, environ: dict[str, str]) -> list[Child]:
+    from gpuadmin.celery import CENTRAL_QUEUE, host_queue
+
+    concurrency = environ.get("GPUADMIN_WORKER_CONCURRENCY") or str(DEFAULT_WORKER_CONCURRENCY)
+    web = Child("web server (gunicorn)", [
+        python, "-m", "gunicorn", "gpuadmin.wsgi:application",
+        "--bind", f"{BIND_ADDRESS}:{port}",
+        "--workers", "2", "--worker-class", "gthread", "--threads", "4",
+        "--graceful-timeout", str(int(STOP_GRACE_SECONDS) - 2),
+        "--access-logfile", "-",
+        "--no-control-socket",  # gunicorn >= 27 would otherwise open one under $HOME
+    ])
+    worker = Child("worker (celery, with scheduler)", [
+        python, "-m", "celery", "-A", "gpuadmin", "worker",
+        "-Q", f"{CENTRAL_QUEUE},{host_queue(host_name)}",
+        "-B", "--concurrency", concurrency, "--loglevel", "INFO",
+        # One worker on one box has nobody to gossip with; on the filesystem
+        # broker these fan-out messages would pile up for workers that died.
+        "--without-gossip", "--without-mingle", "--without-heartbeat",
+    ])
+    return [web, worker]
+
+
+def main() -> int:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuadmin.settings")
+    os.environ.setdefault("GPUADMIN_GPU_BACKEND", "auto")  # this host's live data
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    os.chdir(BASE_DIR)
+    try:
+        port = port_from_env(dict(os.environ))
+        check_port_free(port)
+        host_name = prepare_database()
+    except StartupError as exc:
+        print(f"gpuadmin: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("gpuadmin: interrupted before start", file=sys.stderr)
+        return 130
+    become_subreaper()
+    environ = dict(os.environ)
+    children = build_children(sys.executable, port, host_name, environ)
+    supervisor = Supervisor(children, environ, out=lambda line: print(line, flush=True))
+    url = f"http://{BIND_ADDRESS}:{port}/"
+    return supervisor.run(
+        ready_url=f"{url}login/",
+        ready_message=f"gpuadmin is running at {url} (host {host_name}); press Ctrl+C to stop",
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

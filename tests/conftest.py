@@ -1,0 +1,131 @@
+"""Suite-wide fixtures and rules.
+
+- `redis_server`, `postgres_server`: real servers started for the session on a
+  free port (tests/services.py). Not installed: skip with the reason, or fail
+  when GPUADMIN_REQUIRE_SERVICES=1 (CI), where any skip at all is a failure.
+- Tests marked `postgres` are deselected unless the database is PostgreSQL
+  (deselected, not skipped: CI allows no skips). `--db-only` keeps only the
+  tests that use the database (tests/with_postgres.py runs those again on
+  PostgreSQL).
+- On SQLite the test database is a file in the run's GPUADMIN_DATA_DIR (see
+  tests/environment.py), at the path gpuadmin.settings gives it, so worker
+  processes started by a test with the same GPUADMIN_DATA_DIR share it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from tests import services
+
+DB_FIXTURES = {
+    "db", "transactional_db", "django_db_reset_sequences", "django_db_serialized_rollback",
+    "live_server", "django_db_setup", "admin_user", "admin_client", "django_user_model",
+}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--db-only", action="store_true",
+                     help="run only the tests that use the database (tests/with_postgres.py uses it)")
+
+
+def database_vendor() -> str:
+    from django.conf import settings
+
+    engine = settings.DATABASES["default"]["ENGINE"]
+    return "postgresql" if "postgresql" in engine else engine.rsplit(".", 1)[-1]
+
+
+def uses_database(item: pytest.Item) -> bool:
+    if item.get_closest_marker("django_db") or item.get_closest_marker("postgres"):
+        return True
+    return bool(DB_FIXTURES & set(getattr(item, "fixturenames", ())))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    on_postgres = database_vendor() == "postgresql"
+    db_only = config.getoption("--db-only")
+    keep, drop = [], []
+    for item in items:
+        wrong_database = bool(item.get_closest_marker("postgres")) and not on_postgres
+        (drop if wrong_database or (db_only and not uses_database(item)) else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    return [
+        f"gpuadmin: database {database_vendor()}, data dir {os.environ.get('GPUADMIN_DATA_DIR')}, "
+        f"GPUADMIN_REQUIRE_SERVICES={'1' if services.services_required() else 'unset'}"
+    ]
+
+
+# --- CI: nothing may skip --------------------------------------------------------
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    report = yield
+    if services.services_required() and report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"skipped, but GPUADMIN_REQUIRE_SERVICES=1 allows no skips: {reason}"
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Iterator[None]:
+    report = yield
+    if services.services_required() and report.skipped:
+        report.outcome = "failed"
+        reason = report.longrepr
+        report.longrepr = f"skipped at collection, but GPUADMIN_REQUIRE_SERVICES=1 allows no skips: {reason}"
+    return report
+
+
+# --- database ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: None) -> None:
+    from django.conf import settings
+
+    database = settings.DATABASES["default"]
+    if database["ENGINE"].endswith("sqlite3"):
+        # A file, not pytest-django's in-memory default, so that worker processes
+        # see the test's data; the run's data dir is temporary anyway.
+        database.setdefault("TEST", {})["NAME"] = str(database["NAME"])
+
+
+# --- servers -------------------------------------------------------------------------
+
+
+def _missing(reason: str) -> None:
+    if services.services_required():
+        pytest.fail(f"{reason} (GPUADMIN_REQUIRE_SERVICES=1)", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[services.RedisServer]:
+    with contextlib.ExitStack() as stack:
+        try:
+            server = stack.enter_context(services.redis_server())
+        except services.ServiceMissing as exc:
+            _missing(str(exc))
+        yield server
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[services.PostgresServer]:
+    with contextlib.ExitStack() as stack:
+        try:
+            server = stack.enter_context(services.postgres_server())
+        except services.ServiceMissing as exc:
+            _missing(str(exc))
+        yield server
