@@ -115,7 +115,7 @@ class AuditEvent(models.Model):
     def save(self, *args: Any, **kwargs: Any) -> None:
         if not self._state.adding:
             raise AppendOnlyError(f"Audit event #{self.sequence} is append-only: it cannot be changed.")
-        if not self.hash or self.hash != self.computed_hash():
+        if not self.hash or self.created_at is None or self.hash != self.computed_hash():
             raise AppendOnlyError(
                 "Audit events are written by gpuadmin.audit.log.record(), which chains them."
             )

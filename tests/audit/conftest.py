@@ -13,12 +13,8 @@ from tests.audit.pg_flush import allow_test_flush_through_audit_triggers
 
 allow_test_flush_through_audit_triggers()
 
-# PostgreSQL-only tests: marked for the shared conftest to deselect on SQLite,
-# and skipped here too so this directory runs alone on either database.
-postgres_only = [
-    pytest.mark.postgres,
-    pytest.mark.skipif(connection.vendor != "postgresql", reason="needs PostgreSQL"),
-]
+# Deselected on SQLite by tests/conftest.py.
+postgres_only = pytest.mark.postgres
 
 
 def tamper(sql: str, params: tuple = ()) -> None:
