@@ -26,7 +26,7 @@ from gpuadmin.fleet.process_tree import ProcessRow
 
 LifeKey = tuple[str, int, int]  # boot id, pid, start time in ticks
 
-# Keeps each ``pid IN (...)`` under SQLite's limit on bound parameters.
+# Keeps each ``IN (...)`` list under SQLite's limit on bound parameters.
 _PIDS_PER_QUERY = 5000
 
 _LIFE_UPDATE_FIELDS = [
@@ -127,8 +127,8 @@ def record_process_lives(
             unique_fields=["host", "boot_id", "pid", "start_time_ticks"],
             update_fields=_LIFE_UPDATE_FIELDS,
         )
-    if gone_ids:
-        ProcessLife.objects.filter(pk__in=gone_ids).update(gone_at=taken_at)
+    for start in range(0, len(gone_ids), _PIDS_PER_QUERY):
+        ProcessLife.objects.filter(pk__in=gone_ids[start : start + _PIDS_PER_QUERY]).update(gone_at=taken_at)
 
 
 def _known_lives(host: Host, boot_id: str, pids: Iterable[int]) -> dict[LifeKey, ProcessLife]:

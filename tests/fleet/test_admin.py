@@ -1,0 +1,48 @@
+"""The fleet's Django admin shows what ingest stored and lets nobody edit it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+from django.urls import reverse
+
+from gpuadmin.fleet.models import Host
+from tests.factories import GiB, gpu, proc, snapshot
+from tests.fleet.conftest import at
+
+pytestmark = pytest.mark.django_db
+
+MODELS = ["host", "gpu", "latestsnapshot", "gpusample", "hostsample", "processlife", "finding",
+          "snapshotrejection"]
+
+
+@pytest.fixture
+def admin_client_with_data(ingest: Callable[..., Host]) -> Client:
+    zombies = [proc(p, ppid=4120, state="Z", cmdline=[]) for p in (4121, 4122)]
+    holder = proc(4120, cmdline=["python", "<script>alert(1)</script>"], gpu_memory={"GPU-sim-0000": GiB})
+    ingest(snapshot("gpu01", processes=[holder, *zombies], gpus=[gpu(0, used=GiB)], taken_at=at(0)))
+    user = get_user_model().objects.create_superuser("root", password="pw-for-tests-only")  # noqa: S106
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_changelists_show_and_nothing_can_be_added(admin_client_with_data: Client, model: str) -> None:
+    response = admin_client_with_data.get(reverse(f"admin:fleet_{model}_changelist"))
+    assert response.status_code == 200
+    assert b"<script>alert(1)</script>" not in response.content
+    assert admin_client_with_data.get(reverse(f"admin:fleet_{model}_add")).status_code == 403
+
+
+def test_a_host_can_be_viewed_not_changed(admin_client_with_data: Client) -> None:
+    host = Host.objects.get()
+    url = reverse("admin:fleet_host_change", args=[host.pk])
+    response = admin_client_with_data.get(url)
+    assert response.status_code == 200
+    assert b'name="_save"' not in response.content
+    admin_client_with_data.post(url, {"name": "renamed"})
+    assert Host.objects.get().name == "gpu01"

@@ -1,0 +1,146 @@
+"""History: samples per snapshot, process lives only for what matters, in a fixed handful of queries."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from gpuadmin.fleet.models import GpuSample, Host, HostSample, ProcessLife
+from tests.factories import GiB, gpu, proc, snapshot
+from tests.fleet.conftest import T0, at
+
+pytestmark = pytest.mark.django_db
+
+GPU0 = "GPU-sim-0000"
+# Ingesting a snapshot of any size costs at most this many queries (SQLite
+# splits a 300-row insert into batches of its 999-parameter limit; PostgreSQL
+# needs fewer). Hundreds of processes must never mean hundreds of queries.
+MAX_QUERIES_PER_SNAPSHOT = 30
+
+
+def ddp_job(taken_seconds: float, *, workers: int = 300, memory: int = GiB, **kwargs: Any) -> dict[str, Any]:
+    """A launcher and `workers` ranks, each holding GPU memory and the device file."""
+    launcher = proc(100, cmdline=["torchrun", "train.py"], reasons=["ancestor"])
+    ranks = [
+        proc(1000 + i, ppid=100, gpu_memory={GPU0: memory}, device_files=["/dev/nvidia0"], reasons=["gpu"])
+        for i in range(workers)
+    ]
+    return snapshot("gpu01", processes=[launcher, *ranks], gpus=[gpu(0, used=workers * memory, total=None)],
+                    taken_at=at(taken_seconds), **kwargs)
+
+
+def test_each_snapshot_adds_one_sample_per_gpu_and_one_per_host(ingest: Callable[..., Host]) -> None:
+    gpus = [gpu(0, used=GiB, utilization_percent=50), gpu(1, used=0, utilization_percent=None)]
+    for t in (0, 10, 20):
+        ingest(snapshot("gpu01", processes=[proc(7, gpu_memory={GPU0: GiB})], gpus=gpus, taken_at=at(t),
+                        pids_in_use=300 + t))
+    assert GpuSample.objects.count() == 6
+    assert list(HostSample.objects.order_by("taken_at").values_list("taken_at", "pids_in_use")) == [
+        (at(0), 300), (at(10), 310), (at(20), 320)
+    ]
+    sample = GpuSample.objects.get(gpu__index=0, taken_at=at(10))
+    assert (sample.memory_used_bytes, sample.memory_attributed_bytes, sample.utilization_percent) == (GiB, GiB, 50)
+    assert GpuSample.objects.get(gpu__index=1, taken_at=at(10)).utilization_percent is None
+
+
+@pytest.mark.parametrize("first", [True, False], ids=["first-snapshot", "next-snapshot"])
+def test_a_snapshot_with_300_gpu_processes_costs_a_handful_of_queries(
+    ingest: Callable[..., Host], django_assert_max_num_queries: Any, first: bool
+) -> None:
+    if not first:
+        ingest(ddp_job(0))
+    with django_assert_max_num_queries(MAX_QUERIES_PER_SNAPSHOT):
+        ingest(ddp_job(10, memory=2 * GiB))
+    assert ProcessLife.objects.count() == 300
+    assert ProcessLife.objects.filter(last_gpu_memory_bytes=2 * GiB, gone_at=None).count() == 300
+
+
+def test_a_snapshot_that_ends_300_lives_costs_a_handful_of_queries(
+    ingest: Callable[..., Host], django_assert_max_num_queries: Any
+) -> None:
+    ingest(ddp_job(0))
+    with django_assert_max_num_queries(MAX_QUERIES_PER_SNAPSHOT):
+        ingest(ddp_job(10, workers=0))
+    assert ProcessLife.objects.filter(gone_at=at(10)).count() == 300
+
+
+def test_1000_ordinary_processes_add_no_process_lives(ingest: Callable[..., Host]) -> None:
+    ordinary = [proc(p, ppid=1, reasons=["all"]) for p in range(2, 1002)]
+    document = snapshot("gpu01", processes=ordinary, taken_at=at(0))
+    document["scope"] = "all"
+    ingest(document)
+    assert ProcessLife.objects.count() == 0
+    assert HostSample.objects.count() == 1
+
+
+def test_ancestors_and_descendants_get_no_life_of_their_own(ingest: Callable[..., Host]) -> None:
+    launcher = proc(100, ppid=1, reasons=["ancestor"])
+    holder = proc(101, ppid=100, gpu_memory={GPU0: GiB}, reasons=["gpu"])
+    child = proc(102, ppid=101, reasons=["descendant"])
+    dataloader_orphan = proc(200, ppid=1, orphaned=True, pgid=150, sid=150, reasons=["descendant"])
+    stuck = proc(300, state="D", reasons=["uninterruptible"])
+    ingest(snapshot("gpu01", processes=[launcher, holder, child, dataloader_orphan, stuck],
+                    gpus=[gpu(0, used=GiB)], taken_at=at(0)))
+    assert sorted(ProcessLife.objects.values_list("pid", flat=True)) == [101, 200, 300]
+
+
+def test_a_life_records_peak_memory_and_flags_across_snapshots(ingest: Callable[..., Host]) -> None:
+    def worker(memory: int, **kwargs: Any) -> list[dict[str, Any]]:
+        return [proc(1000, ppid=1, gpu_memory={GPU0: memory}, device_files=["/dev/nvidia0"], **kwargs)]
+
+    ingest(snapshot("gpu01", processes=worker(2 * GiB), gpus=[gpu(0, used=8 * GiB)], taken_at=at(0)))
+    ingest(snapshot("gpu01", processes=worker(8 * GiB, orphaned=True), gpus=[gpu(0, used=8 * GiB)],
+                    taken_at=at(10)))
+    ingest(snapshot("gpu01", processes=worker(3 * GiB), gpus=[gpu(0, used=8 * GiB)], taken_at=at(20)))
+
+    life = ProcessLife.objects.get()
+    assert (life.first_seen_at, life.last_seen_at, life.gone_at) == (T0, at(20), None)
+    assert (life.last_gpu_memory_bytes, life.peak_gpu_memory_bytes) == (3 * GiB, 8 * GiB)
+    assert life.held_device
+    assert life.was_orphaned
+    assert not life.was_zombie
+    assert life.cmdline == ["python", "job1000.py"]
+    assert (life.user, life.uid, life.ppid) == ("alice", 1000, 1)
+
+
+def test_a_reused_pid_starts_a_new_life(ingest: Callable[..., Host]) -> None:
+    ingest(snapshot("gpu01", processes=[proc(1000, start=5, gpu_memory={GPU0: GiB})], gpus=[gpu(0, used=GiB)],
+                    taken_at=at(0)))
+    ingest(snapshot("gpu01", processes=[proc(1000, start=9000, gpu_memory={GPU0: GiB})],
+                    gpus=[gpu(0, used=GiB)], taken_at=at(10)))
+    lives = list(ProcessLife.objects.order_by("start_time_ticks").values_list("start_time_ticks", "gone_at"))
+    assert lives == [(5, at(10)), (9000, None)]
+
+
+def test_a_process_that_stops_mattering_but_stays_in_the_snapshot_is_kept_current(
+    ingest: Callable[..., Host],
+) -> None:
+    parent = proc(100, reasons=["ancestor"])
+    holder = proc(101, ppid=100, gpu_memory={GPU0: GiB})
+    ingest(snapshot("gpu01", processes=[parent, holder], gpus=[gpu(0, used=GiB)], taken_at=at(0)))
+    # 101 freed its memory but is still the parent of a new holder.
+    freed = proc(101, ppid=100, reasons=["ancestor"])
+    child = proc(102, ppid=101, gpu_memory={GPU0: GiB})
+    ingest(snapshot("gpu01", processes=[parent, freed, child], gpus=[gpu(0, used=GiB)], taken_at=at(10)))
+    life = ProcessLife.objects.get(pid=101)
+    assert (life.last_seen_at, life.gone_at, life.last_gpu_memory_bytes, life.peak_gpu_memory_bytes) == (
+        at(10), None, 0, GiB
+    )
+    # Gone from the snapshot altogether: the life ends; back again: it reopens with its history.
+    ingest(snapshot("gpu01", processes=[], gpus=[gpu(0, used=0)], taken_at=at(20)))
+    assert ProcessLife.objects.get(pid=101).gone_at == at(20)
+    ingest(snapshot("gpu01", processes=[holder], gpus=[gpu(0, used=GiB)], taken_at=at(30)))
+    life = ProcessLife.objects.get(pid=101)
+    assert (life.first_seen_at, life.last_seen_at, life.gone_at) == (T0, at(30), None)
+    assert ProcessLife.objects.get(pid=102).gone_at == at(20)
+
+
+def test_lives_of_other_hosts_are_left_alone(ingest: Callable[..., Host]) -> None:
+    for name in ("gpu01", "gpu02"):
+        ingest(snapshot(name, processes=[proc(1000, gpu_memory={GPU0: GiB})], gpus=[gpu(0, used=GiB)],
+                        taken_at=at(0)))
+    ingest(snapshot("gpu01", processes=[], gpus=[gpu(0, used=0)], taken_at=at(10)))
+    assert ProcessLife.objects.get(host__name="gpu01").gone_at == at(10)
+    assert ProcessLife.objects.get(host__name="gpu02").gone_at is None
