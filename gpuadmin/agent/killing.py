@@ -1,1 +1,81 @@
-"""Celery tasks (filled in by its issue)."""
+"""The agent's kill task: execute an approved order on this host and report
+each step to central as it happens.
+
+Runs on the host's own queue (``host.<name>``) with the broker as its only
+connection: no database access here. The executor (``gpuadmin.probe.kill``)
+checks every target right before each signal and keeps a journal keyed by
+request id, so a redelivered order is answered from the journal instead of
+being executed twice; that is what makes ``acks_late`` safe.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+
+from gpuadmin.celery import CENTRAL_QUEUE, app
+
+logger = logging.getLogger(__name__)
+
+EXECUTE_TASK = "gpuadmin.agent.execute_kill_order"
+PROGRESS_TASK = "gpuadmin.kills.record_kill_progress"
+# A report that cannot reach the broker is retried briefly, then logged: the
+# escalation must go on, and the journal keeps the full record on the host.
+REPORT_RETRY_POLICY = {"max_retries": 3, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
+
+
+def journal_directory() -> Path:
+    return Path(settings.DATA_DIR) / "agent-journal"
+
+
+def report_to_central(event: dict[str, Any]) -> None:
+    app.send_task(PROGRESS_TASK, args=[event], queue=CENTRAL_QUEUE, retry=True,
+                  retry_policy=REPORT_RETRY_POLICY)
+
+
+def _report_unreadable(order: Any, error: ValueError) -> dict[str, Any] | None:
+    """Tell central an order it sent cannot be executed, so the request closes now, not at the sweep."""
+    request_id = order.get("request_id") if isinstance(order, dict) else None
+    if not isinstance(request_id, str | int) or isinstance(request_id, bool):
+        return None
+    event = {
+        "request_id": str(request_id),
+        "seq": 1,
+        "at": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+        "event": "finished",
+        "pid": None,
+        "start_time_ticks": None,
+        "signal": None,
+        "method": None,
+        "result": "refused",
+        "detail": f"the agent could not read the order, nothing was done: {error}"[:2000],
+        "duplicate": False,
+    }
+    report_to_central(event)
+    return event
+
+
+def execute(order: Any) -> dict[str, Any] | None:
+    from gpuadmin.probe.journal import Journal
+    from gpuadmin.probe.kill import execute_order
+
+    directory = journal_directory()
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        return execute_order(order, journal=Journal(directory), report=report_to_central)
+    except ValueError as error:
+        logger.error("refused a malformed kill order: %s", error)
+        return _report_unreadable(order, error)
+
+
+@app.task(name=EXECUTE_TASK, acks_late=True, ignore_result=True)
+def execute_kill_order(order: dict[str, Any]) -> dict[str, Any] | None:
+    finished = execute(order)
+    if finished:
+        logger.info("kill request %s: %s (%s)", finished.get("request_id"), finished.get("result"),
+                    finished.get("detail"))
+    return finished

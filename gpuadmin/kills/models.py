@@ -1,0 +1,207 @@
+"""Kill requests, their exact targets, and the steps the agent reported.
+
+A target is a PID *and* its start time (and the host's boot id): PIDs are
+reused, so the pair names one process for its whole life. The statuses and
+their allowed changes live in ``states.py``; ``KillRequest.transition`` is the
+only place that changes ``status``.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from gpuadmin.fleet.models import Host
+from gpuadmin.kills import plans
+from gpuadmin.kills.states import ACTIVE, FINAL, Status, check_transition
+
+CMDLINE_PREVIEW_ARGS = 64
+CMDLINE_PREVIEW_CHARS = 2048
+
+
+class KillRequest(models.Model):
+    Status = Status
+
+    host = models.ForeignKey(Host, on_delete=models.PROTECT, related_name="kill_requests")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING, db_index=True)
+
+    # Names are copied so the request stays readable after an account is deleted.
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="kill_requests_filed"
+    )
+    requested_by_name = models.CharField(max_length=150)
+    requested_at = models.DateTimeField(default=timezone.now)
+    reason = models.TextField()
+    plan = models.JSONField(default=plans.default_plan)
+    include_descendants = models.BooleanField(default=False)
+    # The snapshot the targets were resolved from, and the host's boot then.
+    snapshot_taken_at = models.DateTimeField()
+    boot_id = models.CharField(max_length=64)
+    # Shown with the request: D-state targets, an offline host...
+    warnings = models.JSONField(default=list, blank=True)
+    # Descendants the rules kept out of the request, with why: [{"pid", "name", "user", "why"}].
+    excluded_targets = models.JSONField(default=list, blank=True)
+    pending_expires_at = models.DateTimeField()
+
+    # Approval ("SIGKILL only" exists only when the approver allowed it).
+    sigkill_only_allowed = models.BooleanField(default=False)
+    approved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+        related_name="kill_requests_approved",
+    )
+    approved_by_name = models.CharField(max_length=150, blank=True)
+    self_approved = models.BooleanField(default=False)
+    # Who rejected or cancelled it.
+    closed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+        related_name="kill_requests_closed",
+    )
+    closed_by_name = models.CharField(max_length=150, blank=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision_reason = models.TextField(blank=True)
+    # The agent must *start* by then; it is in the order, and the broker drops the message after it.
+    start_deadline = models.DateTimeField(null=True, blank=True)
+
+    # Dispatch: null until the broker accepted the order.
+    dispatched_at = models.DateTimeField(null=True, blank=True)
+    dispatch_attempts = models.PositiveIntegerField(default=0)
+    last_dispatch_error = models.TextField(blank=True)
+
+    # Execution, as the agent reported it.
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    result_detail = models.TextField(blank=True)
+
+    # Memory: what the targets held (per GPU, from the snapshot the approval saw)
+    # and what a later snapshot showed came back.
+    memory_baseline = models.JSONField(default=dict, blank=True)
+    memory_expected_release_bytes = models.BigIntegerField(default=0)
+    memory_released_bytes = models.BigIntegerField(null=True, blank=True)
+    memory_confirmed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-requested_at"]
+        indexes = [models.Index(fields=["status", "requested_at"])]
+
+    def __str__(self) -> str:
+        return f"Kill request #{self.pk} on {self.host.name} ({self.status})"
+
+    def transition(self, to: Status | str) -> None:
+        """Move to ``to`` or raise InvalidTransition; the caller saves (in its transaction)."""
+        check_transition(self.status, to)
+        self.status = Status(to)
+
+    @property
+    def status_enum(self) -> Status:
+        return Status(self.status)
+
+    @property
+    def is_final(self) -> bool:
+        return self.status in FINAL
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in ACTIVE
+
+    @property
+    def approved_at(self):
+        return self.decided_at if self.approved_by_name else None
+
+    @property
+    def plan_text(self) -> str:
+        return plans.describe(self.plan)
+
+    @property
+    def is_sigkill_only(self) -> bool:
+        return plans.is_sigkill_only(self.plan)
+
+    def process_users(self) -> list[str]:
+        return sorted({t.user or str(t.uid) for t in self.targets.all()})
+
+
+class KillTarget(models.Model):
+    class Outcome(models.TextChoices):
+        PENDING = "pending", "Not signalled yet"
+        SIGNALLED = "signalled", "Signalled"
+        EXITED = "exited", "Exited"
+        EXITED_NOT_REAPED = "exited_not_reaped", "Exited, not yet reaped by its parent"
+        SURVIVED = "survived", "Survived the last step"
+        REFUSED = "refused", "Refused by the agent"
+
+    request = models.ForeignKey(KillRequest, on_delete=models.CASCADE, related_name="targets")
+    pid = models.PositiveIntegerField()
+    start_time_ticks = models.BigIntegerField()
+    boot_id = models.CharField(max_length=64)
+    ppid = models.PositiveIntegerField(default=0)
+    uid = models.PositiveIntegerField(null=True, blank=True)
+    user = models.CharField(max_length=256, blank=True)
+    name = models.CharField(max_length=256, blank=True)
+    cmdline_sha256 = models.CharField(max_length=64)
+    # A preview for people; the digest above is what identifies the process.
+    cmdline = models.JSONField(default=list)
+    cmdline_truncated = models.BooleanField(default=False)
+    state = models.CharField(max_length=1, blank=True)
+    # Per GPU uuid, as the request's snapshot showed it.
+    gpu_memory_bytes = models.JSONField(default=dict)
+    is_descendant = models.BooleanField(default=False)
+    outcome = models.CharField(max_length=20, choices=Outcome.choices, default=Outcome.PENDING)
+    outcome_detail = models.TextField(blank=True)
+    last_signal = models.CharField(max_length=8, blank=True)
+
+    class Meta:
+        ordering = ["request", "is_descendant", "pid"]
+        constraints = [
+            models.UniqueConstraint(fields=["request", "pid", "start_time_ticks"], name="kill_target_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.pid} {self.name}"
+
+    @property
+    def total_gpu_memory_bytes(self) -> int:
+        return sum(v for v in self.gpu_memory_bytes.values() if v)
+
+    @property
+    def command_line(self) -> str:
+        text = " ".join(self.cmdline) if self.cmdline else f"[{self.name}]"
+        return text + (" …" if self.cmdline_truncated else "")
+
+    @property
+    def is_gone(self) -> bool:
+        return self.outcome in (self.Outcome.EXITED, self.Outcome.EXITED_NOT_REAPED)
+
+
+class KillStep(models.Model):
+    """One event the agent reported; stored once per (request, seq) however often it arrives."""
+
+    class Event(models.TextChoices):
+        STARTED = "started", "Started"
+        REFUSED = "refused", "Refused"
+        SIGNAL_SENT = "signal_sent", "Signal sent"
+        TARGET_EXITED = "target_exited", "Target exited"
+        TARGET_SURVIVED = "target_survived", "Target survived"
+        FINISHED = "finished", "Finished"
+
+    request = models.ForeignKey(KillRequest, on_delete=models.CASCADE, related_name="steps")
+    target = models.ForeignKey(
+        KillTarget, on_delete=models.SET_NULL, null=True, blank=True, related_name="steps"
+    )
+    seq = models.PositiveIntegerField()
+    # The agent's clock; received_at is central's.
+    at = models.DateTimeField()
+    received_at = models.DateTimeField(default=timezone.now)
+    event = models.CharField(max_length=20, choices=Event.choices)
+    pid = models.PositiveIntegerField(null=True, blank=True)
+    signal = models.CharField(max_length=8, blank=True)
+    method = models.CharField(max_length=8, blank=True)
+    result = models.CharField(max_length=16, blank=True)
+    detail = models.TextField(blank=True)
+    raw = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ["request", "seq"]
+        constraints = [models.UniqueConstraint(fields=["request", "seq"], name="kill_step_once_per_seq")]
+
+    def __str__(self) -> str:
+        return f"#{self.request_id}.{self.seq} {self.event}"

@@ -1,1 +1,39 @@
-"""Celery tasks (filled in by its issue)."""
+"""Celery tasks of the kills app (central side): thin wrappers over services.
+
+Agents load this module too (one Celery app lists every task module), so the
+services are imported inside the tasks, where only central runs them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import DatabaseError
+
+from gpuadmin.celery import CENTRAL_QUEUE, app
+
+
+@app.task(
+    name="gpuadmin.kills.record_kill_progress",
+    queue=CENTRAL_QUEUE,
+    # The database being down or locked is worth waiting for; each report is
+    # stored once per (request, seq), so a retry cannot double it.
+    autoretry_for=(DatabaseError,),
+    retry_backoff=1,
+    retry_backoff_max=60,
+    max_retries=10,
+    ignore_result=True,
+)
+def record_kill_progress(event: dict[str, Any]) -> int | None:
+    from gpuadmin.kills.services import record_progress
+
+    step = record_progress(event)
+    return step.pk if step else None
+
+
+@app.task(name="gpuadmin.kills.sweep", queue=CENTRAL_QUEUE, ignore_result=True)
+def sweep() -> dict[str, int]:
+    from gpuadmin.kills.services import sweep as run_sweep
+
+    result = run_sweep()
+    return {"expired": result.expired, "resent": result.resent, "failed": result.failed}

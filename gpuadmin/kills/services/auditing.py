@@ -1,0 +1,29 @@
+"""Audit events about one kill request, with the names the log copies filled in.
+
+Call ``audit`` inside the transaction that makes the change it describes, so
+the log and the request never disagree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuadmin.audit import log
+from gpuadmin.kills.models import KillRequest
+
+
+def audit(action: str, kill_request: KillRequest, *, actor: Any = None,
+          details: dict[str, Any] | None = None) -> None:
+    log.record(
+        action,
+        actor=actor,
+        kill_request_id=kill_request.pk,
+        host_name=kill_request.host.name,
+        requester_name=kill_request.requested_by_name,
+        approver_name=kill_request.approved_by_name,
+        process_users=kill_request.process_users(),
+        targets_summary=log.summarize_targets(
+            [{"pid": t.pid, "name": t.name, "user": t.user or t.uid} for t in kill_request.targets.all()]
+        ),
+        details=details or {},
+    )

@@ -1,0 +1,107 @@
+"""Sending an approved request to its host as a self-contained kill order.
+
+The order leaves only after the approval committed (``transaction.on_commit``),
+so a rolled-back approval never reaches a host. ``dispatched_at`` is set once
+the broker accepted the message; the sweeper re-sends approved orders that
+never left. A second copy is harmless: the agent's journal executes a request
+id once.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from gpuadmin.kills.models import KillRequest
+from gpuadmin.kills.services.auditing import audit
+from gpuadmin.kills.states import Status
+
+logger = logging.getLogger(__name__)
+
+ORDER_VERSION = 1
+EXECUTE_TASK = "gpuadmin.agent.execute_kill_order"
+# Publishing waits at most about this long for a broker that is down; the
+# sweeper tries again later instead of holding the approver's page.
+PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
+
+
+def utc_iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def build_order(kill_request: KillRequest) -> dict[str, Any]:
+    """Order v1 (docs/kill-order.md): everything the agent needs, nothing it must look up."""
+    assert kill_request.start_deadline and kill_request.decided_at
+    return {
+        "order_version": ORDER_VERSION,
+        "request_id": str(kill_request.pk),
+        "host": kill_request.host.name,
+        "boot_id": kill_request.boot_id,
+        "deadline": utc_iso(kill_request.start_deadline),
+        "targets": [
+            {
+                "pid": t.pid,
+                "start_time_ticks": t.start_time_ticks,
+                "uid": t.uid,
+                "user": t.user,
+                "name": t.name,
+                "cmdline_sha256": t.cmdline_sha256,
+            }
+            for t in kill_request.targets.all()
+        ],
+        "plan": kill_request.plan,
+        "approved_by": kill_request.approved_by_name,
+        "approved_at": utc_iso(kill_request.decided_at),
+    }
+
+
+def send_order(kill_request_id: int, *, now: datetime | None = None) -> bool:
+    """Publish the order to the host's queue; True when the broker accepted it.
+
+    Never raises for a broker failure: it is recorded on the request and the
+    sweeper retries while the start deadline allows.
+    """
+    from gpuadmin.celery import app, host_queue
+
+    now = now or timezone.now()
+    kill_request = KillRequest.objects.select_related("host").get(pk=kill_request_id)
+    if kill_request.status != Status.APPROVED or kill_request.dispatched_at is not None:
+        return False
+    if kill_request.start_deadline is None or kill_request.start_deadline <= now:
+        return False  # too late: the sweeper expires it
+    order = build_order(kill_request)
+    queue = host_queue(kill_request.host.name)
+    try:
+        app.send_task(
+            EXECUTE_TASK, args=[order], queue=queue, expires=kill_request.start_deadline,
+            retry=True, retry_policy=PUBLISH_RETRY_POLICY,
+        )
+    except Exception as exc:  # any broker/transport failure: kombu, redis, socket errors
+        logger.warning("kill request %s: order not sent to %s: %s", kill_request_id, queue, exc)
+        with transaction.atomic():
+            locked = KillRequest.objects.select_for_update().get(pk=kill_request_id)
+            locked.dispatch_attempts += 1
+            locked.last_dispatch_error = f"{type(exc).__name__}: {exc}"[:2000]
+            locked.save(update_fields=["dispatch_attempts", "last_dispatch_error"])
+        return False
+    with transaction.atomic():
+        locked = KillRequest.objects.select_for_update().select_related("host").get(pk=kill_request_id)
+        locked.dispatch_attempts += 1
+        if locked.dispatched_at is not None:
+            locked.save(update_fields=["dispatch_attempts"])
+            return True
+        locked.dispatched_at = timezone.now()
+        locked.last_dispatch_error = ""
+        locked.save(update_fields=["dispatched_at", "dispatch_attempts", "last_dispatch_error"])
+        audit("dispatched", locked, details={"queue": queue, "attempt": locked.dispatch_attempts,
+                                             "deadline": order["deadline"]})
+    return True
+
+
+def dispatch_after_commit(kill_request_id: int) -> None:
+    """Send the order once the surrounding transaction (the approval) has committed."""
+    transaction.on_commit(lambda: send_order(kill_request_id), robust=True)

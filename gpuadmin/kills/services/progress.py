@@ -1,0 +1,260 @@
+"""Recording what the agent reports, step by step.
+
+Reports arrive as separate messages on the central queue, possibly twice (a
+redelivered order answers from the agent's journal) and possibly out of order
+(several central workers). So: one KillStep per (request, seq), stored under
+the request's row lock; a repeat changes nothing and writes no audit event;
+status only moves forward along the transition table.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from gpuadmin.fleet.models import Finding
+from gpuadmin.kills.models import KillRequest, KillStep, KillTarget
+from gpuadmin.kills.services.auditing import audit
+from gpuadmin.kills.states import Status, can_transition
+
+logger = logging.getLogger(__name__)
+
+Event = KillStep.Event
+Outcome = KillTarget.Outcome
+
+# The agent's result words, as statuses. "interrupted": an earlier delivery
+# stopped half-way (the agent died); what it did is in the steps before.
+RESULT_STATUS = {
+    "succeeded": Status.SUCCEEDED,
+    "failed": Status.FAILED,
+    "unkillable": Status.UNKILLABLE,
+    "refused": Status.REFUSED,
+    "expired": Status.EXPIRED,
+    "interrupted": Status.FAILED,
+}
+DETAIL_MAX_CHARS = 4000
+
+
+class BadReport(ValueError):
+    """A progress event central cannot use; it is logged and dropped."""
+
+
+def _parse_time(value: Any) -> datetime:
+    if not isinstance(value, str):
+        raise BadReport(f"'at' must be an ISO 8601 time; got {value!r}")
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise BadReport(f"'at' is not an ISO 8601 time: {value!r}") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _check(event: Any) -> tuple[int, int, str, datetime]:
+    if not isinstance(event, dict):
+        raise BadReport(f"a progress event must be an object; got {type(event).__name__}")
+    request_id = event.get("request_id")
+    if isinstance(request_id, str) and request_id.isdigit():
+        request_id = int(request_id)
+    if isinstance(request_id, bool) or not isinstance(request_id, int):
+        raise BadReport(f"'request_id' must be a request number; got {request_id!r}")
+    seq = event.get("seq")
+    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+        raise BadReport(f"'seq' must be a non-negative integer; got {seq!r}")
+    kind = event.get("event")
+    if kind not in Event.values:
+        raise BadReport(f"unknown event {kind!r}")
+    return request_id, seq, kind, _parse_time(event.get("at"))
+
+
+def _text(value: Any, limit: int = DETAIL_MAX_CHARS) -> str:
+    return "" if value is None else str(value)[:limit]
+
+
+def _target_for(kill_request: KillRequest, event: dict[str, Any]) -> KillTarget | None:
+    pid, start = event.get("pid"), event.get("start_time_ticks")
+    if pid is None:
+        return None
+    found = kill_request.targets.filter(pid=pid)
+    if start is not None:
+        found = found.filter(start_time_ticks=start)
+    return found.first()
+
+
+def record_progress(event: Any) -> KillStep | None:
+    """Store one agent event; returns the new step, or None for a repeat or an unusable report."""
+    try:
+        request_id, seq, kind, at = _check(event)
+    except BadReport as exc:
+        logger.warning("dropped a kill progress report: %s (%r)", exc, event)
+        return None
+    with transaction.atomic():
+        try:
+            kill_request = KillRequest.objects.select_for_update().select_related("host").get(pk=request_id)
+        except KillRequest.DoesNotExist:
+            logger.warning("dropped a kill progress report for unknown request #%s", request_id)
+            return None
+        if KillStep.objects.filter(request=kill_request, seq=seq).exists():
+            return None
+        target = _target_for(kill_request, event)
+        step = KillStep.objects.create(
+            request=kill_request,
+            target=target,
+            seq=seq,
+            at=at,
+            event=kind,
+            pid=event.get("pid") if isinstance(event.get("pid"), int) else None,
+            signal=_text(event.get("signal"), 8),
+            method=_text(event.get("method"), 8),
+            result=_text(event.get("result"), 16),
+            detail=_text(event.get("detail")),
+            raw=event,
+        )
+        _APPLY[kind](kill_request, target, step, event)
+    return step
+
+
+def _target_details(target: KillTarget | None, step: KillStep, event: dict[str, Any]) -> dict[str, Any]:
+    details: dict[str, Any] = {"seq": step.seq, "at": step.at.isoformat(), "detail": step.detail}
+    if target is not None:
+        details.update(pid=target.pid, start_time_ticks=target.start_time_ticks, name=target.name,
+                       user=target.user)
+    elif step.pid is not None:
+        details["pid"] = step.pid
+    for key in ("signal", "method", "reason", "parent_pid", "state", "result", "duplicate"):
+        if event.get(key) is not None:
+            details[key] = event[key]
+    return details
+
+
+def _started(kill_request: KillRequest, target: KillTarget | None, step: KillStep,
+             event: dict[str, Any]) -> None:
+    if kill_request.status == Status.APPROVED:
+        kill_request.transition(Status.RUNNING)
+        kill_request.started_at = step.at
+        kill_request.save(update_fields=["status", "started_at"])
+    elif kill_request.started_at is None:
+        kill_request.started_at = step.at
+        kill_request.save(update_fields=["started_at"])
+    audit("started", kill_request, details=_target_details(None, step, event))
+
+
+def _signal_sent(kill_request: KillRequest, target: KillTarget | None, step: KillStep,
+                 event: dict[str, Any]) -> None:
+    if target is not None:
+        target.last_signal = step.signal
+        if not target.is_gone:
+            target.outcome = Outcome.SIGNALLED
+            target.outcome_detail = step.detail
+        target.save(update_fields=["last_signal", "outcome", "outcome_detail"])
+    details = _target_details(target, step, event)
+    if step.method == "kill":
+        details["note"] = "pidfds unavailable: sent with kill() right after re-verification"
+    audit("signal_sent", kill_request, details=details)
+
+
+def _target_exited(kill_request: KillRequest, target: KillTarget | None, step: KillStep,
+                   event: dict[str, Any]) -> None:
+    if target is not None:
+        target.outcome = Outcome.EXITED_NOT_REAPED if event.get("parent_pid") else Outcome.EXITED
+        target.outcome_detail = step.detail
+        target.save(update_fields=["outcome", "outcome_detail"])
+    audit("target_exited", kill_request, details=_target_details(target, step, event))
+
+
+def _target_survived(kill_request: KillRequest, target: KillTarget | None, step: KillStep,
+                     event: dict[str, Any]) -> None:
+    if target is not None:
+        target.outcome = Outcome.SURVIVED
+        target.outcome_detail = step.detail
+        target.save(update_fields=["outcome", "outcome_detail"])
+        _open_unkillable_finding(kill_request, target, step)
+    audit("target_survived", kill_request, details=_target_details(target, step, event))
+
+
+def _refused(kill_request: KillRequest, target: KillTarget | None, step: KillStep,
+             event: dict[str, Any]) -> None:
+    if target is not None:
+        target.outcome = Outcome.REFUSED
+        target.outcome_detail = step.detail
+        target.save(update_fields=["outcome", "outcome_detail"])
+    audit("refused", kill_request, details=_target_details(target, step, event))
+
+
+def _finished(kill_request: KillRequest, target: KillTarget | None, step: KillStep,
+              event: dict[str, Any]) -> None:
+    result = event.get("result")
+    status = RESULT_STATUS.get(result) if isinstance(result, str) else None
+    detail = step.detail
+    if result == "interrupted":
+        detail = f"interrupted on the host: {detail}"
+    if status is None:
+        detail = f"the agent reported an unknown result {result!r}: {detail}"
+        status = Status.FAILED
+    if can_transition(kill_request.status, status):
+        kill_request.transition(status)
+        kill_request.finished_at = step.at
+        kill_request.result_detail = detail
+        kill_request.save(update_fields=["status", "finished_at", "result_detail"])
+    elif kill_request.is_final:
+        # Already closed here (the sweeper gave up waiting, or a repeat answer);
+        # the report is kept in the timeline and the log, and said next to the result.
+        note = f"later the agent reported: {result} — {step.detail}"
+        if note not in kill_request.result_detail:
+            kill_request.result_detail = f"{kill_request.result_detail}\n{note}".strip()[:DETAIL_MAX_CHARS]
+            kill_request.save(update_fields=["result_detail"])
+    details = _target_details(None, step, event)
+    details["targets"] = event.get("targets", [])
+    audit("finished", kill_request, details=details)
+
+
+_APPLY = {
+    Event.STARTED: _started,
+    Event.SIGNAL_SENT: _signal_sent,
+    Event.TARGET_EXITED: _target_exited,
+    Event.TARGET_SURVIVED: _target_survived,
+    Event.REFUSED: _refused,
+    Event.FINISHED: _finished,
+}
+
+
+def _open_unkillable_finding(kill_request: KillRequest, target: KillTarget, step: KillStep) -> None:
+    """A process that outlived SIGKILL (or the whole plan) is a finding until a snapshot shows it gone."""
+    now = timezone.now()
+    key = f"{target.pid}:{target.start_time_ticks}"
+    finding = Finding.objects.filter(
+        host=kill_request.host, kind=Finding.Kind.UNKILLABLE, key=key, resolved_at__isnull=True
+    ).first()
+    details = {
+        "pid": target.pid,
+        "start_time_ticks": target.start_time_ticks,
+        "boot_id": target.boot_id,
+        "name": target.name,
+        "user": target.user,
+        "kill_request_id": kill_request.pk,
+        "detail": step.detail,
+        "state": step.raw.get("state"),
+    }
+    if finding:
+        finding.last_seen_at = now
+        finding.details = details
+        finding.save(update_fields=["last_seen_at", "details"])
+        return
+    last = kill_request.plan[-1]["signal"] if kill_request.plan else "the last signal"
+    Finding.objects.create(
+        host=kill_request.host,
+        kind=Finding.Kind.UNKILLABLE,
+        key=key,
+        severity=Finding.Severity.CRITICAL,
+        title=f"PID {target.pid} ({target.name[:100]}) survived {last} (kill request #{kill_request.pk})",
+        remedy=(
+            "Usually stuck in a kernel call (state D): look for NVRM/Xid errors in the kernel log; "
+            "reload the driver (nvidia_uvm), reset the GPU, or reboot the host."
+        ),
+        details=details,
+        first_seen_at=now,
+        last_seen_at=now,
+    )

@@ -1,0 +1,175 @@
+"""Filing a kill request: resolve the exact targets from the host's latest
+snapshot, apply the refusal rules, and store the request with its preview.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from gpuadmin.accounts.roles import Role, has_role
+from gpuadmin.fleet.models import Host, LatestSnapshot
+from gpuadmin.fleet.process_tree import ProcessRow
+from gpuadmin.fleet.units import human_bytes
+from gpuadmin.kills import memory, plans, targets
+from gpuadmin.kills.models import CMDLINE_PREVIEW_ARGS, CMDLINE_PREVIEW_CHARS, KillRequest, KillTarget
+from gpuadmin.kills.services.auditing import audit
+from gpuadmin.kills.services.errors import BadInput, Conflict, NotAllowed, NotFound, Refused
+from gpuadmin.kills.states import Status
+
+OPEN_STATUSES = (Status.PENDING, Status.APPROVED, Status.RUNNING)
+
+
+def get_host(name: str) -> Host:
+    try:
+        return Host.objects.get(name=name)
+    except Host.DoesNotExist:
+        raise NotFound(f"no host named {name!r}") from None
+
+
+def preview(host: Host, pid: int, start_time_ticks: int, *, include_descendants: bool = False,
+            now: datetime | None = None) -> targets.Preview:
+    """What a request would target, from the newest snapshot; refusals and warnings included."""
+    latest = LatestSnapshot.objects.filter(host=host).first()
+    if latest is None:
+        return targets.Preview(
+            host_name=host.name, snapshot_taken_at=None, boot_id="",
+            refusal=f"there is no snapshot from {host.name} yet, so PID {pid} cannot be checked",
+        )
+    result = targets.resolve(latest.document, pid, start_time_ticks, include_descendants=include_descendants)
+    now = now or timezone.now()
+    if result.ok and not host.is_online:
+        age = (now - host.last_seen_at).total_seconds() if host.last_seen_at else None
+        result.warnings.append(
+            "the host looks offline" + (f" (last snapshot {int(age)} s ago)" if age is not None else "")
+            + ": its agent may not receive the order before it expires"
+        )
+    return result
+
+
+def _cmdline_preview(argv: tuple[str, ...], truncated: bool) -> tuple[list[str], bool]:
+    shown: list[str] = []
+    budget = CMDLINE_PREVIEW_CHARS
+    for arg in argv[:CMDLINE_PREVIEW_ARGS]:
+        if budget <= 0:
+            return shown, True
+        shown.append(arg[:budget])
+        budget -= len(arg)
+    return shown, truncated or len(argv) > CMDLINE_PREVIEW_ARGS or budget < 0
+
+
+def _target_from_row(kill_request: KillRequest, row: ProcessRow, document: dict[str, Any], *,
+                     is_descendant: bool) -> KillTarget:
+    digest = next(p["cmdline_sha256"] for p in document["processes"] if p["pid"] == row.pid)
+    argv, truncated = _cmdline_preview(row.cmdline, row.cmdline_truncated)
+    return KillTarget(
+        request=kill_request,
+        pid=row.pid,
+        start_time_ticks=row.start_time_ticks,
+        boot_id=document["host"]["boot_id"],
+        ppid=row.ppid,
+        uid=row.uid,
+        user=row.user or "",
+        name=row.name,
+        cmdline_sha256=digest,
+        cmdline=argv,
+        cmdline_truncated=truncated,
+        state=row.state,
+        gpu_memory_bytes={uuid: used for uuid, used in row.gpu_memory_bytes.items() if used is not None},
+        is_descendant=is_descendant,
+    )
+
+
+def _check_no_open_request(host: Host, rows: list[ProcessRow], boot_id: str) -> None:
+    for row in rows:
+        existing = (
+            KillTarget.objects.filter(
+                request__host=host, request__status__in=OPEN_STATUSES, pid=row.pid,
+                start_time_ticks=row.start_time_ticks, boot_id=boot_id,
+            )
+            .select_related("request")
+            .first()
+        )
+        if existing:
+            raise Conflict(
+                f"PID {row.pid} ({row.name}) is already a target of request #{existing.request_id}, "
+                f"which is {existing.request.get_status_display().lower()}",
+                kill_request_id=existing.request_id,
+            )
+
+
+def refused_error(result: targets.Preview) -> Refused:
+    extra: dict[str, Any] = {}
+    if result.parent_offer:
+        extra["parent_offer"] = result.parent_offer.as_dict()
+    return Refused(result.refusal or "nothing to signal", **extra)
+
+
+def file_request(user: Any, *, host: Host | str, pid: Any, start_time_ticks: Any, reason: str,
+                 include_descendants: bool = False, plan: Any = None,
+                 now: datetime | None = None) -> KillRequest:
+    if not has_role(user, Role.REQUESTER):
+        raise NotAllowed("Filing a kill request needs the requester role.")
+    reason = (reason or "").strip()
+    if not reason:
+        raise BadInput("a reason is required: say why this process must be stopped", field="reason")
+    for name, value in (("pid", pid), ("start_time_ticks", start_time_ticks)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise BadInput(f"{name} must be a non-negative integer; got {value!r}", field=name)
+    try:
+        plan = plans.default_plan() if plan is None else plans.validate_plan(plan)
+    except plans.PlanError as exc:
+        raise BadInput(f"plan: {exc}", field="plan") from None
+    if isinstance(host, str):
+        host = get_host(host)
+    now = now or timezone.now()
+    result = preview(host, pid, start_time_ticks, include_descendants=include_descendants, now=now)
+    if not result.ok:
+        raise refused_error(result)
+    document = result.document
+    assert document is not None  # a preview with targets was resolved from a snapshot
+
+    with transaction.atomic():
+        _check_no_open_request(host, result.targets, result.boot_id)
+        kill_request = KillRequest(
+            host=host,
+            requested_by=user,
+            requested_by_name=user.get_username(),
+            requested_at=now,
+            reason=reason,
+            plan=plan,
+            include_descendants=include_descendants,
+            snapshot_taken_at=result.snapshot_taken_at or now,
+            boot_id=result.boot_id,
+            warnings=result.warnings,
+            excluded_targets=[e.as_dict() for e in result.excluded],
+            pending_expires_at=now + timedelta(seconds=settings.GPUADMIN_PENDING_EXPIRY_SECONDS),
+        )
+        rows = result.targets
+        base = memory.baseline(
+            document, [(r.pid, r.start_time_ticks, r.gpu_memory_bytes) for r in rows]
+        )
+        kill_request.memory_baseline = base
+        kill_request.memory_expected_release_bytes = memory.expected_bytes(base)
+        kill_request.save()
+        KillTarget.objects.bulk_create(
+            [_target_from_row(kill_request, row, document, is_descendant=i > 0) for i, row in enumerate(rows)]
+        )
+        audit(
+            "requested", kill_request, actor=user,
+            details={
+                "reason": reason,
+                "plan": plan,
+                "include_descendants": include_descendants,
+                "targets": [{"pid": r.pid, "start_time_ticks": r.start_time_ticks} for r in rows],
+                "excluded": [e.as_dict() for e in result.excluded],
+                "warnings": result.warnings,
+                "gpu_memory_bytes": kill_request.memory_expected_release_bytes,
+                "gpu_memory": human_bytes(kill_request.memory_expected_release_bytes),
+            },
+        )
+    return kill_request

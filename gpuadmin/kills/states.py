@@ -1,0 +1,72 @@
+"""The life of a kill request, written down once.
+
+    pending ──approve──▶ approved ──agent starts──▶ running ──agent finishes──▶ succeeded
+       │                    │                                                   failed
+       ├─reject──▶ rejected  ├─cancel (not yet dispatched)──▶ cancelled          unkillable
+       ├─cancel──▶ cancelled └─start deadline passed──▶ expired                  refused
+       └─pending expiry──▶ expired                                              expired
+
+An agent's "finished" report may reach central before its "started" report
+(several central workers take events from one queue), so an approved request
+may go straight to a result.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class Status(models.TextChoices):
+    PENDING = "pending", "Pending approval"
+    APPROVED = "approved", "Approved"
+    REJECTED = "rejected", "Rejected"
+    CANCELLED = "cancelled", "Cancelled"
+    EXPIRED = "expired", "Expired"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    UNKILLABLE = "unkillable", "Unkillable"
+    REFUSED = "refused", "Refused by the agent"
+
+
+# What the agent's "finished" event may say, as a status.
+RESULTS = frozenset({Status.SUCCEEDED, Status.FAILED, Status.UNKILLABLE, Status.REFUSED, Status.EXPIRED})
+
+TRANSITIONS: dict[Status, frozenset[Status]] = {
+    Status.PENDING: frozenset({Status.APPROVED, Status.REJECTED, Status.CANCELLED, Status.EXPIRED}),
+    Status.APPROVED: frozenset({Status.RUNNING, Status.CANCELLED} | RESULTS),
+    Status.RUNNING: RESULTS,
+    Status.REJECTED: frozenset(),
+    Status.CANCELLED: frozenset(),
+    Status.EXPIRED: frozenset(),
+    Status.SUCCEEDED: frozenset(),
+    Status.FAILED: frozenset(),
+    Status.UNKILLABLE: frozenset(),
+    Status.REFUSED: frozenset(),
+}
+
+FINAL = frozenset(status for status, nexts in TRANSITIONS.items() if not nexts)
+# States in which the agent may still be working on the order.
+ACTIVE = frozenset({Status.APPROVED, Status.RUNNING})
+
+
+class InvalidTransition(Exception):
+    def __init__(self, current: str, wanted: str) -> None:
+        self.current = Status(current)
+        self.wanted = Status(wanted)
+        if self.current in FINAL:
+            message = f"the request is already {self.current.label.lower()}; that is final"
+        else:
+            message = (
+                f"a request that is {self.current.label.lower()} cannot become {self.wanted.label.lower()}"
+            )
+        super().__init__(message)
+
+
+def can_transition(current: str, wanted: str) -> bool:
+    return Status(wanted) in TRANSITIONS[Status(current)]
+
+
+def check_transition(current: str, wanted: str) -> None:
+    if not can_transition(current, wanted):
+        raise InvalidTransition(current, wanted)

@@ -1,0 +1,114 @@
+"""Fixtures for the kill request tests: people with roles, a host with a
+snapshot, and a record of the orders central sends to hosts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Group, User
+from django.utils import timezone
+
+from gpuadmin.accounts.roles import Role
+from gpuadmin.fleet.models import Host, LatestSnapshot
+from tests.kills.lab import lab_snapshot
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings) -> None:
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def _lab_protections(settings) -> None:
+    settings.GPUADMIN_PROTECTED_USERS = ["postgres"]
+    settings.GPUADMIN_PROTECTED_UIDS = []
+    settings.GPUADMIN_PROTECTED_COMMAND_PATTERNS = [r"^sshd\b"]
+    settings.GPUADMIN_ALLOW_SELF_APPROVAL = False
+
+
+def make_person(username: str, *roles: Role) -> User:
+    user = User.objects.create_user(username=username, password="correct horse battery")
+    for role in roles:
+        user.groups.add(Group.objects.get(name=role.value))
+    return user
+
+
+@pytest.fixture
+def requester(db: None) -> User:
+    return make_person("rick", Role.REQUESTER)
+
+
+@pytest.fixture
+def approver(db: None) -> User:
+    return make_person("april", Role.APPROVER)
+
+
+@pytest.fixture
+def second_approver(db: None) -> User:
+    return make_person("abe", Role.APPROVER)
+
+
+@pytest.fixture
+def viewer(db: None) -> User:
+    return make_person("vera", Role.VIEWER)
+
+
+def store_snapshot(document: dict[str, Any], *, received_at: datetime | None = None) -> Host:
+    """Make ``document`` the host's latest snapshot, as ingest would (without findings or history)."""
+    received_at = received_at or timezone.now()
+    taken_at = datetime.fromisoformat(document["taken_at"])
+    host, _ = Host.objects.get_or_create(name=document["host"]["name"])
+    host.last_seen_at = received_at
+    host.last_snapshot_taken_at = taken_at
+    host.boot_id = document["host"]["boot_id"]
+    host.save()
+    LatestSnapshot.objects.update_or_create(
+        host=host, defaults={"taken_at": taken_at, "received_at": received_at, "document": document}
+    )
+    return host
+
+
+@pytest.fixture
+def lab(db: None) -> Host:
+    return store_snapshot(lab_snapshot())
+
+
+class SentTasks(list):
+    """Every task central published: (name, args, kwargs)."""
+
+    def orders(self) -> list[dict[str, Any]]:
+        return [args[0] for name, args, _ in self if name == "gpuadmin.agent.execute_kill_order"]
+
+
+@pytest.fixture
+def sent(monkeypatch) -> SentTasks:
+    """Capture what central publishes instead of talking to a broker (the broker is not under test here)."""
+    from gpuadmin.celery import app
+
+    record = SentTasks()
+
+    def fake_send_task(name: str, args: Any = None, kwargs: Any = None, **options: Any) -> None:
+        record.append((name, args, options))
+
+    monkeypatch.setattr(app, "send_task", fake_send_task)
+    return record
+
+
+@pytest.fixture
+def broker_down(monkeypatch, sent: SentTasks) -> Callable[[bool], None]:
+    """broker_down(True) makes every publish fail as a refused connection would; sends land in ``sent``."""
+    from gpuadmin.celery import app
+
+    state = {"down": False}
+    original = app.send_task
+
+    def flaky_send_task(*args: Any, **kwargs: Any) -> Any:
+        if state["down"]:
+            raise ConnectionRefusedError(111, "Connection refused")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(app, "send_task", flaky_send_task)
+    return lambda down: state.__setitem__("down", down)
