@@ -7,8 +7,9 @@ without a role 403, both as JSON. The shapes live in serializers.py.
 
 from __future__ import annotations
 
-from rest_framework.decorators import api_view
+from rest_framework.decorators import api_view, renderer_classes
 from rest_framework.exceptions import NotFound
+from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -22,12 +23,25 @@ from gpuadmin.fleet.serializers import (
 )
 
 
+class AsciiJSONRenderer(JSONRenderer):
+    """JSON with every non-ASCII character as \\uXXXX.
+
+    Process strings are untrusted: a raw U+202E or ANSI escape would reorder
+    or recolour a terminal showing ``curl`` output. Escaped, they are inert
+    text and decode to exactly what the probe sent.
+    """
+
+    ensure_ascii = True
+
+
 @api_view(["GET"])
+@renderer_classes([AsciiJSONRenderer])
 def hosts(request: Request) -> Response:
     return Response([host_summary_dict(h) for h in hosts_for_listing()])
 
 
 @api_view(["GET"])
+@renderer_classes([AsciiJSONRenderer])
 def host_detail(request: Request, name: str) -> Response:
     host = host_for_listing(name)
     if host is None:

@@ -22,6 +22,7 @@ from gpuadmin.fleet.process_tree import (
     process_rows,
     zombie_trees,
 )
+from gpuadmin.web.untrusted_text import visible_text
 
 # Sort keys and whether their natural order is descending (biggest / oldest first).
 SORT_DESCENDING_BY_DEFAULT = {"memory": True, "pid": False, "user": False, "age": True}
@@ -47,7 +48,7 @@ class ProcessTableRow:
 class ProcessQuery:
     """Filter and sort of the holders table. ``sort`` is a key, ``-key`` reverses its natural order."""
 
-    user: str = ""
+    user: str = ""  # as shown (untrusted_text.visible_text), so no raw control character reaches a page
     gpu: str = ""  # a GPU index, as text ("0"), or "" for all
     text: str = ""
     sort: str = DEFAULT_SORT
@@ -97,7 +98,7 @@ class ProcessQuery:
 class HostTables:
     processes: list[ProcessTableRow]  # after filter and sort
     holder_count: int  # before filtering
-    users: list[str]  # every user holding a GPU, for the filter's choices
+    users: list[str]  # every user holding a GPU (as shown), for the filter's choices
     zombie_trees: list[ZombieTree]
     zombie_count: int
     orphans: list[ProcessTableRow]
@@ -118,17 +119,18 @@ def _table_row(row: ProcessRow, rows: Mapping[int, ProcessRow], labels: Mapping[
 
 def _matches(row: ProcessTableRow, query: ProcessQuery, gpu_uuid: str | None) -> bool:
     process = row.process
-    if query.user and (process.user or "") != query.user:
+    if query.user and visible_text(process.user) != query.user:
         return False
     if query.gpu and (gpu_uuid is None or gpu_uuid not in process.gpu_memory_bytes):
         return False
     if query.text:
         needle = query.text.casefold()
+        # Searched as shown: a command line with an ESC in it is found by typing "\x1b".
         haystack = [
-            process.command_line, process.name, process.user or "", str(process.pid),
-            process.container_id or "", *process.device_files,
+            process.command_line, process.name, process.user, str(process.pid),
+            process.container_id, *process.device_files,
         ]
-        if not any(needle in part.casefold() for part in haystack):
+        if not any(needle in visible_text(part).casefold() for part in haystack):
             return False
     return True
 
@@ -166,7 +168,7 @@ def host_tables(document: dict[str, Any] | None, gpus: list[Gpu], query: Process
     return HostTables(
         processes=filter_and_sort(holders, query, gpus),
         holder_count=len(holders),
-        users=sorted({r.process.user for r in holders if r.process.user}, key=str.casefold),
+        users=sorted({visible_text(r.process.user) for r in holders if r.process.user}, key=str.casefold),
         zombie_trees=trees,
         zombie_count=sum(len(t.zombies) for t in trees),
         orphans=[_table_row(r, rows, labels) for r in orphans(rows)],

@@ -1,4 +1,5 @@
 from tests.web.people import (  # noqa: F401 - fixtures
+    _fast_password_hashing,
     approver,
     requester,
     requester_client,

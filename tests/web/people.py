@@ -13,6 +13,12 @@ from django.test import Client
 from gpuadmin.accounts.roles import Role
 
 
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings) -> None:
+    # The default hasher costs ~100 ms a user on a small CI box; these tests are not about hashing.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 def _person(username: str, role: Role | None) -> User:
     user = User.objects.create_user(username=username, password="correct horse battery")
     if role is not None:

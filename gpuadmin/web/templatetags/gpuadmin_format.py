@@ -1,12 +1,9 @@
 """Template filters for what the pages show: bytes, ages, roles, and untrusted
-text from processes made visible instead of interpreted.
+text from processes made visible instead of interpreted (see untrusted_text.py).
 
 Anything that comes from a GPU host (command line, process name, user name,
-container id) is chosen by whoever runs the process there. Auto-escaping stops
-HTML injection; ``visible_controls`` also stops *display* spoofing: an ANSI
-escape, a right-to-left override (U+202E) or a zero-width space would otherwise
-reorder or hide parts of a table cell, so they are shown as ``\\x1b``,
-``\\u202e``... in a marked span. Nothing is removed.
+container id) is chosen by whoever runs the process there: show it through
+``visible_controls`` (or ``visible_controls_text`` inside an attribute).
 """
 
 from __future__ import annotations
@@ -19,6 +16,7 @@ from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
 from gpuadmin.accounts.roles import Role, role_names
+from gpuadmin.web.untrusted_text import visible_text, visible_text_parts
 
 register = template.Library()
 
@@ -56,36 +54,6 @@ def format_duration(seconds: int | float | None) -> str:
     return " ".join(f"{n} {unit}" for n, unit in shown)
 
 
-def escape_sequence(char: str) -> str:
-    """How Python would write the character in a string literal: \\x1b, \\u202e, \\U0001f600."""
-    code = ord(char)
-    if code < 0x100:
-        return f"\\x{code:02x}"
-    if code < 0x10000:
-        return f"\\u{code:04x}"
-    return f"\\U{code:08x}"
-
-
-def visible_text_parts(text: str) -> list[tuple[bool, str]]:
-    """Split text into (is_control, piece) runs; control pieces already written as escapes.
-
-    "Control" is everything Python does not call printable (Unicode categories
-    Cc, Cf, Cs, Co, Cn, Zl, Zp and every space but U+0020): ANSI escapes, bidi
-    overrides, zero-width and other invisible characters, newlines and tabs.
-    """
-    if text.isprintable():
-        return [(False, text)] if text else []
-    parts: list[tuple[bool, str]] = []
-    for char in text:
-        is_control = not char.isprintable()
-        piece = escape_sequence(char) if is_control else char
-        if parts and parts[-1][0] == is_control:
-            parts[-1] = (is_control, parts[-1][1] + piece)
-        else:
-            parts.append((is_control, piece))
-    return parts
-
-
 @register.filter
 def bytes_human(value: Any) -> str:
     return format_bytes(value)
@@ -118,9 +86,7 @@ def visible_controls(value: Any) -> SafeString:
 @register.filter
 def visible_controls_text(value: Any) -> str:
     """Plain-text form of ``visible_controls`` for attributes (title=...): escapes as text, auto-escaped."""
-    if value is None:
-        return ""
-    return "".join(piece for _, piece in visible_text_parts(str(value)))
+    return "" if value is None else visible_text(str(value))
 
 
 @register.filter

@@ -1,0 +1,68 @@
+"""Every page needs a login, then the viewer role; the probe button needs POST."""
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from tests.web.fleet_data import store_busy_host
+from tests.web.people import client_for
+
+pytestmark = pytest.mark.django_db
+
+PAGES = [("fleet", {}), ("host_detail", {"name": "gpu01"})]
+
+
+@pytest.fixture(autouse=True)
+def _host() -> None:
+    store_busy_host("gpu01")
+
+
+@pytest.mark.parametrize(("name", "kwargs"), PAGES)
+def test_anonymous_visitors_are_sent_to_the_login_page(name, kwargs):
+    url = reverse(name, kwargs=kwargs)
+    response = Client().get(url)
+    assert response.status_code == 302
+    assert response["Location"] == f"{reverse('login')}?next={url}"
+
+
+@pytest.mark.parametrize(("name", "kwargs"), PAGES)
+def test_an_account_without_a_role_is_refused(stranger, name, kwargs):
+    assert client_for(stranger).get(reverse(name, kwargs=kwargs)).status_code == 403
+
+
+@pytest.mark.parametrize(("name", "kwargs"), PAGES)
+@pytest.mark.parametrize("person", ["viewer", "requester", "approver"])
+def test_every_role_sees_the_pages(request, person, name, kwargs):
+    user = request.getfixturevalue(person)
+    assert client_for(user).get(reverse(name, kwargs=kwargs)).status_code == 200
+
+
+def test_probe_now_needs_a_login_and_a_role(stranger):
+    url = reverse("host_probe", kwargs={"name": "gpu01"})
+    assert Client().post(url).status_code == 302
+    assert client_for(stranger).post(url).status_code == 403
+
+
+def test_probe_now_refuses_get(viewer_client):
+    assert viewer_client.get(reverse("host_probe", kwargs={"name": "gpu01"})).status_code == 405
+
+
+def test_login_page_renders_and_logs_in(viewer):
+    client = Client()
+    page = client.get(reverse("login"))
+    assert page.status_code == 200
+    assert b'name="password"' in page.content
+    response = client.post(reverse("login"), {"username": "vera", "password": "correct horse battery"})
+    assert response.status_code == 302
+    assert response["Location"] == reverse("fleet")
+    assert client.get(reverse("fleet")).status_code == 200
+
+
+def test_the_page_shows_who_is_logged_in_and_logs_out_with_post(viewer_client):
+    page = viewer_client.get(reverse("fleet")).content.decode()
+    assert '<span class="user-name">vera</span>' in page
+    assert '<span class="user-roles">viewer</span>' in page
+    assert f'<form method="post" action="{reverse("logout")}"' in page
+    response = viewer_client.post(reverse("logout"))
+    assert response.status_code == 302
+    assert viewer_client.get(reverse("fleet")).status_code == 302

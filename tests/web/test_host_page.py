@@ -1,0 +1,229 @@
+"""The host page: GPU cards, the holders table, zombie trees, orphans, findings, HTMX partials."""
+
+import re
+
+import pytest
+from django.urls import reverse
+
+from gpuadmin.fleet.models import Host
+from gpuadmin.fleet.validation import SnapshotRejected
+from tests.factories import snapshot_json
+from tests.web.fleet_data import make_offline, store, store_busy_host
+
+pytestmark = pytest.mark.django_db
+
+URL = reverse("host_detail", kwargs={"name": "gpu01"})
+
+
+@pytest.fixture
+def busy(db) -> Host:
+    return store_busy_host("gpu01")
+
+
+def section(page: str, element_id: str) -> str:
+    match = re.search(rf'<section id="{element_id}".*?</section>', page, re.S)
+    assert match, f"no section {element_id}"
+    return match.group(0)
+
+
+def process_pids(html: str) -> list[int]:
+    return [int(pid) for pid in re.findall(r'<tr data-pid="(\d+)">', html)]
+
+
+def row_of(html: str, pid: int) -> str:
+    match = re.search(rf'<tr data-pid="{pid}">.*?</tr>', html, re.S)
+    assert match, f"no row for pid {pid}"
+    return match.group(0)
+
+
+def page_of(client, url: str = URL, **params) -> str:
+    response = client.get(url, params)
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def test_unknown_host_is_a_404_page(viewer_client):
+    assert viewer_client.get(reverse("host_detail", kwargs={"name": "nope"})).status_code == 404
+
+
+def test_gpu_cards_show_used_attributed_unattributed_utilization_and_total(viewer_client, busy):
+    summary = section(page_of(viewer_client), "host-summary")
+    card = re.search(r'data-gpu-index="0">.*?</table>', summary, re.S).group(0)
+    assert "<tr><th>Used</th><td class=\"mono\">30.0 GiB</td></tr>" in card
+    assert "<tr><th>Attributed</th><td class=\"mono\">28.0 GiB</td></tr>" in card
+    assert "<tr><th>Unattributed</th><td class=\"mono unattributed\">2.0 GiB</td></tr>" in card
+    assert "<tr><th>Utilization</th><td class=\"mono\">97%</td></tr>" in card
+    assert "<tr><th>Total</th><td class=\"mono\">80.0 GiB</td></tr>" in card
+
+
+def test_holders_table_lists_gpu_memory_and_device_file_holders_biggest_first(viewer_client, busy):
+    table = section(page_of(viewer_client), "host-processes")
+    assert process_pids(table) == [101, 102, 201, 202, 103]
+    row = row_of(table, 101)
+    assert "alice" in row
+    assert "<div>GPU 0: 20.0 GiB</div>" in row
+    assert '<td class="mono">S</td>' in row
+    assert ">3 h 12 min</td>" in row
+    assert '100 <span class="mono">launch</span>' in row  # parent pid + name
+    assert '<span class="cmdline">python train.py --lr 3e-4</span>' in row
+    device_row = row_of(table, 103)
+    assert '<div class="muted">/dev/nvidia0</div>' in device_row
+
+
+def test_a_truncated_command_line_is_flagged(viewer_client):
+    from tests.factories import proc
+
+    store("gpu01", processes=[proc(7, cmdline=["python", "x" * 50], cmdline_truncated=True,
+                                   gpu_memory={"GPU-sim-0000": 1})])
+    row = row_of(section(page_of(viewer_client), "host-processes"), 7)
+    assert '<span class="truncated"' in row
+
+
+@pytest.mark.parametrize(("sort", "pids"), [
+    ("memory", [101, 102, 201, 202, 103]),
+    ("-memory", [103, 201, 202, 102, 101]),
+    ("pid", [101, 102, 103, 201, 202]),
+    ("-pid", [202, 201, 103, 102, 101]),
+    ("user", [101, 102, 103, 201, 202]),  # alice, bob, carol, erin, erin
+    ("age", [101, 201, 202, 103, 102]),  # oldest first: 11520 s, 7200 s, 7200 s, 600 s, 50 s
+    ("-age", [102, 103, 201, 202, 101]),
+])
+def test_sorting(viewer_client, busy, sort, pids):
+    assert process_pids(section(page_of(viewer_client, sort=sort), "host-processes")) == pids
+
+
+def test_an_unknown_sort_falls_back_to_memory(viewer_client, busy):
+    table = section(page_of(viewer_client, sort="rm -rf"), "host-processes")
+    assert process_pids(table) == [101, 102, 201, 202, 103]
+
+
+@pytest.mark.parametrize(("params", "pids"), [
+    ({"user": "erin"}, [201, 202]),
+    ({"gpu": "1"}, [102]),
+    ({"gpu": "0"}, [101, 201, 202]),
+    ({"q": "TRAIN.PY"}, [101]),
+    ({"q": "nvidiactl"}, [103]),
+    ({"q": "202"}, [202]),
+    ({"user": "erin", "q": "rank 1"}, [202]),
+    ({"user": "nobody"}, []),
+])
+def test_filtering(viewer_client, busy, params, pids):
+    table = section(page_of(viewer_client, **params), "host-processes")
+    assert process_pids(table) == pids
+    if pids:
+        assert f"{len(pids)} of 5 processes match the filter." in table
+    else:
+        assert "None of the 5 processes holding a GPU match the filter." in table
+
+
+def test_sort_links_keep_the_filter_and_toggle_the_order(viewer_client, busy):
+    table = section(page_of(viewer_client, user="erin", sort="pid"), "host-processes")
+    assert '<a href="?user=erin&amp;sort=-pid" class="sorted">PID ▲</a>' in table
+    assert '<a href="?user=erin">GPU memory</a>' in table
+
+
+def test_zombie_trees_group_zombies_under_their_parent(viewer_client, busy):
+    zombies = section(page_of(viewer_client), "host-zombies")
+    tree = re.search(r'data-parent-pid="300">.*?</details>', zombies, re.S).group(0)
+    assert 'Parent 300 <span class="mono">leaky-parent</span>' in tree
+    assert re.search(r"\(\s*dave\s*\)", tree)
+    assert '<span class="zombie-count">5 zombies</span>' in tree
+    assert '<div class="cmdline">leaky-parent --forks 5</div>' in tree
+    assert re.findall(r'<li data-pid="(\d+)">', tree) == ["301", "302", "303", "304", "305"]
+    lost = re.search(r'data-parent-pid="999">.*?</details>', zombies, re.S).group(0)
+    assert "Parent 999 <span class=\"muted\">(not in the snapshot)</span>" in lost
+    assert '<span class="zombie-count">1 zombie</span>' in lost
+    assert re.findall(r'<li data-pid="(\d+)">', lost) == ["310"]
+    # The biggest tree comes first.
+    assert zombies.index('data-parent-pid="300"') < zombies.index('data-parent-pid="999"')
+
+
+def test_orphans_section_lists_orphans_holding_a_gpu(viewer_client, busy):
+    orphans = section(page_of(viewer_client), "host-orphans")
+    assert process_pids(orphans) == [201, 202]
+    assert "group 200, session 200" in row_of(orphans, 201)
+
+
+def test_findings_show_severity_title_remedy_and_since_when_most_severe_first(viewer_client, busy):
+    summary = section(page_of(viewer_client), "host-summary")
+    kinds = re.findall(r'data-kind="([a-z_]+)"', summary)
+    assert kinds == ["orphan_gpu", "unattributed_memory", "unattributed_memory", "zombies", "zombies"]
+    finding = busy.findings.get(kind="orphan_gpu")
+    assert f"<strong>{finding.title}</strong>" in summary
+    assert f'<div class="remedy">Remedy: {finding.remedy}</div>' in summary
+    assert f'since <time datetime="{finding.first_seen_at.isoformat()}"' in summary
+
+
+def test_a_rejected_snapshot_and_an_unavailable_backend_are_explained(viewer_client):
+    store("gpu01", gpus=[], backend="none", available=False, reason="NVML library not found")
+    with pytest.raises(SnapshotRejected):
+        from gpuadmin.fleet.ingest import ingest_snapshot
+
+        ingest_snapshot(snapshot_json("gpu01").replace('"schema_version": 1', '"schema_version": 99'))
+    summary = section(page_of(viewer_client), "host-summary")
+    error = Host.objects.get(name="gpu01").last_error
+    assert error
+    assert "The last snapshot from this host was rejected" in summary
+    assert error.replace("'", "&#x27;").replace('"', "&quot;") in summary
+    assert "GPU data unavailable (none): NVML library not found" in summary
+
+
+def test_offline_host_is_marked(viewer_client, busy):
+    make_offline(busy)
+    summary = section(page_of(viewer_client), "host-summary")
+    assert '<span class="badge badge-offline">offline</span>' in summary
+
+
+def test_request_kill_links_only_for_requesters(viewer_client, requester_client, busy):
+    assert "Request kill" not in page_of(viewer_client)
+    page = page_of(requester_client)
+    try:
+        new_url = reverse("kill_request_new")
+    except Exception:
+        pytest.skip("the kills app has no kill_request_new page yet")
+    row = row_of(section(page, "host-processes"), 101)
+    assert f'<a class="request-kill" href="{new_url}?host=gpu01&amp;pid=101&amp;start=10100">' in row
+
+
+def test_the_tables_poll_with_the_filter_form_included(viewer_client, busy, settings):
+    settings.GPUADMIN_PROBE_INTERVAL_SECONDS = 5
+    page = page_of(viewer_client)
+    assert (f'<div id="host-tables" hx-get="{URL}" hx-trigger="every 5s" hx-include="#process-filters" '
+            'hx-target="this" hx-swap="outerHTML">') in page
+    assert 'hx-target="#host-processes"' in page and 'hx-push-url="true"' in page
+
+
+def test_the_poll_returns_tables_and_summary_without_the_page(viewer_client, busy):
+    full = page_of(viewer_client, user="erin")
+    response = viewer_client.get(URL, {"user": "erin"}, HTTP_HX_REQUEST="true", HTTP_HX_TARGET="host-tables")
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert "<html" not in body and "<nav" not in body
+    assert body.lstrip().startswith('<div id="host-tables"')
+    for region in ("host-processes", "host-zombies", "host-orphans"):
+        assert section(body, region) == section(full, region)
+    assert '<section id="host-summary" hx-swap-oob="true">' in body
+    assert process_pids(section(body, "host-processes")) == [201, 202]
+    assert {"HX-Request", "HX-Target"} <= {v.strip() for v in response["Vary"].split(",")}
+
+
+def test_the_filter_form_gets_only_the_processes_partial(viewer_client, busy):
+    full = page_of(viewer_client, gpu="1")
+    response = viewer_client.get(URL, {"gpu": "1"}, HTTP_HX_REQUEST="true", HTTP_HX_TARGET="host-processes")
+    body = response.content.decode().strip()
+    assert body.startswith('<section id="host-processes">') and body.endswith("</section>")
+    assert body == section(full, "host-processes")
+    assert process_pids(body) == [102]
+
+
+def test_polling_a_host_that_is_gone_stops_the_polling(viewer_client):
+    # Same path as a host deleted while its page is open: the name no longer resolves.
+    response = viewer_client.get(URL, HTTP_HX_REQUEST="true", HTTP_HX_TARGET="host-tables")
+    assert response.status_code == 286
+    assert "is no longer known" in response.content.decode()
+
+
+def test_a_host_without_a_stored_snapshot_still_has_a_page(viewer_client):
+    Host.objects.create(name="gpu01")
+    page = page_of(viewer_client)
+    assert "No snapshot stored for this host yet." in page

@@ -1,0 +1,57 @@
+"""The host page's "Probe now" button sends an on-demand probe through the real broker."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+from django.conf import settings as django_settings
+from django.contrib.messages import get_messages
+from django.urls import reverse
+
+from gpuadmin.fleet.models import Host
+from tests.web.fleet_data import store
+
+pytestmark = pytest.mark.django_db
+
+URL = reverse("host_probe", kwargs={"name": "gpu01"})
+
+
+def filesystem_queue() -> Path:
+    if not django_settings.CELERY_BROKER_URL.startswith("filesystem://"):
+        pytest.skip("these tests use the embedded filesystem broker (REDIS_URL is set)")
+    return Path(django_settings.CELERY_BROKER_TRANSPORT_OPTIONS["data_folder_out"])
+
+
+def test_probe_now_sends_a_probe_and_says_so(viewer_client):
+    queue = filesystem_queue()
+    store("gpu01")
+    before = set(queue.iterdir())
+    response = viewer_client.post(URL)
+    assert response.status_code == 302
+    assert response["Location"] == reverse("host_detail", kwargs={"name": "gpu01"})
+    assert Host.objects.get(name="gpu01").last_probe_sent_at is not None
+    sent = set(queue.iterdir()) - before
+    assert len(sent) == 1
+    assert "gpu01" in next(iter(sent)).read_text()  # routed to the host's queue
+    assert [str(m) for m in get_messages(response.wsgi_request)] == [
+        "Asked gpu01 for a new snapshot; the tables refresh when it arrives."
+    ]
+
+
+def test_probe_now_explains_a_broker_failure_instead_of_failing(viewer_client):
+    queue = filesystem_queue()
+    store("gpu01")
+    parked = queue.with_name("queue-parked")
+    queue.rename(parked)
+    try:
+        response = viewer_client.post(URL, follow=True)
+    finally:
+        shutil.rmtree(queue, ignore_errors=True)
+        parked.rename(queue)
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert '<li class="message message-error">Could not ask gpu01 for a probe:' in page
+
+
+def test_probe_now_for_an_unknown_host_is_404(viewer_client):
+    assert viewer_client.post(URL).status_code == 404
