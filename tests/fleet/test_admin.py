@@ -15,8 +15,16 @@ from tests.fleet.conftest import at
 
 pytestmark = pytest.mark.django_db
 
-MODELS = ["host", "gpu", "latestsnapshot", "gpusample", "hostsample", "processlife", "finding",
-          "snapshotrejection"]
+MODELS = [
+    "host",
+    "gpu",
+    "latestsnapshot",
+    "gpusample",
+    "hostsample",
+    "processlife",
+    "finding",
+    "snapshotrejection",
+]
 
 
 @pytest.fixture
@@ -24,7 +32,7 @@ def admin_client_with_data(ingest: Callable[..., Host]) -> Client:
     zombies = [proc(p, ppid=4120, state="Z", cmdline=[]) for p in (4121, 4122)]
     holder = proc(4120, cmdline=["python", "<script>alert(1)</script>"], gpu_memory={"GPU-sim-0000": GiB})
     ingest(snapshot("gpu01", processes=[holder, *zombies], gpus=[gpu(0, used=GiB)], taken_at=at(0)))
-    user = get_user_model().objects.create_superuser("root", password="pw-for-tests-only")  # noqa: S106
+    user = get_user_model().objects.create_superuser("root", password="pw-for-tests-only")
     client = Client()
     client.force_login(user)
     return client

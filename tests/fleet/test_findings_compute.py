@@ -67,8 +67,13 @@ def test_zombies_of_pid_1_point_at_a_missing_init() -> None:
 
 @pytest.mark.parametrize(
     ("count", "severity"),
-    [(1, Severity.INFO), (9, Severity.INFO), (10, Severity.WARNING), (999, Severity.WARNING),
-     (1000, Severity.CRITICAL)],
+    [
+        (1, Severity.INFO),
+        (9, Severity.INFO),
+        (10, Severity.WARNING),
+        (999, Severity.WARNING),
+        (1000, Severity.CRITICAL),
+    ],
 )
 def test_zombie_severity_grows_with_their_number(count: int, severity: str) -> None:
     (draft,) = of_kind(snapshot(processes=trainer_with_zombies(count)), Kind.ZOMBIES)
@@ -83,11 +88,18 @@ def test_no_zombies_no_finding() -> None:
 # --- orphans --------------------------------------------------------------
 
 
-def orphan_worker(pid: int, *, launcher: int = 4120, session: int | None = None,
-                  memory: int | None = 4 * GiB, **kw: Any) -> dict[str, Any]:
+def orphan_worker(
+    pid: int, *, launcher: int = 4120, session: int | None = None, memory: int | None = 4 * GiB, **kw: Any
+) -> dict[str, Any]:
     return proc(
-        pid, ppid=1, orphaned=True, pgid=launcher, sid=session or launcher, user="bob",
-        gpu_memory={GPU0: memory} if memory is not None else None, **kw,
+        pid,
+        ppid=1,
+        orphaned=True,
+        pgid=launcher,
+        sid=session or launcher,
+        user="bob",
+        gpu_memory={GPU0: memory} if memory is not None else None,
+        **kw,
     )
 
 
@@ -181,8 +193,8 @@ def test_unknown_used_memory_is_no_finding() -> None:
 
 
 @pytest.mark.parametrize(
-    ("in_use", "severity"), [(800, None), (801, Severity.WARNING), (950, Severity.WARNING),
-                             (951, Severity.CRITICAL)],
+    ("in_use", "severity"),
+    [(800, None), (801, Severity.WARNING), (950, Severity.WARNING), (951, Severity.CRITICAL)],
 )
 def test_pid_exhaustion_above_80_percent_of_pid_max(in_use: int, severity: str | None) -> None:
     drafts = of_kind(snapshot(pid_max=1000, pids_in_use=in_use), Kind.PID_EXHAUSTION)
@@ -246,8 +258,16 @@ def test_describe_a_process_without_command_line() -> None:
 
 @pytest.mark.parametrize(
     ("size", "text"),
-    [(0, "0 bytes"), (1, "1 byte"), (1023, "1023 bytes"), (1024, "1 KiB"), (512 * MiB, "512 MiB"),
-     (12 * GiB, "12 GiB"), (3 * GiB // 2, "1.5 GiB"), (1024 * GiB, "1 TiB")],
+    [
+        (0, "0 bytes"),
+        (1, "1 byte"),
+        (1023, "1023 bytes"),
+        (1024, "1 KiB"),
+        (512 * MiB, "512 MiB"),
+        (12 * GiB, "12 GiB"),
+        (3 * GiB // 2, "1.5 GiB"),
+        (1024 * GiB, "1 TiB"),
+    ],
 )
 def test_human_bytes(size: int, text: str) -> None:
     assert human_bytes(size) == text

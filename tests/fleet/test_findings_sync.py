@@ -15,8 +15,13 @@ Severity = Finding.Severity
 
 
 def zombies(parent: str, count: int) -> FindingDraft:
-    return FindingDraft(kind=Kind.ZOMBIES, key=parent, severity=Severity.INFO,
-                        title=f"{count} zombies under {parent}", remedy="reap them")
+    return FindingDraft(
+        kind=Kind.ZOMBIES,
+        key=parent,
+        severity=Severity.INFO,
+        title=f"{count} zombies under {parent}",
+        remedy="reap them",
+    )
 
 
 @pytest.fixture
@@ -36,7 +41,10 @@ def test_open_refresh_resolve(host: Host) -> None:
     assert (result.opened, result.refreshed, result.resolved) == (0, 1, 1)
     kept = host.findings.get(key="4120:1")
     assert (kept.title, kept.first_seen_at, kept.last_seen_at, kept.resolved_at) == (
-        "5 zombies under 4120:1", at(0), at(10), None
+        "5 zombies under 4120:1",
+        at(0),
+        at(10),
+        None,
     )
     assert host.findings.get(key="7000:1").resolved_at == at(10)
     assert open_titles(host) == ["5 zombies under 4120:1"]
@@ -52,8 +60,14 @@ def test_a_finding_that_comes_back_opens_a_new_episode(host: Host) -> None:
 
 def test_findings_of_the_kills_app_are_never_touched(host: Host) -> None:
     unkillable = Finding.objects.create(
-        host=host, kind=Kind.UNKILLABLE, key="4120:1", severity=Severity.CRITICAL,
-        title="python survived SIGKILL", remedy="reboot", first_seen_at=T0, last_seen_at=T0,
+        host=host,
+        kind=Kind.UNKILLABLE,
+        key="4120:1",
+        severity=Severity.CRITICAL,
+        title="python survived SIGKILL",
+        remedy="reboot",
+        first_seen_at=T0,
+        last_seen_at=T0,
     )
     sync_findings(host, [], at(10))
     unkillable.refresh_from_db()
@@ -72,7 +86,9 @@ def test_findings_of_another_host_are_left_alone(host: Host) -> None:
 
 def test_severity_and_details_follow_the_latest_snapshot(host: Host) -> None:
     sync_findings(host, [zombies("4120:1", 2)], at(0))
-    worse = FindingDraft(Kind.ZOMBIES, "4120:1", Severity.CRITICAL, "2000 zombies", "reap", {"zombie_count": 2000})
+    worse = FindingDraft(
+        Kind.ZOMBIES, "4120:1", Severity.CRITICAL, "2000 zombies", "reap", {"zombie_count": 2000}
+    )
     sync_findings(host, [worse], at(10))
     finding = host.findings.get()
     assert (finding.severity, finding.details) == (Severity.CRITICAL, {"zombie_count": 2000})

@@ -27,21 +27,39 @@ def ddp_job(taken_seconds: float, *, workers: int = 300, memory: int = GiB, **kw
         proc(1000 + i, ppid=100, gpu_memory={GPU0: memory}, device_files=["/dev/nvidia0"], reasons=["gpu"])
         for i in range(workers)
     ]
-    return snapshot("gpu01", processes=[launcher, *ranks], gpus=[gpu(0, used=workers * memory, total=None)],
-                    taken_at=at(taken_seconds), **kwargs)
+    return snapshot(
+        "gpu01",
+        processes=[launcher, *ranks],
+        gpus=[gpu(0, used=workers * memory, total=None)],
+        taken_at=at(taken_seconds),
+        **kwargs,
+    )
 
 
 def test_each_snapshot_adds_one_sample_per_gpu_and_one_per_host(ingest: Callable[..., Host]) -> None:
     gpus = [gpu(0, used=GiB, utilization_percent=50), gpu(1, used=0, utilization_percent=None)]
     for t in (0, 10, 20):
-        ingest(snapshot("gpu01", processes=[proc(7, gpu_memory={GPU0: GiB})], gpus=gpus, taken_at=at(t),
-                        pids_in_use=300 + t))
+        ingest(
+            snapshot(
+                "gpu01",
+                processes=[proc(7, gpu_memory={GPU0: GiB})],
+                gpus=gpus,
+                taken_at=at(t),
+                pids_in_use=300 + t,
+            )
+        )
     assert GpuSample.objects.count() == 6
     assert list(HostSample.objects.order_by("taken_at").values_list("taken_at", "pids_in_use")) == [
-        (at(0), 300), (at(10), 310), (at(20), 320)
+        (at(0), 300),
+        (at(10), 310),
+        (at(20), 320),
     ]
     sample = GpuSample.objects.get(gpu__index=0, taken_at=at(10))
-    assert (sample.memory_used_bytes, sample.memory_attributed_bytes, sample.utilization_percent) == (GiB, GiB, 50)
+    assert (sample.memory_used_bytes, sample.memory_attributed_bytes, sample.utilization_percent) == (
+        GiB,
+        GiB,
+        50,
+    )
     assert GpuSample.objects.get(gpu__index=1, taken_at=at(10)).utilization_percent is None
 
 
@@ -81,8 +99,14 @@ def test_ancestors_and_descendants_get_no_life_of_their_own(ingest: Callable[...
     child = proc(102, ppid=101, reasons=["descendant"])
     dataloader_orphan = proc(200, ppid=1, orphaned=True, pgid=150, sid=150, reasons=["descendant"])
     stuck = proc(300, state="D", reasons=["uninterruptible"])
-    ingest(snapshot("gpu01", processes=[launcher, holder, child, dataloader_orphan, stuck],
-                    gpus=[gpu(0, used=GiB)], taken_at=at(0)))
+    ingest(
+        snapshot(
+            "gpu01",
+            processes=[launcher, holder, child, dataloader_orphan, stuck],
+            gpus=[gpu(0, used=GiB)],
+            taken_at=at(0),
+        )
+    )
     assert sorted(ProcessLife.objects.values_list("pid", flat=True)) == [101, 200, 300]
 
 
@@ -91,8 +115,11 @@ def test_a_life_records_peak_memory_and_flags_across_snapshots(ingest: Callable[
         return [proc(1000, ppid=1, gpu_memory={GPU0: memory}, device_files=["/dev/nvidia0"], **kwargs)]
 
     ingest(snapshot("gpu01", processes=worker(2 * GiB), gpus=[gpu(0, used=8 * GiB)], taken_at=at(0)))
-    ingest(snapshot("gpu01", processes=worker(8 * GiB, orphaned=True), gpus=[gpu(0, used=8 * GiB)],
-                    taken_at=at(10)))
+    ingest(
+        snapshot(
+            "gpu01", processes=worker(8 * GiB, orphaned=True), gpus=[gpu(0, used=8 * GiB)], taken_at=at(10)
+        )
+    )
     ingest(snapshot("gpu01", processes=worker(3 * GiB), gpus=[gpu(0, used=8 * GiB)], taken_at=at(20)))
 
     life = ProcessLife.objects.get()
@@ -106,10 +133,22 @@ def test_a_life_records_peak_memory_and_flags_across_snapshots(ingest: Callable[
 
 
 def test_a_reused_pid_starts_a_new_life(ingest: Callable[..., Host]) -> None:
-    ingest(snapshot("gpu01", processes=[proc(1000, start=5, gpu_memory={GPU0: GiB})], gpus=[gpu(0, used=GiB)],
-                    taken_at=at(0)))
-    ingest(snapshot("gpu01", processes=[proc(1000, start=9000, gpu_memory={GPU0: GiB})],
-                    gpus=[gpu(0, used=GiB)], taken_at=at(10)))
+    ingest(
+        snapshot(
+            "gpu01",
+            processes=[proc(1000, start=5, gpu_memory={GPU0: GiB})],
+            gpus=[gpu(0, used=GiB)],
+            taken_at=at(0),
+        )
+    )
+    ingest(
+        snapshot(
+            "gpu01",
+            processes=[proc(1000, start=9000, gpu_memory={GPU0: GiB})],
+            gpus=[gpu(0, used=GiB)],
+            taken_at=at(10),
+        )
+    )
     lives = list(ProcessLife.objects.order_by("start_time_ticks").values_list("start_time_ticks", "gone_at"))
     assert lives == [(5, at(10)), (9000, None)]
 
@@ -126,7 +165,10 @@ def test_a_process_that_stops_mattering_but_stays_in_the_snapshot_is_kept_curren
     ingest(snapshot("gpu01", processes=[parent, freed, child], gpus=[gpu(0, used=GiB)], taken_at=at(10)))
     life = ProcessLife.objects.get(pid=101)
     assert (life.last_seen_at, life.gone_at, life.last_gpu_memory_bytes, life.peak_gpu_memory_bytes) == (
-        at(10), None, 0, GiB
+        at(10),
+        None,
+        0,
+        GiB,
     )
     # Gone from the snapshot altogether: the life ends; back again: it reopens with its history.
     ingest(snapshot("gpu01", processes=[], gpus=[gpu(0, used=0)], taken_at=at(20)))
@@ -139,8 +181,11 @@ def test_a_process_that_stops_mattering_but_stays_in_the_snapshot_is_kept_curren
 
 def test_lives_of_other_hosts_are_left_alone(ingest: Callable[..., Host]) -> None:
     for name in ("gpu01", "gpu02"):
-        ingest(snapshot(name, processes=[proc(1000, gpu_memory={GPU0: GiB})], gpus=[gpu(0, used=GiB)],
-                        taken_at=at(0)))
+        ingest(
+            snapshot(
+                name, processes=[proc(1000, gpu_memory={GPU0: GiB})], gpus=[gpu(0, used=GiB)], taken_at=at(0)
+            )
+        )
     ingest(snapshot("gpu01", processes=[], gpus=[gpu(0, used=0)], taken_at=at(10)))
     assert ProcessLife.objects.get(host__name="gpu01").gone_at == at(10)
     assert ProcessLife.objects.get(host__name="gpu02").gone_at is None

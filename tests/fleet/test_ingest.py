@@ -35,8 +35,13 @@ STORED_MODELS: list[type[Model]] = [Host, LatestSnapshot, Gpu, GpuSample, HostSa
 
 def busy_host(taken_seconds: float = 0, **kwargs: Any) -> dict[str, Any]:
     """gpu01: a trainer on GPU 0, a parent with 3 zombies, GPU 1 with memory nobody accounts for."""
-    trainer = proc(4120, cmdline=["python", "train.py"], gpu_memory={GPU0: 10 * GiB},
-                   device_files=["/dev/nvidia0"], reasons=["gpu", "device"])
+    trainer = proc(
+        4120,
+        cmdline=["python", "train.py"],
+        gpu_memory={GPU0: 10 * GiB},
+        device_files=["/dev/nvidia0"],
+        reasons=["gpu", "device"],
+    )
     shell = proc(3000, ppid=1, name="bash", cmdline=["bash"], reasons=["ancestor"])
     parent = proc(5000, ppid=3000, name="python", cmdline=["python", "serve.py"], reasons=["ancestor"])
     zombies = [proc(p, ppid=5000, state="Z", cmdline=[], reasons=["zombie"]) for p in (5001, 5002, 5003)]
@@ -74,7 +79,11 @@ def test_a_good_snapshot_creates_the_host_and_stores_everything(ingest: Callable
     assert host.process_count == document["process_counts"]["total"]
     assert host.zombie_count == 3
     assert host.gpu_process_count == 1
-    assert (host.gpu_backend_name, host.gpu_backend_available, host.gpu_backend_reason) == ("simulated", True, "")
+    assert (host.gpu_backend_name, host.gpu_backend_available, host.gpu_backend_reason) == (
+        "simulated",
+        True,
+        "",
+    )
     assert host.last_error == ""
 
     assert host.latest_snapshot.document == document
@@ -185,7 +194,11 @@ def test_a_bad_snapshot_is_refused_with_a_clear_error_and_changes_nothing_stored
     assert caught.value.message.startswith(message)
     assert caught.value.host_name == "gpu01"
     (rejection,) = SnapshotRejection.objects.all()
-    assert (rejection.host_name, rejection.error, rejection.received_at) == ("gpu01", caught.value.message, at(11))
+    assert (rejection.host_name, rejection.error, rejection.received_at) == (
+        "gpu01",
+        caught.value.message,
+        at(11),
+    )
     assert rejection.size_bytes > 0
     host = Host.objects.get()
     assert (host.last_error, host.last_error_at) == (caught.value.message, at(11))
@@ -295,8 +308,9 @@ def test_backend_unavailable_is_stored_with_its_reason(ingest: Callable[..., Hos
 
 def test_two_hosts_are_kept_apart(ingest: Callable[..., Host]) -> None:
     ingest(busy_host(0))
-    other = snapshot("gpu02", processes=[proc(4120, gpu_memory={GPU0: GiB})], gpus=[gpu(0, used=GiB)],
-                     taken_at=at(0))
+    other = snapshot(
+        "gpu02", processes=[proc(4120, gpu_memory={GPU0: GiB})], gpus=[gpu(0, used=GiB)], taken_at=at(0)
+    )
     ingest(other)
     assert Host.objects.count() == 2
     assert Gpu.objects.filter(uuid=GPU0).count() == 2

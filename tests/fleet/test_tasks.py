@@ -47,7 +47,9 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
 
 
 def host_last_seen(name: str, last_seen_at: datetime) -> Host:
-    return Host.objects.create(name=name, first_seen_at=last_seen_at - timedelta(days=1), last_seen_at=last_seen_at)
+    return Host.objects.create(
+        name=name, first_seen_at=last_seen_at - timedelta(days=1), last_seen_at=last_seen_at
+    )
 
 
 def probed(calls: list[dict[str, Any]]) -> list[str]:
@@ -91,8 +93,14 @@ def test_schedule_probes_task_sends_and_counts(sent: list[dict[str, Any]]) -> No
 def test_request_probe_sends_one_expiring_probe(sent: list[dict[str, Any]]) -> None:
     host_last_seen("gpu01", at(-7200))
     request_probe("gpu01", now=at(0))
-    assert sent == [{"name": PROBE_TASK, "args": (), "queue": "host.gpu01",
-                     "expires": settings.GPUADMIN_PROBE_INTERVAL_SECONDS}]
+    assert sent == [
+        {
+            "name": PROBE_TASK,
+            "args": (),
+            "queue": "host.gpu01",
+            "expires": settings.GPUADMIN_PROBE_INTERVAL_SECONDS,
+        }
+    ]
     assert Host.objects.get().last_probe_sent_at == at(0)
 
 

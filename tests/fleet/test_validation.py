@@ -108,8 +108,14 @@ def test_missing_schema_version() -> None:
         (lambda d: d["processes"][3].update(pid=-1), "processes[3].pid: -1 is less than the minimum of 1"),
         (lambda d: d["processes"][0].update(pid=1.0), "processes[0].pid: 1.0 is not of type 'integer'"),
         (lambda d: d["host"].pop("boot_id"), "host: 'boot_id' is a required property"),
-        (lambda d: d.update(extra=1), "snapshot: Additional properties are not allowed ('extra' was unexpected)"),
-        (lambda d: d["gpus"][0].update(utilization_percent=101), "gpus[0].utilization_percent: 101 is greater"),
+        (
+            lambda d: d.update(extra=1),
+            "snapshot: Additional properties are not allowed ('extra' was unexpected)",
+        ),
+        (
+            lambda d: d["gpus"][0].update(utilization_percent=101),
+            "gpus[0].utilization_percent: 101 is greater",
+        ),
         (
             lambda d: d["processes"][1]["gpu_memory_bytes"].update({"GPU-sim-0000": -5}),
             'processes[1].gpu_memory_bytes["GPU-sim-0000"]: -5 is less than the minimum of 0',
@@ -142,7 +148,9 @@ def test_duplicate_pid() -> None:
 
 def test_duplicate_gpu_uuid_and_index() -> None:
     document = good(gpus=[gpu(0), gpu(1, uuid="GPU-sim-0000")])
-    assert rejection(json.dumps(document)).message.startswith('gpus[1].uuid: GPU "GPU-sim-0000" is listed twice')
+    assert rejection(json.dumps(document)).message.startswith(
+        'gpus[1].uuid: GPU "GPU-sim-0000" is listed twice'
+    )
     document = good(gpus=[gpu(0), gpu(0, uuid="GPU-other")])
     assert rejection(json.dumps(document)).message.startswith("gpus[1].index: GPU index 0 is listed twice")
 
@@ -169,9 +177,10 @@ def test_taken_at_more_than_five_minutes_ahead_of_central() -> None:
 def test_taken_at_that_is_no_date() -> None:
     document = good()
     document["taken_at"] = "2026-13-45T10:00:00Z"
-    assert "taken_at: \"2026-13-45T10:00:00Z\" is not a valid date and time" in rejection(
-        json.dumps(document)
-    ).message
+    assert (
+        'taken_at: "2026-13-45T10:00:00Z" is not a valid date and time'
+        in rejection(json.dumps(document)).message
+    )
 
 
 def test_numbers_too_big_for_the_database() -> None:
@@ -181,9 +190,10 @@ def test_numbers_too_big_for_the_database() -> None:
         f"processes[0].rss_bytes: {2**70} is larger than a 64-bit integer"
     )
     document = good(processes=[proc(PID_MAX_LIMIT + 1)])
-    assert "processes[0].pid: 4194305 is greater than Linux's PID_MAX_LIMIT" in rejection(
-        json.dumps(document)
-    ).message
+    assert (
+        "processes[0].pid: 4194305 is greater than Linux's PID_MAX_LIMIT"
+        in rejection(json.dumps(document)).message
+    )
     document = good(processes=[proc(10, uid=2**31)])
     assert rejection(json.dumps(document)).message.startswith("processes[0].uid: 2147483648 is greater")
 
@@ -192,7 +202,10 @@ def test_text_postgresql_cannot_store() -> None:
     document = good(processes=[proc(10, cmdline=["python", "a\x00b"])])
     assert rejection(json.dumps(document)).message == "processes[0].cmdline[1]: contains a NUL character"
     text = json.dumps(good(processes=[proc(10, name="py")])).replace('"name": "py"', '"name": "\\ud800"')
-    assert rejection(text).message == "processes[0].name: contains a lone UTF-16 surrogate, not valid Unicode text"
+    assert (
+        rejection(text).message
+        == "processes[0].name: contains a lone UTF-16 surrogate, not valid Unicode text"
+    )
 
 
 def test_hostile_text_is_accepted_as_data() -> None:
@@ -202,7 +215,10 @@ def test_hostile_text_is_accepted_as_data() -> None:
 
 
 def test_host_name_from_text_is_best_effort() -> None:
-    assert host_name_from_text('{"schema_version": 1, "host": {"boot_id": "x", "name": "gpu-3.lab"') == "gpu-3.lab"
+    assert (
+        host_name_from_text('{"schema_version": 1, "host": {"boot_id": "x", "name": "gpu-3.lab"')
+        == "gpu-3.lab"
+    )
     assert host_name_from_text(b'{"host": {"name": "<script>"}}') == ""
     assert host_name_from_text("not json at all") == ""
 
@@ -210,4 +226,6 @@ def test_host_name_from_text_is_best_effort() -> None:
 def test_json_path() -> None:
     assert json_path([]) == "snapshot"
     assert json_path(["processes", 3, "pid"]) == "processes[3].pid"
-    assert json_path(["processes", 0, "gpu_memory_bytes", "GPU-1"]) == 'processes[0].gpu_memory_bytes["GPU-1"]'
+    assert (
+        json_path(["processes", 0, "gpu_memory_bytes", "GPU-1"]) == 'processes[0].gpu_memory_bytes["GPU-1"]'
+    )
