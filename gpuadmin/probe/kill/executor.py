@@ -165,9 +165,11 @@ class _Execution:
         return record
 
     def refuse(self, tracked: _Tracked, reason: Refusal, detail: str, **fields: Any) -> None:
-        # A target that already got a signal and then cannot get the next one was
-        # not refused outright: the order failed for it.
-        tracked.outcome = Outcome.FAILED if tracked.signals_sent else Outcome.REFUSED
+        # The agent declining to touch a target is a refusal; a target it could
+        # not signal (EPERM...), or that changed after it got a signal, is a
+        # failure of the order: it is still there and nobody decided so.
+        could_not = reason in (Refusal.PERMISSION_DENIED, Refusal.SIGNAL_ERROR)
+        tracked.outcome = Outcome.FAILED if could_not or tracked.signals_sent else Outcome.REFUSED
         tracked.detail = f"refused: {detail}"
         tracked.extra.update({"reason": reason.value, **fields})
         self.emit(Event.REFUSED, tracked, reason=reason.value, detail=tracked.detail, **fields)
@@ -213,14 +215,10 @@ class _Execution:
                 self.exited(tracked)
                 continue
             except OSError as error:
-                if error.errno == errno.ENOSYS:
-                    tracked.method = Method.KILL
-                elif error.errno == errno.EINVAL:
-                    # pidfd_open refuses thread ids; observe() names the process.
-                    tracked.method = Method.KILL
-                else:
-                    self.refuse(tracked, Refusal.SIGNAL_ERROR, f"could not open a pidfd: {error.strerror}")
+                if error.errno != errno.ENOSYS:
+                    self.refuse_unopenable(tracked, error)
                     continue
+                tracked.method = Method.KILL
             seen = self.observe(tracked)
             if seen.seen is Seen.ALIVE:
                 continue
@@ -236,6 +234,20 @@ class _Execution:
                 )
             else:
                 self.refuse(tracked, seen.refusal or Refusal.IDENTITY_CHANGED, seen.detail)
+
+    def refuse_unopenable(self, tracked: _Tracked, error: OSError) -> None:
+        """pidfd_open failed on a PID that exists: never fall back to kill() for it."""
+        # A thread id is the usual cause (EINVAL, or ENOENT on newer kernels):
+        # observe() recognises it and names the process it belongs to.
+        seen = self.observe(tracked)
+        if seen.seen is Seen.GONE:
+            self.exited(tracked)
+        elif seen.refusal is not None and seen.seen is not Seen.ALIVE:
+            self.refuse(tracked, seen.refusal, seen.detail)
+        else:
+            code = errno.errorcode.get(error.errno or 0, str(error.errno))
+            detail = f"could not open a pidfd: {error.strerror}"
+            self.refuse(tracked, Refusal.SIGNAL_ERROR, detail, error=code)
 
     def observe(self, tracked: _Tracked) -> Observation:
         return observe(tracked.target, order_boot_id=self.order.boot_id, host_boot_id=self.host_boot_id)

@@ -1,12 +1,14 @@
 """A stand-in training job for the kill tests.
 
-usage: trainer.py WORKDIR [SIGNAL=ACTION ...]   ACTION: checkpoint | exit | ignore (default exit)
+usage: trainer.py WORKDIR [SIGNAL=ACTION ...]   ACTION: checkpoint | exit | ignore | exec (default exit)
 
 It logs every SIGINT/SIGTERM it receives to WORKDIR/signals.log, so a test can
 say exactly which signals reached it. "checkpoint" writes WORKDIR/checkpoint.pt
 the way a trainer saves its state on Ctrl+C, then exits. It says it is ready
 (handlers installed) by creating WORKDIR/ready, and leaves on its own when
 WORKDIR/stop appears or after two minutes, so a failed test leaks nothing.
+"exec" replaces the program by another (this script, told to ignore both
+signals) in the same process: same PID and start time, new command line.
 """
 
 import os
@@ -32,6 +34,9 @@ def main() -> None:
             temporary.write_text(f"step=1234 saved on {name}\n")
             os.replace(temporary, workdir / "checkpoint.pt")
             os._exit(0)
+        if action == "exec":
+            arguments = [str(workdir), "SIGINT=ignore", "SIGTERM=ignore", "execed=yes"]
+            os.execv(sys.executable, [sys.executable, __file__, *arguments])
         if action == "exit":
             os._exit(128 + signum)
 
