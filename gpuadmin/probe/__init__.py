@@ -2,21 +2,17 @@
 snapshot document. A plain library: no Django, no Celery, no database.
 
 `take_snapshot` and `ProbeConfig` are loaded on first use, so importing the
-package (as the CLI and the kill executor do) costs nothing.
+package (as the CLI and the kill executor do) costs nothing. The modules on
+the CLI's path avoid `typing` and `socket` too: each costs the short-lived CLI
+several milliseconds of start-up.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from gpuadmin.probe.config import ProbeConfig
-    from gpuadmin.probe.snapshot import take_snapshot
-
 __all__ = ["ProbeConfig", "take_snapshot"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name == "take_snapshot":
         from gpuadmin.probe.snapshot import take_snapshot
 

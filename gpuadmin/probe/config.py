@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 from dataclasses import dataclass
 
 GPU_BACKENDS = ("auto", "nvml", "simulated", "none")
@@ -33,7 +32,7 @@ class ProbeConfig:
                 f"GPU backend must be one of {', '.join(GPU_BACKENDS)}; got {self.gpu_backend!r}"
             )
         if not self.host_name:
-            object.__setattr__(self, "host_name", socket.gethostname())
+            object.__setattr__(self, "host_name", os.uname().nodename)
         if not HOST_NAME_PATTERN.match(self.host_name):
             raise ProbeConfigError(
                 f"host name {self.host_name!r} is not usable: letters, digits, '.', '_' and '-' only, "

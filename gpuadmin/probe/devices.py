@@ -44,10 +44,6 @@ class DeviceScan:
     holders: dict[int, list[str]] = field(default_factory=dict)  # pid -> sorted distinct device paths
     denied_pids: int = 0  # processes whose open files we may not read (another user's, without root)
 
-    def merge(self, other: DeviceScan) -> None:
-        self.holders.update(other.holders)
-        self.denied_pids += other.denied_pids
-
 
 def open_device_files(pid: int, matcher: DeviceMatcher) -> list[str] | None:
     """The device paths pid holds open (sorted, distinct); None when we may not look."""

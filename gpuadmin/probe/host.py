@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 from datetime import UTC, datetime
-from typing import Any
 
 from gpuadmin.probe.procfs import CLOCK_TICKS_PER_SECOND, read_boot_id, read_pid_max
 
@@ -47,7 +46,7 @@ def read_driver_version_file(path: str = NVIDIA_DRIVER_VERSION_FILE) -> str | No
     return found.group(1) if found else None
 
 
-def host_facts(name: str, *, pids_fallback: int, driver_version: str | None) -> dict[str, Any]:
+def host_facts(name: str, *, pids_fallback: int, driver_version: str | None) -> dict[str, object]:
     pids_in_use = read_pids_in_use()
     driver_version = driver_version or read_driver_version_file()
     return {

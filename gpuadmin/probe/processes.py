@@ -13,7 +13,6 @@ import os
 import pwd
 import re
 from collections.abc import Iterable
-from typing import Any
 
 from gpuadmin.probe.procfs import CLOCK_TICKS_PER_SECOND, StatFields, cmdline_sha256, parse_stat
 
@@ -107,7 +106,7 @@ def user_name(uid: int | None) -> str | None:
     return _user_names[uid]
 
 
-def describe(stat: StatFields, *, uptime_seconds: float, cmdline_max_bytes: int) -> dict[str, Any]:
+def describe(stat: StatFields, *, uptime_seconds: float, cmdline_max_bytes: int) -> dict[str, object]:
     """The snapshot row of one process (without the snapshot-level fields:
     orphaned, reasons, gpu_memory_bytes, device_files)."""
     pid = stat.pid

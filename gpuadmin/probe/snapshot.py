@@ -8,11 +8,9 @@ to PID 1 and their descendants. The rest are counted.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import defaultdict
 from datetime import UTC, datetime
-from typing import Any
 
 from gpuadmin.probe.config import ProbeConfig
 from gpuadmin.probe.devices import DeviceMatcher, DeviceScan, scan_device_holders
@@ -29,13 +27,10 @@ from gpuadmin.probe.processes import (
 from gpuadmin.probe.procfs import StatFields
 
 SCHEMA_VERSION = 1
-# Reading /proc is mostly system-call time, which runs outside the GIL:
-# two threads use two cores and cut the wall time of the pass by about a third.
-SCAN_THREADS = 2
 REASONS = ("gpu", "device", "zombie", "uninterruptible", "ancestor", "descendant")
 
 
-def take_snapshot(config: ProbeConfig | None = None) -> dict[str, Any]:
+def take_snapshot(config: ProbeConfig | None = None) -> dict[str, object]:
     config = config if config is not None else ProbeConfig.from_env()
     started = time.perf_counter()
     taken_at = datetime.now(UTC)
@@ -85,36 +80,16 @@ def take_snapshot(config: ProbeConfig | None = None) -> dict[str, Any]:
 
 
 def scan_host(matcher: DeviceMatcher) -> tuple[dict[int, StatFields], DeviceScan]:
-    """Every process's stat and the device files it holds, in SCAN_THREADS threads."""
-    pids = list_pids()
-    shares = [pids[i::SCAN_THREADS] for i in range(SCAN_THREADS)]
-    results: list[tuple[dict[int, StatFields], DeviceScan] | None] = [None] * SCAN_THREADS
-    failures: list[BaseException] = []
+    """Every process's stat, and the device files each live one holds.
 
-    def scan(i: int) -> None:
-        try:
-            stats = read_stats(shares[i])
-            # Zombies and kernel threads have no open files to look at.
-            live = (pid for pid, s in stats.items() if s.state != ZOMBIE and not s.kernel_thread)
-            results[i] = (stats, scan_device_holders(live, matcher))
-        except BaseException as exc:  # re-raised below, in the caller's thread
-            failures.append(exc)
-
-    helpers = [threading.Thread(target=scan, args=(i,), daemon=True) for i in range(1, SCAN_THREADS)]
-    for helper in helpers:
-        helper.start()
-    scan(0)
-    for helper in helpers:
-        helper.join()
-    if failures:
-        raise failures[0]
-    stats: dict[int, StatFields] = {}
-    devices = DeviceScan()
-    for result in results:
-        assert result is not None
-        stats.update(result[0])
-        devices.merge(result[1])
-    return stats, devices
+    One thread on purpose: the pass is a long run of short /proc system calls,
+    and two threads spend more handing the GIL back and forth than they gain
+    (measured with benchmarks/probe_vs_manual.py on a 2-CPU VM).
+    """
+    stats = read_stats(list_pids())
+    # Zombies and kernel threads have no open files to look at.
+    live = [pid for pid, s in stats.items() if s.state != ZOMBIE and not s.kernel_thread]
+    return stats, scan_device_holders(live, matcher)
 
 
 def processes_that_matter(stats: dict[int, StatFields], devices: DeviceScan,
@@ -156,12 +131,12 @@ def processes_that_matter(stats: dict[int, StatFields], devices: DeviceScan,
 
 
 def match_gpu_processes(gpu_processes: tuple[GpuProcess, ...], stats: dict[int, StatFields]
-                        ) -> tuple[dict[int, dict[str, int | None]], list[dict[str, Any]]]:
+                        ) -> tuple[dict[int, dict[str, int | None]], list[dict[str, object]]]:
     """GPU memory per live PID, and the backend's PIDs that match no /proc entry here
     (another PID namespace, or gone): their memory stays in the GPU's used memory
     and shows as unattributed."""
     by_pid: dict[int, dict[str, int | None]] = defaultdict(dict)
-    unmatched: list[dict[str, Any]] = []
+    unmatched: list[dict[str, object]] = []
     for holder in gpu_processes:
         if holder.pid in stats:
             by_pid[holder.pid][holder.gpu_uuid] = holder.used_memory_bytes

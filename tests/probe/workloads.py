@@ -1,0 +1,131 @@
+"""Real processes for the probe's tests, run as `python workloads.py KIND ARGS...`.
+
+Each prints one JSON line when it is in the state the test wants (children
+forked, device files open, zombies made) and then sleeps until it is killed:
+{"pid": <its pid>, "children": [<pids of the processes it made>], ...}.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+PR_SET_NAME = 15
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def prctl(option: int, value: object) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(option, value, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), f"prctl({option})")
+
+
+def ready(**fields: object) -> None:
+    sys.stdout.write(json.dumps({"pid": os.getpid(), **fields}) + "\n")
+    sys.stdout.flush()
+
+
+def sleep_forever() -> None:
+    while True:
+        signal.pause()
+
+
+def fork(child: object) -> int:
+    pid = os.fork()
+    if pid == 0:
+        try:
+            child()  # type: ignore[operator]
+        finally:
+            os._exit(0)
+    return pid
+
+
+def zombie_parent(count: str) -> None:
+    """Forks children that exit at once, and never waits for them."""
+    children = [fork(lambda: None) for _ in range(int(count))]
+    ready(children=children)
+    sleep_forever()
+
+
+def launcher(device: str, count: str) -> None:
+    """Forks workers that each hold the device file open (a torchrun-like launcher)."""
+    opened_read, opened_write = os.pipe()
+
+    def worker() -> None:
+        os.open(device, os.O_RDONLY)  # held until the worker dies
+        os.write(opened_write, b"o")
+        sleep_forever()
+
+    children = [fork(worker) for _ in range(int(count))]
+    for _ in children:
+        os.read(opened_read, 1)
+    ready(children=children, sid=os.getsid(0))
+    sleep_forever()
+
+
+def reaper(device: str, count: str) -> None:
+    """A child subreaper (like systemd --user or tini) that starts a launcher in a new
+    session and reaps whatever comes back to it."""
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
+    started = subprocess.Popen([sys.executable, __file__, "launcher", device, count],
+                               start_new_session=True, stdout=subprocess.PIPE)
+    assert started.stdout is not None
+    launched = json.loads(started.stdout.readline())
+    ready(launcher=launched["pid"], children=launched["children"], sid=os.getsid(0))
+    while True:
+        try:
+            os.wait()
+        except ChildProcessError:
+            time.sleep(0.05)
+
+
+def holder(device: str, *_ignored: str) -> None:
+    """Holds the device file open; extra arguments only lengthen the command line."""
+    os.open(device, os.O_RDONLY)
+    ready(children=[])
+    sleep_forever()
+
+
+def holder_with_child(device: str) -> None:
+    """Holds the device file and has a child that does not."""
+    fd = os.open(device, os.O_RDONLY)
+
+    def child() -> None:
+        os.close(fd)
+        sleep_forever()
+
+    ready(children=[fork(child)])
+    sleep_forever()
+
+
+def hostile(device: str, name: str, *_arguments: str) -> None:
+    """Holds the device file under a process name (comm) chosen to confuse parsers;
+    its command line is whatever the test passed."""
+    prctl(PR_SET_NAME, ctypes.c_char_p(name.encode()))
+    os.open(device, os.O_RDONLY)
+    ready(children=[])
+    sleep_forever()
+
+
+def sleeper() -> None:
+    ready(children=[])
+    sleep_forever()
+
+
+KINDS = {
+    "zombie-parent": zombie_parent,
+    "launcher": launcher,
+    "reaper": reaper,
+    "holder": holder,
+    "holder-with-child": holder_with_child,
+    "hostile": hostile,
+    "sleeper": sleeper,
+}
+
+if __name__ == "__main__":
+    KINDS[sys.argv[1]](*sys.argv[2:])
