@@ -32,7 +32,7 @@ def expected_summary(host: Host) -> dict:
         "last_snapshot_taken_at": iso(host.last_snapshot_taken_at),
         "boot_id": host.boot_id,
         "kernel": "6.18.0-test",
-        "driver_version": "",
+        "driver_version": None,
         "pid_max": 4194304,
         "pids_in_use": host.pids_in_use,
     }
