@@ -10,6 +10,13 @@ from gpuadmin.accounts.roles import Role
 from gpuadmin.audit import log
 from gpuadmin.audit.models import Action, AuditEvent
 from tests.audit.pg_flush import allow_test_flush_through_audit_triggers
+from tests.audit.sample_log import sample_log  # noqa: F401 - fixture
+from tests.web.people import (  # noqa: F401 - fixtures
+    _fast_password_hashing,
+    stranger,
+    viewer,
+    viewer_client,
+)
 
 allow_test_flush_through_audit_triggers()
 
@@ -44,16 +51,6 @@ def make_user(django_user_model) -> Callable:
         return user
 
     return make
-
-
-@pytest.fixture
-def viewer(make_user):
-    return make_user("vera", Role.VIEWER)
-
-
-@pytest.fixture
-def stranger(make_user):
-    return make_user("stan")
 
 
 @pytest.fixture
