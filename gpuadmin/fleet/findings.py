@@ -174,7 +174,7 @@ def orphans_holding_gpu(rows: dict[int, ProcessRow]) -> list[FindingDraft]:
         else:
             what = f"{_clean(_first_device(members))} open"
         launcher = f"launcher {leader_pid}" if leader_kind != "pid" else f"pid {leader_pid}"
-        users = sorted({r.user or str(r.uid) for r in members})
+        users = sorted({r.user or (f"uid {r.uid}" if r.uid is not None else "unknown user") for r in members})
         owner = f" ({_clean(', '.join(users))})" if users else ""
         pids = [r.pid for r in members]
         drafts.append(
