@@ -30,17 +30,18 @@ def _unattributed(document: dict[str, Any]) -> dict[str, int | None]:
     return result
 
 
-def baseline(document: dict[str, Any], targets: Iterable[tuple[int, int, dict[str, int | None]]]) -> dict:
-    """What the targets hold now, per GPU, and each GPU's unattributed memory.
+def baseline(document: dict[str, Any], targets: Iterable[tuple[int, int]]) -> dict:
+    """What the targets (pid, start_time_ticks) hold in ``document``, per GPU, and
+    each GPU's unattributed memory there.
 
-    ``targets`` are (pid, start_time_ticks, memory per GPU at request time); a
-    target found in ``document`` counts with its memory there instead.
+    A target already gone from ``document`` holds nothing: whatever it gave back
+    (or left stuck) is already in that snapshot's figures.
     """
     rows = process_rows(document)
     held: dict[str, dict[str, int]] = {}
-    for pid, start, at_request in targets:
+    for pid, start in targets:
         row = rows.get(pid)
-        memory = row.gpu_memory_bytes if row and row.start_time_ticks == start else at_request
+        memory = row.gpu_memory_bytes if row and row.start_time_ticks == start else {}
         held[identity(pid, start)] = {uuid: used for uuid, used in memory.items() if used}
     return {
         "taken_at": document.get("taken_at"),

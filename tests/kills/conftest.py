@@ -112,3 +112,15 @@ def broker_down(monkeypatch, sent: SentTasks) -> Callable[[bool], None]:
 
     monkeypatch.setattr(app, "send_task", flaky_send_task)
     return lambda down: state.__setitem__("down", down)
+
+
+@pytest.fixture
+def approve_committed(django_capture_on_commit_callbacks) -> Callable[..., Any]:
+    """approve_committed(kill_request, user, **kw): approve, then run what waits for the commit (the send)."""
+    from gpuadmin.kills import services
+
+    def _approve(kill_request: Any, user: User, **kwargs: Any) -> Any:
+        with django_capture_on_commit_callbacks(execute=True):
+            return services.approve(kill_request.pk, user, **kwargs)
+
+    return _approve

@@ -96,7 +96,7 @@ def test_a_second_open_request_for_the_same_process_is_refused(lab, requester):
 
 
 def test_an_invalid_plan_is_refused(lab, requester):
-    with pytest.raises(services.BadInput, match="plan: .*SIGKILL can only be the last step"):
+    with pytest.raises(services.BadInput, match=r"plan: .*SIGKILL can only be the last step"):
         file(requester, 4600, plan=[{"signal": "SIGKILL", "grace_seconds": 5},
                                     {"signal": "SIGINT", "grace_seconds": 5}])
 

@@ -101,7 +101,7 @@ def approve(kill_request_id: int, user: Any, *, allow_sigkill_only: bool = False
             compared = changes.compare(targets, latest.document if latest else None)
             if latest is not None:
                 base = memory.baseline(
-                    latest.document, [(t.pid, t.start_time_ticks, t.gpu_memory_bytes) for t in targets]
+                    latest.document, [(t.pid, t.start_time_ticks) for t in targets]
                 )
                 kill_request.memory_baseline = base
                 kill_request.memory_expected_release_bytes = memory.expected_bytes(base)

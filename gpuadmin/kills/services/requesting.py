@@ -151,7 +151,7 @@ def file_request(user: Any, *, host: Host | str, pid: Any, start_time_ticks: Any
         )
         rows = result.targets
         base = memory.baseline(
-            document, [(r.pid, r.start_time_ticks, r.gpu_memory_bytes) for r in rows]
+            document, [(r.pid, r.start_time_ticks) for r in rows]
         )
         kill_request.memory_baseline = base
         kill_request.memory_expected_release_bytes = memory.expected_bytes(base)
