@@ -1,5 +1,7 @@
 """Every page needs a login, then the viewer role; the probe button needs POST."""
 
+import re
+
 import pytest
 from django.test import Client
 from django.urls import reverse
@@ -74,3 +76,20 @@ def test_the_nav_links_to_the_other_pages(viewer_client, settings):
     assert f'<a href="{reverse("fleet")}">Fleet</a>' in page
     assert f'<a href="{reverse("kill_requests")}">Kill requests</a>' in page
     assert f'<a href="{reverse("audit_log")}">Audit</a>' in page
+
+
+def test_pages_load_vendored_htmx_and_give_it_a_working_csrf_token(viewer):
+    from django.contrib.staticfiles import finders
+
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(viewer)
+    page = client.get(reverse("fleet")).content.decode()
+    assert '<script src="/static/vendor/htmx/htmx-2.0.11.min.js" defer></script>' in page
+    assert '<link rel="stylesheet" href="/static/css/gpuadmin.css">' in page
+    assert finders.find("vendor/htmx/htmx-2.0.11.min.js") and finders.find("css/gpuadmin.css")
+    assert "://" not in page  # nothing from another origin: labs are often offline
+    token = re.search(r"""<body hx-headers='\{"X-CSRFToken": "([A-Za-z0-9]+)"\}'>""", page).group(1)
+    # What htmx sends with its header is accepted where a missing one is refused.
+    probe = reverse("host_probe", kwargs={"name": "gpu01"})
+    assert client.post(probe).status_code == 403
+    assert client.post(probe, HTTP_X_CSRFTOKEN=token).status_code == 302

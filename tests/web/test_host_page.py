@@ -224,3 +224,10 @@ def test_a_host_without_a_stored_snapshot_still_has_a_page(viewer_client):
     Host.objects.create(name="gpu01")
     page = page_of(viewer_client)
     assert "No snapshot stored for this host yet." in page
+
+
+def test_the_host_page_takes_a_fixed_number_of_queries(viewer_client, busy, django_assert_max_num_queries):
+    page_of(viewer_client)  # warm the session
+    # session, user, groups; host with finding counts, its GPUs, its snapshot, its open findings.
+    with django_assert_max_num_queries(7):
+        page_of(viewer_client)
