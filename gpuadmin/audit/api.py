@@ -1,6 +1,8 @@
 """Audit JSON API: GET /api/v1/audit/ (filtered, paginated) and GET /api/v1/audit/verify.
 
 Same filters as the page (see filters.py); the viewer role, as on the page.
+Non-ASCII is written as \\uXXXX, as in the rest of the API: names and target
+summaries come from processes and must not reorder a terminal showing them.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from gpuadmin.accounts.permissions import IsViewer
 from gpuadmin.audit.chain import verify_chain
 from gpuadmin.audit.export import event_as_dict
 from gpuadmin.audit.filters import filtered_events
+from gpuadmin.fleet.api import AsciiJSONRenderer
 
 
 class AuditPagination(PageNumberPagination):
@@ -24,6 +27,7 @@ class AuditPagination(PageNumberPagination):
 
 class AuditEventList(APIView):
     permission_classes = [IsViewer]
+    renderer_classes = [AsciiJSONRenderer]
 
     def get(self, request: Request) -> Response:
         form, events = filtered_events(request.query_params)
@@ -38,6 +42,7 @@ class AuditEventList(APIView):
 
 class AuditVerify(APIView):
     permission_classes = [IsViewer]
+    renderer_classes = [AsciiJSONRenderer]
 
     def get(self, request: Request) -> Response:
         return Response(verify_chain().as_dict())

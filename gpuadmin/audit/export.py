@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Iterable, Iterator
+from datetime import datetime
 from typing import Any
 
 from gpuadmin.audit.chain import timestamp_text
@@ -31,10 +32,15 @@ CSV_COLUMNS = (
 _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
+def time_text(moment: datetime) -> str:
+    """UTC with a Z, as everywhere in the API; always six fractional digits, as hashed."""
+    return timestamp_text(moment).replace("+00:00", "Z")
+
+
 def event_as_dict(event: AuditEvent) -> dict[str, Any]:
     return {
         "sequence": event.sequence,
-        "created_at": timestamp_text(event.created_at),
+        "created_at": time_text(event.created_at),
         "action": event.action,
         "actor": event.actor_name,
         "actor_id": event.actor_id,
@@ -59,7 +65,7 @@ def csv_safe(value: Any) -> Any:
 def _csv_row(event: AuditEvent) -> list[Any]:
     row = [
         event.sequence,
-        timestamp_text(event.created_at),
+        time_text(event.created_at),
         event.action,
         event.actor_name,
         event.kill_request_id if event.kill_request_id is not None else "",

@@ -44,10 +44,12 @@ def test_event_shape(viewer_client: Client, make_user, record_events):
         requester_name="alice",
         approver_name="bob",
         process_users=["erin", "carol"],
-        targets_summary="pid 4120 python (carol) +1",
+        targets_summary="pid 4120 python\u202e (carol) +1",
         details={"plan": [{"signal": "SIGINT", "grace_seconds": 10}]},
     )
-    body = viewer_client.get(LIST_URL).json()
+    response = viewer_client.get(LIST_URL)
+    assert b"python\\u202e (carol)" in response.content  # escaped, never the raw override
+    body = response.json()
 
     assert body == {
         "count": 1,
@@ -56,7 +58,7 @@ def test_event_shape(viewer_client: Client, make_user, record_events):
         "results": [
             {
                 "sequence": 1,
-                "created_at": event.created_at.isoformat(timespec="microseconds"),
+                "created_at": event.created_at.isoformat(timespec="microseconds").replace("+00:00", "Z"),
                 "action": "approved",
                 "actor": "bob",
                 "actor_id": bob.pk,
@@ -65,7 +67,7 @@ def test_event_shape(viewer_client: Client, make_user, record_events):
                 "requester": "alice",
                 "approver": "bob",
                 "process_users": ["carol", "erin"],
-                "targets_summary": "pid 4120 python (carol) +1",
+                "targets_summary": "pid 4120 python\u202e (carol) +1",
                 "details": {"plan": [{"grace_seconds": 10, "signal": "SIGINT"}]},
                 "previous_hash": "0" * 64,
                 "hash": event.hash,

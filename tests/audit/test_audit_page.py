@@ -174,7 +174,7 @@ def test_csv_export_has_every_filtered_event(viewer_client: Client, sample_log):
     header, *rows = csv_rows(response)
     assert header[:4] == ["sequence", "created_at", "action", "actor"]
     assert [int(r[0]) for r in rows] == [4, 3, 2, 1]
-    assert rows[-1][1] == "2025-03-01T10:00:00.000000+00:00"
+    assert rows[-1][1] == "2025-03-01T10:00:00.000000Z"
 
 
 def test_format_csv_on_the_page_url_is_the_same_export(viewer_client: Client, sample_log):
