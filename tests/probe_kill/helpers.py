@@ -23,6 +23,10 @@ from gpuadmin.probe import procfs
 
 PROGRAMS = Path(__file__).parent / "programs"
 READY_TIMEOUT_SECONDS = 15.0
+# Bound at import: tests monkeypatch os/signal to simulate hosts without pidfds,
+# and the clean-up must keep working whatever a test did to them.
+_pidfd_open = os.pidfd_open
+_pidfd_send_signal = signal.pidfd_send_signal
 FAST_PLAN = [
     {"signal": "SIGINT", "grace_seconds": 1},
     {"signal": "SIGTERM", "grace_seconds": 1},
@@ -153,13 +157,13 @@ class Processes:
 def kill_exactly(pid: int, start_time_ticks: int) -> None:
     """SIGKILL this process if it is still the one we started: the clean-up must not hit a reused PID."""
     try:
-        pidfd = os.pidfd_open(pid)
+        pidfd = _pidfd_open(pid)
     except OSError:
         return
     try:
         if is_alive(pid, start_time_ticks):
             with contextlib.suppress(ProcessLookupError):
-                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+                _pidfd_send_signal(pidfd, signal.SIGKILL)
     finally:
         os.close(pidfd)
 
