@@ -55,10 +55,9 @@ def test_hostile_command_line_and_name_are_kept_verbatim(processes: Processes, d
 def test_cli_output_carries_no_raw_control_characters(processes: Processes, device: Device) -> None:
     hostile = processes.start("hostile", device.path, CONFUSING_NAME, *HOSTILE_ARGUMENTS)
 
-    out = subprocess.run(
-        [sys.executable, "-m", "gpuadmin.probe", "--json", "--gpu-backend", "none", "--device-glob", device.glob],
-        capture_output=True, check=True, cwd=REPO,
-    ).stdout
+    command = [sys.executable, "-m", "gpuadmin.probe", "--json", "--gpu-backend", "none",
+               "--device-glob", device.glob]
+    out = subprocess.run(command, capture_output=True, check=True, cwd=REPO).stdout
 
     # Printed to a terminal, the snapshot must not colour it or reverse it.
     assert b"\x1b" not in out
@@ -67,7 +66,9 @@ def test_cli_output_carries_no_raw_control_characters(processes: Processes, devi
     assert "\x1b[31mred\x1b[0m" in row["cmdline"]
 
 
-def test_long_command_line_is_cut_and_flagged_but_digested_whole(processes: Processes, device: Device) -> None:
+def test_long_command_line_is_cut_and_flagged_but_digested_whole(
+    processes: Processes, device: Device
+) -> None:
     long_arguments = [f"{i:03d}" + "x" * 996 for i in range(10)]  # 10 arguments of 1,000 bytes
     holder = processes.start("holder", device.path, *long_arguments)
     with open(f"/proc/{holder.pid}/cmdline", "rb") as f:
