@@ -4,7 +4,7 @@ snapshot, and a record of the orders central sends to hosts."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -73,7 +73,8 @@ def store_snapshot(document: dict[str, Any], *, received_at: datetime | None = N
 
 @pytest.fixture
 def lab(db: None) -> Host:
-    return store_snapshot(lab_snapshot())
+    """The lab host, its latest snapshot taken a minute ago."""
+    return store_snapshot(lab_snapshot(taken_at=timezone.now() - timedelta(seconds=60)))
 
 
 class SentTasks(list):

@@ -1,0 +1,126 @@
+"""After a kill, a later snapshot confirms how much GPU memory came back — once."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from gpuadmin.audit.models import AuditEvent
+from gpuadmin.fleet.ingest import ingest_snapshot
+from gpuadmin.fleet.models import Finding
+from gpuadmin.kills import services
+from tests.factories import GiB
+from tests.kills.helpers import file, refreshed
+from tests.kills.lab import GPU0, lab_snapshot
+
+pytestmark = pytest.mark.django_db
+
+KILLED = (4120, 4121, 4123)
+
+
+@pytest.fixture
+def killed(lab, requester, approver, sent, approve_committed):
+    """A request for the launcher and its two workers (18 GiB on GPU 0), reported finished by the agent."""
+    kill_request = file(requester, 4120, include_descendants=True)
+    approve_committed(kill_request, approver)
+    finished_at = datetime.now(UTC)
+
+    def report(seq: int, kind: str, pid: int | None = None, **fields: Any) -> None:
+        services.record_progress({
+            "request_id": str(kill_request.pk), "seq": seq, "event": kind, "pid": pid,
+            "start_time_ticks": pid * 100 if pid else None,
+            "at": (finished_at - timedelta(seconds=5 - seq * 0.1)).isoformat(), **fields,
+        })
+
+    report(1, "started")
+    for seq, pid in enumerate(KILLED, start=2):
+        report(seq, "target_exited", pid, detail="exited")
+    report(9, "finished", result="succeeded", detail="all gone")
+    return refreshed(kill_request)
+
+
+@pytest.fixture
+def ingest_after(django_capture_on_commit_callbacks):
+    """ingest_after(kill_request, seconds, document): ingest ``document`` as taken ``seconds`` after the
+    kill finished, through the real ingest path (which signals ``snapshot_ingested`` after commit)."""
+
+    def _ingest(kill_request, seconds: float, document: dict[str, Any]) -> None:
+        taken_at = kill_request.finished_at + timedelta(seconds=seconds)
+        document["taken_at"] = taken_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        with django_capture_on_commit_callbacks(execute=True):
+            ingest_snapshot(json.dumps(document), received_at=taken_at + timedelta(seconds=1))
+
+    return _ingest
+
+
+def test_a_later_snapshot_confirms_the_memory_came_back(killed, ingest_after):
+    ingest_after(killed, 5, lab_snapshot(drop=KILLED))
+    kill_request = refreshed(killed)
+    assert kill_request.memory_expected_release_bytes == 18 * GiB
+    assert kill_request.memory_released_bytes == 18 * GiB
+    assert kill_request.memory_confirmed_at is not None
+    event = AuditEvent.objects.get(action="memory_released")
+    assert event.kill_request_id == kill_request.pk
+    assert event.details["released_bytes"] == 18 * GiB
+    assert event.details["per_gpu"][GPU0]["released_bytes"] == 18 * GiB
+
+    # Recorded once: the next snapshot adds nothing.
+    ingest_after(killed, 15, lab_snapshot(drop=KILLED))
+    assert AuditEvent.objects.filter(action="memory_released").count() == 1
+
+
+def test_memory_the_driver_has_not_freed_yet_waits_for_a_later_snapshot(killed, ingest_after):
+    # The processes are gone but the GPU still shows their 18 GiB used, now unattributed.
+    stuck = lab_snapshot(drop=KILLED, extra_used={GPU0: 18 * GiB})
+    ingest_after(killed, 5, stuck)
+    assert refreshed(killed).memory_confirmed_at is None
+    # The driver frees 12 GiB of it; after the settling time that is the answer.
+    ingest_after(killed, 65, lab_snapshot(drop=KILLED, extra_used={GPU0: 6 * GiB}),
+                 )
+    kill_request = refreshed(killed)
+    assert kill_request.memory_released_bytes == 12 * GiB
+    event = AuditEvent.objects.get(action="memory_released")
+    assert event.details["per_gpu"][GPU0]["unattributed_growth_bytes"] == 6 * GiB
+
+
+def test_a_new_job_taking_memory_meanwhile_does_not_hide_the_release(killed, ingest_after):
+    from tests.factories import proc
+
+    newcomer = proc(5000, user="dave", uid=1003, name="python", gpu_memory={GPU0: 20 * GiB})
+    document = lab_snapshot(drop=KILLED)
+    document["processes"].append(newcomer)
+    document["gpus"][0]["memory_used_bytes"] += 20 * GiB
+    ingest_after(killed, 5, document)
+    assert refreshed(killed).memory_released_bytes == 18 * GiB
+
+
+def test_a_snapshot_taken_before_the_kill_finished_confirms_nothing(killed, ingest_after):
+    ingest_after(killed, -2, lab_snapshot(drop=KILLED))
+    assert refreshed(killed).memory_confirmed_at is None
+    assert not AuditEvent.objects.filter(action="memory_released").exists()
+
+
+@pytest.mark.usefixtures("lab")
+def test_an_unkillable_finding_closes_when_a_snapshot_shows_the_process_gone(
+    requester, approver, sent, approve_committed, ingest_after
+):
+    kill_request = file(requester, 4300)
+    approve_committed(kill_request, approver)
+    at = datetime.now(UTC) - timedelta(seconds=10)
+    for seq, kind, fields in [
+        (1, "started", {}),
+        (2, "target_survived", {"pid": 4300, "start_time_ticks": 430000, "state": "D"}),
+        (3, "finished", {"result": "unkillable"}),
+    ]:
+        services.record_progress({"request_id": kill_request.pk, "seq": seq, "event": kind,
+                                  "at": (at + timedelta(seconds=seq)).isoformat(), **fields})
+    finding = Finding.objects.get(kind=Finding.Kind.UNKILLABLE)
+    ingest_after(refreshed(kill_request), 5, lab_snapshot())
+    finding.refresh_from_db()
+    assert finding.is_open  # still there, still stuck
+    ingest_after(refreshed(kill_request), 10, lab_snapshot(drop=(4300,)))
+    finding.refresh_from_db()
+    assert not finding.is_open
