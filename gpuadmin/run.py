@@ -70,6 +70,7 @@ class Supervisor:
     children: list[Child]
     env: dict[str, str]
     out: Callable[[str], None] = print
+    stop_grace_seconds: float = STOP_GRACE_SECONDS
     stop_requested: int | None = None  # the signal that asked us to stop
     signals_received: int = 0
     _by_pid: dict[int, Child] = field(default_factory=dict)
@@ -143,7 +144,7 @@ class Supervisor:
             else:
                 self._signal_group(child, signal.SIGTERM)
         # A second Ctrl+C means "now": skip the rest of the grace period.
-        if self._wait_groups_gone(STOP_GRACE_SECONDS, lambda: self.signals_received > signals_before):
+        if self._wait_groups_gone(self.stop_grace_seconds, lambda: self.signals_received > signals_before):
             return
         for child in started:
             if self.group_alive(child):
@@ -154,14 +155,15 @@ class Supervisor:
             self.out(f"gpuadmin: processes of {', '.join(left)} are still there after SIGKILL (state D?)")
 
     # --- the main loop ---------------------------------------------------------
-    def run(self, ready_url: str, ready_message: str) -> int:
+    def run(self, ready_url: str | None = None, ready_message: str = "") -> int:
+        """Start the children and watch them until a stop signal or a death; returns the exit status."""
         self.install_signal_handlers()
         try:
             for child in self.children:
                 if self.stop_requested is not None:
                     break
                 self.start(child)
-            is_ready = False
+            is_ready = ready_url is None
             ready_deadline = time.monotonic() + READY_TIMEOUT_SECONDS
             next_check = 0.0
             while self.stop_requested is None:
@@ -173,7 +175,7 @@ class Supervisor:
                 now = time.monotonic()
                 if not is_ready and now >= next_check:
                     next_check = now + 0.5
-                    if http_ok(ready_url):
+                    if http_ok(str(ready_url)):
                         is_ready = True
                         self.out(ready_message)
                     elif now > ready_deadline:

@@ -1,0 +1,53 @@
+# gpuadmin: two commands.
+#   make run    install into .venv, migrate, start web + worker + scheduler on http://127.0.0.1:$(PORT)
+#   make test   install, ruff check, the whole suite on SQLite, the database tests again on PostgreSQL
+# Also: make lint, make clean. Variables: PORT (default 8000), PYTHON (default python3), PYTEST_ARGS.
+
+PYTHON ?= python3
+VENV := .venv
+VENV_PYTHON := $(VENV)/bin/python
+# Installing again only when pyproject.toml changed keeps `make run` quick.
+INSTALLED := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+ifdef PORT
+export PORT
+endif
+
+.PHONY: run test lint clean venv
+
+run: $(INSTALLED)
+	exec $(VENV_PYTHON) -m gpuadmin.run
+
+# Both database runs happen even when the first fails, so one CI run shows everything.
+test: $(INSTALLED)
+	$(VENV_PYTHON) -m ruff check .
+	@status=0; \
+	echo "== pytest on SQLite"; $(VENV_PYTHON) -m pytest $(PYTEST_ARGS) || status=$$?; \
+	echo "== database tests on PostgreSQL"; $(VENV_PYTHON) tests/with_postgres.py || status=$$?; \
+	if [ $$status -ne 0 ]; then echo "make test: FAILED (see above)" >&2; fi; \
+	exit $$status
+
+lint: $(INSTALLED)
+	$(VENV_PYTHON) -m ruff check .
+
+venv: $(VENV_PYTHON)
+
+$(VENV_PYTHON):
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
+	  echo "gpuadmin needs Python 3.11 or newer as '$(PYTHON)' (set PYTHON=... to pick another)." >&2; exit 1; }
+	@$(PYTHON) -m venv $(VENV) || { \
+	  rm -rf $(VENV); \
+	  echo "" >&2; \
+	  echo "Could not create $(VENV) with '$(PYTHON) -m venv'." >&2; \
+	  echo "On Debian/Ubuntu install the venv module first:  sudo apt-get install python3-venv" >&2; \
+	  exit 1; }
+
+$(INSTALLED): pyproject.toml | $(VENV_PYTHON)
+	$(VENV_PYTHON) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	@touch $@
+
+clean:
+	rm -rf $(VENV) build .pytest_cache .ruff_cache *.egg-info
+	find . -path ./.git -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+	@echo "Kept var/ (the panel's database and secret key); remove it by hand to start over."

@@ -1,0 +1,143 @@
+"""`python -m gpuadmin.run` for real, in the embedded mode (SQLite, filesystem broker).
+
+Starts the whole thing on a free port with a temporary data dir and a
+simulated GPU held by a real process, waits for the login page, sees the
+worker's first snapshot (sent when the worker starts) land in the database,
+checks that a queued message past its `expires` is dropped, then presses
+Ctrl+C and checks that nothing it started is left: no process in its
+children's process groups or sessions, no zombie, exit status 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.run.supervised import REPO, SupervisedRun, in_groups_or_sessions, zombies_of
+from tests.services import free_port
+
+HOST = "run-test"
+GPU_UUID = "GPU-5e1f0000-0000-4000-8000-000000000001"
+ENQUEUE = textwrap.dedent("""
+    import sys
+    from datetime import datetime, timedelta, timezone
+    from gpuadmin.celery import app
+    from tests.factories import snapshot_json
+    past = datetime.now(timezone.utc) - timedelta(seconds=5)
+    app.send_task("gpuadmin.fleet.ingest_snapshot", args=[snapshot_json(host="expired-host")], expires=past)
+    app.send_task("gpuadmin.fleet.ingest_snapshot", args=[snapshot_json(host="queued-host")])
+""")
+
+
+def hosts_in(database: Path) -> dict[str, dict]:
+    """Host name -> latest snapshot document, read straight from the panel's SQLite file."""
+    if not database.exists():
+        return {}
+    with sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=5) as connection:
+        try:
+            rows = connection.execute(
+                "SELECT h.name, s.document FROM fleet_host h "
+                "LEFT JOIN fleet_latestsnapshot s ON s.host_id = h.id"
+            ).fetchall()
+        except sqlite3.OperationalError:  # not migrated yet
+            return {}
+    return {name: json.loads(document) if document else {} for name, document in rows}
+
+
+def wait_for_hosts(database: Path, names: set[str], timeout_seconds: float, run: SupervisedRun) -> dict:
+    deadline = time.monotonic() + timeout_seconds
+    while time.monotonic() < deadline:
+        hosts = hosts_in(database)
+        if names <= {name for name, document in hosts.items() if document}:
+            return hosts
+        time.sleep(0.2)
+    raise AssertionError(f"hosts {sorted(names)} not stored within {timeout_seconds} s:\n{run.output}")
+
+
+def http_get(url: str) -> tuple[int, bytes]:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return response.status, response.read()
+
+
+@pytest.fixture
+def gpu_holder() -> subprocess.Popen:
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    yield holder
+    holder.kill()
+    holder.wait()
+
+
+def test_make_run_serves_probes_and_leaves_nothing_behind_on_ctrl_c(
+    tmp_path: Path, gpu_holder: subprocess.Popen
+) -> None:
+    data_dir = tmp_path / "data"
+    gpus_file = tmp_path / "gpus.json"
+    gpus_file.write_text(json.dumps({
+        "gpus": [{"uuid": GPU_UUID, "name": "Simulated H100", "memory_total_bytes": 80 * 2**30,
+                  "extra_used_bytes": 0, "utilization_percent": 40}],
+        "processes": [{"pid": gpu_holder.pid, "gpu_uuid": GPU_UUID, "used_memory_bytes": 3 * 2**30}],
+    }))
+    port = free_port()
+    env = {key: value for key, value in os.environ.items() if key not in {"DATABASE_URL", "REDIS_URL"}}
+    env.update({
+        "GPUADMIN_DATA_DIR": str(data_dir),
+        "PORT": str(port),
+        "GPUADMIN_HOST_NAME": HOST,
+        "GPUADMIN_GPU_BACKEND": "simulated",
+        "GPUADMIN_SIMULATED_GPUS": str(gpus_file),
+        # No scheduled probe during the test: the host must come from the worker's start-up probe.
+        "GPUADMIN_PROBE_INTERVAL": "3600",
+        "GPUADMIN_WORKER_CONCURRENCY": "1",
+        "GPUADMIN_ADMIN_USER": "boss",
+        "GPUADMIN_ADMIN_PASSWORD": "correct horse battery",
+    })
+    # Queued before anything runs, in the run's own filesystem broker.
+    subprocess.run([sys.executable, "-c", ENQUEUE], env=env, cwd=REPO, check=True, timeout=60)
+
+    run = SupervisedRun([sys.executable, "-m", "gpuadmin.run"], env=env).start()
+    children: dict[str, int] = {}
+    try:
+        run.wait_for_line(rf"gpuadmin is running at http://127\.0\.0\.1:{port}/", timeout_seconds=90)
+        assert "created admin account 'boss'" in run.output
+        children = run.started_children()
+        assert set(children) == {"web server (gunicorn)", "worker (celery, with scheduler)"}, run.output
+
+        status, body = http_get(f"http://127.0.0.1:{port}/login/")
+        assert status == 200 and b"<form" in body
+        status, body = http_get(f"http://127.0.0.1:{port}/static/vendor/htmx/htmx-2.0.11.min.js")
+        assert status == 200 and b"htmx" in body  # whitenoise serves static files
+
+        hosts = wait_for_hosts(data_dir / "gpuadmin.sqlite3", {HOST, "queued-host"}, 60, run)
+        assert "expired-host" not in hosts, "a message past its expiry was ingested"
+        document = hosts[HOST]
+        assert document["gpu_backend"]["name"] == "simulated"
+        assert [gpu["uuid"] for gpu in document["gpus"]] == [GPU_UUID]
+        holder = next(p for p in document["processes"] if p["pid"] == gpu_holder.pid)
+        assert holder["gpu_memory_bytes"] == {GPU_UUID: 3 * 2**30}
+        assert "Sending due task schedule-probes" not in run.output  # the probe came from start-up
+
+        groups = set(children.values())
+        running = in_groups_or_sessions(groups)
+        # gunicorn's master and 2 workers, celery's main process, its pool and beat.
+        assert len(running) >= 5, running
+
+        os.kill(run.command_pid, signal.SIGINT)
+        exit_status, leftovers = run.finish(timeout_seconds=60)
+
+        assert exit_status == 0, run.output
+        assert "gpuadmin: SIGINT received" in run.output
+        assert leftovers == [], run.output
+        assert in_groups_or_sessions(groups) == [], run.output
+        assert zombies_of(groups | {p.pid for p in running} | {run.command_pid}) == []
+    finally:
+        run.kill_everything(set(children.values()))
