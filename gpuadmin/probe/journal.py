@@ -73,7 +73,8 @@ class JournalWriter:
     def append(self, record: dict[str, Any]) -> None:
         if self._fd < 0:
             raise ValueError(f"journal file {self.path} is closed")
-        line = (json.dumps(record, separators=(",", ":"), sort_keys=True) + "\n").encode()
+        # default=str: an order handed over with datetimes still gets journaled, as text.
+        line = (json.dumps(record, separators=(",", ":"), sort_keys=True, default=str) + "\n").encode()
         _write_all(self._fd, line)
         os.fsync(self._fd)
         if record.get("record") != "claim":

@@ -403,11 +403,11 @@ def deliver(report: Report, event: dict[str, Any]) -> None:
 
 def _answer_repeat(
     order: Order, raw_sha256: str, journal: Journal, report: Report, clock: Callable[[], float]
-) -> dict[str, Any]:
+) -> dict[str, Any] | None:
     """A delivery of a request id the journal already holds: execute nothing."""
     writer = journal.wait_for(order.request_id)  # waits while another delivery still runs it
     if writer is None:
-        raise RuntimeError(f"journal entry for request {order.request_id} vanished while being read")
+        return None  # pruned in the meantime: the caller claims afresh
     with writer:
         entry = writer.entry
         note = ""
@@ -490,18 +490,22 @@ def execute_order(
     parsed = validate_order(order)
     raw_sha256 = order_sha256(order)
     execution = _Execution(parsed, raw_sha256, report=report, clock=clock)
-    writer = journal.claim(
-        parsed.request_id,
-        {
-            "request_id": parsed.request_id,
-            "claimed_at": utc_iso(clock()),
-            "order_sha256": raw_sha256,
-            "agent_pid": os.getpid(),
-            "order": order,
-        },
-    )
-    if writer is None:
-        return _answer_repeat(parsed, raw_sha256, journal, report, clock)
+    claim_record = {
+        "request_id": parsed.request_id,
+        "claimed_at": utc_iso(clock()),
+        "order_sha256": raw_sha256,
+        "agent_pid": os.getpid(),
+        "order": order,
+    }
+    for _attempt in range(3):
+        writer = journal.claim(parsed.request_id, claim_record)
+        if writer is not None:
+            break
+        answer = _answer_repeat(parsed, raw_sha256, journal, report, clock)
+        if answer is not None:
+            return answer
+    else:
+        raise RuntimeError(f"could not claim or read the journal entry of request {parsed.request_id}")
     with writer:
         execution.writer = writer
         try:
