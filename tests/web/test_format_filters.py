@@ -89,3 +89,11 @@ def test_memory_bar_never_shows_more_attributed_than_used_or_unknown_totals():
     unknown = memory_bar(SimpleNamespace(memory_total_bytes=None, memory_used_bytes=None,
                                          memory_attributed_bytes=0))
     assert unknown == {"attributed_percent": "0.0", "unattributed_percent": "0.0", "used_percent": "0"}
+
+
+def test_state_letters_are_named():
+    from gpuadmin.web.templatetags.gpuadmin_format import state_name
+
+    assert state_name("D") == "uninterruptible (disk) sleep"
+    assert state_name("Z") == "zombie"
+    assert state_name("q") == "unknown state"

@@ -62,7 +62,7 @@ def test_holders_table_lists_gpu_memory_and_device_file_holders_biggest_first(vi
     row = row_of(table, 101)
     assert "alice" in row
     assert "<div>GPU 0: 20.0 GiB</div>" in row
-    assert '<td class="mono">S</td>' in row
+    assert '<td class="mono" title="sleeping">S</td>' in row
     assert ">3 h 12 min</td>" in row
     assert '100 <span class="mono">launch</span>' in row  # parent pid + name
     assert '<span class="cmdline">python train.py --lr 3e-4</span>' in row

@@ -54,6 +54,19 @@ def format_duration(seconds: int | float | None) -> str:
     return " ".join(f"{n} {unit}" for n, unit in shown)
 
 
+# The /proc/<pid>/stat state letters (proc(5)).
+PROCESS_STATES = {
+    "R": "running", "S": "sleeping", "D": "uninterruptible (disk) sleep", "Z": "zombie",
+    "T": "stopped", "t": "stopped by a debugger", "X": "dead", "I": "idle kernel thread",
+    "P": "parked", "W": "paging", "K": "wakekill",
+}
+
+
+@register.filter
+def state_name(letter: Any) -> str:
+    return PROCESS_STATES.get(str(letter), "unknown state")
+
+
 @register.filter
 def bytes_human(value: Any) -> str:
     return format_bytes(value)
