@@ -164,3 +164,19 @@ def test_a_failing_report_does_not_stop_the_escalation(processes: Processes, jou
     assert trainer.signals() == ["SIGINT", "SIGTERM"]
     entry = journal.read(order["request_id"])
     assert entry is not None and [event["event"] for event in entry.events][-1] == "finished"
+
+
+def test_a_target_gone_before_the_order_counts_as_exited(
+    processes: Processes, journal: Journal, reports: Reports
+) -> None:
+    trainer = processes.start("trainer.py")
+    target = target_for(trainer.pid)
+    (trainer.workdir / "stop").touch()
+    trainer.popen.wait(timeout=10)  # exited and reaped: the PID is free
+
+    result = execute_order(make_order([target]), journal=journal, report=reports)
+
+    assert result["result"] == "succeeded"
+    (exited,) = reports.of("target_exited", trainer.pid)
+    assert exited["signal"] is None and exited["detail"] == "exited (before any signal)"
+    assert reports.of("signal_sent") == []
