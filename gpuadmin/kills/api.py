@@ -1,0 +1,166 @@
+"""JSON API for kill requests: /api/v1/kill-requests/...
+
+Same rules as the pages, because both call the same services: a requester
+files, a different approver approves or rejects (self-approval answers 403
+unless GPUADMIN_ALLOW_SELF_APPROVAL), the requester or an approver cancels.
+A refused or invalid request answers 4xx with ``{"error": "...", "detail":
+"..."}`` (the same text; ``detail`` is what every other endpoint uses) and,
+for a zombie, ``parent_offer``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework.decorators import api_view, renderer_classes
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from gpuadmin.fleet.api import AsciiJSONRenderer
+from gpuadmin.fleet.models import LatestSnapshot
+from gpuadmin.kills import changes, services
+from gpuadmin.kills.models import KillRequest
+from gpuadmin.kills.serializers import kill_request_dict, preview_dict
+from gpuadmin.kills.services.errors import BadInput, KillError, NotFound
+from gpuadmin.kills.states import Status
+
+LIST_LIMIT = 200
+
+
+def _error(error: KillError) -> Response:
+    return Response({**error.as_dict(), "detail": error.message}, status=error.status_code)
+
+
+def _body(request: Request) -> dict[str, Any]:
+    if not isinstance(request.data, dict):
+        raise BadInput("the body must be a JSON object")
+    return request.data
+
+
+def _get(pk: int) -> KillRequest:
+    try:
+        return KillRequest.objects.select_related("host").get(pk=pk)
+    except KillRequest.DoesNotExist:
+        raise NotFound(f"no kill request #{pk}") from None
+
+
+def _int(value: Any, name: str) -> int:
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadInput(f"{name} must be a non-negative integer; got {value!r}", field=name)
+    return value
+
+
+def _bool(value: Any, name: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if value in ("true", "1"):
+        return True
+    if value in (None, "", "false", "0"):
+        return False
+    raise BadInput(f"{name} must be true or false; got {value!r}", field=name)
+
+
+def detail_dict(kill_request: KillRequest) -> dict[str, Any]:
+    targets_now = None
+    if kill_request.status == Status.PENDING:
+        # What an approver would see now: each target against the newest snapshot.
+        latest = LatestSnapshot.objects.filter(host=kill_request.host).first()
+        targets_now = changes.compare(list(kill_request.targets.all()), latest.document if latest else None)
+    return kill_request_dict(kill_request, steps=True, targets_now=targets_now)
+
+
+@api_view(["GET", "POST"])
+@renderer_classes([AsciiJSONRenderer])
+def kill_requests(request: Request) -> Response:
+    if request.method == "POST":
+        try:
+            body = _body(request)
+            host = body.get("host")
+            if not isinstance(host, str) or not host:
+                raise BadInput("host must be a host name", field="host")
+            kill_request = services.file_request(
+                request.user,
+                host=host,
+                pid=body.get("pid"),
+                start_time_ticks=body.get("start_time_ticks"),
+                include_descendants=_bool(body.get("include_descendants", False), "include_descendants"),
+                plan=body.get("plan"),
+                reason=body.get("reason") if isinstance(body.get("reason"), str) else "",
+            )
+        except KillError as error:
+            return _error(error)
+        return Response(kill_request_dict(kill_request, steps=True), status=201)
+
+    found = KillRequest.objects.select_related("host").prefetch_related("targets")
+    status = request.query_params.get("status")
+    if status:
+        if status not in Status.values:
+            return _error(BadInput(f"status must be one of {', '.join(Status.values)}", field="status"))
+        found = found.filter(status=status)
+    if host := request.query_params.get("host"):
+        found = found.filter(host__name=host)
+    return Response([kill_request_dict(k) for k in found.order_by("-requested_at")[:LIST_LIMIT]])
+
+
+@api_view(["GET"])
+@renderer_classes([AsciiJSONRenderer])
+def kill_request_preview(request: Request) -> Response:
+    """What a request would target, without filing it (the same checks as filing)."""
+    params = request.query_params
+    try:
+        host = services.requesting.get_host(params.get("host", ""))
+        result = services.preview(
+            host, _int(params.get("pid"), "pid"), _int(params.get("start_time_ticks"), "start_time_ticks"),
+            include_descendants=_bool(params.get("include_descendants"), "include_descendants"),
+        )
+    except KillError as error:
+        return _error(error)
+    return Response(preview_dict(result))
+
+
+@api_view(["GET"])
+@renderer_classes([AsciiJSONRenderer])
+def kill_request_detail(request: Request, pk: int) -> Response:
+    try:
+        return Response(detail_dict(_get(pk)))
+    except KillError as error:
+        return _error(error)
+
+
+@api_view(["POST"])
+@renderer_classes([AsciiJSONRenderer])
+def approve(request: Request, pk: str) -> Response:
+    pk = int(pk)
+    try:
+        body = _body(request)
+        allow = _bool(body.get("allow_sigkill_only", False), "allow_sigkill_only")
+        services.approve(pk, request.user, allow_sigkill_only=allow)
+        return Response(detail_dict(_get(pk)))
+    except KillError as error:
+        return _error(error)
+
+
+@api_view(["POST"])
+@renderer_classes([AsciiJSONRenderer])
+def reject(request: Request, pk: str) -> Response:
+    pk = int(pk)
+    try:
+        reason = _body(request).get("reason")
+        services.reject(pk, request.user, reason if isinstance(reason, str) else "")
+        return Response(detail_dict(_get(pk)))
+    except KillError as error:
+        return _error(error)
+
+
+@api_view(["POST"])
+@renderer_classes([AsciiJSONRenderer])
+def cancel(request: Request, pk: str) -> Response:
+    pk = int(pk)
+    try:
+        reason = _body(request).get("reason")
+        services.cancel(pk, request.user, reason if isinstance(reason, str) else "")
+        return Response(detail_dict(_get(pk)))
+    except KillError as error:
+        return _error(error)
