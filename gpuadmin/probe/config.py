@@ -9,6 +9,8 @@ from dataclasses import dataclass
 GPU_BACKENDS = ("auto", "nvml", "simulated", "none")
 DEFAULT_DEVICE_GLOB = "/dev/nvidia*"
 DEFAULT_CMDLINE_MAX_BYTES = 4096
+# The schema allows 8192 characters per argument; a cap in bytes at most that keeps every argument valid.
+CMDLINE_MAX_BYTES_LIMIT = 8192
 # The schema's host-name rule (snapshot.schema.json, host.name): a DNS-ish label.
 HOST_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
 
@@ -40,8 +42,10 @@ class ProbeConfig:
             )
         if not self.device_glob:
             raise ProbeConfigError("device glob must not be empty")
-        if self.cmdline_max_bytes < 1:
-            raise ProbeConfigError(f"cmdline_max_bytes must be at least 1; got {self.cmdline_max_bytes}")
+        if not 1 <= self.cmdline_max_bytes <= CMDLINE_MAX_BYTES_LIMIT:
+            raise ProbeConfigError(
+                f"cmdline_max_bytes must be 1..{CMDLINE_MAX_BYTES_LIMIT}; got {self.cmdline_max_bytes}"
+            )
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides: object) -> ProbeConfig:

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from gpuadmin.probe.procfs import CLOCK_TICKS_PER_SECOND, StatFields, cmdline_sha256, parse_stat
 
 PAGE_SIZE_BYTES = os.sysconf("SC_PAGE_SIZE")
+CMDLINE_MAX_ARGUMENTS = 4096  # the schema's limit; reached only by a command line of empty arguments
 ZOMBIE = "Z"
 UNINTERRUPTIBLE = "D"
 # A container runtime names the cgroup after the container: docker/<id>, docker-<id>.scope,
@@ -67,6 +68,8 @@ def split_cmdline(raw: bytes, max_bytes: int) -> tuple[list[str], bool]:
     # The terminating NUL leaves an empty last part; after a cut, so does a cut right after a NUL.
     if parts and parts[-1] == b"":
         parts.pop()
+    if len(parts) > CMDLINE_MAX_ARGUMENTS:
+        parts, truncated = parts[:CMDLINE_MAX_ARGUMENTS], True
     return [part.decode("utf-8", "replace") for part in parts], truncated
 
 
@@ -90,6 +93,10 @@ def read_container_id(pid: int) -> str | None:
             text = f.read().decode("ascii", "replace")
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
+    return container_id_from_cgroup(text)
+
+
+def container_id_from_cgroup(text: str) -> str | None:
     found = CONTAINER_ID.findall(text)
     return found[-1] if found else None
 

@@ -111,7 +111,10 @@ def test_split_cmdline_replaces_undecodable_bytes_and_a_cut_character() -> None:
     assert split_cmdline("é".encode() * 3, 5) == (["éé\ufffd"], True)  # cut inside the third é
 
 
-def test_split_cmdline_never_returns_more_arguments_than_bytes() -> None:
-    argv, truncated = split_cmdline(b"\0" * 10_000, 4096)
+def test_split_cmdline_never_returns_more_arguments_than_bytes_or_the_schema_allows() -> None:
+    argv, truncated = split_cmdline(b"\0" * 10_000, 2000)
+    assert truncated is True
+    assert len(argv) == 2000
+    argv, truncated = split_cmdline(b"\0" * 8192, 8192)
     assert truncated is True
     assert len(argv) == 4096

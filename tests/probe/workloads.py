@@ -91,6 +91,14 @@ def holder(device: str, *_ignored: str) -> None:
     sleep_forever()
 
 
+def holder_of(*paths: str) -> None:
+    """Holds each path open (a path named twice is opened twice)."""
+    for path in paths:
+        os.open(path, os.O_RDONLY)
+    ready(children=[])
+    sleep_forever()
+
+
 def holder_with_child(device: str) -> None:
     """Holds the device file and has a child that does not."""
     fd = os.open(device, os.O_RDONLY)
@@ -112,6 +120,23 @@ def hostile(device: str, name: str, *_arguments: str) -> None:
     sleep_forever()
 
 
+def threads(count: str) -> None:
+    """Many threads in one process (each one uses a PID)."""
+    import threading
+
+    started = threading.Barrier(int(count) + 1)
+
+    def idle() -> None:
+        started.wait()
+        sleep_forever()
+
+    for _ in range(int(count)):
+        threading.Thread(target=idle, daemon=True).start()
+    started.wait()
+    ready(children=[])
+    sleep_forever()
+
+
 def sleeper() -> None:
     ready(children=[])
     sleep_forever()
@@ -122,9 +147,11 @@ KINDS = {
     "launcher": launcher,
     "reaper": reaper,
     "holder": holder,
+    "holder-of": holder_of,
     "holder-with-child": holder_with_child,
     "hostile": hostile,
     "sleeper": sleeper,
+    "threads": threads,
 }
 
 if __name__ == "__main__":
