@@ -21,6 +21,11 @@ from collections.abc import Iterator
 import pytest
 
 from tests import services
+from tests.audit.pg_flush import allow_test_flush_through_audit_triggers
+
+# transaction=True tests end with a flush (TRUNCATE), which the audit table's
+# PostgreSQL triggers refuse outside tests; see tests/audit/pg_flush.py.
+allow_test_flush_through_audit_triggers()
 
 DB_FIXTURES = {
     "db", "transactional_db", "django_db_reset_sequences", "django_db_serialized_rollback",
