@@ -126,20 +126,34 @@ def percent_of(part: Any, whole: Any) -> float:
 
 @register.filter
 def memory_bar(gpu: Any) -> dict[str, str]:
-    """Widths (CSS percentages) of a GPU memory bar's two parts: attributed, then unattributed.
+    """Everything a GPU memory bar shows, formatted once (the fleet page draws one per GPU).
 
-    Attributed memory is capped at the used memory: the two are read at slightly
-    different moments, and the bar must never claim more than the GPU reports.
+    The bar has two parts, attributed then unattributed memory. Attributed is
+    capped at used: the two are read at slightly different moments, and the bar
+    must never claim more than the GPU reports.
     """
     total = getattr(gpu, "memory_total_bytes", None)
-    used = getattr(gpu, "memory_used_bytes", None) or 0
+    used_bytes = getattr(gpu, "memory_used_bytes", None)
+    used = used_bytes or 0
     attributed = min(getattr(gpu, "memory_attributed_bytes", 0) or 0, used)
+    unattributed = used - attributed
     attributed_percent = percent_of(attributed, total)
-    unattributed_percent = min(percent_of(used - attributed, total), 100.0 - attributed_percent)
+    unattributed_percent = min(percent_of(unattributed, total), 100.0 - attributed_percent)
+    utilization = getattr(gpu, "utilization_percent", None)
+    title = (
+        f"GPU {gpu.index}: {format_bytes(used_bytes)} used of {format_bytes(total)}; "
+        f"{format_bytes(unattributed)} not attributed to any visible process"
+    )
+    if utilization is not None:
+        title += f"; {utilization}% busy"
     return {
         "attributed_percent": f"{attributed_percent:.1f}",
         "unattributed_percent": f"{unattributed_percent:.1f}",
         "used_percent": f"{percent_of(used, total):.0f}",
+        "used": format_bytes(used_bytes),
+        "total": format_bytes(total),
+        "unattributed": format_bytes(unattributed) if unattributed else "",
+        "title": title,
     }
 
 
