@@ -78,17 +78,28 @@ def test_text_form_is_autoescaped_in_attributes():
 
 
 def test_memory_bar_splits_used_memory_into_attributed_and_unattributed():
-    bar = memory_bar(SimpleNamespace(memory_total_bytes=80 * GiB, memory_used_bytes=30 * GiB,
-                                     memory_attributed_bytes=28 * GiB))
-    assert bar == {"attributed_percent": "35.0", "unattributed_percent": "2.5", "used_percent": "38"}
+    bar = memory_bar(SimpleNamespace(index=0, memory_total_bytes=80 * GiB, memory_used_bytes=30 * GiB,
+                                     memory_attributed_bytes=28 * GiB, utilization_percent=97))
+    assert bar == {
+        "attributed_percent": "35.0", "unattributed_percent": "2.5", "used_percent": "38",
+        "used": "30.0 GiB", "total": "80.0 GiB", "unattributed": "2.0 GiB",
+        "title": "GPU 0: 30.0 GiB used of 80.0 GiB; 2.0 GiB not attributed to any visible process; 97% busy",
+    }
 
 
 def test_memory_bar_never_shows_more_attributed_than_used_or_unknown_totals():
-    over = memory_bar(SimpleNamespace(memory_total_bytes=10, memory_used_bytes=4, memory_attributed_bytes=9))
-    assert over == {"attributed_percent": "40.0", "unattributed_percent": "0.0", "used_percent": "40"}
-    unknown = memory_bar(SimpleNamespace(memory_total_bytes=None, memory_used_bytes=None,
-                                         memory_attributed_bytes=0))
-    assert unknown == {"attributed_percent": "0.0", "unattributed_percent": "0.0", "used_percent": "0"}
+    over = memory_bar(SimpleNamespace(index=1, memory_total_bytes=10, memory_used_bytes=4,
+                                      memory_attributed_bytes=9, utilization_percent=None))
+    assert over["attributed_percent"] == "40.0"
+    assert over["unattributed_percent"] == "0.0"
+    assert over["unattributed"] == ""
+    unknown = memory_bar(SimpleNamespace(index=2, memory_total_bytes=None, memory_used_bytes=None,
+                                         memory_attributed_bytes=0, utilization_percent=None))
+    assert unknown == {
+        "attributed_percent": "0.0", "unattributed_percent": "0.0", "used_percent": "0",
+        "used": "—", "total": "—", "unattributed": "",
+        "title": "GPU 2: — used of —; 0 B not attributed to any visible process",
+    }
 
 
 def test_state_letters_are_named():
