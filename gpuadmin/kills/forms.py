@@ -1,0 +1,61 @@
+"""The new-request form: reason, descendants, and the plan editor (up to
+MAX_STEPS rows of signal + grace; empty rows are ignored)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+
+from gpuadmin.kills import plans
+
+SIGNAL_CHOICES = [("", "—")] + [(s, s) for s in plans.SIGNALS]
+
+
+class KillRequestForm(forms.Form):
+    host = forms.CharField(max_length=253, widget=forms.HiddenInput)
+    pid = forms.IntegerField(min_value=1, widget=forms.HiddenInput)
+    start = forms.IntegerField(min_value=0, widget=forms.HiddenInput)
+    include_descendants = forms.BooleanField(required=False, label="Include every descendant as a target")
+    reason = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 70, "maxlength": 2000}),
+        max_length=2000,
+        label="Reason (required)",
+        error_messages={"required": "A reason is required: say why this process must be stopped."},
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        empty = {"signal": "", "grace_seconds": None}
+        defaults = plans.default_plan() + [empty] * plans.MAX_STEPS
+        grace_bounds = {"min": plans.MIN_GRACE_SECONDS, "max": plans.MAX_GRACE_SECONDS}
+        for number in range(1, plans.MAX_STEPS + 1):
+            initial = defaults[number - 1]
+            self.fields[f"signal_{number}"] = forms.ChoiceField(
+                choices=SIGNAL_CHOICES, required=False, initial=initial["signal"], label=f"Step {number}"
+            )
+            self.fields[f"grace_{number}"] = forms.IntegerField(
+                required=False, initial=initial["grace_seconds"], label="grace (s)",
+                widget=forms.NumberInput(attrs=grace_bounds),
+            )
+
+    def plan_rows(self) -> list[tuple[forms.BoundField, forms.BoundField]]:
+        return [(self[f"signal_{n}"], self[f"grace_{n}"]) for n in range(1, plans.MAX_STEPS + 1)]
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        raw: list[dict[str, Any]] = []
+        for number in range(1, plans.MAX_STEPS + 1):
+            signal = cleaned.get(f"signal_{number}")
+            grace = cleaned.get(f"grace_{number}")
+            if not signal and grace is None:
+                continue
+            if not signal or grace is None:
+                self.add_error(f"signal_{number}", f"step {number} needs both a signal and a grace period")
+                continue
+            raw.append({"signal": signal, "grace_seconds": grace})
+        try:
+            cleaned["plan"] = plans.validate_plan(raw)
+        except plans.PlanError as exc:
+            self.add_error(None, f"Plan: {exc}")
+        return cleaned

@@ -1,0 +1,253 @@
+"""Kill request pages: the list (pending first, approve/reject inline with
+htmx), one request's page with its live timeline, and the new-request form
+with its preview.
+
+The row and the timeline are partial templates used by the full pages and
+returned alone to htmx, so a refresh renders exactly what the page did.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.db.models import Case, IntegerField, Value, When
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django.views.decorators.vary import vary_on_headers
+
+from gpuadmin.accounts.permissions import role_required
+from gpuadmin.accounts.roles import Role, has_role
+from gpuadmin.fleet.models import Host, LatestSnapshot
+from gpuadmin.kills import changes, plans, services
+from gpuadmin.kills.forms import KillRequestForm
+from gpuadmin.kills.models import KillRequest
+from gpuadmin.kills.services.errors import KillError
+from gpuadmin.kills.services.released import RELEASING
+from gpuadmin.kills.states import Status
+
+# htmx stops polling on this status.
+HTMX_STOP_POLLING = 286
+TIMELINE_POLL_SECONDS = 2
+RECENT_FINAL_SHOWN = 50
+# After a kill finished, the timeline keeps polling this long for the memory confirmation.
+MEMORY_WAIT_SECONDS = 120
+
+OPEN_ORDER = Case(
+    When(status=Status.PENDING, then=Value(0)),
+    When(status=Status.RUNNING, then=Value(1)),
+    When(status=Status.APPROVED, then=Value(2)),
+    default=Value(3),
+    output_field=IntegerField(),
+)
+
+
+def _get(pk: int) -> KillRequest:
+    try:
+        return KillRequest.objects.select_related("host").prefetch_related("targets").get(pk=pk)
+    except KillRequest.DoesNotExist:
+        raise Http404(f"No kill request #{pk}.") from None
+
+
+def _latest_documents(hosts: set[int]) -> dict[int, dict[str, Any]]:
+    return {s.host_id: s.document for s in LatestSnapshot.objects.filter(host_id__in=hosts)}
+
+
+def _row_context(kill_request: KillRequest, user: Any, document: dict[str, Any] | None = None,
+                 *, compare: bool = True, error: str = "", notice: str = "") -> dict[str, Any]:
+    changed: list[str] = []
+    if compare and kill_request.status == Status.PENDING:
+        if document is None:
+            latest = LatestSnapshot.objects.filter(host=kill_request.host).first()
+            document = latest.document if latest else None
+        for now in changes.compare(list(kill_request.targets.all()), document):
+            changed.extend(f"PID {now.target.pid}: {c}" for c in now.changes)
+    return {
+        "kr": kill_request,
+        "may_decide": kill_request.status == Status.PENDING and services.may_decide(kill_request, user),
+        "may_cancel": _cancellable(kill_request) and services.may_cancel(kill_request, user),
+        "changed": changed,
+        "row_error": error,
+        "row_notice": notice,
+    }
+
+
+def _cancellable(kill_request: KillRequest) -> bool:
+    return kill_request.status == Status.PENDING or (
+        kill_request.status == Status.APPROVED and kill_request.dispatched_at is None
+    )
+
+
+@require_GET
+@role_required(Role.VIEWER)
+def kill_requests(request: HttpRequest) -> HttpResponse:
+    base = KillRequest.objects.select_related("host").prefetch_related("targets")
+    open_requests = list(
+        base.filter(status__in=(Status.PENDING, Status.APPROVED, Status.RUNNING))
+        .annotate(open_order=OPEN_ORDER)
+        .order_by("open_order", "requested_at")
+    )
+    recent = list(base.exclude(status__in=(Status.PENDING, Status.APPROVED, Status.RUNNING))
+                  .order_by("-requested_at")[:RECENT_FINAL_SHOWN])
+    documents = _latest_documents({k.host_id for k in open_requests if k.status == Status.PENDING})
+    rows = [_row_context(k, request.user, documents.get(k.host_id)) for k in open_requests]
+    context = {
+        "pending_rows": [r for r in rows if r["kr"].status == Status.PENDING],
+        "active_rows": [r for r in rows if r["kr"].status != Status.PENDING],
+        "recent_rows": [_row_context(k, request.user, compare=False) for k in recent],
+        "may_request": has_role(request.user, Role.REQUESTER),
+    }
+    return render(request, "kills/list.html", context)
+
+
+def _timeline_context(kill_request: KillRequest) -> dict[str, Any]:
+    still_live = not _timeline_settled(kill_request)
+    return {
+        "kr": kill_request,
+        "targets": list(kill_request.targets.all()),
+        "steps": list(kill_request.steps.select_related("target").order_by("seq")),
+        "poll_seconds": TIMELINE_POLL_SECONDS,
+        "still_live": still_live,
+        "awaiting_memory": (
+            still_live and kill_request.is_final and kill_request.memory_expected_release_bytes > 0
+        ),
+    }
+
+
+def _timeline_settled(kill_request: KillRequest) -> bool:
+    """Final, and no memory confirmation worth waiting for."""
+    from django.utils import timezone
+
+    if not kill_request.is_final:
+        return False
+    if kill_request.memory_confirmed_at or kill_request.status not in RELEASING:
+        return True
+    finished = kill_request.finished_at
+    return finished is None or (timezone.now() - finished).total_seconds() > MEMORY_WAIT_SECONDS
+
+
+@require_GET
+@role_required(Role.VIEWER)
+def kill_request_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    kill_request = _get(pk)
+    context = _timeline_context(kill_request)
+    context.update(_row_context(kill_request, request.user, compare=False))
+    if kill_request.status == Status.PENDING:
+        latest = LatestSnapshot.objects.filter(host=kill_request.host).first()
+        context["targets_now"] = changes.compare(context["targets"], latest.document if latest else None)
+        context["latest_taken_at"] = latest.taken_at if latest else None
+    return render(request, "kills/detail.html", context)
+
+
+@require_GET
+@role_required(Role.VIEWER)
+def kill_request_timeline(request: HttpRequest, pk: int) -> HttpResponse:
+    try:
+        kill_request = _get(pk)
+    except Http404:
+        return HttpResponse("This kill request no longer exists.", status=HTMX_STOP_POLLING)
+    context = _timeline_context(kill_request)
+    status = HTMX_STOP_POLLING if not context["still_live"] else 200
+    return render(request, "kills/_timeline.html", context, status=status)
+
+
+def _preview_context(request: HttpRequest, params: Any) -> dict[str, Any]:
+    """The preview for ?host&pid&start (and include_descendants), or why there is none."""
+    context: dict[str, Any] = {"preview": None, "preview_error": ""}
+    host_name = params.get("host", "")
+    try:
+        pid = int(params.get("pid", ""))
+        start = int(params.get("start", ""))
+    except ValueError:
+        context["preview_error"] = "Choose a process from a host page: this form needs host, pid and start."
+        return context
+    host = Host.objects.filter(name=host_name).first()
+    if host is None:
+        context["preview_error"] = f"No host named {host_name!r}."
+        return context
+    include = params.get("include_descendants") in ("on", "true", "1")
+    context.update(host=host, pid=pid, start=start, include_descendants=include,
+                   preview=services.preview(host, pid, start, include_descendants=include))
+    return context
+
+
+@require_http_methods(["GET", "POST"])
+@role_required(Role.REQUESTER)
+@vary_on_headers("HX-Request")
+def kill_request_new(request: HttpRequest) -> HttpResponse:
+    if request.method == "POST":
+        form = KillRequestForm(request.POST)
+        context = _preview_context(request, request.POST)
+        if form.is_valid():
+            try:
+                kill_request = services.file_request(
+                    request.user,
+                    host=form.cleaned_data["host"],
+                    pid=form.cleaned_data["pid"],
+                    start_time_ticks=form.cleaned_data["start"],
+                    include_descendants=form.cleaned_data["include_descendants"],
+                    plan=form.cleaned_data["plan"],
+                    reason=form.cleaned_data["reason"],
+                )
+            except KillError as error:
+                form.add_error(None, error.message)
+            else:
+                messages.success(request, f"Kill request #{kill_request.pk} filed; it waits for an approver.")
+                return redirect("kill_request_detail", pk=kill_request.pk)
+        return render(request, "kills/new.html", {**context, "form": form, "plan_bounds": _plan_bounds()},
+                      status=400)
+
+    context = _preview_context(request, request.GET)
+    if request.htmx:
+        return render(request, "kills/_preview.html", context)
+    form = KillRequestForm(initial={
+        "host": request.GET.get("host", ""), "pid": context.get("pid"), "start": context.get("start"),
+        "include_descendants": context.get("include_descendants", False),
+    })
+    return render(request, "kills/new.html", {**context, "form": form, "plan_bounds": _plan_bounds()})
+
+
+def _plan_bounds() -> dict[str, int]:
+    return {"min": plans.MIN_GRACE_SECONDS, "max": plans.MAX_GRACE_SECONDS, "steps": plans.MAX_STEPS}
+
+
+def _decided(request: HttpRequest, pk: int, action: str, do: Any) -> HttpResponse:
+    """Run one decision; answer htmx with the re-rendered row, a browser with a redirect."""
+    error = notice = ""
+    try:
+        do()
+        notice = f"Request #{pk} {action}."
+    except KillError as exc:
+        error = exc.message
+    if request.htmx:
+        kill_request = _get(pk)
+        row = _row_context(kill_request, request.user, error=error, notice=notice)
+        return render(request, "kills/_request_row.html", {"row": row})
+    if error:
+        messages.error(request, error)
+    else:
+        messages.success(request, notice)
+    return redirect("kill_request_detail", pk=pk)
+
+
+@require_POST
+@role_required(Role.APPROVER)
+def kill_request_approve(request: HttpRequest, pk: int) -> HttpResponse:
+    allow = request.POST.get("allow_sigkill_only") in ("on", "true", "1")
+    return _decided(request, pk, "approved",
+                    lambda: services.approve(pk, request.user, allow_sigkill_only=allow))
+
+
+@require_POST
+@role_required(Role.APPROVER)
+def kill_request_reject(request: HttpRequest, pk: int) -> HttpResponse:
+    return _decided(request, pk, "rejected",
+                    lambda: services.reject(pk, request.user, request.POST.get("reason", "")))
+
+
+@require_POST
+@role_required(Role.REQUESTER)
+def kill_request_cancel(request: HttpRequest, pk: int) -> HttpResponse:
+    return _decided(request, pk, "cancelled",
+                    lambda: services.cancel(pk, request.user, request.POST.get("reason", "")))

@@ -1,0 +1,181 @@
+"""The kill request pages: list with inline decisions, the request page and its
+live timeline, the new-request form with its preview. Process text is escaped."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from gpuadmin.accounts.roles import Role
+from gpuadmin.kills import services
+from gpuadmin.kills.models import KillRequest
+from gpuadmin.kills.states import Status
+from tests.factories import proc
+from tests.kills.conftest import make_person, store_snapshot
+from tests.kills.helpers import file, refreshed
+from tests.kills.lab import lab_snapshot
+
+pytestmark = pytest.mark.django_db
+
+HTMX = {"HTTP_HX_REQUEST": "true"}
+
+
+def client_for(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_the_list_shows_pending_first(lab, requester, approver, viewer):
+    rejected = file(requester, 4300)
+    services.reject(rejected.pk, approver, "no")
+    pending = file(requester, 4600)
+    page = client_for(viewer).get("/kills/").content.decode()
+    assert page.index(f"kill-request-{pending.pk}") < page.index(f"kill-request-{rejected.pk}")
+    assert "Pending approval" in page
+
+
+def test_an_approver_approves_inline_and_gets_the_row_back(lab, requester, approver, sent,
+                                                          django_capture_on_commit_callbacks):
+    kill_request = file(requester, 4600)
+    client = client_for(approver)
+    assert f'hx-post="/kills/{kill_request.pk}/approve/"' in client.get("/kills/").content.decode()
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(f"/kills/{kill_request.pk}/approve/", **HTMX)
+    assert response.status_code == 200
+    row = response.content.decode()
+    assert row.lstrip().startswith(f'<tr id="kill-request-{kill_request.pk}"')
+    assert "Approved" in row and "Approve</button>" not in row
+    assert refreshed(kill_request).status == Status.APPROVED
+
+
+def test_a_second_inline_approval_shows_already_approved_in_the_row(
+    lab, requester, approver, second_approver, sent
+):
+    kill_request = file(requester, 4600)
+    client_for(approver).post(f"/kills/{kill_request.pk}/approve/", **HTMX)
+    row = client_for(second_approver).post(f"/kills/{kill_request.pk}/approve/", **HTMX).content.decode()
+    assert "already approved (by april" in row
+
+
+def test_a_rejection_without_reason_is_refused_in_the_row(lab, requester, approver):
+    kill_request = file(requester, 4600)
+    row = client_for(approver).post(f"/kills/{kill_request.pk}/reject/", {"reason": ""}, **HTMX)
+    assert "needs a reason" in row.content.decode()
+    assert refreshed(kill_request).status == Status.PENDING
+
+
+def test_the_requester_sees_no_approve_button_on_their_own_request(lab):
+    both = make_person("bo", Role.REQUESTER, Role.APPROVER)
+    kill_request = file(both, 4600)
+    page = client_for(both).get("/kills/").content.decode()
+    assert f"/kills/{kill_request.pk}/approve/" not in page
+    assert f"/kills/{kill_request.pk}/cancel/" in page
+
+
+def test_a_viewer_cannot_approve(lab, requester, viewer):
+    kill_request = file(requester, 4600)
+    assert client_for(viewer).post(f"/kills/{kill_request.pk}/approve/").status_code == 403
+
+
+def test_the_request_page_shows_what_changed_before_approval(lab, requester, approver):
+    kill_request = file(requester, 4120, include_descendants=True)
+    store_snapshot(lab_snapshot(drop=(4123,), replace={4121: proc(4121, ppid=4120, state="D", user="alice",
+                                                                  name="pt_data_worker")}))
+    page = client_for(approver).get(f"/kills/{kill_request.pk}/").content.decode()
+    assert "no longer in the snapshot" in page
+    assert "was sleeping, now in uninterruptible sleep (D)" in page
+    assert "Approve</button>" in page
+
+
+def test_the_timeline_polls_until_final_then_answers_286(lab, requester, approver, viewer):
+    kill_request = file(requester, 4600)
+    client = client_for(viewer)
+    live = client.get(f"/kills/{kill_request.pk}/timeline/", **HTMX)
+    assert live.status_code == 200
+    assert 'hx-trigger="every 2s"' in live.content.decode()
+    services.reject(kill_request.pk, approver, "no")
+    done = client.get(f"/kills/{kill_request.pk}/timeline/", **HTMX)
+    assert done.status_code == 286
+    assert "hx-trigger" not in done.content.decode()
+
+
+def test_the_page_and_the_poll_render_the_same_timeline(lab, requester, viewer):
+    kill_request = file(requester, 4600)
+    client = client_for(viewer)
+    page = client.get(f"/kills/{kill_request.pk}/").content.decode()
+    partial = client.get(f"/kills/{kill_request.pk}/timeline/", **HTMX).content.decode().strip()
+    assert partial in page
+
+
+def test_the_new_form_previews_targets_and_files_the_request(lab, requester):
+    client = client_for(requester)
+    page = client.get("/kills/new/", {"host": "gpu01", "pid": 4120, "start": 412000,
+                                      "include_descendants": "on"}).content.decode()
+    for pid in (4120, 4121, 4123):
+        assert f'data-pid="{pid}"' in page
+    assert "Descendants left out" in page and "protected" in page
+    response = client.post("/kills/new/", {
+        "host": "gpu01", "pid": 4120, "start": 412000, "include_descendants": "on",
+        "signal_1": "SIGINT", "grace_1": 5, "signal_2": "SIGKILL", "grace_2": 10,
+        "reason": "launcher of a finished job",
+    })
+    kill_request = KillRequest.objects.get()
+    assert response.status_code == 302 and response["Location"] == f"/kills/{kill_request.pk}/"
+    assert kill_request.plan == [
+        {"signal": "SIGINT", "grace_seconds": 5}, {"signal": "SIGKILL", "grace_seconds": 10}
+    ]
+    assert kill_request.targets.count() == 3
+
+
+def test_the_new_form_refuses_a_bad_plan_and_a_missing_reason(lab, requester):
+    response = client_for(requester).post("/kills/new/", {
+        "host": "gpu01", "pid": 4600, "start": 460000,
+        "signal_1": "SIGKILL", "grace_1": 5, "signal_2": "SIGTERM", "grace_2": 5, "reason": "",
+    })
+    assert response.status_code == 400
+    page = response.content.decode()
+    assert "SIGKILL can only be the last step" in page
+    assert "A reason is required" in page
+    assert not KillRequest.objects.exists()
+
+
+def test_a_zombie_preview_offers_its_parent(lab, requester):
+    page = client_for(requester).get("/kills/new/", {"host": "gpu01", "pid": 4201, "start": 420100})
+    html = page.content.decode()
+    assert "Refused:" in html and "zombie" in html
+    assert "holds 3 zombies" in html
+    assert "pid=4199&amp;start=419900" in html
+    assert "File the request" not in html
+
+
+def test_a_d_state_preview_warns(lab, requester):
+    html = client_for(requester).get("/kills/new/", {"host": "gpu01", "pid": 4300, "start": 430000}).content
+    assert b"uninterruptible sleep" in html
+
+
+def test_a_viewer_cannot_open_the_form(lab, viewer):
+    response = client_for(viewer).get("/kills/new/", {"host": "gpu01", "pid": 4600, "start": 460000})
+    assert response.status_code == 403
+
+
+def test_process_text_is_escaped_everywhere(requester, approver, db):
+    evil = proc(6000, user="mallory", uid=1666, name="<script>x</script>",
+                cmdline=["python", "<img src=x onerror=alert(1)>", "\u202egnp.exe"])
+    doc = lab_snapshot()
+    doc["processes"].append(evil)
+    store_snapshot(doc)
+    kill_request = file(requester, 6000, reason="<b>bold</b> reason")
+    client = client_for(approver)
+    pages = [
+        client.get("/kills/").content.decode(),
+        client.get(f"/kills/{kill_request.pk}/").content.decode(),
+        client_for(requester).get("/kills/new/", {"host": "gpu01", "pid": 6000, "start": 600000})
+        .content.decode(),
+    ]
+    for html in pages:
+        assert "<script>x</script>" not in html
+        assert "<img src=x" not in html
+        assert "\u202e" not in html
+    assert "&lt;script&gt;x&lt;/script&gt;" in pages[1]
+    assert "&lt;b&gt;bold&lt;/b&gt; reason" in pages[1]
