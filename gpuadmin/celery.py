@@ -42,12 +42,27 @@ def beat_schedule(probe_interval_seconds: float) -> dict[str, dict]:
     }
 
 
-# Central tasks go to `central` without every caller naming it; agent tasks
-# have no default route on purpose: they are always sent to one host's queue.
-TASK_ROUTES = {
-    "gpuadmin.fleet.*": {"queue": CENTRAL_QUEUE},
-    "gpuadmin.kills.*": {"queue": CENTRAL_QUEUE},
-}
+CENTRAL_TASK_PREFIXES = ("gpuadmin.fleet.", "gpuadmin.kills.")
+AGENT_TASK_PREFIX = "gpuadmin.agent."
+
+
+class UnroutedAgentTask(ValueError):
+    """An agent task sent without naming the host's queue."""
+
+
+def route_task(name: str, args: object, kwargs: object, options: dict, task: object = None,
+               **_: object) -> dict | None:
+    """Central tasks go to `central` without every caller naming it.
+
+    Agent tasks have no default on purpose: one sent without its host's queue
+    would land in `central`, and the central worker would probe or signal its
+    own box instead of the host meant. Refuse it at the sender.
+    """
+    if name.startswith(CENTRAL_TASK_PREFIXES):
+        return {"queue": CENTRAL_QUEUE}
+    if name.startswith(AGENT_TASK_PREFIX) and not options.get("queue"):
+        raise UnroutedAgentTask(f"{name} must be sent to a host's queue: queue=host_queue(host_name)")
+    return None
 
 app = Celery(
     "gpuadmin",
@@ -59,5 +74,5 @@ app = Celery(
     ],
 )
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.conf.task_routes = TASK_ROUTES
+app.conf.task_routes = (route_task,)
 app.conf.beat_schedule = beat_schedule(settings.GPUADMIN_PROBE_INTERVAL_SECONDS)

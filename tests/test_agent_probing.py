@@ -1,0 +1,98 @@
+"""The agent's probe task side (gpuadmin/agent/probing.py), in process.
+
+No test here is marked django_db: pytest-django refuses any database access
+in them, so each one also proves that the agent side needs no database. The
+integration test repeats this with a real agent worker whose DATABASE_URL
+leads nowhere.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import jsonschema
+import pytest
+from kombu import Message
+
+from gpuadmin.agent import probing
+from gpuadmin.celery import CENTRAL_QUEUE, app, host_queue
+
+SCHEMA = json.loads((Path(probing.__file__).parents[1] / "probe" / "snapshot.schema.json").read_text())
+GPU_UUID = "GPU-a9e17000-0000-4000-8000-000000000001"
+GiB = 2**30
+
+
+@pytest.fixture
+def gpu_holder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[subprocess.Popen]:
+    """A real process holding 5 GiB of a simulated GPU, the agent configured to see it."""
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "agent-unit-holder"])
+    gpus = tmp_path / "gpus.json"
+    gpus.write_text(json.dumps({
+        "gpus": [{"uuid": GPU_UUID, "name": "Simulated L4", "memory_total_bytes": 24 * GiB,
+                  "extra_used_bytes": GiB, "utilization_percent": 10}],
+        "processes": [{"pid": holder.pid, "gpu_uuid": GPU_UUID, "used_memory_bytes": 5 * GiB}],
+    }))
+    monkeypatch.setenv("GPUADMIN_GPU_BACKEND", "simulated")
+    monkeypatch.setenv("GPUADMIN_SIMULATED_GPUS", str(gpus))
+    yield holder
+    holder.kill()
+    holder.wait()
+
+
+def drain(queue_name: str) -> list[Message]:
+    """Every message now waiting in a queue of this test run's broker (the filesystem one)."""
+    messages = []
+    with app.connection_for_read() as connection, connection.SimpleQueue(queue_name) as queue:
+        while True:
+            try:
+                message = queue.get(block=False)
+            except queue.Empty:
+                return messages
+            message.ack()
+            messages.append(message)
+
+
+def test_probe_host_sends_one_valid_snapshot_to_central(gpu_holder, settings) -> None:
+    settings.GPUADMIN_HOST_NAME = "agent-unit"
+    drain(CENTRAL_QUEUE)
+
+    size_bytes = probing.probe_host.apply().get()
+
+    [message] = [m for m in drain(CENTRAL_QUEUE) if m.headers["task"] == probing.INGEST_TASK]
+    args, kwargs, _ = message.decode()
+    assert kwargs == {} and len(args) == 1 and len(args[0]) == size_bytes
+    snapshot = json.loads(args[0])
+    jsonschema.validate(snapshot, SCHEMA)
+    assert snapshot["host"]["name"] == "agent-unit"
+    assert snapshot["gpu_backend"]["name"] == "simulated"
+    [gpu] = snapshot["gpus"]
+    assert (gpu["uuid"], gpu["memory_used_bytes"]) == (GPU_UUID, 6 * GiB)
+    holder = next(p for p in snapshot["processes"] if p["pid"] == gpu_holder.pid)
+    assert holder["gpu_memory_bytes"] == {GPU_UUID: 5 * GiB}
+    assert "agent-unit-holder" in holder["cmdline"]
+    # Stale snapshots are dropped rather than ingested late.
+    assert message.headers["expires"] is not None
+
+
+def test_request_probe_goes_to_that_hosts_queue_and_expires(settings) -> None:
+    drain(host_queue("gpu42"))
+    drain(CENTRAL_QUEUE)
+
+    probing.request_probe("gpu42", expires_seconds=7)
+
+    [message] = drain(host_queue("gpu42"))
+    assert message.headers["task"] == probing.PROBE_TASK
+    assert message.headers["expires"] is not None
+    assert probing.PROBE_TASK not in {m.headers["task"] for m in drain(CENTRAL_QUEUE)}
+
+
+def test_a_bad_probe_setting_fails_the_task_with_the_settings_name(monkeypatch, settings) -> None:
+    settings.GPUADMIN_HOST_NAME = "agent-unit"
+    monkeypatch.setenv("GPUADMIN_GPU_BACKEND", "cuda-please")
+
+    with pytest.raises(ValueError, match="GPU backend must be one of"):
+        probing.probe_host.apply().get()

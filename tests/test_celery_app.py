@@ -1,0 +1,50 @@
+"""The Celery app's schedule and routes (gpuadmin/celery.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuadmin.celery import CENTRAL_QUEUE, UnroutedAgentTask, app, beat_schedule, host_queue
+
+
+def queue_of(task_name: str, **options: object) -> str:
+    return app.amqp.router.route(options, task_name)["queue"].name
+
+
+@pytest.mark.parametrize("interval_seconds", [1, 10, 60])
+def test_every_periodic_task_expires_before_its_next_run(interval_seconds: int) -> None:
+    schedule = beat_schedule(interval_seconds)
+    assert {entry["task"] for entry in schedule.values()} == {
+        "gpuadmin.fleet.schedule_probes", "gpuadmin.kills.sweep",
+    }
+    for entry in schedule.values():
+        assert 0 < entry["options"]["expires"] < entry["schedule"], entry
+
+
+def test_probes_are_scheduled_every_probe_interval() -> None:
+    from django.conf import settings
+
+    probes = app.conf.beat_schedule["schedule-probes"]
+    assert probes["schedule"] == settings.GPUADMIN_PROBE_INTERVAL_SECONDS
+    assert app.conf.beat_schedule["sweep-kills"]["schedule"] == 5.0
+
+
+@pytest.mark.parametrize("task_name", [
+    "gpuadmin.fleet.ingest_snapshot", "gpuadmin.fleet.schedule_probes",
+    "gpuadmin.kills.sweep", "gpuadmin.kills.record_kill_progress",
+])
+def test_central_tasks_go_to_the_central_queue_unless_told_otherwise(task_name: str) -> None:
+    assert queue_of(task_name) == CENTRAL_QUEUE
+    assert queue_of(task_name, queue="elsewhere") == "elsewhere"
+
+
+@pytest.mark.parametrize("task_name", ["gpuadmin.agent.probe_host", "gpuadmin.agent.execute_kill_order"])
+def test_agent_tasks_go_only_to_the_host_queue_they_are_sent_to(task_name: str) -> None:
+    assert queue_of(task_name, queue=host_queue("gpu07")) == "host.gpu07"
+    with pytest.raises(UnroutedAgentTask, match="must be sent to a host's queue"):
+        queue_of(task_name)
+
+
+def test_an_agent_task_without_a_queue_is_refused_before_it_reaches_the_broker() -> None:
+    with pytest.raises(UnroutedAgentTask):
+        app.send_task("gpuadmin.agent.probe_host")
