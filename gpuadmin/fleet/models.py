@@ -201,6 +201,11 @@ class Finding(models.Model):
         WARNING = "warning", "Warning"
         CRITICAL = "critical", "Critical"
 
+        @property
+        def rank(self) -> int:
+            """0 for the most urgent: sort keys put critical first."""
+            return _SEVERITY_RANKS[self.value]
+
     host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="findings")
     kind = models.CharField(max_length=32, choices=Kind.choices)
     # Distinguishes findings of one kind on one host: a parent's pid+start, a GPU uuid...
@@ -214,7 +219,9 @@ class Finding(models.Model):
     resolved_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        ordering = ["-severity", "kind", "key"]
+        # Severity is text, so the database cannot order it by urgency; callers
+        # sort with Severity.rank (see most_severe_first).
+        ordering = ["kind", "key"]
         indexes = [models.Index(fields=["host", "resolved_at"])]
 
     def __str__(self) -> str:
@@ -223,6 +230,16 @@ class Finding(models.Model):
     @property
     def is_open(self) -> bool:
         return self.resolved_at is None
+
+
+_SEVERITY_RANKS = {"critical": 0, "warning": 1, "info": 2}
+
+
+def most_severe_first(findings: list[Finding]) -> list[Finding]:
+    return sorted(
+        findings,
+        key=lambda f: (Finding.Severity(f.severity).rank, f.first_seen_at, f.kind, f.key),
+    )
 
 
 class SnapshotRejection(models.Model):

@@ -15,12 +15,11 @@ from typing import Any
 
 from django.db.models import Count, Prefetch, Q, QuerySet
 
-from gpuadmin.fleet.models import Finding, Gpu, Host, LatestSnapshot
+from gpuadmin.fleet.models import Finding, Gpu, Host, LatestSnapshot, most_severe_first
 from gpuadmin.fleet.process_tree import gpu_holders, orphans, process_rows, zombie_trees
 
 Severity = Finding.Severity
 # Most urgent first. (Finding.Meta.ordering sorts the stored strings, which is alphabetical.)
-SEVERITY_RANK = {Severity.CRITICAL: 0, Severity.WARNING: 1, Severity.INFO: 2}
 
 
 # --- loading ------------------------------------------------------------------
@@ -49,8 +48,7 @@ def host_for_listing(name: str) -> Host | None:
 
 def open_findings(host: Host) -> list[Finding]:
     """The host's open findings, most severe first, then oldest first."""
-    findings = list(host.findings.filter(resolved_at__isnull=True))
-    return sorted(findings, key=lambda f: (SEVERITY_RANK.get(f.severity, 99), f.first_seen_at, f.kind, f.key))
+    return most_severe_first(list(host.findings.filter(resolved_at__isnull=True)))
 
 
 def latest_document(host: Host) -> dict[str, Any] | None:
