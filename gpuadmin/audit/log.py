@@ -92,8 +92,10 @@ def record(
         "details_json": _details_json(details),
     }
     using = router.db_for_write(AuditEvent)
-    # A savepoint inside the caller's transaction, or a transaction of its own.
-    with transaction.atomic(using=using):
+    # Inside the caller's transaction without a savepoint: an event that cannot be
+    # written must undo the change it describes. (Savepoints would also pile up
+    # subtransactions when one transaction records many events.)
+    with transaction.atomic(using=using, savepoint=False):
         _lock_chain(using)
         head = AuditEvent.objects.using(using).order_by("-sequence").values_list("sequence", "hash").first()
         sequence, previous_hash = (head[0] + 1, head[1]) if head else (1, GENESIS_HASH)
