@@ -153,12 +153,13 @@ def test_hostile_strings_are_escaped_everywhere(viewer_client: Client, make_user
     assert 'value="&lt;i&gt;rq&lt;/i&gt;"' in html
 
 
-def test_self_approval_and_deleted_actors_are_marked(viewer_client: Client, make_user):
+def test_self_approval_deleted_actors_and_request_links(viewer_client: Client, make_user):
     alice = make_user("alice")
     log.record(Action.APPROVED, actor=alice, requester_name="alice", approver_name="alice",
-               details={"self_approval": True})
+               kill_request_id=9, details={"self_approved": True})
     alice.delete()
     html = viewer_client.get(reverse("audit_log")).content.decode()
+    assert f'<a href="{reverse("kill_request_detail", args=[9])}">#9</a>' in html
     assert "self-approved" in html
     assert "alice <span class=\"muted small\">(deleted user)</span>" in html
 
