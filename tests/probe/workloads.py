@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 
+PR_SET_PDEATHSIG = 1
 PR_SET_NAME = 15
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -155,4 +156,7 @@ KINDS = {
 }
 
 if __name__ == "__main__":
+    # Should the test run itself be killed, this process goes with it (its forked children
+    # do not inherit this: the orphan test needs workers that outlive their launcher).
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     KINDS[sys.argv[1]](*sys.argv[2:])
