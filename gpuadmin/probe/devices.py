@@ -47,24 +47,34 @@ class DeviceScan:
 
 def open_device_files(pid: int, matcher: DeviceMatcher) -> list[str] | None:
     """The device paths pid holds open (sorted, distinct); None when we may not look."""
-    fd_dir = f"/proc/{pid}/fd/"
+    # Links are read relative to the open fd directory: the kernel then resolves one
+    # name per link instead of /proc/<pid>/fd/<n> from the root (about 10% of the scan).
     try:
-        fds = os.listdir(fd_dir)
+        fd_dir = os.open(f"/proc/{pid}/fd", os.O_RDONLY | os.O_DIRECTORY)
     except PermissionError:
         return None
     except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
         return []
-    readlink = os.readlink
-    matches = matcher.matches
-    found: set[str] = set()
-    for fd in fds:
+    try:
         try:
-            target = readlink(fd_dir + fd)
-        except OSError:  # closed meanwhile, or the process exited
-            continue
-        if matches(target):
-            found.add(target)
-    return sorted(found)
+            fds = os.listdir(fd_dir)
+        except PermissionError:
+            return None
+        except (FileNotFoundError, ProcessLookupError):
+            return []
+        readlink = os.readlink
+        matches = matcher.matches
+        found: set[str] = set()
+        for fd in fds:
+            try:
+                target = readlink(fd, dir_fd=fd_dir)
+            except OSError:  # closed meanwhile, or the process exited
+                continue
+            if matches(target):
+                found.add(target)
+        return sorted(found)
+    finally:
+        os.close(fd_dir)
 
 
 def scan_device_holders(pids: Iterable[int], matcher: DeviceMatcher) -> DeviceScan:
