@@ -119,7 +119,9 @@ def test_the_trigger_lets_clearing_the_actor_through(make_user):
 
 
 @postgres_only
-@pytest.mark.django_db(transaction=True)
+# serialized_rollback: the flush at the end must give later tests back the roles and
+# content types that migrations made (and that other serialized tests expect).
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_concurrent_appends_from_two_connections_make_one_gapless_chain():
     rounds = 15
     both_inside = threading.Barrier(2, timeout=30)

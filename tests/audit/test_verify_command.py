@@ -80,7 +80,9 @@ def run_verify_process(env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=False)
 
 
-@pytest.mark.django_db(transaction=True)
+# serialized_rollback: the flush at the end must give later tests back the roles and
+# content types that migrations made (and that other serialized tests expect).
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_the_command_exits_non_zero_from_a_shell(record_events):
     """The real process, as an operator or a cron job runs it, on committed data."""
     record_events(3)
