@@ -67,6 +67,17 @@ def test_deleting_a_user_keeps_their_events_and_the_chain(make_user):
     assert verify_chain().ok
 
 
+def test_the_admin_shows_events_but_cannot_add_change_or_delete(client, django_user_model, record_events):
+    (event,) = record_events(1)
+    client.force_login(django_user_model.objects.create_superuser("root", password="x"))
+
+    assert client.get("/admin/audit/auditevent/").status_code == 200
+    assert client.get(f"/admin/audit/auditevent/{event.pk}/change/").status_code == 200  # read-only view
+    assert client.get("/admin/audit/auditevent/add/").status_code == 403
+    assert client.post(f"/admin/audit/auditevent/{event.pk}/delete/", {"post": "yes"}).status_code == 403
+    assert AuditEvent.objects.count() == 1
+
+
 def test_system_and_anonymous_actors_are_recorded_without_a_name():
     from django.contrib.auth.models import AnonymousUser
 
@@ -90,10 +101,11 @@ def _sql(statement: str, params: tuple = ()) -> None:
     [
         "UPDATE {table} SET host_name = 'elsewhere' WHERE sequence = 1",
         "UPDATE {table} SET actor_id = NULL, actor_name = 'mallory' WHERE sequence = 1",
+        "UPDATE {table} SET actor_id = actor_id WHERE sequence = 1",
         "DELETE FROM {table} WHERE sequence = 2",
         "TRUNCATE {table}",
     ],
-    ids=["update", "update-with-actor-cleared", "delete", "truncate"],
+    ids=["update", "update-with-actor-cleared", "update-actor-kept", "delete", "truncate"],
 )
 @postgres_only
 def test_sql_that_changes_or_removes_events_is_refused_by_triggers(statement, record_events, make_user):
