@@ -26,6 +26,9 @@ PROGRESS_TASK = "gpuadmin.kills.record_kill_progress"
 # A report that cannot reach the broker is retried briefly, then logged: the
 # escalation must go on, and the journal keeps the full record on the host.
 REPORT_RETRY_POLICY = {"max_retries": 3, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
+# Journal entries are kept far longer than any order can live (its start
+# deadline is minutes), then pruned so the directory does not grow forever.
+JOURNAL_KEEP_SECONDS = 30 * 24 * 3600
 
 
 def journal_directory() -> Path:
@@ -63,13 +66,17 @@ def execute(order: Any) -> dict[str, Any] | None:
     from gpuadmin.probe.journal import Journal
     from gpuadmin.probe.kill import execute_order
 
-    directory = journal_directory()
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    journal = Journal(journal_directory())
     try:
-        return execute_order(order, journal=Journal(directory), report=report_to_central)
+        return execute_order(order, journal=journal, report=report_to_central)
     except ValueError as error:
         logger.error("refused a malformed kill order: %s", error)
         return _report_unreadable(order, error)
+    finally:
+        try:
+            journal.prune(JOURNAL_KEEP_SECONDS)
+        except OSError:
+            logger.exception("could not prune the kill journal in %s", journal.directory)
 
 
 @app.task(name=EXECUTE_TASK, acks_late=True, ignore_result=True)

@@ -8,6 +8,8 @@ only place that changes ``status``.
 
 from __future__ import annotations
 
+import secrets
+
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
@@ -17,6 +19,11 @@ from gpuadmin.kills import plans
 from gpuadmin.kills.states import ACTIVE, FINAL, Status, check_transition
 
 CMDLINE_PREVIEW_ARGS = 64
+
+
+def new_order_key() -> str:
+    return secrets.token_hex(6)
+
 CMDLINE_PREVIEW_CHARS = 2048
 
 
@@ -24,6 +31,10 @@ class KillRequest(models.Model):
     Status = Status
 
     host = models.ForeignKey(Host, on_delete=models.PROTECT, related_name="kill_requests")
+    # Part of the order's request id ("<pk>-<key>"): the agent's journal answers a
+    # request id it has seen with what it recorded, so an id must never repeat,
+    # not even after central's database is recreated and primary keys restart.
+    order_key = models.CharField(max_length=32, default=new_order_key, editable=False)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING, db_index=True)
 
     # Names are copied so the request stays readable after an account is deleted.
@@ -91,6 +102,10 @@ class KillRequest(models.Model):
         """Move to ``to`` or raise InvalidTransition; the caller saves (in its transaction)."""
         check_transition(self.status, to)
         self.status = Status(to)
+
+    @property
+    def order_request_id(self) -> str:
+        return f"{self.pk}-{self.order_key}"
 
     @property
     def status_enum(self) -> Status:

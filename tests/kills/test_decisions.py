@@ -65,7 +65,7 @@ def test_self_approval_is_allowed_by_setting_and_marked_in_the_log(
 
 def test_a_requester_without_approver_role_cannot_approve(lab, requester, sent):
     kill_request = file(requester, 4600)
-    with pytest.raises(services.NotAllowed, match="approver role"):
+    with pytest.raises(services.NotAllowed, match="Only an approver can approve"):
         services.approve(kill_request.pk, requester)
 
 

@@ -30,7 +30,7 @@ def test_the_order_is_self_contained_and_valid_for_the_agent(approved, sent):
     assert options["queue"] == "host.gpu01"
     assert options["expires"] == approved.start_deadline
     assert order["order_version"] == 1
-    assert order["request_id"] == str(approved.pk)
+    assert order["request_id"] == f"{approved.pk}-{approved.order_key}"
     assert order["host"] == "gpu01"
     assert order["boot_id"] == approved.boot_id
     assert datetime.fromisoformat(order["deadline"]) == approved.start_deadline

@@ -30,7 +30,7 @@ def running_order(lab, requester, approver, sent, approve_committed):
 
     def event(seq: int, kind: str, pid: int | None = None, **fields: Any) -> dict[str, Any]:
         return {
-            "request_id": str(kill_request.pk), "seq": seq,
+            "request_id": kill_request.order_request_id, "seq": seq,
             "at": (start + timedelta(seconds=seq)).isoformat().replace("+00:00", "Z"),
             "event": kind, "pid": pid, "start_time_ticks": pid * 100 if pid else None,
             "signal": None, "method": "pidfd" if pid else None, "detail": "", **fields,
@@ -160,3 +160,13 @@ def test_a_late_finished_after_the_sweeper_gave_up_is_kept_beside_the_result(run
     assert kill_request.status == Status.FAILED
     assert "later the agent reported: succeeded" in kill_request.result_detail
     assert actions(kill_request).count("finished") == 2
+
+
+def test_a_report_for_an_earlier_request_with_the_same_number_is_dropped(running_order, caplog):
+    """Central's database was recreated: request #1 of the old one is not this #1."""
+    kill_request, event = running_order
+    stale = event(1, "finished", result="succeeded")
+    stale["request_id"] = f"{kill_request.pk}-0123456789ab"
+    assert services.record_progress(stale) is None
+    assert refreshed(kill_request).status == Status.APPROVED
+    assert "is not this request's" in caplog.text

@@ -94,3 +94,18 @@ def test_the_same_order_delivered_twice_runs_once_and_central_records_it_once(
     assert signals_sent(kill_request) == ["SIGINT", "SIGTERM"]
     assert actions(kill_request).count("finished") == 1
     assert checkpoint.read_text().startswith("saved on SIGTERM")
+
+
+@pytest.mark.usefixtures("lab", "agent_in_process")
+def test_an_order_the_agent_cannot_read_closes_the_request_at_once(
+    requester, approver, approve_committed, sent
+):
+    kill_request = file(requester, 4600)
+    approve_committed(kill_request, approver)
+    (order,) = sent.orders()
+    del order["plan"]
+    killing.execute(order)
+    kill_request = refreshed(kill_request)
+    assert kill_request.status == Status.REFUSED
+    assert "could not read the order" in kill_request.result_detail
+    assert "missing 'plan'" in kill_request.result_detail

@@ -68,7 +68,7 @@ def may_cancel(kill_request: KillRequest, user: Any) -> bool:
 def _check_may_decide(kill_request: KillRequest, user: Any, verb: str) -> bool:
     """Raise NotAllowed unless the user may decide; True when it is a self-approval."""
     if not has_role(user, Role.APPROVER):
-        raise NotAllowed(f"To {verb} a kill request needs the approver role.")
+        raise NotAllowed(f"Only an approver can {verb} a kill request.")
     own = is_own_request(kill_request, user)
     if own and not settings.GPUADMIN_ALLOW_SELF_APPROVAL:
         raise NotAllowed(

@@ -38,7 +38,7 @@ def build_order(kill_request: KillRequest) -> dict[str, Any]:
     assert kill_request.start_deadline and kill_request.decided_at
     return {
         "order_version": ORDER_VERSION,
-        "request_id": str(kill_request.pk),
+        "request_id": kill_request.order_request_id,
         "host": kill_request.host.name,
         "boot_id": kill_request.boot_id,
         "deadline": utc_iso(kill_request.start_deadline),

@@ -10,6 +10,7 @@ status only moves forward along the transition table.
 from __future__ import annotations
 
 import logging
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -37,6 +38,7 @@ RESULT_STATUS = {
     "interrupted": Status.FAILED,
 }
 DETAIL_MAX_CHARS = 4000
+REQUEST_ID = re.compile(r"^(?P<pk>[0-9]{1,18})(?:-(?P<key>[0-9a-f]{1,32}))?$")
 
 
 class BadReport(ValueError):
@@ -53,21 +55,27 @@ def _parse_time(value: Any) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-def _check(event: Any) -> tuple[int, int, str, datetime]:
+def _request_id(value: Any) -> tuple[int, str | None]:
+    """(primary key, order key) from an order's request id: "42-3f9a0c1b2d4e", or 42 / "42" alone."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value, None
+    match = REQUEST_ID.match(value) if isinstance(value, str) else None
+    if match is None:
+        raise BadReport(f"'request_id' must be a kill request id like '42-3f9a0c1b2d4e'; got {value!r}")
+    return int(match["pk"]), match["key"]
+
+
+def _check(event: Any) -> tuple[int, str | None, int, str, datetime]:
     if not isinstance(event, dict):
         raise BadReport(f"a progress event must be an object; got {type(event).__name__}")
-    request_id = event.get("request_id")
-    if isinstance(request_id, str) and request_id.isdigit():
-        request_id = int(request_id)
-    if isinstance(request_id, bool) or not isinstance(request_id, int):
-        raise BadReport(f"'request_id' must be a request number; got {request_id!r}")
+    request_id, order_key = _request_id(event.get("request_id"))
     seq = event.get("seq")
     if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
         raise BadReport(f"'seq' must be a non-negative integer; got {seq!r}")
     kind = event.get("event")
     if kind not in Event.values:
         raise BadReport(f"unknown event {kind!r}")
-    return request_id, seq, kind, _parse_time(event.get("at"))
+    return request_id, order_key, seq, kind, _parse_time(event.get("at"))
 
 
 def _text(value: Any, limit: int = DETAIL_MAX_CHARS) -> str:
@@ -87,7 +95,7 @@ def _target_for(kill_request: KillRequest, event: dict[str, Any]) -> KillTarget 
 def record_progress(event: Any) -> KillStep | None:
     """Store one agent event; returns the new step, or None for a repeat or an unusable report."""
     try:
-        request_id, seq, kind, at = _check(event)
+        request_id, order_key, seq, kind, at = _check(event)
     except BadReport as exc:
         logger.warning("dropped a kill progress report: %s (%r)", exc, event)
         return None
@@ -96,6 +104,11 @@ def record_progress(event: Any) -> KillStep | None:
             kill_request = KillRequest.objects.select_for_update().select_related("host").get(pk=request_id)
         except KillRequest.DoesNotExist:
             logger.warning("dropped a kill progress report for unknown request #%s", request_id)
+            return None
+        if order_key is not None and order_key != kill_request.order_key:
+            # An order of another request that had this number (central's database was recreated).
+            logger.warning("dropped a kill progress report for request #%s: its key %r is not this request's",
+                           request_id, order_key)
             return None
         if KillStep.objects.filter(request=kill_request, seq=seq).exists():
             return None
