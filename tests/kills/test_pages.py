@@ -179,3 +179,44 @@ def test_process_text_is_escaped_everywhere(requester, approver, db):
         assert "\u202e" not in html
     assert "&lt;script&gt;x&lt;/script&gt;" in pages[1]
     assert "&lt;b&gt;bold&lt;/b&gt; reason" in pages[1]
+
+
+@pytest.mark.usefixtures("lab", "sent")
+def test_a_finished_request_shows_its_steps_outcomes_and_released_memory(
+    requester, approver, viewer, approve_committed
+):
+    from datetime import UTC, datetime, timedelta
+
+    kill_request = file(requester, 4600)
+    approve_committed(kill_request, approver)
+    at = datetime.now(UTC) - timedelta(seconds=30)
+    for seq, kind, extra in [
+        (1, "started", {}),
+        (2, "signal_sent", {"pid": 4600, "start_time_ticks": 460000, "signal": "SIGINT", "method": "kill",
+                            "detail": "sent SIGINT; via kill(), pidfds unavailable"}),
+        (3, "target_exited", {"pid": 4600, "start_time_ticks": 460000, "signal": "SIGINT",
+                              "detail": "exited (after SIGINT, 0.40 s after it was sent)"}),
+        (4, "finished", {"result": "succeeded", "detail": "every target not refused is gone"}),
+    ]:
+        services.record_progress({"request_id": kill_request.order_request_id, "seq": seq, "event": kind,
+                                  "at": (at + timedelta(seconds=seq)).isoformat(), **extra})
+    client = client_for(viewer)
+    page = client.get(f"/kills/{kill_request.pk}/").content.decode()
+    assert "Waiting for a later snapshot" in page
+    assert "via kill(), pidfds unavailable" in page and ">kill()</span>" in page
+    assert "exited (after SIGINT, 0.40 s after it was sent)" in page
+    KillRequest.objects.filter(pk=kill_request.pk).update(
+        memory_released_bytes=kill_request.memory_expected_release_bytes,
+        memory_confirmed_at=datetime.now(UTC),
+    )
+    timeline = client.get(f"/kills/{kill_request.pk}/timeline/", **HTMX)
+    assert timeline.status_code == 286
+    assert "Memory released</span>: 1.0 GiB of 1.0 GiB" in timeline.content.decode()
+
+
+def test_a_plain_form_post_decides_and_redirects_with_a_message(lab, requester, approver):
+    kill_request = file(requester, 4600)
+    response = client_for(approver).post(f"/kills/{kill_request.pk}/reject/", {"reason": "not now"},
+                                         follow=True)
+    assert response.redirect_chain[-1][0] == f"/kills/{kill_request.pk}/"
+    assert f"Request #{kill_request.pk} rejected." in response.content.decode()
