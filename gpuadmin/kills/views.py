@@ -247,7 +247,7 @@ def kill_request_reject(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 @require_POST
-@role_required(Role.REQUESTER)
+@role_required(Role.VIEWER)  # the requester or any approver; the service decides
 def kill_request_cancel(request: HttpRequest, pk: int) -> HttpResponse:
     return _decided(request, pk, "cancelled",
                     lambda: services.cancel(pk, request.user, request.POST.get("reason", "")))

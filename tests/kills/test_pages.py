@@ -220,3 +220,17 @@ def test_a_plain_form_post_decides_and_redirects_with_a_message(lab, requester, 
                                          follow=True)
     assert response.redirect_chain[-1][0] == f"/kills/{kill_request.pk}/"
     assert f"Request #{kill_request.pk} rejected." in response.content.decode()
+
+
+def test_an_approver_cancels_from_the_list(lab, requester, approver):
+    kill_request = file(requester, 4600)
+    row = client_for(approver).post(f"/kills/{kill_request.pk}/cancel/", **HTMX)
+    assert row.status_code == 200 and "Cancelled" in row.content.decode()
+    assert refreshed(kill_request).status == Status.CANCELLED
+
+
+def test_a_viewer_cannot_cancel(lab, requester, viewer):
+    kill_request = file(requester, 4600)
+    row = client_for(viewer).post(f"/kills/{kill_request.pk}/cancel/", **HTMX).content.decode()
+    assert "Only the requester or an approver can cancel" in row
+    assert refreshed(kill_request).status == Status.PENDING
