@@ -58,7 +58,7 @@ def find_binary(name: str, extra_dirs: list[str] | None = None) -> str:
 
 
 def _debian_package(binary: str) -> str:
-    return {"redis-server": "redis-server"}.get(binary, "postgresql")
+    return {"redis-server": "redis-server", "runuser": "util-linux"}.get(binary, "postgresql")
 
 
 def wait_for_port(port: int, process: subprocess.Popen, what: str, log_path: Path) -> None:
