@@ -1,4 +1,4 @@
-"""`python -m gpuadmin.run` for real, in the embedded mode (SQLite, filesystem broker).
+"""`python -m gpuadmin.run` for real: embedded (SQLite, filesystem broker), and on Redis + PostgreSQL.
 
 Starts the whole thing on a free port with a temporary data dir and a
 simulated GPU held by a real process, waits for the login page, sees the
@@ -39,25 +39,37 @@ ENQUEUE = textwrap.dedent("""
 """)
 
 
-def hosts_in(database: Path) -> dict[str, dict]:
-    """Host name -> latest snapshot document, read straight from the panel's SQLite file."""
+HOSTS_QUERY = (
+    "SELECT h.name, s.document FROM fleet_host h LEFT JOIN fleet_latestsnapshot s ON s.host_id = h.id"
+)
+
+
+def hosts_in(env: dict[str, str]) -> dict[str, dict]:
+    """Host name -> latest snapshot document, read straight from the panel's database."""
+    if env.get("DATABASE_URL"):
+        import psycopg
+
+        with psycopg.connect(env["DATABASE_URL"]) as connection:
+            try:
+                rows = connection.execute(HOSTS_QUERY).fetchall()
+            except psycopg.errors.UndefinedTable:  # not migrated yet
+                return {}
+        return {name: document or {} for name, document in rows}  # jsonb arrives decoded
+    database = Path(env["GPUADMIN_DATA_DIR"]) / "gpuadmin.sqlite3"
     if not database.exists():
         return {}
     with sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=5) as connection:
         try:
-            rows = connection.execute(
-                "SELECT h.name, s.document FROM fleet_host h "
-                "LEFT JOIN fleet_latestsnapshot s ON s.host_id = h.id"
-            ).fetchall()
+            rows = connection.execute(HOSTS_QUERY).fetchall()
         except sqlite3.OperationalError:  # not migrated yet
             return {}
     return {name: json.loads(document) if document else {} for name, document in rows}
 
 
-def wait_for_hosts(database: Path, names: set[str], timeout_seconds: float, run: SupervisedRun) -> dict:
+def wait_for_hosts(env: dict[str, str], names: set[str], timeout_seconds: float, run: SupervisedRun) -> dict:
     deadline = time.monotonic() + timeout_seconds
     while time.monotonic() < deadline:
-        hosts = hosts_in(database)
+        hosts = hosts_in(env)
         if names <= {name for name, document in hosts.items() if document}:
             return hosts
         time.sleep(0.2)
@@ -77,8 +89,19 @@ def gpu_holder() -> subprocess.Popen:
     holder.wait()
 
 
+@pytest.fixture(params=["embedded", pytest.param("redis+postgresql", marks=pytest.mark.services)])
+def backends(request: pytest.FixtureRequest) -> dict[str, str]:
+    """The environment that picks the broker and database: none (the default) or both servers."""
+    if request.param == "embedded":
+        return {}
+    redis_server = request.getfixturevalue("redis_server")
+    postgres_server = request.getfixturevalue("postgres_server")
+    # A Redis database of its own: the integration tests' central worker shares the server.
+    return {"REDIS_URL": f"redis://127.0.0.1:{redis_server.port}/3", "DATABASE_URL": postgres_server.url}
+
+
 def test_make_run_serves_probes_and_leaves_nothing_behind_on_ctrl_c(
-    tmp_path: Path, gpu_holder: subprocess.Popen
+    tmp_path: Path, gpu_holder: subprocess.Popen, backends: dict[str, str]
 ) -> None:
     data_dir = tmp_path / "data"
     gpus_file = tmp_path / "gpus.json"
@@ -100,6 +123,7 @@ def test_make_run_serves_probes_and_leaves_nothing_behind_on_ctrl_c(
         "GPUADMIN_WORKER_CONCURRENCY": "1",
         "GPUADMIN_ADMIN_USER": "boss",
         "GPUADMIN_ADMIN_PASSWORD": "correct horse battery",
+        **backends,
     })
     # Queued before anything runs, in the run's own filesystem broker.
     subprocess.run([sys.executable, "-c", ENQUEUE], env=env, cwd=REPO, check=True, timeout=60)
@@ -117,7 +141,7 @@ def test_make_run_serves_probes_and_leaves_nothing_behind_on_ctrl_c(
         status, body = http_get(f"http://127.0.0.1:{port}/static/vendor/htmx/htmx-2.0.11.min.js")
         assert status == 200 and b"htmx" in body  # whitenoise serves static files
 
-        hosts = wait_for_hosts(data_dir / "gpuadmin.sqlite3", {HOST, "queued-host"}, 60, run)
+        hosts = wait_for_hosts(env, {HOST, "queued-host"}, 60, run)
         assert "expired-host" not in hosts, "a message past its expiry was ingested"
         document = hosts[HOST]
         assert document["gpu_backend"]["name"] == "simulated"
