@@ -7,11 +7,12 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
+from gpuadmin.admin_base import ReadOnlyAdmin
 from gpuadmin.audit.models import AuditEvent
 
 
 @admin.register(AuditEvent)
-class AuditEventAdmin(admin.ModelAdmin):
+class AuditEventAdmin(ReadOnlyAdmin):
     list_display = ("sequence", "created_at", "action", "actor_name", "kill_request_id", "host_name")
     list_filter = ("action",)
     search_fields = ("host_name", "actor_name", "requester_name", "approver_name", "process_users")
@@ -20,12 +21,3 @@ class AuditEventAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         return [f.name for f in self.model._meta.fields]
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False

@@ -10,6 +10,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.http import HttpRequest
 
+from gpuadmin.admin_base import ReadOnlyAdmin
 from gpuadmin.fleet.models import (
     Finding,
     Gpu,
@@ -20,17 +21,6 @@ from gpuadmin.fleet.models import (
     ProcessLife,
     SnapshotRejection,
 )
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
 
 
 class DeletableAdmin(ReadOnlyAdmin):

@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.http import HttpRequest
 
+from gpuadmin.admin_base import ReadOnlyAdmin
 from gpuadmin.kills.models import KillRequest, KillStep, KillTarget
 
 
@@ -31,19 +32,10 @@ class KillStepInline(ReadOnlyInline):
 
 
 @admin.register(KillRequest)
-class KillRequestAdmin(admin.ModelAdmin):
+class KillRequestAdmin(ReadOnlyAdmin):
     list_display = [
         "id", "host", "status", "requested_by_name", "approved_by_name", "requested_at", "finished_at"
     ]
     list_filter = ["status", "host"]
     search_fields = ["reason", "requested_by_name", "approved_by_name", "targets__name", "targets__user"]
     inlines = [KillTargetInline, KillStepInline]
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
