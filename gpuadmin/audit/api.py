@@ -13,10 +13,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from gpuadmin.accounts.permissions import IsViewer
+from gpuadmin.api_json import AsciiJSONRenderer
 from gpuadmin.audit.chain import verify_chain
 from gpuadmin.audit.export import event_as_dict
 from gpuadmin.audit.filters import filtered_events
-from gpuadmin.fleet.api import AsciiJSONRenderer
 
 
 class AuditPagination(PageNumberPagination):

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from rest_framework.decorators import api_view, renderer_classes
 from rest_framework.exceptions import NotFound
-from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from gpuadmin.api_json import AsciiJSONRenderer
 from gpuadmin.fleet.serializers import (
     host_detail_dict,
     host_for_listing,
@@ -21,17 +21,6 @@ from gpuadmin.fleet.serializers import (
     latest_document,
     open_findings,
 )
-
-
-class AsciiJSONRenderer(JSONRenderer):
-    """JSON with every non-ASCII character as \\uXXXX.
-
-    Process strings are untrusted: a raw U+202E or ANSI escape would reorder
-    or recolour a terminal showing ``curl`` output. Escaped, they are inert
-    text and decode to exactly what the probe sent.
-    """
-
-    ensure_ascii = True
 
 
 @api_view(["GET"])

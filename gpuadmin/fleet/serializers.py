@@ -10,11 +10,11 @@ reads top to bottom, and is tested without a request.
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from django.db.models import Count, Prefetch, Q, QuerySet
 
+from gpuadmin.api_json import utc_text
 from gpuadmin.fleet.models import Finding, Gpu, Host, LatestSnapshot, most_severe_first
 from gpuadmin.fleet.process_tree import gpu_holders, orphans, process_rows, zombie_trees
 
@@ -60,12 +60,6 @@ def latest_document(host: Host) -> dict[str, Any] | None:
 
 # --- shapes -------------------------------------------------------------------
 
-def iso(moment: datetime | None) -> str | None:
-    if moment is None:
-        return None
-    return moment.isoformat().replace("+00:00", "Z")
-
-
 def open_finding_counts(host: Host) -> dict[str, int]:
     """Counts by severity, from ``hosts_for_listing`` annotations (queried if missing)."""
     if hasattr(host, f"open_findings_{Severity.CRITICAL.value}"):
@@ -103,9 +97,9 @@ def host_summary_dict(host: Host) -> dict[str, Any]:
     return {
         "name": host.name,
         "online": host.is_online,
-        "first_seen_at": iso(host.first_seen_at),
-        "last_seen_at": iso(host.last_seen_at),
-        "last_snapshot_taken_at": iso(host.last_snapshot_taken_at),
+        "first_seen_at": utc_text(host.first_seen_at),
+        "last_seen_at": utc_text(host.last_seen_at),
+        "last_snapshot_taken_at": utc_text(host.last_snapshot_taken_at),
         "boot_id": host.boot_id,
         "kernel": host.kernel or None,
         "driver_version": host.driver_version or None,
@@ -125,7 +119,7 @@ def host_summary_dict(host: Host) -> dict[str, Any]:
             "reason": host.gpu_backend_reason or None,
         },
         "last_error": host.last_error or None,
-        "last_error_at": iso(host.last_error_at),
+        "last_error_at": utc_text(host.last_error_at),
     }
 
 
@@ -135,8 +129,8 @@ def finding_dict(finding: Finding) -> dict[str, Any]:
         "severity": finding.severity,
         "title": finding.title,
         "remedy": finding.remedy,
-        "first_seen_at": iso(finding.first_seen_at),
-        "last_seen_at": iso(finding.last_seen_at),
+        "first_seen_at": utc_text(finding.first_seen_at),
+        "last_seen_at": utc_text(finding.last_seen_at),
         "details": finding.details,
     }
 

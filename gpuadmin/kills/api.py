@@ -16,7 +16,7 @@ from rest_framework.decorators import api_view, renderer_classes
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from gpuadmin.fleet.api import AsciiJSONRenderer
+from gpuadmin.api_json import AsciiJSONRenderer
 from gpuadmin.fleet.models import LatestSnapshot
 from gpuadmin.kills import changes, services
 from gpuadmin.kills.models import KillRequest

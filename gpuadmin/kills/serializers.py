@@ -3,16 +3,12 @@ reads models here; every change goes through the services."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
+from gpuadmin.api_json import utc_text
 from gpuadmin.kills.changes import TargetNow
 from gpuadmin.kills.models import KillRequest, KillStep, KillTarget
 from gpuadmin.kills.targets import Preview
-
-
-def _time(moment: datetime | None) -> str | None:
-    return moment.isoformat().replace("+00:00", "Z") if moment else None
 
 
 def target_dict(target: KillTarget) -> dict[str, Any]:
@@ -39,8 +35,8 @@ def target_dict(target: KillTarget) -> dict[str, Any]:
 def step_dict(step: KillStep) -> dict[str, Any]:
     return {
         "seq": step.seq,
-        "at": _time(step.at),
-        "received_at": _time(step.received_at),
+        "at": utc_text(step.at),
+        "received_at": utc_text(step.received_at),
         "event": step.event,
         "pid": step.pid,
         "signal": step.signal or None,
@@ -58,30 +54,30 @@ def kill_request_dict(kill_request: KillRequest, *, steps: bool = False,
         "final": kill_request.is_final,
         "host": kill_request.host.name,
         "requested_by": kill_request.requested_by_name,
-        "requested_at": _time(kill_request.requested_at),
+        "requested_at": utc_text(kill_request.requested_at),
         "reason": kill_request.reason,
         "plan": kill_request.plan,
         "include_descendants": kill_request.include_descendants,
-        "snapshot_taken_at": _time(kill_request.snapshot_taken_at),
+        "snapshot_taken_at": utc_text(kill_request.snapshot_taken_at),
         "boot_id": kill_request.boot_id,
         "warnings": kill_request.warnings,
         "excluded_targets": kill_request.excluded_targets,
-        "pending_expires_at": _time(kill_request.pending_expires_at),
+        "pending_expires_at": utc_text(kill_request.pending_expires_at),
         "approved_by": kill_request.approved_by_name or None,
         "self_approved": kill_request.self_approved,
         "sigkill_only_allowed": kill_request.sigkill_only_allowed,
         "closed_by": kill_request.closed_by_name or None,
-        "decided_at": _time(kill_request.decided_at),
+        "decided_at": utc_text(kill_request.decided_at),
         "decision_reason": kill_request.decision_reason,
-        "start_deadline": _time(kill_request.start_deadline),
-        "dispatched_at": _time(kill_request.dispatched_at),
-        "started_at": _time(kill_request.started_at),
-        "finished_at": _time(kill_request.finished_at),
+        "start_deadline": utc_text(kill_request.start_deadline),
+        "dispatched_at": utc_text(kill_request.dispatched_at),
+        "started_at": utc_text(kill_request.started_at),
+        "finished_at": utc_text(kill_request.finished_at),
         "result_detail": kill_request.result_detail,
         "memory": {
             "expected_release_bytes": kill_request.memory_expected_release_bytes,
             "released_bytes": kill_request.memory_released_bytes,
-            "confirmed_at": _time(kill_request.memory_confirmed_at),
+            "confirmed_at": utc_text(kill_request.memory_confirmed_at),
         },
         "targets": [target_dict(t) for t in kill_request.targets.all()],
     }
@@ -104,7 +100,7 @@ def kill_request_dict(kill_request: KillRequest, *, steps: bool = False,
 def preview_dict(preview: Preview) -> dict[str, Any]:
     return {
         "host": preview.host_name,
-        "snapshot_taken_at": _time(preview.snapshot_taken_at),
+        "snapshot_taken_at": utc_text(preview.snapshot_taken_at),
         "boot_id": preview.boot_id,
         "ok": preview.ok,
         "refusal": preview.refusal,
