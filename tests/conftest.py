@@ -7,6 +7,8 @@
   (deselected, not skipped: CI allows no skips). `--db-only` keeps only the
   tests that use the database (tests/with_postgres.py runs those again on
   PostgreSQL).
+- Named people (`viewer`, `requester`, `approver`, `second_approver`,
+  `stranger`, `viewer_client`, `requester_client`) come from tests/people.py.
 - On SQLite the test database is a file in the run's GPUADMIN_DATA_DIR (see
   tests/environment.py), at the path gpuadmin.settings gives it, so worker
   processes started by a test with the same GPUADMIN_DATA_DIR share it.
@@ -22,6 +24,15 @@ import pytest
 
 from tests import services
 from tests.audit.pg_flush import allow_test_flush_through_audit_triggers
+from tests.people import (  # noqa: F401 - fixtures (named people), for every directory
+    approver,
+    requester,
+    requester_client,
+    second_approver,
+    stranger,
+    viewer,
+    viewer_client,
+)
 
 # transaction=True tests end with a flush (TRUNCATE), which the audit table's
 # PostgreSQL triggers refuse outside tests; see tests/audit/pg_flush.py.

@@ -3,19 +3,16 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from django.contrib.auth.models import Group
+from django.contrib.auth.models import User
 from django.db import connection, transaction
 
-from gpuadmin.accounts.roles import Role
 from gpuadmin.audit import log
 from gpuadmin.audit.models import Action, AuditEvent
 from tests.audit.pg_flush import allow_test_flush_through_audit_triggers
 from tests.audit.sample_log import sample_log  # noqa: F401 - fixture
-from tests.web.people import (  # noqa: F401 - fixtures
-    _fast_password_hashing,
-    stranger,
-    viewer,
-    viewer_client,
+from tests.people import (
+    _fast_password_hashing,  # noqa: F401 - autouse fixture
+    make_person,
 )
 
 allow_test_flush_through_audit_triggers()
@@ -43,14 +40,9 @@ def audit_table() -> str:
 
 
 @pytest.fixture
-def make_user(django_user_model) -> Callable:
-    def make(username: str, *roles: Role):
-        user = django_user_model.objects.create_user(username=username, password="pw-" + username)
-        for role in roles:
-            user.groups.add(Group.objects.get(name=role.value))
-        return user
-
-    return make
+def make_user(django_user_model) -> Callable[..., User]:
+    """``make_user(username, *roles)``: tests here name their own people (alice, bob)."""
+    return make_person
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
-"""Fixtures for the kill request tests: people with roles, a host with a
-snapshot, and a record of the orders central sends to hosts."""
+"""Fixtures for the kill request tests: a host with a snapshot, and a record of
+the orders central sends to hosts. People with roles come from tests/people.py."""
 
 from __future__ import annotations
 
@@ -8,17 +8,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import User
 from django.utils import timezone
 
-from gpuadmin.accounts.roles import Role
 from gpuadmin.fleet.models import Host, LatestSnapshot
 from tests.kills.lab import lab_snapshot
-
-
-@pytest.fixture(autouse=True)
-def _fast_password_hashing(settings) -> None:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+from tests.people import _fast_password_hashing  # noqa: F401 - autouse fixture
 
 
 @pytest.fixture(autouse=True)
@@ -27,33 +22,6 @@ def _lab_protections(settings) -> None:
     settings.GPUADMIN_PROTECTED_UIDS = []
     settings.GPUADMIN_PROTECTED_COMMAND_PATTERNS = [r"^sshd\b"]
     settings.GPUADMIN_ALLOW_SELF_APPROVAL = False
-
-
-def make_person(username: str, *roles: Role) -> User:
-    user = User.objects.create_user(username=username, password="correct horse battery")
-    for role in roles:
-        user.groups.add(Group.objects.get(name=role.value))
-    return user
-
-
-@pytest.fixture
-def requester(db: None) -> User:
-    return make_person("rick", Role.REQUESTER)
-
-
-@pytest.fixture
-def approver(db: None) -> User:
-    return make_person("april", Role.APPROVER)
-
-
-@pytest.fixture
-def second_approver(db: None) -> User:
-    return make_person("abe", Role.APPROVER)
-
-
-@pytest.fixture
-def viewer(db: None) -> User:
-    return make_person("vera", Role.VIEWER)
 
 
 def store_snapshot(document: dict[str, Any], *, received_at: datetime | None = None) -> Host:

@@ -8,7 +8,7 @@ from rest_framework.test import APIClient
 from gpuadmin.accounts.roles import Role
 from gpuadmin.kills.models import KillRequest
 from gpuadmin.kills.states import Status
-from tests.kills.conftest import make_person
+from tests.people import make_person
 
 pytestmark = pytest.mark.django_db
 

@@ -37,7 +37,7 @@ def test_an_approver_approves_and_the_order_leaves_after_commit(
 
 def test_the_requester_cannot_approve_their_own_request(lab, requester, sent):
     from gpuadmin.accounts.roles import Role
-    from tests.kills.conftest import make_person
+    from tests.people import make_person
 
     both = make_person("bo", Role.REQUESTER, Role.APPROVER)
     kill_request = file(both, 4600)
@@ -51,7 +51,7 @@ def test_self_approval_is_allowed_by_setting_and_marked_in_the_log(
     lab, settings, sent, approve_committed
 ):
     from gpuadmin.accounts.roles import Role
-    from tests.kills.conftest import make_person
+    from tests.people import make_person
 
     settings.GPUADMIN_ALLOW_SELF_APPROVAL = True
     solo = make_person("solo", Role.REQUESTER, Role.APPROVER)
@@ -126,7 +126,7 @@ def test_a_sent_order_cannot_be_cancelled(lab, requester, approver, sent, approv
 
 def test_someone_elses_requester_cannot_cancel(lab, requester, sent):
     from gpuadmin.accounts.roles import Role
-    from tests.kills.conftest import make_person
+    from tests.people import make_person
 
     kill_request = file(requester, 4600)
     other = make_person("otto", Role.REQUESTER)

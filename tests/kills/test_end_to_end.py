@@ -33,8 +33,8 @@ from tests.integration.test_snapshot_flow import (  # noqa: F401 - fixtures
     database_url_for_workers,
     start_worker,
 )
-from tests.kills.conftest import make_person
 from tests.kills.real import start_trainer
+from tests.people import make_person
 from tests.services import RedisServer
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True, serialized_rollback=True)]

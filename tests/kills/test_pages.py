@@ -4,26 +4,20 @@ live timeline, the new-request form with its preview. Process text is escaped.""
 from __future__ import annotations
 
 import pytest
-from django.test import Client
 
 from gpuadmin.accounts.roles import Role
 from gpuadmin.kills import services
 from gpuadmin.kills.models import KillRequest
 from gpuadmin.kills.states import Status
 from tests.factories import proc
-from tests.kills.conftest import make_person, store_snapshot
+from tests.kills.conftest import store_snapshot
 from tests.kills.helpers import file, refreshed
 from tests.kills.lab import lab_snapshot
+from tests.people import client_for, make_person
 
 pytestmark = pytest.mark.django_db
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
-
-
-def client_for(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def test_the_list_shows_pending_first(lab, requester, approver, viewer):

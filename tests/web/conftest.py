@@ -1,9 +1,1 @@
-from tests.web.people import (  # noqa: F401 - fixtures
-    _fast_password_hashing,
-    approver,
-    requester,
-    requester_client,
-    stranger,
-    viewer,
-    viewer_client,
-)
+from tests.people import _fast_password_hashing  # noqa: F401 - autouse fixture
