@@ -143,6 +143,12 @@ def _target_details(target: KillTarget | None, step: KillStep, event: dict[str, 
     return details
 
 
+def _set_outcome(target: KillTarget, outcome: Outcome, step: KillStep) -> None:
+    target.outcome = outcome
+    target.outcome_detail = step.detail
+    target.save(update_fields=["outcome", "outcome_detail"])
+
+
 def _started(kill_request: KillRequest, target: KillTarget | None, step: KillStep,
              event: dict[str, Any]) -> None:
     if kill_request.status == Status.APPROVED:
@@ -172,18 +178,14 @@ def _signal_sent(kill_request: KillRequest, target: KillTarget | None, step: Kil
 def _target_exited(kill_request: KillRequest, target: KillTarget | None, step: KillStep,
                    event: dict[str, Any]) -> None:
     if target is not None:
-        target.outcome = Outcome.EXITED_NOT_REAPED if event.get("parent_pid") else Outcome.EXITED
-        target.outcome_detail = step.detail
-        target.save(update_fields=["outcome", "outcome_detail"])
+        _set_outcome(target, Outcome.EXITED_NOT_REAPED if event.get("parent_pid") else Outcome.EXITED, step)
     audit("target_exited", kill_request, details=_target_details(target, step, event))
 
 
 def _target_survived(kill_request: KillRequest, target: KillTarget | None, step: KillStep,
                      event: dict[str, Any]) -> None:
     if target is not None:
-        target.outcome = Outcome.SURVIVED
-        target.outcome_detail = step.detail
-        target.save(update_fields=["outcome", "outcome_detail"])
+        _set_outcome(target, Outcome.SURVIVED, step)
         _open_unkillable_finding(kill_request, target, step)
     audit("target_survived", kill_request, details=_target_details(target, step, event))
 
@@ -191,9 +193,7 @@ def _target_survived(kill_request: KillRequest, target: KillTarget | None, step:
 def _refused(kill_request: KillRequest, target: KillTarget | None, step: KillStep,
              event: dict[str, Any]) -> None:
     if target is not None:
-        target.outcome = Outcome.REFUSED
-        target.outcome_detail = step.detail
-        target.save(update_fields=["outcome", "outcome_detail"])
+        _set_outcome(target, Outcome.REFUSED, step)
     audit("refused", kill_request, details=_target_details(target, step, event))
 
 
