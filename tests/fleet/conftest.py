@@ -11,6 +11,7 @@ import pytest
 
 from gpuadmin.fleet.ingest import ingest_snapshot
 from gpuadmin.fleet.models import Host
+from tests.probe.helpers import processes  # noqa: F401 - fixture (real processes, for test_real_probe.py)
 
 # A fixed moment, so that every test reads the same taken_at / received_at.
 T0 = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)

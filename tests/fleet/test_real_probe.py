@@ -8,7 +8,6 @@ file gives one worker 2 GiB and a PID no process has 3 GiB (unattributed).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,15 +23,6 @@ from tests.probe.helpers import Processes, free_pid, state_of, wait_until
 pytestmark = pytest.mark.django_db
 
 GPU = "GPU-real-0"
-
-
-@pytest.fixture
-def processes() -> Iterator[Processes]:
-    tracked = Processes()
-    try:
-        yield tracked
-    finally:
-        tracked.cleanup()
 
 
 def test_real_zombies_and_orphans_become_findings_about_the_right_processes(

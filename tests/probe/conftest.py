@@ -2,22 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.probe.helpers import Processes
-
-
-@pytest.fixture
-def processes() -> Iterator[Processes]:
-    tracked = Processes()
-    try:
-        yield tracked
-    finally:
-        tracked.cleanup()
+from tests.probe.helpers import processes  # noqa: F401 - fixture
 
 
 @dataclass(frozen=True)

@@ -9,13 +9,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import jsonschema
+import pytest
 
 from gpuadmin.probe import procfs
 from gpuadmin.probe.config import ProbeConfig
@@ -145,6 +146,16 @@ class Processes:
         if stat is not None and stat.start_time_ticks == start_ticks:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def processes() -> Iterator[Processes]:
+    """A `Processes` for the test; tests/probe/conftest.py and tests/fleet/conftest.py register it."""
+    tracked = Processes()
+    try:
+        yield tracked
+    finally:
+        tracked.cleanup()
 
 
 def free_pid() -> int:
