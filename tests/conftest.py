@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from typing import TypeVar
 
 import pytest
 
@@ -121,27 +123,29 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: N
 # --- servers -------------------------------------------------------------------------
 
 
+Server = TypeVar("Server")
+
+
 def _missing(reason: str) -> None:
     if services.services_required():
         pytest.fail(f"{reason} (GPUADMIN_REQUIRE_SERVICES=1)", pytrace=False)
     pytest.skip(reason)
 
 
-@pytest.fixture(scope="session")
-def redis_server() -> Iterator[services.RedisServer]:
+def _serve(start: Callable[[], AbstractContextManager[Server]]) -> Iterator[Server]:
     with contextlib.ExitStack() as stack:
         try:
-            server = stack.enter_context(services.redis_server())
+            server = stack.enter_context(start())
         except services.ServiceMissing as exc:
             _missing(str(exc))
         yield server
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[services.RedisServer]:
+    yield from _serve(services.redis_server)
 
 
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[services.PostgresServer]:
-    with contextlib.ExitStack() as stack:
-        try:
-            server = stack.enter_context(services.postgres_server())
-        except services.ServiceMissing as exc:
-            _missing(str(exc))
-        yield server
+    yield from _serve(services.postgres_server)
