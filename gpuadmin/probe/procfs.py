@@ -10,9 +10,9 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
-PROC = Path("/proc")
+# Plain open() throughout, not pathlib: importing pathlib costs the short-lived
+# probe CLI a few milliseconds of start-up, and this was the only module on its path using it.
 PF_KTHREAD = 0x00200000  # include/linux/sched.h: "I am a kernel thread"
 CLOCK_TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
 
@@ -98,11 +98,13 @@ def read_uid(pid: int) -> int | None:
 
 
 def read_boot_id() -> str:
-    return (PROC / "sys/kernel/random/boot_id").read_text().strip()
+    with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+        return f.read().strip()
 
 
 def read_pid_max() -> int:
-    return int((PROC / "sys/kernel/pid_max").read_text())
+    with open("/proc/sys/kernel/pid_max", encoding="ascii") as f:
+        return int(f.read())
 
 
 def read_tgid(pid: int) -> int | None:
