@@ -85,16 +85,21 @@ def cmdline_sha256(raw: bytes) -> str:
     return hashlib.sha256(raw).hexdigest()
 
 
-def read_uid(pid: int) -> int | None:
-    """The real uid, from the Uid: line of /proc/<pid>/status."""
+def _status_number(pid: int, label: str) -> int | None:
+    """The first number on the ``label`` line (e.g. "Uid:") of /proc/<pid>/status; None when gone."""
     try:
         with open(f"/proc/{pid}/status", encoding="utf-8", errors="replace") as f:
             for line in f:
-                if line.startswith("Uid:"):
+                if line.startswith(label):
                     return int(line.split()[1])
     except (FileNotFoundError, ProcessLookupError):
         return None
     return None
+
+
+def read_uid(pid: int) -> int | None:
+    """The real uid, from the Uid: line of /proc/<pid>/status."""
+    return _status_number(pid, "Uid:")
 
 
 def read_boot_id() -> str:
@@ -114,11 +119,4 @@ def read_tgid(pid: int) -> int | None:
     listing; a thread id differs from its Tgid, and kill() on it would hit the
     whole process it belongs to.
     """
-    try:
-        with open(f"/proc/{pid}/status", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("Tgid:"):
-                    return int(line.split()[1])
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    return None
+    return _status_number(pid, "Tgid:")
