@@ -19,12 +19,11 @@ from gpuadmin.kills import plans
 from gpuadmin.kills.states import ACTIVE, FINAL, Status, check_transition
 
 CMDLINE_PREVIEW_ARGS = 64
+CMDLINE_PREVIEW_CHARS = 2048
 
 
 def new_order_key() -> str:
     return secrets.token_hex(6)
-
-CMDLINE_PREVIEW_CHARS = 2048
 
 
 class KillRequest(models.Model):
