@@ -8,12 +8,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from celery import Task
 from django.db import DatabaseError
 
 from gpuadmin.celery import CENTRAL_QUEUE, app
 
+# How long a report waits for the earlier ones it overtook: 20 retries 0.1 s apart. The
+# agent sends them milliseconds apart, so this is plenty; after it, the report
+# is stored anyway rather than lost.
+WAIT_FOR_EARLIER_RETRIES = 20
+WAIT_FOR_EARLIER_SECONDS = 0.1
+
 
 @app.task(
+    bind=True,
     name="gpuadmin.kills.record_kill_progress",
     queue=CENTRAL_QUEUE,
     # The database being down or locked is worth waiting for; each report is
@@ -24,10 +32,16 @@ from gpuadmin.celery import CENTRAL_QUEUE, app
     max_retries=10,
     ignore_result=True,
 )
-def record_kill_progress(event: dict[str, Any]) -> int | None:
-    from gpuadmin.kills.services import record_progress
+def record_kill_progress(self: Task, event: dict[str, Any]) -> int | None:
+    from gpuadmin.kills.services import EarlierStepsMissing, record_progress
 
-    step = record_progress(event)
+    waiting = self.request.retries < WAIT_FOR_EARLIER_RETRIES
+    try:
+        step = record_progress(event, wait_for_earlier=waiting)
+    except EarlierStepsMissing as exc:
+        raise self.retry(
+            exc=exc, countdown=WAIT_FOR_EARLIER_SECONDS, max_retries=WAIT_FOR_EARLIER_RETRIES
+        ) from exc
     return step.pk if step else None
 
 

@@ -170,3 +170,44 @@ def test_a_report_for_an_earlier_request_with_the_same_number_is_dropped(running
     assert services.record_progress(stale) is None
     assert refreshed(kill_request).status == Status.APPROVED
     assert "is not this request's" in caplog.text
+
+
+def test_a_report_that_overtook_an_earlier_one_waits_for_it(running_order):
+    kill_request, event = running_order
+    with pytest.raises(services.EarlierStepsMissing):
+        services.record_progress(event(2, "signal_sent", 4120, signal="SIGINT"), wait_for_earlier=True)
+    assert not KillStep.objects.filter(request=kill_request).exists()
+    services.record_progress(event(1, "started"), wait_for_earlier=True)
+    services.record_progress(event(2, "signal_sent", 4120, signal="SIGINT"), wait_for_earlier=True)
+    stored = KillStep.objects.filter(request=kill_request).order_by("id")
+    assert list(stored.values_list("seq", flat=True)) == [1, 2]
+
+
+def test_the_audit_log_follows_the_agent_order_when_reports_arrive_swapped(running_order, monkeypatch):
+    from gpuadmin.kills.tasks import record_kill_progress
+
+    kill_request, event = running_order
+    started, sent = event(1, "started"), event(2, "signal_sent", 4120, signal="SIGINT")
+    # The task run for step 2 retries (eagerly, here) while step 1 is missing;
+    # step 1 arriving in between is what a second central worker does.
+    calls = []
+    original = services.record_progress
+
+    def record_with_step_one_arriving(ev, **kwargs):
+        calls.append(ev["seq"])
+        if len(calls) == 2:
+            original(started)
+        return original(ev, **kwargs)
+
+    monkeypatch.setattr(services, "record_progress", record_with_step_one_arriving)
+    record_kill_progress.apply(args=[sent])
+    assert calls == [2, 2]
+    assert actions(kill_request)[-2:] == ["started", "signal_sent"]
+
+
+def test_a_report_whose_predecessor_never_comes_is_still_recorded(running_order):
+    from gpuadmin.kills.tasks import record_kill_progress
+
+    kill_request, event = running_order
+    record_kill_progress.apply(args=[event(3, "signal_sent", 4121, signal="SIGINT")])
+    assert list(KillStep.objects.filter(request=kill_request).values_list("seq", flat=True)) == [3]

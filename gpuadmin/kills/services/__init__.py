@@ -11,7 +11,7 @@
 from gpuadmin.kills.services.decisions import approve, cancel, may_cancel, may_decide, reject
 from gpuadmin.kills.services.dispatch import build_order, send_order
 from gpuadmin.kills.services.errors import BadInput, Conflict, KillError, NotAllowed, NotFound, Refused
-from gpuadmin.kills.services.progress import record_progress
+from gpuadmin.kills.services.progress import EarlierStepsMissing, record_progress
 from gpuadmin.kills.services.released import confirm_released
 from gpuadmin.kills.services.requesting import file_request, preview
 from gpuadmin.kills.services.sweeping import sweep
@@ -19,6 +19,7 @@ from gpuadmin.kills.services.sweeping import sweep
 __all__ = [
     "BadInput",
     "Conflict",
+    "EarlierStepsMissing",
     "KillError",
     "NotAllowed",
     "NotFound",

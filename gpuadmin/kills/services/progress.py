@@ -45,6 +45,12 @@ class BadReport(ValueError):
     """A progress event central cannot use; it is logged and dropped."""
 
 
+class EarlierStepsMissing(Exception):
+    """A report overtook an earlier one of the same order (several central
+    workers take reports from one queue). The task retries it shortly, so the
+    audit log reads in the order things happened on the host."""
+
+
 def _parse_time(value: Any) -> datetime:
     if not isinstance(value, str):
         raise BadReport(f"'at' must be an ISO 8601 time; got {value!r}")
@@ -92,8 +98,14 @@ def _target_for(kill_request: KillRequest, event: dict[str, Any]) -> KillTarget 
     return found.first()
 
 
-def record_progress(event: Any) -> KillStep | None:
-    """Store one agent event; returns the new step, or None for a repeat or an unusable report."""
+def record_progress(event: Any, *, wait_for_earlier: bool = False) -> KillStep | None:
+    """Store one agent event; returns the new step, or None for a repeat or an unusable report.
+
+    With ``wait_for_earlier``, raise EarlierStepsMissing instead of storing an
+    event whose predecessors (seq 1 .. seq-1, numbered without gaps by the
+    agent) are not all stored yet. The caller decides how long to wait: a
+    report is never lost, at worst recorded out of order.
+    """
     try:
         request_id, order_key, seq, kind, at = _check(event)
     except BadReport as exc:
@@ -112,6 +124,8 @@ def record_progress(event: Any) -> KillStep | None:
             return None
         if KillStep.objects.filter(request=kill_request, seq=seq).exists():
             return None
+        if wait_for_earlier and KillStep.objects.filter(request=kill_request, seq__lt=seq).count() < seq - 1:
+            raise EarlierStepsMissing(f"request #{request_id}: step {seq} arrived before an earlier one")
         target = _target_for(kill_request, event)
         step = KillStep.objects.create(
             request=kill_request,
