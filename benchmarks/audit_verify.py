@@ -25,7 +25,6 @@ import contextlib
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,42 +38,13 @@ from urllib.parse import urlsplit, urlunsplit
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-QUIET_POLL_SECONDS = 10
-QUIET_WAIT_MAX_SECONDS = 600
+from benchmarks.quiet import wait_until_no_pytest  # noqa: E402
+
 GiB = 2**30
 PLAN = [{"signal": "SIGINT", "grace_seconds": 30}, {"signal": "SIGTERM", "grace_seconds": 30},
         {"signal": "SIGKILL", "grace_seconds": 10}]
 USERS = ["alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi"]
 EVENTS_PER_REQUEST = 8
-
-
-def _own_ancestors() -> set[int]:
-    pids, pid = set(), os.getpid()
-    while pid > 1:
-        pids.add(pid)
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                pid = int(f.read().rsplit(b")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            break
-    return pids
-
-
-def wait_until_no_pytest() -> None:
-    """A test run on the same 2 CPUs would distort every figure: wait for it (10 s polls, 10 minutes)."""
-    mine = _own_ancestors()
-    deadline = time.monotonic() + QUIET_WAIT_MAX_SECONDS
-    while True:
-        found = subprocess.run(["pgrep", "-f", "pytest"], capture_output=True, text=True, check=False)
-        others = [int(p) for p in found.stdout.split() if int(p) not in mine]
-        if not others:
-            return
-        if time.monotonic() >= deadline:
-            print(f"warning: pytest still running after {QUIET_WAIT_MAX_SECONDS} s (pids {others}); "
-                  "measuring anyway, figures may be disturbed", file=sys.stderr)
-            return
-        print(f"waiting for pytest to finish (pids {others}) ...", file=sys.stderr, flush=True)
-        time.sleep(QUIET_POLL_SECONDS)
 
 
 @contextlib.contextmanager
