@@ -4,6 +4,9 @@ Pure functions over the document and the host's GPU rows: the view only
 loads, calls ``host_tables`` and renders. The process table's filter and
 sort come from query parameters (``ProcessQuery``) so a filtered view is a
 link that can be shared, and the HTMX refresh asks for the same thing again.
+The table is paged (``PROCESS_PAGE_ROWS``) after filtering and sorting: a host
+with thousands of holders would otherwise re-render and resend all of them on
+every poll.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ from gpuadmin.web.untrusted_text import visible_text
 SORT_DESCENDING_BY_DEFAULT = {"memory": True, "pid": False, "user": False, "age": True}
 DEFAULT_SORT = "memory"
 TEXT_FILTER_MAX_CHARS = 200
+PROCESS_PAGE_ROWS = 100
+# Longer digit strings are out of range anyway, and int() of a huge one is slow or refused.
+PAGE_PARAM_MAX_DIGITS = 9
 
 
 @dataclass(frozen=True)
@@ -46,12 +52,17 @@ class ProcessTableRow:
 
 @dataclass(frozen=True)
 class ProcessQuery:
-    """Filter and sort of the holders table. ``sort`` is a key, ``-key`` reverses its natural order."""
+    """Filter, sort and page of the holders table. ``sort`` is a key, ``-key`` reverses its natural order.
+
+    ``page`` is the page asked for (1-based); one past the end is clamped to the last page when the
+    table is built, since the table may shrink between two polls.
+    """
 
     user: str = ""  # as shown (untrusted_text.visible_text), so no raw control character reaches a page
     gpu: str = ""  # a GPU index, as text ("0"), or "" for all
     text: str = ""
     sort: str = DEFAULT_SORT
+    page: int = 1
 
     @classmethod
     def from_params(cls, params: Mapping[str, str]) -> ProcessQuery:
@@ -64,6 +75,7 @@ class ProcessQuery:
             gpu=gpu if gpu.isdigit() else "",
             text=params.get("q", "").strip()[:TEXT_FILTER_MAX_CHARS],
             sort=sort,
+            page=_page_param(params.get("page", "")),
         )
 
     @property
@@ -83,20 +95,68 @@ class ProcessQuery:
         values = {"user": self.user, "gpu": self.gpu, "q": self.text}
         if self.sort != DEFAULT_SORT:
             values["sort"] = self.sort
+        if self.page != 1:
+            values["page"] = str(self.page)
         return {k: v for k, v in values.items() if v}
 
     def query_string(self) -> str:
         return urlencode(self.params())
 
     def sorted_by(self, key: str) -> str:
-        """Query string that sorts by ``key``: its natural order first, reversed when clicked again."""
+        """Query string that sorts by ``key``: its natural order first, reversed when clicked again.
+
+        A new order starts again on the first page.
+        """
         sort = f"-{key}" if self.sort == key else key
-        return urlencode(replace(self, sort=sort).params())
+        return urlencode(replace(self, sort=sort, page=1).params())
+
+    def on_page(self, number: int) -> str:
+        """Query string of the same filter and sort on page ``number``."""
+        return urlencode(replace(self, page=number).params())
+
+
+def _page_param(raw: str) -> int:
+    raw = raw.strip()
+    if not (raw.isascii() and raw.isdigit()):
+        return 1
+    if len(raw) > PAGE_PARAM_MAX_DIGITS:
+        return 10**PAGE_PARAM_MAX_DIGITS  # past any real table: the last page
+    return max(1, int(raw))
+
+
+@dataclass(frozen=True)
+class ProcessPage:
+    """Where the shown rows sit in the filtered, sorted table."""
+
+    number: int  # 1-based, always within 1..page_count
+    page_count: int
+    match_count: int  # rows after filtering, on all pages
+    first_row_number: int  # 1-based; 0 when nothing matches
+    last_row_number: int
+    previous_link: str | None  # "?query" of the neighbouring page, None at either end
+    next_link: str | None
+
+
+def _page(match_count: int, query: ProcessQuery) -> ProcessPage:
+    page_count = max(1, -(-match_count // PROCESS_PAGE_ROWS))
+    number = min(query.page, page_count)
+    first = (number - 1) * PROCESS_PAGE_ROWS
+    last = min(first + PROCESS_PAGE_ROWS, match_count)
+    return ProcessPage(
+        number=number,
+        page_count=page_count,
+        match_count=match_count,
+        first_row_number=first + 1 if match_count else 0,
+        last_row_number=last,
+        previous_link=f"?{query.on_page(number - 1)}" if number > 1 else None,
+        next_link=f"?{query.on_page(number + 1)}" if number < page_count else None,
+    )
 
 
 @dataclass(frozen=True)
 class HostTables:
-    processes: list[ProcessTableRow]  # after filter and sort
+    processes: list[ProcessTableRow]  # the rows of the asked page, after filter and sort
+    page: ProcessPage
     holder_count: int  # before filtering
     users: list[str]  # every user holding a GPU (as shown), for the filter's choices
     zombie_trees: list[ZombieTree]
@@ -160,13 +220,16 @@ def filter_and_sort(
 
 def host_tables(document: dict[str, Any] | None, gpus: list[Gpu], query: ProcessQuery) -> HostTables:
     if document is None:
-        return HostTables([], 0, [], [], 0, [], has_snapshot=False)
+        return HostTables([], _page(0, query), 0, [], [], 0, [], has_snapshot=False)
     rows = process_rows(document)
     labels = _gpu_labels(gpus)
     holders = [_table_row(r, rows, labels) for r in gpu_holders(rows)]
     trees = zombie_trees(rows)
+    matching = filter_and_sort(holders, query, gpus)
+    page = _page(len(matching), query)
     return HostTables(
-        processes=filter_and_sort(holders, query, gpus),
+        processes=matching[(page.number - 1) * PROCESS_PAGE_ROWS:page.last_row_number],
+        page=page,
         holder_count=len(holders),
         users=sorted({visible_text(r.process.user) for r in holders if r.process.user}, key=str.casefold),
         zombie_trees=trees,

@@ -7,12 +7,14 @@ from django.urls import reverse
 
 from gpuadmin.fleet.models import Host
 from gpuadmin.fleet.validation import SnapshotRejected
-from tests.factories import snapshot_json
+from gpuadmin.web.host_tables import PROCESS_PAGE_ROWS
+from tests.factories import GiB, gpu, proc, snapshot_json
 from tests.web.fleet_data import make_offline, store, store_busy_host
 
 pytestmark = pytest.mark.django_db
 
 URL = reverse("host_detail", kwargs={"name": "gpu01"})
+DASH = "\u2013"  # the en dash between the first and last row numbers shown
 
 
 @pytest.fixture
@@ -111,7 +113,8 @@ def test_filtering(viewer_client, busy, params, pids):
     table = section(page_of(viewer_client, **params), "host-processes")
     assert process_pids(table) == pids
     if pids:
-        assert f"{len(pids)} of 5 processes match the filter." in table
+        counted = "1 process that matches" if len(pids) == 1 else f"{len(pids)} processes that match"
+        assert f"Showing 1{DASH}{len(pids)} of {counted} the filter (5 in all)." in table
     else:
         assert "None of the 5 processes holding a GPU match the filter." in table
 
@@ -185,8 +188,9 @@ def test_request_kill_links_only_for_requesters(viewer_client, requester_client,
 def test_the_tables_poll_with_the_filter_form_included(viewer_client, busy, settings):
     settings.GPUADMIN_PROBE_INTERVAL_SECONDS = 5
     page = page_of(viewer_client)
-    assert (f'<div id="host-tables" hx-get="{URL}" hx-trigger="every 5s" hx-include="#process-filters" '
-            'hx-target="this" hx-swap="outerHTML">') in page
+    assert (f'<div id="host-tables" hx-get="{URL}" hx-trigger="every 5s" '
+            'hx-include="#process-filters, #process-page" hx-target="this" hx-swap="outerHTML" '
+            'hx-disinherit="*">') in page
     assert 'hx-target="#host-processes"' in page and 'hx-push-url="true"' in page
 
 
@@ -231,3 +235,121 @@ def test_the_host_page_takes_a_fixed_number_of_queries(viewer_client, busy, djan
     # session, user, groups; host with finding counts, its GPUs, its snapshot, its open findings.
     with django_assert_max_num_queries(7):
         page_of(viewer_client)
+
+
+# --- Paging: a host with many holders shows PROCESS_PAGE_ROWS of them at a time. ---
+
+MANY_HOLDERS = 250
+BIGGEST_PID = 1100  # the one holder with 10 GiB; listed last in the snapshot, on page 2 by pid
+
+
+@pytest.fixture
+def crowded(db) -> Host:
+    """250 holders of GPU 0, pids 1000-1249: even pids alice, odd pids bob; 1 MiB each but pid 1100."""
+    assert PROCESS_PAGE_ROWS == 100  # the figures below are written for pages of 100
+    holders = [
+        proc(pid, user="alice" if pid % 2 == 0 else "bob", gpu_memory={"GPU-sim-0000": 1024**2},
+             reasons=["gpu"])
+        for pid in range(1000, 1000 + MANY_HOLDERS) if pid != BIGGEST_PID
+    ]
+    holders.append(proc(BIGGEST_PID, user="alice", gpu_memory={"GPU-sim-0000": 10 * GiB}, reasons=["gpu"]))
+    return store("gpu01", processes=holders, gpus=[gpu(0, used=11 * GiB)])
+
+
+def shown_page(html: str) -> str:
+    match = re.search(r'<input type="hidden" id="process-page" name="page" value="(\d+)">', html)
+    assert match, "no page input"
+    return match.group(1)
+
+
+def test_the_first_page_shows_100_holders_and_where_they_sit(viewer_client, crowded):
+    table = section(page_of(viewer_client, sort="pid"), "host-processes")
+    assert process_pids(table) == list(range(1000, 1100))
+    assert f"Showing 1{DASH}100 of 250 processes." in table
+    assert "Page 1 of 3" in table
+    assert 'rel="prev"' not in table
+    assert ('<a href="?sort=pid&amp;page=2" rel="next" hx-get="?sort=pid&amp;page=2" '
+            'hx-target="#host-processes" hx-swap="outerHTML" hx-push-url="true">Next →</a>') in table
+    assert shown_page(table) == "1"
+
+
+def test_the_last_page_shows_the_rest(viewer_client, crowded):
+    table = section(page_of(viewer_client, sort="pid", page="3"), "host-processes")
+    assert process_pids(table) == list(range(1200, 1250))
+    assert f"Showing 201{DASH}250 of 250 processes." in table
+    assert '<a href="?sort=pid&amp;page=2" rel="prev"' in table
+    assert 'rel="next"' not in table
+    assert shown_page(table) == "3"
+
+
+def test_a_filter_and_a_page_combine(viewer_client, crowded):
+    table = section(page_of(viewer_client, user="bob", sort="pid", page="2"), "host-processes")
+    bobs = list(range(1001, 1250, 2))
+    assert len(bobs) == 125
+    assert process_pids(table) == bobs[100:]
+    assert f"Showing 101{DASH}125 of 125 processes that match the filter (250 in all)." in table
+    # Back to page 1 needs no page parameter; the filter and sort stay.
+    assert '<a href="?user=bob&amp;sort=pid" rel="prev"' in table
+    # A new order starts on the first page, with the same filter.
+    assert '<a href="?user=bob&amp;sort=-pid" class="sorted">PID ▲</a>' in table
+
+
+@pytest.mark.parametrize("asked", ["4", "99", "9" * 40])
+def test_a_page_past_the_end_shows_the_last_page(viewer_client, crowded, asked):
+    response = viewer_client.get(URL, {"sort": "pid", "page": asked})
+    assert response.status_code == 200
+    table = section(response.content.decode(), "host-processes")
+    assert process_pids(table) == list(range(1200, 1250))
+    assert shown_page(table) == "3"
+
+
+@pytest.mark.parametrize("asked", ["0", "-2", "two", "²", ""])
+def test_a_page_that_is_not_a_page_number_shows_the_first(viewer_client, crowded, asked):
+    table = section(page_of(viewer_client, sort="pid", page=asked), "host-processes")
+    assert process_pids(table)[:1] == [1000]
+    assert shown_page(table) == "1"
+
+
+def test_a_filter_that_shrinks_the_table_clamps_the_page(viewer_client, crowded):
+    table = section(page_of(viewer_client, q="job1249", page="3"), "host-processes")
+    assert process_pids(table) == [1249]
+    assert f"Showing 1{DASH}1 of 1 process that matches the filter (250 in all)." in table
+    assert "Page 1 of" not in table  # one page: no page links at all
+    assert shown_page(table) == "1"
+
+
+def test_htmx_gets_the_processes_partial_of_the_asked_page(viewer_client, crowded):
+    full = page_of(viewer_client, user="alice", page="2")
+    response = viewer_client.get(URL, {"user": "alice", "page": "2"},
+                                 HTTP_HX_REQUEST="true", HTTP_HX_TARGET="host-processes")
+    body = response.content.decode().strip()
+    assert body.startswith('<section id="host-processes">') and body.endswith("</section>")
+    assert body == section(full, "host-processes")
+    alices = [BIGGEST_PID] + [pid for pid in range(1000, 1250, 2) if pid != BIGGEST_PID]
+    # Same memory for all but the biggest: pid breaks the tie.
+    assert process_pids(body) == alices[100:]
+    assert shown_page(body) == "2"
+
+
+def test_the_poll_refreshes_the_page_being_looked_at(viewer_client, crowded):
+    # What the poll sends: the filter form's fields and #process-page.
+    response = viewer_client.get(URL, {"user": "", "gpu": "", "q": "", "sort": "pid", "page": "2"},
+                                 HTTP_HX_REQUEST="true", HTTP_HX_TARGET="host-tables")
+    body = response.content.decode()
+    assert body.lstrip().startswith('<div id="host-tables"')
+    table = section(body, "host-processes")
+    assert process_pids(table) == list(range(1100, 1200))
+    assert shown_page(table) == "2"
+    # The zombie and orphan sections are not paged.
+    assert section(body, "host-zombies") == section(page_of(viewer_client, sort="pid"), "host-zombies")
+
+
+def test_sorting_comes_before_paging(viewer_client, crowded):
+    by_memory = section(page_of(viewer_client), "host-processes")
+    assert process_pids(by_memory)[0] == BIGGEST_PID
+    assert len(process_pids(by_memory)) == 100
+    assert BIGGEST_PID not in process_pids(section(page_of(viewer_client, sort="pid"), "host-processes"))
+    by_pid_page_2 = section(page_of(viewer_client, sort="pid", page="2"), "host-processes")
+    assert process_pids(by_pid_page_2)[0] == BIGGEST_PID
+    smallest_first_page_3 = section(page_of(viewer_client, sort="-memory", page="3"), "host-processes")
+    assert process_pids(smallest_first_page_3)[-1] == BIGGEST_PID

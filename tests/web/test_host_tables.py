@@ -23,6 +23,12 @@ def test_defaults_when_nothing_is_asked():
     ({"gpu": "GPU-1"}, ProcessQuery(gpu="")),
     ({"user": "  erin "}, ProcessQuery(user="erin")),
     ({"q": "x" * 500}, ProcessQuery(text="x" * 200)),
+    ({"page": "3"}, ProcessQuery(page=3)),
+    ({"page": " 2 "}, ProcessQuery(page=2)),
+    ({"page": "0"}, ProcessQuery(page=1)),
+    ({"page": "-1"}, ProcessQuery(page=1)),
+    ({"page": "²"}, ProcessQuery(page=1)),
+    ({"page": "9" * 5000}, ProcessQuery(page=10**9)),  # past any table; int() would refuse it
 ])
 def test_parameters_are_read_and_bad_ones_fall_back(params, expected):
     assert ProcessQuery.from_params(params) == expected
@@ -43,6 +49,14 @@ def test_sort_links_keep_filters_and_toggle():
     assert query.sorted_by("memory") == "user=erin&q=rank"  # the default needs no parameter
 
 
+def test_page_links_keep_filter_and_sort_and_a_new_sort_starts_on_page_one():
+    query = ProcessQuery(user="erin", sort="pid", page=3)
+    assert query.query_string() == "user=erin&sort=pid&page=3"
+    assert query.on_page(4) == "user=erin&sort=pid&page=4"
+    assert query.on_page(1) == "user=erin&sort=pid"
+    assert query.sorted_by("pid") == "user=erin&sort=-pid"
+
+
 @pytest.mark.django_db
 def test_tables_from_a_document():
     host = store("gpu01", processes=busy_host_processes(), gpus=busy_host_gpus())
@@ -50,6 +64,9 @@ def test_tables_from_a_document():
     tables = host_tables(host.latest_snapshot.document, gpus, ProcessQuery(gpu="0", sort="pid"))
     assert [r.process.pid for r in tables.processes] == [101, 201, 202]
     assert tables.holder_count == 5
+    assert (tables.page.number, tables.page.page_count, tables.page.match_count) == (1, 1, 3)
+    assert (tables.page.first_row_number, tables.page.last_row_number) == (1, 3)
+    assert tables.page.previous_link is None and tables.page.next_link is None
     assert tables.users == ["alice", "bob", "carol", "erin"]
     assert tables.zombie_count == 6
     assert [t.parent_pid for t in tables.zombie_trees] == [300, 999]
@@ -63,6 +80,7 @@ def test_no_document_means_empty_tables():
     tables = host_tables(None, [], ProcessQuery())
     assert tables.has_snapshot is False
     assert tables.processes == tables.zombie_trees == tables.orphans == []
+    assert (tables.page.number, tables.page.match_count, tables.page.first_row_number) == (1, 0, 0)
 
 
 def test_memory_on_a_gpu_missing_from_the_list_is_labelled_by_uuid():
