@@ -23,10 +23,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 import tracemalloc
 import uuid
@@ -38,7 +36,7 @@ from urllib.parse import urlsplit, urlunsplit
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from benchmarks.quiet import wait_until_no_pytest  # noqa: E402
+from benchmarks.django_bench import setup_django, throwaway_data_dir  # noqa: E402
 
 GiB = 2**30
 PLAN = [{"signal": "SIGINT", "grace_seconds": 30}, {"signal": "SIGTERM", "grace_seconds": 30},
@@ -66,19 +64,6 @@ def throwaway_postgres_database(url: str) -> Iterator[str]:
             connections.close_all()
         with psycopg.connect(url, autocommit=True) as admin:
             admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
-
-
-def setup_django(database_url: str | None) -> None:
-    if database_url:
-        os.environ["DATABASE_URL"] = database_url
-    else:
-        os.environ.pop("DATABASE_URL", None)  # never touch a real database by accident
-    os.environ["DJANGO_SETTINGS_MODULE"] = "gpuadmin.settings"
-    import django
-    from django.core.management import call_command
-
-    django.setup()
-    call_command("migrate", verbosity=0, interactive=False)
 
 
 def lifecycle(request_id: int, start: datetime) -> list[tuple[str, bool, dict[str, Any]]]:
@@ -166,17 +151,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.events < 1 or args.batch < 1 or args.repeats < 1:
         parser.error("--events, --batch and --repeats must be at least 1")
 
-    if not args.no_wait:
-        wait_until_no_pytest()
-    data_dir = tempfile.mkdtemp(prefix="gpuadmin-bench-audit-")
-    os.environ["GPUADMIN_DATA_DIR"] = data_dir
-    try:
+    with throwaway_data_dir("gpuadmin-bench-audit-", wait=not args.no_wait):
         if not args.database_url:
             return run(args, "")
         with throwaway_postgres_database(args.database_url) as url:
             return run(args, url)
-    finally:
-        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def run(args: argparse.Namespace, database_url: str) -> int:

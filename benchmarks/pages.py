@@ -22,10 +22,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from typing import Any
@@ -33,23 +31,13 @@ from typing import Any
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from benchmarks.quiet import wait_until_no_pytest  # noqa: E402
+from benchmarks.django_bench import setup_django, throwaway_data_dir  # noqa: E402
 
 WARM_UP_REQUESTS = 2
 GPUS_PER_HOST = 8
 BIG_HOST = "gpu-big"
 LAUNCHERS_ON_BIG_HOST = 100
 USERS = ["alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan", "judy"]
-
-
-def setup_django() -> None:
-    os.environ.pop("DATABASE_URL", None)  # never touch a real database by accident
-    os.environ["DJANGO_SETTINGS_MODULE"] = "gpuadmin.settings"
-    import django
-    from django.core.management import call_command
-
-    django.setup()
-    call_command("migrate", verbosity=0, interactive=False)
 
 
 def gpu_uuid(host_index: int, gpu_index: int) -> str:
@@ -187,14 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.hosts < 0 or args.big_holders < 1 or args.repeats < 1:
         parser.error("--hosts must be >= 0, --big-holders and --repeats >= 1")
 
-    if not args.no_wait:
-        wait_until_no_pytest()
-    data_dir = tempfile.mkdtemp(prefix="gpuadmin-bench-pages-")
-    os.environ["GPUADMIN_DATA_DIR"] = data_dir
-    try:
+    with throwaway_data_dir("gpuadmin-bench-pages-", wait=not args.no_wait):
         return run(args)
-    finally:
-        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,4 +1,5 @@
-"""Waiting for a quiet machine before measuring (shared by the benchmarks).
+"""What the Django benchmarks share: a quiet machine, a throwaway data
+directory, and Django set up on it.
 
 A test run on the same 2 CPUs would distort every figure, so a benchmark
 waits for other pytest processes to end (10 s polls, 10 minutes at most),
@@ -7,10 +8,14 @@ then measures anyway with a warning.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 
 QUIET_POLL_SECONDS = 10
 QUIET_WAIT_MAX_SECONDS = 600
@@ -42,3 +47,32 @@ def wait_until_no_pytest() -> None:
             return
         print(f"waiting for pytest to finish (pids {others}) ...", file=sys.stderr, flush=True)
         time.sleep(QUIET_POLL_SECONDS)
+
+
+@contextlib.contextmanager
+def throwaway_data_dir(prefix: str, *, wait: bool = True) -> Iterator[str]:
+    """Wait for a quiet machine (unless ``wait`` is false), then point
+    GPUADMIN_DATA_DIR at a new temporary directory, removed afterwards."""
+    if wait:
+        wait_until_no_pytest()
+    data_dir = tempfile.mkdtemp(prefix=prefix)
+    os.environ["GPUADMIN_DATA_DIR"] = data_dir
+    try:
+        yield data_dir
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def setup_django(database_url: str | None = None) -> None:
+    """Django on ``database_url``, or SQLite in the data directory: never a
+    DATABASE_URL inherited from the shell, so no real database is touched by accident."""
+    if database_url:
+        os.environ["DATABASE_URL"] = database_url
+    else:
+        os.environ.pop("DATABASE_URL", None)
+    os.environ["DJANGO_SETTINGS_MODULE"] = "gpuadmin.settings"
+    import django
+    from django.core.management import call_command
+
+    django.setup()
+    call_command("migrate", verbosity=0, interactive=False)
