@@ -10,6 +10,7 @@ for a zombie, ``parent_offer``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from rest_framework.decorators import api_view, renderer_classes
@@ -129,38 +130,37 @@ def kill_request_detail(request: Request, pk: int) -> Response:
         return _error(error)
 
 
-@api_view(["POST"])
-@renderer_classes([AsciiJSONRenderer])
-def approve(request: Request, pk: str) -> Response:
-    pk = int(pk)
+def _decide(pk: int, decision: Callable[[], object]) -> Response:
+    """Run one decision on request ``pk`` and answer with the request as it now is."""
     try:
-        body = _body(request)
-        allow = _bool(body.get("allow_sigkill_only", False), "allow_sigkill_only")
-        services.approve(pk, request.user, allow_sigkill_only=allow)
+        decision()
         return Response(detail_dict(_get(pk)))
     except KillError as error:
         return _error(error)
+
+
+def _reason(request: Request) -> str:
+    reason = _body(request).get("reason")
+    return reason if isinstance(reason, str) else ""
+
+
+@api_view(["POST"])
+@renderer_classes([AsciiJSONRenderer])
+def approve(request: Request, pk: str) -> Response:
+    def decision() -> None:
+        allow = _bool(_body(request).get("allow_sigkill_only", False), "allow_sigkill_only")
+        services.approve(int(pk), request.user, allow_sigkill_only=allow)
+
+    return _decide(int(pk), decision)
 
 
 @api_view(["POST"])
 @renderer_classes([AsciiJSONRenderer])
 def reject(request: Request, pk: str) -> Response:
-    pk = int(pk)
-    try:
-        reason = _body(request).get("reason")
-        services.reject(pk, request.user, reason if isinstance(reason, str) else "")
-        return Response(detail_dict(_get(pk)))
-    except KillError as error:
-        return _error(error)
+    return _decide(int(pk), lambda: services.reject(int(pk), request.user, _reason(request)))
 
 
 @api_view(["POST"])
 @renderer_classes([AsciiJSONRenderer])
 def cancel(request: Request, pk: str) -> Response:
-    pk = int(pk)
-    try:
-        reason = _body(request).get("reason")
-        services.cancel(pk, request.user, reason if isinstance(reason, str) else "")
-        return Response(detail_dict(_get(pk)))
-    except KillError as error:
-        return _error(error)
+    return _decide(int(pk), lambda: services.cancel(int(pk), request.user, _reason(request)))
