@@ -16,9 +16,9 @@ from django.views.decorators.vary import vary_on_headers
 
 from gpuadmin.accounts.permissions import role_required
 from gpuadmin.accounts.roles import Role
-from gpuadmin.audit.chain import verify_chain
 from gpuadmin.audit.export import csv_lines
 from gpuadmin.audit.filters import filtered_events
+from gpuadmin.audit.models import AuditEvent
 
 EVENTS_PER_PAGE = 50
 CSV_CHUNK_SIZE = 2000
@@ -36,7 +36,7 @@ def audit_log(request: HttpRequest) -> HttpResponse:
     htmx = getattr(request, "htmx", None)
     if htmx and not htmx.history_restore_request:
         return render(request, "audit/_events.html", context)
-    context["verify"] = verify_chain()
+    context["verify"] = AuditEvent.objects.verify()
     return render(request, "audit/audit_log.html", context)
 
 
