@@ -217,6 +217,21 @@ def test_the_filter_form_gets_only_the_processes_partial(viewer_client, busy):
     assert process_pids(body) == [102]
 
 
+def test_going_back_to_a_filtered_page_gets_the_whole_page(viewer_client, busy):
+    # The filter form pushes its URL (hx-push-url). Going back to it when htmx has no copy of the
+    # page in its history cache, htmx asks for that URL with HX-Request *and*
+    # HX-History-Restore-Request, and puts the answer in place of the whole body: it must be the
+    # page, not the poll's fragment.
+    response = viewer_client.get(
+        URL, {"user": "erin"}, HTTP_HX_REQUEST="true", HTTP_HX_HISTORY_RESTORE_REQUEST="true"
+    )
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert "<html" in body and '<form id="process-filters"' in body
+    assert section(body, "host-processes") == section(page_of(viewer_client, user="erin"), "host-processes")
+    assert "HX-History-Restore-Request" in {v.strip() for v in response["Vary"].split(",")}
+
+
 def test_polling_a_host_that_is_gone_stops_the_polling(viewer_client):
     # Same path as a host deleted while its page is open: the name no longer resolves.
     response = viewer_client.get(URL, HTTP_HX_REQUEST="true", HTTP_HX_TARGET="host-tables")
