@@ -2,10 +2,9 @@
 
 ``compute_findings`` reads a validated document and returns drafts (pure, no
 database); ``sync_findings`` turns the drafts into open / refreshed / resolved
-``Finding`` rows. The remedies encode the seed's manual procedure
-(docs: ../shared/DOMAIN.md): a zombie is dealt with through its parent, an
-orphan through a kill request, a D-state process through the kernel, and
-memory nobody accounts for outside the process world.
+``Finding`` rows. Each remedy names the way out that works: a zombie is dealt
+with through its parent, an orphan through a kill request, a D-state process
+through the kernel, and memory nobody accounts for outside the process world.
 
 Titles quote command lines and user names, which any user on a GPU host
 controls: they are clipped and stripped of control and bidirectional-override

@@ -177,8 +177,7 @@ def test_offline_host_is_marked(viewer_client, busy):
     assert '<span class="badge badge-offline">offline</span>' in summary
 
 
-def test_request_kill_links_only_for_requesters(viewer_client, requester_client, busy, settings):
-    settings.ROOT_URLCONF = "tests.web.urls_with_other_pages"
+def test_request_kill_links_only_for_requesters(viewer_client, requester_client, busy):
     new_url = reverse("kill_request_new")
     assert "Request kill" not in page_of(viewer_client)
     row = row_of(section(page_of(requester_client), "host-processes"), 101)

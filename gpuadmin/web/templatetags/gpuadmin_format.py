@@ -110,11 +110,6 @@ def role_label(user: Any) -> str:
 
 
 @register.filter
-def has_role(user: Any, role: str) -> bool:
-    return role in role_names(user)
-
-
-@register.filter
 def percent_of(part: Any, whole: Any) -> float:
     """part / whole as a percentage clamped to 0..100, for bar widths (0 when unknown)."""
     try:
