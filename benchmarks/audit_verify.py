@@ -81,7 +81,7 @@ def lifecycle(request_id: int, start: datetime) -> list[tuple[str, bool, dict[st
             "targets": [{"pid": pid, "start_time_ticks": ticks},
                         {"pid": pid + 1, "start_time_ticks": ticks + 7}],
             "excluded": [], "warnings": ["the process group has another member that is not a target"],
-            "gpu_memory_bytes": gpu_bytes, "gpu_memory": f"{gpu_bytes // GiB}.0 GiB",
+            "gpu_memory_bytes": gpu_bytes, "gpu_memory": f"{gpu_bytes // GiB} GiB",
         }),
         ("approved", True, {
             "self_approved": False, "sigkill_only_allowed": False, "start_deadline": at[1],
@@ -97,7 +97,7 @@ def lifecycle(request_id: int, start: datetime) -> list[tuple[str, bool, dict[st
                              "targets": [{**target, "outcome": "exited"}]}),
         ("memory_released", False, {
             "expected_bytes": gpu_bytes, "released_bytes": gpu_bytes,
-            "released": f"{gpu_bytes // GiB}.0 GiB", "expected": f"{gpu_bytes // GiB}.0 GiB",
+            "released": f"{gpu_bytes // GiB} GiB", "expected": f"{gpu_bytes // GiB} GiB",
             "per_gpu": per_gpu, "still_holding": [], "snapshot_taken_at": at[7],
         }),
     ]

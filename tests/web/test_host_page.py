@@ -51,11 +51,11 @@ def test_unknown_host_is_a_404_page(viewer_client):
 def test_gpu_cards_show_used_attributed_unattributed_utilization_and_total(viewer_client, busy):
     summary = section(page_of(viewer_client), "host-summary")
     card = re.search(r'data-gpu-index="0">.*?</table>', summary, re.S).group(0)
-    assert "<tr><th>Used</th><td class=\"mono\">30.0 GiB</td></tr>" in card
-    assert "<tr><th>Attributed</th><td class=\"mono\">28.0 GiB</td></tr>" in card
-    assert "<tr><th>Unattributed</th><td class=\"mono unattributed\">2.0 GiB</td></tr>" in card
+    assert "<tr><th>Used</th><td class=\"mono\">30 GiB</td></tr>" in card
+    assert "<tr><th>Attributed</th><td class=\"mono\">28 GiB</td></tr>" in card
+    assert "<tr><th>Unattributed</th><td class=\"mono unattributed\">2 GiB</td></tr>" in card
     assert "<tr><th>Utilization</th><td class=\"mono\">97%</td></tr>" in card
-    assert "<tr><th>Total</th><td class=\"mono\">80.0 GiB</td></tr>" in card
+    assert "<tr><th>Total</th><td class=\"mono\">80 GiB</td></tr>" in card
 
 
 def test_holders_table_lists_gpu_memory_and_device_file_holders_biggest_first(viewer_client, busy):
@@ -63,7 +63,7 @@ def test_holders_table_lists_gpu_memory_and_device_file_holders_biggest_first(vi
     assert process_pids(table) == [101, 102, 201, 202, 103]
     row = row_of(table, 101)
     assert "alice" in row
-    assert "<div>GPU 0: 20.0 GiB</div>" in row
+    assert "<div>GPU 0: 20 GiB</div>" in row
     assert '<td class="mono" title="sleeping">S</td>' in row
     assert ">3 h 12 min</td>" in row
     assert '100 <span class="mono">launch</span>' in row  # parent pid + name
