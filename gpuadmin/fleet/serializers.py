@@ -14,9 +14,9 @@ from typing import Any
 
 from django.db.models import Count, Prefetch, Q, QuerySet
 
-from gpuadmin.api_json import utc_text
 from gpuadmin.fleet.models import Finding, Gpu, Host, LatestSnapshot, most_severe_first
 from gpuadmin.fleet.process_tree import gpu_holders, orphans, process_rows, zombie_trees
+from gpuadmin.text import utc_text
 
 Severity = Finding.Severity
 # Most urgent first. (Finding.Meta.ordering sorts the stored strings, which is alphabetical.)
