@@ -202,6 +202,9 @@ class KillTarget(models.Model):
         SURVIVED = "survived", "Survived the last step"
         REFUSED = "refused", "Refused by the agent"
 
+    # Outcomes after which the process no longer holds GPU memory.
+    GONE = (Outcome.EXITED, Outcome.EXITED_NOT_REAPED)
+
     request = models.ForeignKey(KillRequest, on_delete=models.CASCADE, related_name="targets")
     pid = models.PositiveIntegerField()
     start_time_ticks = models.BigIntegerField()
@@ -242,7 +245,7 @@ class KillTarget(models.Model):
 
     @property
     def is_gone(self) -> bool:
-        return self.outcome in (self.Outcome.EXITED, self.Outcome.EXITED_NOT_REAPED)
+        return self.outcome in self.GONE
 
 
 class KillStep(models.Model):

@@ -17,7 +17,7 @@ from gpuadmin.audit.models import Action
 from gpuadmin.fleet.models import Host
 from gpuadmin.fleet.units import human_bytes
 from gpuadmin.kills import memory
-from gpuadmin.kills.models import KillRequest
+from gpuadmin.kills.models import KillRequest, KillTarget
 from gpuadmin.kills.services._audit import audit
 from gpuadmin.kills.states import RELEASING
 
@@ -57,7 +57,7 @@ def _confirm_one(kill_request_id: int, document: dict[str, Any], taken_at: datet
         kill_request = KillRequest.objects.locked(kill_request_id)
         if kill_request.memory_confirmed_at is not None or kill_request.finished_at is None:
             return False
-        if not kill_request.targets.filter(outcome__in=("exited", "exited_not_reaped")).exists():
+        if not kill_request.targets.filter(outcome__in=KillTarget.GONE).exists():
             return False  # nothing went, so nothing came back to confirm
         base = kill_request.memory_baseline
         if not base.get("targets"):

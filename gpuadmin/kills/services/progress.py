@@ -114,7 +114,7 @@ def record_progress(event: Any, *, wait_for_earlier: bool = False) -> KillStep |
             detail=_text(event.get("detail")),
             raw=event,
         )
-        _APPLY[parsed.event](kill_request, target, step, event)
+        _APPLY.get(parsed.event, _logged)(kill_request, target, step, event)
     return step
 
 
@@ -212,6 +212,13 @@ def _finished(kill_request: KillRequest, target: KillTarget | None, step: KillSt
     audit(Action.FINISHED, kill_request, details=details)
 
 
+def _logged(kill_request: KillRequest, target: KillTarget | None, step: KillStep,
+            event: dict[str, Any]) -> None:
+    """An event that changes nothing here (a newer agent's, say): stored in the timeline and logged."""
+    audit(Action(step.event), kill_request, details=_target_details(target, step, event))
+
+
+# What each event does to the request; an event not listed is only stored and logged.
 _APPLY = {
     Event.STARTED: _started,
     Event.SIGNAL_SENT: _signal_sent,

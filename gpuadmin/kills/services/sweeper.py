@@ -52,7 +52,7 @@ def _fail_silent_run(kill_request_id: int, now: datetime) -> bool:
         kill_request.result_detail = detail
         kill_request.save(update_fields=["status", "finished_at", "result_detail"])
         audit(Action.FINISHED, kill_request,
-              details={"result": "failed", "by": "central sweeper", "detail": detail})
+              details={"result": Status.FAILED.value, "by": "central sweeper", "detail": detail})
     return True
 
 
