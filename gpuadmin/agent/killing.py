@@ -18,6 +18,7 @@ from typing import Any
 from django.conf import settings
 
 from gpuadmin.celery import CENTRAL_QUEUE, app
+from gpuadmin.probe.kill.protocol import Result, finished_event
 
 logger = logging.getLogger(__name__)
 
@@ -45,19 +46,13 @@ def _report_unreadable(order: Any, error: ValueError) -> dict[str, Any] | None:
     request_id = order.get("request_id") if isinstance(order, dict) else None
     if not isinstance(request_id, str | int) or isinstance(request_id, bool):
         return None
-    event = {
-        "request_id": str(request_id),
-        "seq": 1,
-        "at": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
-        "event": "finished",
-        "pid": None,
-        "start_time_ticks": None,
-        "signal": None,
-        "method": None,
-        "result": "refused",
-        "detail": f"the agent could not read the order, nothing was done: {error}"[:2000],
-        "duplicate": False,
-    }
+    event = finished_event(
+        str(request_id),
+        seq=1,
+        at=datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+        result=Result.REFUSED,
+        detail=f"the agent could not read the order, nothing was done: {error}"[:2000],
+    )
     report_to_central(event)
     return event
 

@@ -31,26 +31,30 @@ from gpuadmin.audit.chain import (
     check_rows,
     event_hash,
 )
+from gpuadmin.probe.kill import protocol as kill_protocol
 
 
 class AppendOnlyError(Exception):
     """Raised when code tries to change or remove an audit event."""
 
 
-class Action(models.TextChoices):
-    REQUESTED = "requested", "Requested"
-    APPROVED = "approved", "Approved"
-    REJECTED = "rejected", "Rejected"
-    CANCELLED = "cancelled", "Cancelled"
-    EXPIRED = "expired", "Expired"
-    DISPATCHED = "dispatched", "Dispatched to host"
-    STARTED = "started", "Started on host"
-    SIGNAL_SENT = "signal_sent", "Signal sent"
-    TARGET_EXITED = "target_exited", "Target exited"
-    TARGET_SURVIVED = "target_survived", "Target survived"
-    REFUSED = "refused", "Refused"
-    FINISHED = "finished", "Finished"
-    MEMORY_RELEASED = "memory_released", "Memory released"
+# What the log records: what central did to a kill request, and, in between,
+# every event the agent reported, with the words and labels of the kill protocol
+# (gpuadmin/probe/kill/protocol.py), so a new event is added there only.
+Action = models.TextChoices(
+    "Action",
+    [
+        ("REQUESTED", ("requested", "Requested")),
+        ("APPROVED", ("approved", "Approved")),
+        ("REJECTED", ("rejected", "Rejected")),
+        ("CANCELLED", ("cancelled", "Cancelled")),
+        ("EXPIRED", ("expired", "Expired")),
+        ("DISPATCHED", ("dispatched", "Dispatched to host")),
+        *kill_protocol.Event.members(),
+        ("MEMORY_RELEASED", ("memory_released", "Memory released")),
+    ],
+    module=__name__,
+)
 
 
 def _only_clears_actor(kwargs: dict[str, Any]) -> bool:

@@ -22,7 +22,7 @@ from gpuadmin.fleet.models import LatestSnapshot
 from gpuadmin.kills import changes, services
 from gpuadmin.kills.models import KillRequest
 from gpuadmin.kills.serializers import kill_request_dict, preview_dict
-from gpuadmin.kills.services.errors import BadInput, KillError, NotFound
+from gpuadmin.kills.services import BadInput, KillError, NotFound
 from gpuadmin.kills.states import Status
 
 LIST_LIMIT = 200
@@ -111,7 +111,7 @@ def kill_request_preview(request: Request) -> Response:
     """What a request would target, without filing it (the same checks as filing)."""
     params = request.query_params
     try:
-        host = services.requesting.get_host(params.get("host", ""))
+        host = services.get_host(params.get("host", ""))
         result = services.preview(
             host, _int(params.get("pid"), "pid"), _int(params.get("start_time_ticks"), "start_time_ticks"),
             include_descendants=_bool(params.get("include_descendants"), "include_descendants"),

@@ -7,6 +7,6 @@ class KillsConfig(AppConfig):
 
     def ready(self) -> None:
         from gpuadmin.fleet.signals import snapshot_ingested
-        from gpuadmin.kills.services.released import on_snapshot_ingested
+        from gpuadmin.kills import receivers
 
-        snapshot_ingested.connect(on_snapshot_ingested, dispatch_uid="kills.memory_released")
+        snapshot_ingested.connect(receivers.on_snapshot_ingested, dispatch_uid="kills.on_snapshot_ingested")

@@ -3,27 +3,59 @@
 A target is a PID *and* its start time (and the host's boot id): PIDs are
 reused, so the pair names one process for its whole life. The statuses and
 their allowed changes live in ``states.py``; ``KillRequest.transition`` is the
-only place that changes ``status``.
+only place that changes ``status``. The rules that read a request's times
+(late, cancellable, when the agent owes its "finished") are methods here, next
+to the queries that select by the same rules. The agent's event words come from
+``gpuadmin/probe/kill/protocol.py``.
 """
 
 from __future__ import annotations
 
 import secrets
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import models
+from django.db.models import Q
 from django.utils import timezone
 
 from gpuadmin.fleet.models import Host
 from gpuadmin.kills import plans
 from gpuadmin.kills.states import ACTIVE, FINAL, Status, check_transition
+from gpuadmin.probe.kill import protocol
 
 CMDLINE_PREVIEW_ARGS = 64
 CMDLINE_PREVIEW_CHARS = 2048
 
 
+# The agent reports its start as it happens; a report may still be on its way
+# (a busy central queue) for a while after the deadline. Expiring only after
+# this margin keeps a request that did start from being called expired.
+START_REPORT_MARGIN = timedelta(seconds=30)
+# After the plan's last grace period, how long to wait for the agent's "finished".
+FINISH_REPORT_MARGIN = timedelta(seconds=60)
+
+
 def new_order_key() -> str:
     return secrets.token_hex(6)
+
+
+class KillRequestQuerySet(models.QuerySet):
+    def locked(self, pk: int) -> KillRequest:
+        """The request (and its host), its row locked until the transaction ends.
+
+        Every change to a request takes this lock first, so two changes (two
+        approvers, a report and the sweeper) run one after the other and the
+        second sees what the first did. Raises KillRequest.DoesNotExist.
+        """
+        return self.select_for_update().select_related("host").get(pk=pk)
+
+    def late(self, now: datetime) -> KillRequestQuerySet:
+        """Requests that waited too long and are to expire: ``KillRequest.is_late`` as a query."""
+        return self.filter(
+            Q(status=Status.PENDING, pending_expires_at__lte=now)
+            | Q(status=Status.APPROVED, start_deadline__lte=now - START_REPORT_MARGIN)
+        )
 
 
 class KillRequest(models.Model):
@@ -90,6 +122,8 @@ class KillRequest(models.Model):
     memory_released_bytes = models.BigIntegerField(null=True, blank=True)
     memory_confirmed_at = models.DateTimeField(null=True, blank=True)
 
+    objects = KillRequestQuerySet.as_manager()
+
     class Meta:
         ordering = ["-requested_at"]
         indexes = [models.Index(fields=["status", "requested_at"])]
@@ -113,6 +147,31 @@ class KillRequest(models.Model):
     @property
     def is_active(self) -> bool:
         return self.status in ACTIVE
+
+    def is_late(self, now: datetime) -> bool:
+        """Pending past its expiry, or approved and never started (deadline plus the report margin)."""
+        if self.status == Status.PENDING:
+            return self.pending_expires_at <= now
+        return (
+            self.status == Status.APPROVED
+            and self.start_deadline is not None
+            and self.start_deadline + START_REPORT_MARGIN <= now
+        )
+
+    @property
+    def finish_deadline(self) -> datetime | None:
+        """By when the agent owes its "finished" report: the plan's length after it began, plus a margin."""
+        began = self.started_at or self.decided_at
+        if began is None:
+            return None
+        return began + timedelta(seconds=plans.total_seconds(self.plan)) + FINISH_REPORT_MARGIN
+
+    @property
+    def is_cancellable(self) -> bool:
+        """Pending, or approved but not yet sent: once the order left, the host may be acting on it."""
+        return self.status == Status.PENDING or (
+            self.status == Status.APPROVED and self.dispatched_at is None
+        )
 
     @property
     def approved_at(self):
@@ -138,6 +197,9 @@ class KillTarget(models.Model):
         EXITED_NOT_REAPED = "exited_not_reaped", "Exited, not yet reaped by its parent"
         SURVIVED = "survived", "Survived the last step"
         REFUSED = "refused", "Refused by the agent"
+
+    # Outcomes after which the process no longer holds GPU memory.
+    GONE = (Outcome.EXITED, Outcome.EXITED_NOT_REAPED)
 
     request = models.ForeignKey(KillRequest, on_delete=models.CASCADE, related_name="targets")
     pid = models.PositiveIntegerField()
@@ -179,19 +241,16 @@ class KillTarget(models.Model):
 
     @property
     def is_gone(self) -> bool:
-        return self.outcome in (self.Outcome.EXITED, self.Outcome.EXITED_NOT_REAPED)
+        return self.outcome in self.GONE
 
 
 class KillStep(models.Model):
     """One event the agent reported; stored once per (request, seq) however often it arrives."""
 
-    class Event(models.TextChoices):
-        STARTED = "started", "Started"
-        REFUSED = "refused", "Refused"
-        SIGNAL_SENT = "signal_sent", "Signal sent"
-        TARGET_EXITED = "target_exited", "Target exited"
-        TARGET_SURVIVED = "target_survived", "Target survived"
-        FINISHED = "finished", "Finished"
+    # The words and labels are the protocol's; a new event is added there.
+    Event = models.TextChoices(
+        "Event", protocol.Event.members(), module=__name__, qualname="KillStep.Event"
+    )
 
     request = models.ForeignKey(KillRequest, on_delete=models.CASCADE, related_name="steps")
     target = models.ForeignKey(

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-SIGNALS = ("SIGINT", "SIGTERM", "SIGKILL")
+from gpuadmin.probe.kill import protocol
+
+# The protocol's signals, in escalation order; central's bounds below are tighter than the agent's.
+SIGNALS = tuple(protocol.SIGNALS)
 MIN_GRACE_SECONDS = 1
 MAX_GRACE_SECONDS = 600
 MAX_STEPS = 5

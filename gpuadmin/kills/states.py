@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from django.db import models
 
+from gpuadmin.probe.kill.protocol import Result
+
 
 class Status(models.TextChoices):
     PENDING = "pending", "Pending approval"
@@ -29,8 +31,19 @@ class Status(models.TextChoices):
     REFUSED = "refused", "Refused by the agent"
 
 
-# What the agent's "finished" event may say, as a status.
-RESULTS = frozenset({Status.SUCCEEDED, Status.FAILED, Status.UNKILLABLE, Status.REFUSED, Status.EXPIRED})
+
+
+def _status_of(result: Result) -> Status:
+    # "interrupted": an earlier delivery stopped half-way (the agent died); what
+    # it did is in the steps before. Every other result is the status of that name
+    # (a new result without one fails here, at import, not at a report).
+    return Status.FAILED if result is Result.INTERRUPTED else Status(result.value)
+
+
+# The agent's result words (gpuadmin/probe/kill/protocol.py), as statuses.
+RESULT_STATUS: dict[Result, Status] = {result: _status_of(result) for result in Result}
+# What the agent's "finished" event may set.
+RESULTS = frozenset(RESULT_STATUS.values())
 
 TRANSITIONS: dict[Status, frozenset[Status]] = {
     Status.PENDING: frozenset({Status.APPROVED, Status.REJECTED, Status.CANCELLED, Status.EXPIRED}),
@@ -46,8 +59,12 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
 }
 
 FINAL = frozenset(status for status, nexts in TRANSITIONS.items() if not nexts)
+# Not final yet: a process may be the target of one open request at a time.
+OPEN = frozenset(TRANSITIONS) - FINAL
 # States in which the agent may still be working on the order.
 ACTIVE = frozenset({Status.APPROVED, Status.RUNNING})
+# Results after which some target may have gone and GPU memory may have come back.
+RELEASING = frozenset({Status.SUCCEEDED, Status.UNKILLABLE, Status.FAILED})
 
 
 class InvalidTransition(Exception):

@@ -22,9 +22,8 @@ from gpuadmin.fleet.models import Host, LatestSnapshot
 from gpuadmin.kills import changes, plans, services
 from gpuadmin.kills.forms import KillRequestForm
 from gpuadmin.kills.models import KillRequest
-from gpuadmin.kills.services.errors import KillError
-from gpuadmin.kills.services.released import RELEASING
-from gpuadmin.kills.states import Status
+from gpuadmin.kills.services import KillError
+from gpuadmin.kills.states import OPEN, RELEASING, Status
 from gpuadmin.web.htmx import HTMX_STOP_POLLING, vary_on_htmx, wants_fragment
 
 TIMELINE_POLL_SECONDS = 2
@@ -63,18 +62,12 @@ def _row_context(kill_request: KillRequest, user: Any, document: dict[str, Any] 
             changed.extend(f"PID {now.target.pid}: {c}" for c in now.changes)
     return {
         "kr": kill_request,
-        "may_decide": kill_request.status == Status.PENDING and services.may_decide(kill_request, user),
-        "may_cancel": _cancellable(kill_request) and services.may_cancel(kill_request, user),
+        "may_decide": services.may_decide(kill_request, user),
+        "may_cancel": services.may_cancel(kill_request, user),
         "changed": changed,
         "row_error": error,
         "row_notice": notice,
     }
-
-
-def _cancellable(kill_request: KillRequest) -> bool:
-    return kill_request.status == Status.PENDING or (
-        kill_request.status == Status.APPROVED and kill_request.dispatched_at is None
-    )
 
 
 @require_GET
@@ -82,11 +75,11 @@ def _cancellable(kill_request: KillRequest) -> bool:
 def kill_requests(request: HttpRequest) -> HttpResponse:
     base = KillRequest.objects.select_related("host").prefetch_related("targets")
     open_requests = list(
-        base.filter(status__in=(Status.PENDING, Status.APPROVED, Status.RUNNING))
+        base.filter(status__in=OPEN)
         .annotate(open_order=OPEN_ORDER)
         .order_by("open_order", "requested_at")
     )
-    recent = list(base.exclude(status__in=(Status.PENDING, Status.APPROVED, Status.RUNNING))
+    recent = list(base.exclude(status__in=OPEN)
                   .order_by("-requested_at")[:RECENT_FINAL_SHOWN])
     documents = _latest_documents({k.host_id for k in open_requests if k.status == Status.PENDING})
     rows = [_row_context(k, request.user, documents.get(k.host_id)) for k in open_requests]

@@ -26,20 +26,18 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import re
 import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuadmin.probe.kill.protocol import REQUEST_ID_PATTERN, Event
+
 SUFFIX = ".jsonl"
 CLAIM_PREFIX = ".claim-"
 FILE_MODE = 0o600
 DIRECTORY_MODE = 0o700
-# Journal files are named after the request id, so it must be a safe file name
-# (no '/', no leading '.'); kill orders are validated against the same rule.
-REQUEST_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
 @dataclass(slots=True)
@@ -53,7 +51,7 @@ class JournalEntry:
     @property
     def finished(self) -> dict[str, Any] | None:
         for event in reversed(self.events):
-            if event.get("event") == "finished":
+            if event.get("event") == Event.FINISHED:
                 return event
         return None
 

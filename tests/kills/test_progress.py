@@ -13,6 +13,7 @@ from gpuadmin.fleet.models import Finding
 from gpuadmin.kills import services
 from gpuadmin.kills.models import KillStep
 from gpuadmin.kills.states import Status
+from gpuadmin.probe.kill.protocol import Event
 from tests.kills.helpers import actions, file, refreshed
 
 pytestmark = pytest.mark.django_db
@@ -211,3 +212,12 @@ def test_a_report_whose_predecessor_never_comes_is_still_recorded(running_order)
     kill_request, event = running_order
     record_kill_progress.apply(args=[event(3, "signal_sent", 4121, signal="SIGINT")])
     assert list(KillStep.objects.filter(request=kill_request).values_list("seq", flat=True)) == [3]
+
+
+@pytest.mark.parametrize("kind", list(Event))
+def test_every_event_of_the_protocol_is_stored_and_logged(running_order, kind):
+    kill_request, event = running_order
+    pid = None if kind in (Event.STARTED, Event.FINISHED) else 4120
+    services.record_progress(event(1, kind, pid, result="succeeded", detail=f"a {kind} event"))
+    assert list(kill_request.steps.values_list("event", "detail")) == [(kind, f"a {kind} event")]
+    assert actions(kill_request)[-1] == kind

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpuadmin.audit.models import AuditEvent
-from gpuadmin.kills import services
+from gpuadmin.kills import plans, services
 from gpuadmin.kills.models import KillRequest
 from gpuadmin.kills.states import Status
 from tests.factories import GiB
@@ -24,7 +24,7 @@ def test_a_request_stores_exact_targets_with_identity_and_memory(lab, requester)
     kill_request = file(requester, 4120, include_descendants=True)
     assert kill_request.status == Status.PENDING
     assert kill_request.requested_by_name == "rick"
-    assert kill_request.plan == services.requesting.plans.default_plan()
+    assert kill_request.plan == plans.default_plan()
     targets = list(kill_request.targets.all())
     assert [(t.pid, t.start_time_ticks, t.is_descendant) for t in targets] == [
         (4120, 412000, False), (4121, 412100, True), (4123, 412300, True)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuadmin.probe import procfs
+from gpuadmin.probe.kill.protocol import ORDER_VERSION
 
 PROGRAMS = Path(__file__).parent / "programs"
 READY_TIMEOUT_SECONDS = 15.0
@@ -77,7 +78,7 @@ def make_order(
 ) -> dict[str, Any]:
     now = datetime.now(UTC)
     return {
-        "order_version": 1,
+        "order_version": ORDER_VERSION,
         "request_id": request_id or f"t-{uuid.uuid4().hex[:12]}",
         "host": "testhost",
         "boot_id": procfs.read_boot_id(),

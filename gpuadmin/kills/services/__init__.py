@@ -1,20 +1,27 @@
-"""The kill workflow's logic; views, API and tasks call these and nothing else.
+"""The kill workflow's logic. Every change to a kill request, its targets and
+steps goes through these functions, which also write the audit log in the same
+transaction: views, the API, tasks and signal receivers call them (through this
+package, not its modules) and never save kill models themselves; they read
+the models directly (tests/kills/test_service_contract.py checks this).
 
-- requesting: preview and file a request (targets from the latest snapshot)
-- decisions: approve, reject, cancel (row-locked)
+- filing: preview and file a request (targets from the latest snapshot)
+- decisions: approve, reject, cancel (row-locked), and who may do which now
 - dispatch: the order to the host's queue, after the approval commits
 - progress: the agent's reports, idempotent per (request, seq)
-- sweeping: expiry, re-sends, silent agents
-- released: memory confirmed by a later snapshot
+- expiry, sweeper: expire what waited too long, re-send, give up on silent agents
+- memory_release: memory confirmed by a later snapshot
+- findings: the "unkillable" finding, opened and closed
+- errors: why an action did not happen (pages and API show the message)
 """
 
 from gpuadmin.kills.services.decisions import approve, cancel, may_cancel, may_decide, reject
 from gpuadmin.kills.services.dispatch import build_order, send_order
 from gpuadmin.kills.services.errors import BadInput, Conflict, KillError, NotAllowed, NotFound, Refused
+from gpuadmin.kills.services.filing import file_request, get_host, preview
+from gpuadmin.kills.services.findings import resolve_gone_unkillable
+from gpuadmin.kills.services.memory_release import confirm_released
 from gpuadmin.kills.services.progress import EarlierStepsMissing, record_progress
-from gpuadmin.kills.services.released import confirm_released
-from gpuadmin.kills.services.requesting import file_request, preview
-from gpuadmin.kills.services.sweeping import sweep
+from gpuadmin.kills.services.sweeper import sweep
 
 __all__ = [
     "BadInput",
@@ -29,11 +36,13 @@ __all__ = [
     "cancel",
     "confirm_released",
     "file_request",
+    "get_host",
     "may_cancel",
     "may_decide",
     "preview",
     "record_progress",
     "reject",
+    "resolve_gone_unkillable",
     "send_order",
     "sweep",
 ]

@@ -15,10 +15,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from gpuadmin.accounts.roles import Role, has_role
+from gpuadmin.audit.models import Action
 from gpuadmin.fleet.models import LatestSnapshot
 from gpuadmin.kills import changes, memory, plans
 from gpuadmin.kills.models import KillRequest
-from gpuadmin.kills.services.auditing import audit
+from gpuadmin.kills.services._audit import audit
 from gpuadmin.kills.services.dispatch import dispatch_after_commit
 from gpuadmin.kills.services.errors import BadInput, Conflict, NotAllowed, NotFound
 from gpuadmin.kills.services.expiry import expire_locked
@@ -27,7 +28,7 @@ from gpuadmin.kills.states import Status
 
 def _locked(kill_request_id: int) -> KillRequest:
     try:
-        return KillRequest.objects.select_for_update().select_related("host").get(pk=kill_request_id)
+        return KillRequest.objects.locked(kill_request_id)
     except KillRequest.DoesNotExist:
         raise NotFound(f"no kill request #{kill_request_id}") from None
 
@@ -48,21 +49,44 @@ def _not_pending(kill_request: KillRequest) -> Conflict:
     )
 
 
+def _not_cancellable(kill_request: KillRequest) -> Conflict:
+    if kill_request.status == Status.APPROVED and kill_request.dispatched_at is not None:
+        return Conflict(
+            f"request #{kill_request.pk} was already sent to {kill_request.host.name} "
+            f"at {kill_request.dispatched_at:%H:%M:%S} UTC; it can no longer be cancelled",
+            status=kill_request.status,
+        )
+    return Conflict(
+        f"request #{kill_request.pk} is {kill_request.get_status_display().lower()}; "
+        "only pending or approved (not yet sent) requests can be cancelled",
+        status=kill_request.status,
+    )
+
+
 def is_own_request(kill_request: KillRequest, user: Any) -> bool:
     return kill_request.requested_by_id is not None and kill_request.requested_by_id == user.pk
 
 
-def may_decide(kill_request: KillRequest, user: Any) -> bool:
-    """Whether this user may approve or reject this request (for pages: show the buttons)."""
+def _may_decide_as(kill_request: KillRequest, user: Any) -> bool:
     if not has_role(user, Role.APPROVER):
         return False
     return not is_own_request(kill_request, user) or settings.GPUADMIN_ALLOW_SELF_APPROVAL
 
 
-def may_cancel(kill_request: KillRequest, user: Any) -> bool:
+def _may_cancel_as(kill_request: KillRequest, user: Any) -> bool:
     if has_role(user, Role.APPROVER):
         return True
     return is_own_request(kill_request, user) and has_role(user, Role.REQUESTER)
+
+
+def may_decide(kill_request: KillRequest, user: Any) -> bool:
+    """Whether this user may approve or reject this request now (for pages: show the buttons)."""
+    return kill_request.status == Status.PENDING and _may_decide_as(kill_request, user)
+
+
+def may_cancel(kill_request: KillRequest, user: Any) -> bool:
+    """Whether this user may cancel this request now (for pages: show the button)."""
+    return kill_request.is_cancellable and _may_cancel_as(kill_request, user)
 
 
 def _check_may_decide(kill_request: KillRequest, user: Any, verb: str) -> bool:
@@ -116,7 +140,7 @@ def approve(kill_request_id: int, user: Any, *, allow_sigkill_only: bool = False
             )
             kill_request.save()
             audit(
-                "approved", kill_request, actor=user,
+                Action.APPROVED, kill_request, actor=user,
                 details={
                     "self_approved": self_approved,
                     "sigkill_only_allowed": kill_request.sigkill_only_allowed,
@@ -147,27 +171,17 @@ def reject(kill_request_id: int, user: Any, reason: str, *, now: datetime | None
         kill_request.decided_at = now or timezone.now()
         kill_request.decision_reason = reason
         kill_request.save()
-        audit("rejected", kill_request, actor=user, details={"reason": reason})
+        audit(Action.REJECTED, kill_request, actor=user, details={"reason": reason})
     return kill_request
 
 
 def cancel(kill_request_id: int, user: Any, reason: str = "", *, now: datetime | None = None) -> KillRequest:
     with transaction.atomic():
         kill_request = _locked(kill_request_id)
-        if not may_cancel(kill_request, user):
+        if not _may_cancel_as(kill_request, user):
             raise NotAllowed("Only the requester or an approver can cancel a kill request.")
-        if kill_request.status == Status.APPROVED and kill_request.dispatched_at is not None:
-            raise Conflict(
-                f"request #{kill_request.pk} was already sent to {kill_request.host.name} "
-                f"at {kill_request.dispatched_at:%H:%M:%S} UTC; it can no longer be cancelled",
-                status=kill_request.status,
-            )
-        if kill_request.status not in (Status.PENDING, Status.APPROVED):
-            raise Conflict(
-                f"request #{kill_request.pk} is {kill_request.get_status_display().lower()}; "
-                "only pending or approved (not yet sent) requests can be cancelled",
-                status=kill_request.status,
-            )
+        if not kill_request.is_cancellable:
+            raise _not_cancellable(kill_request)
         was = kill_request.status
         kill_request.transition(Status.CANCELLED)
         kill_request.closed_by = user
@@ -175,6 +189,6 @@ def cancel(kill_request_id: int, user: Any, reason: str = "", *, now: datetime |
         kill_request.decided_at = now or timezone.now()
         kill_request.decision_reason = (reason or "").strip()
         kill_request.save()
-        audit("cancelled", kill_request, actor=user,
+        audit(Action.CANCELLED, kill_request, actor=user,
               details={"reason": kill_request.decision_reason, "was": was})
     return kill_request

@@ -16,13 +16,14 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from gpuadmin.audit.models import Action
 from gpuadmin.kills.models import KillRequest
-from gpuadmin.kills.services.auditing import audit
+from gpuadmin.kills.services._audit import audit
 from gpuadmin.kills.states import Status
+from gpuadmin.probe.kill.protocol import ORDER_VERSION
 
 logger = logging.getLogger(__name__)
 
-ORDER_VERSION = 1
 EXECUTE_TASK = "gpuadmin.agent.execute_kill_order"
 # Publishing waits at most about this long for a broker that is down; the
 # sweeper tries again later instead of holding the approver's page.
@@ -34,7 +35,7 @@ def utc_iso(moment: datetime) -> str:
 
 
 def build_order(kill_request: KillRequest) -> dict[str, Any]:
-    """Order v1 (docs/kill-order.md): everything the agent needs, nothing it must look up."""
+    """The order (docs/kill-order.md): everything the agent needs, nothing it must look up."""
     assert kill_request.start_deadline and kill_request.decided_at
     return {
         "order_version": ORDER_VERSION,
@@ -83,13 +84,13 @@ def send_order(kill_request_id: int, *, now: datetime | None = None) -> bool:
     except Exception as exc:  # any broker/transport failure: kombu, redis, socket errors
         logger.warning("kill request %s: order not sent to %s: %s", kill_request_id, queue, exc)
         with transaction.atomic():
-            locked = KillRequest.objects.select_for_update().get(pk=kill_request_id)
+            locked = KillRequest.objects.locked(kill_request_id)
             locked.dispatch_attempts += 1
             locked.last_dispatch_error = f"{type(exc).__name__}: {exc}"[:2000]
             locked.save(update_fields=["dispatch_attempts", "last_dispatch_error"])
         return False
     with transaction.atomic():
-        locked = KillRequest.objects.select_for_update().select_related("host").get(pk=kill_request_id)
+        locked = KillRequest.objects.locked(kill_request_id)
         locked.dispatch_attempts += 1
         if locked.dispatched_at is not None:
             locked.save(update_fields=["dispatch_attempts"])
@@ -97,7 +98,7 @@ def send_order(kill_request_id: int, *, now: datetime | None = None) -> bool:
         locked.dispatched_at = timezone.now()
         locked.last_dispatch_error = ""
         locked.save(update_fields=["dispatched_at", "dispatch_attempts", "last_dispatch_error"])
-        audit("dispatched", locked, details={"queue": queue, "attempt": locked.dispatch_attempts,
+        audit(Action.DISPATCHED, locked, details={"queue": queue, "attempt": locked.dispatch_attempts,
                                              "deadline": order["deadline"]})
     return True
 

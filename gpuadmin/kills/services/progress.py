@@ -11,37 +11,26 @@ from __future__ import annotations
 
 import logging
 import re
-from datetime import UTC, datetime
 from typing import Any
 
 from django.db import transaction
-from django.utils import timezone
 
-from gpuadmin.fleet.models import Finding
+from gpuadmin.audit.models import Action
 from gpuadmin.kills.models import KillRequest, KillStep, KillTarget
-from gpuadmin.kills.services.auditing import audit
-from gpuadmin.kills.states import Status, can_transition
+from gpuadmin.kills.services._audit import audit
+from gpuadmin.kills.services.findings import open_unkillable
+from gpuadmin.kills.states import RESULT_STATUS, Status, can_transition
+from gpuadmin.probe.kill.protocol import BadEvent, Event, Method, ParsedEvent, Result, parse_event
 
 logger = logging.getLogger(__name__)
 
-Event = KillStep.Event
 Outcome = KillTarget.Outcome
 
-# The agent's result words, as statuses. "interrupted": an earlier delivery
-# stopped half-way (the agent died); what it did is in the steps before.
-RESULT_STATUS = {
-    "succeeded": Status.SUCCEEDED,
-    "failed": Status.FAILED,
-    "unkillable": Status.UNKILLABLE,
-    "refused": Status.REFUSED,
-    "expired": Status.EXPIRED,
-    "interrupted": Status.FAILED,
-}
 DETAIL_MAX_CHARS = 4000
 REQUEST_ID = re.compile(r"^(?P<pk>[0-9]{1,18})(?:-(?P<key>[0-9a-f]{1,32}))?$")
 
 
-class BadReport(ValueError):
+class BadReport(BadEvent):
     """A progress event central cannot use; it is logged and dropped."""
 
 
@@ -49,16 +38,6 @@ class EarlierStepsMissing(Exception):
     """A report overtook an earlier one of the same order (several central
     workers take reports from one queue). The task retries it shortly, so the
     audit log reads in the order things happened on the host."""
-
-
-def _parse_time(value: Any) -> datetime:
-    if not isinstance(value, str):
-        raise BadReport(f"'at' must be an ISO 8601 time; got {value!r}")
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        raise BadReport(f"'at' is not an ISO 8601 time: {value!r}") from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def _request_id(value: Any) -> tuple[int, str | None]:
@@ -71,17 +50,11 @@ def _request_id(value: Any) -> tuple[int, str | None]:
     return int(match["pk"]), match["key"]
 
 
-def _check(event: Any) -> tuple[int, str | None, int, str, datetime]:
-    if not isinstance(event, dict):
-        raise BadReport(f"a progress event must be an object; got {type(event).__name__}")
-    request_id, order_key = _request_id(event.get("request_id"))
-    seq = event.get("seq")
-    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
-        raise BadReport(f"'seq' must be a non-negative integer; got {seq!r}")
-    kind = event.get("event")
-    if kind not in Event.values:
-        raise BadReport(f"unknown event {kind!r}")
-    return request_id, order_key, seq, kind, _parse_time(event.get("at"))
+def _check(event: Any) -> tuple[ParsedEvent, int, str | None]:
+    """The event as the protocol reads it, and the request it names (primary key, order key)."""
+    parsed = parse_event(event)
+    request_id, order_key = _request_id(parsed.request_id)
+    return parsed, request_id, order_key
 
 
 def _text(value: Any, limit: int = DETAIL_MAX_CHARS) -> str:
@@ -107,13 +80,13 @@ def record_progress(event: Any, *, wait_for_earlier: bool = False) -> KillStep |
     report is never lost, at worst recorded out of order.
     """
     try:
-        request_id, order_key, seq, kind, at = _check(event)
-    except BadReport as exc:
+        parsed, request_id, order_key = _check(event)
+    except BadEvent as exc:
         logger.warning("dropped a kill progress report: %s (%r)", exc, event)
         return None
     with transaction.atomic():
         try:
-            kill_request = KillRequest.objects.select_for_update().select_related("host").get(pk=request_id)
+            kill_request = KillRequest.objects.locked(request_id)
         except KillRequest.DoesNotExist:
             logger.warning("dropped a kill progress report for unknown request #%s", request_id)
             return None
@@ -122,6 +95,7 @@ def record_progress(event: Any, *, wait_for_earlier: bool = False) -> KillStep |
             logger.warning("dropped a kill progress report for request #%s: its key %r is not this request's",
                            request_id, order_key)
             return None
+        seq = parsed.seq
         if KillStep.objects.filter(request=kill_request, seq=seq).exists():
             return None
         if wait_for_earlier and KillStep.objects.filter(request=kill_request, seq__lt=seq).count() < seq - 1:
@@ -131,8 +105,8 @@ def record_progress(event: Any, *, wait_for_earlier: bool = False) -> KillStep |
             request=kill_request,
             target=target,
             seq=seq,
-            at=at,
-            event=kind,
+            at=parsed.at,
+            event=parsed.event,
             pid=event.get("pid") if isinstance(event.get("pid"), int) else None,
             signal=_text(event.get("signal"), 8),
             method=_text(event.get("method"), 8),
@@ -140,7 +114,7 @@ def record_progress(event: Any, *, wait_for_earlier: bool = False) -> KillStep |
             detail=_text(event.get("detail")),
             raw=event,
         )
-        _APPLY[kind](kill_request, target, step, event)
+        _APPLY.get(parsed.event, _logged)(kill_request, target, step, event)
     return step
 
 
@@ -172,7 +146,7 @@ def _started(kill_request: KillRequest, target: KillTarget | None, step: KillSte
     elif kill_request.started_at is None:
         kill_request.started_at = step.at
         kill_request.save(update_fields=["started_at"])
-    audit("started", kill_request, details=_target_details(None, step, event))
+    audit(Action.STARTED, kill_request, details=_target_details(None, step, event))
 
 
 def _signal_sent(kill_request: KillRequest, target: KillTarget | None, step: KillStep,
@@ -184,31 +158,31 @@ def _signal_sent(kill_request: KillRequest, target: KillTarget | None, step: Kil
             target.outcome_detail = step.detail
         target.save(update_fields=["last_signal", "outcome", "outcome_detail"])
     details = _target_details(target, step, event)
-    if step.method == "kill":
+    if step.method == Method.KILL:
         details["note"] = "pidfds unavailable: sent with kill() right after re-verification"
-    audit("signal_sent", kill_request, details=details)
+    audit(Action.SIGNAL_SENT, kill_request, details=details)
 
 
 def _target_exited(kill_request: KillRequest, target: KillTarget | None, step: KillStep,
                    event: dict[str, Any]) -> None:
     if target is not None:
         _set_outcome(target, Outcome.EXITED_NOT_REAPED if event.get("parent_pid") else Outcome.EXITED, step)
-    audit("target_exited", kill_request, details=_target_details(target, step, event))
+    audit(Action.TARGET_EXITED, kill_request, details=_target_details(target, step, event))
 
 
 def _target_survived(kill_request: KillRequest, target: KillTarget | None, step: KillStep,
                      event: dict[str, Any]) -> None:
     if target is not None:
         _set_outcome(target, Outcome.SURVIVED, step)
-        _open_unkillable_finding(kill_request, target, step)
-    audit("target_survived", kill_request, details=_target_details(target, step, event))
+        open_unkillable(kill_request, target, step)
+    audit(Action.TARGET_SURVIVED, kill_request, details=_target_details(target, step, event))
 
 
 def _refused(kill_request: KillRequest, target: KillTarget | None, step: KillStep,
              event: dict[str, Any]) -> None:
     if target is not None:
         _set_outcome(target, Outcome.REFUSED, step)
-    audit("refused", kill_request, details=_target_details(target, step, event))
+    audit(Action.REFUSED, kill_request, details=_target_details(target, step, event))
 
 
 def _finished(kill_request: KillRequest, target: KillTarget | None, step: KillStep,
@@ -216,7 +190,7 @@ def _finished(kill_request: KillRequest, target: KillTarget | None, step: KillSt
     result = event.get("result")
     status = RESULT_STATUS.get(result) if isinstance(result, str) else None
     detail = step.detail
-    if result == "interrupted":
+    if result == Result.INTERRUPTED:
         detail = f"interrupted on the host: {detail}"
     if status is None:
         detail = f"the agent reported an unknown result {result!r}: {detail}"
@@ -235,9 +209,16 @@ def _finished(kill_request: KillRequest, target: KillTarget | None, step: KillSt
             kill_request.save(update_fields=["result_detail"])
     details = _target_details(None, step, event)
     details["targets"] = event.get("targets", [])
-    audit("finished", kill_request, details=details)
+    audit(Action.FINISHED, kill_request, details=details)
 
 
+def _logged(kill_request: KillRequest, target: KillTarget | None, step: KillStep,
+            event: dict[str, Any]) -> None:
+    """An event that changes nothing here (a newer agent's, say): stored in the timeline and logged."""
+    audit(Action(step.event), kill_request, details=_target_details(target, step, event))
+
+
+# What each event does to the request; an event not listed is only stored and logged.
 _APPLY = {
     Event.STARTED: _started,
     Event.SIGNAL_SENT: _signal_sent,
@@ -246,42 +227,3 @@ _APPLY = {
     Event.REFUSED: _refused,
     Event.FINISHED: _finished,
 }
-
-
-def _open_unkillable_finding(kill_request: KillRequest, target: KillTarget, step: KillStep) -> None:
-    """A process that outlived SIGKILL (or the whole plan) is a finding until a snapshot shows it gone."""
-    now = timezone.now()
-    key = f"{target.pid}:{target.start_time_ticks}"
-    finding = Finding.objects.filter(
-        host=kill_request.host, kind=Finding.Kind.UNKILLABLE, key=key, resolved_at__isnull=True
-    ).first()
-    details = {
-        "pid": target.pid,
-        "start_time_ticks": target.start_time_ticks,
-        "boot_id": target.boot_id,
-        "name": target.name,
-        "user": target.user,
-        "kill_request_id": kill_request.pk,
-        "detail": step.detail,
-        "state": step.raw.get("state"),
-    }
-    if finding:
-        finding.last_seen_at = now
-        finding.details = details
-        finding.save(update_fields=["last_seen_at", "details"])
-        return
-    last = kill_request.plan[-1]["signal"] if kill_request.plan else "the last signal"
-    Finding.objects.create(
-        host=kill_request.host,
-        kind=Finding.Kind.UNKILLABLE,
-        key=key,
-        severity=Finding.Severity.CRITICAL,
-        title=f"PID {target.pid} ({target.name[:100]}) survived {last} (kill request #{kill_request.pk})",
-        remedy=(
-            "Usually stuck in a kernel call (state D): look for NVRM/Xid errors in the kernel log; "
-            "reload the driver (nvidia_uvm), reset the GPU, or reboot the host."
-        ),
-        details=details,
-        first_seen_at=now,
-        last_seen_at=now,
-    )

@@ -2,11 +2,14 @@
 
 A plain library (no Django, no Celery): the agent's task calls
 ``execute_order(order, journal=Journal(dir), report=send_to_central)``.
-The order format, the checks and the events are described in docs/kill-order.md.
+The protocol's words (order versions, events, results) are defined once, in
+``protocol.py``; central builds its choices from them. The order format, the
+checks and the events are described in docs/kill-order.md.
 """
 
-from gpuadmin.probe.kill.executor import Event, Method, Outcome, Result, execute_order
+from gpuadmin.probe.kill.executor import execute_order
 from gpuadmin.probe.kill.order import Order, PlanStep, Target, validate_order
+from gpuadmin.probe.kill.protocol import Event, Method, Outcome, Refusal, Result, finished_event, parse_event
 
 __all__ = [
     "Event",
@@ -14,8 +17,11 @@ __all__ = [
     "Order",
     "Outcome",
     "PlanStep",
+    "Refusal",
     "Result",
     "Target",
     "execute_order",
+    "finished_event",
+    "parse_event",
     "validate_order",
 ]

@@ -32,12 +32,20 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from gpuadmin.probe import procfs
-from gpuadmin.probe.kill.identity import Observation, Refusal, Seen, describe_parent, observe, protected_pids
+from gpuadmin.probe.kill.identity import Observation, Seen, describe_parent, observe, protected_pids
 from gpuadmin.probe.kill.order import Order, PlanStep, Target, validate_order
+from gpuadmin.probe.kill.protocol import (
+    Event,
+    Method,
+    Outcome,
+    Refusal,
+    Result,
+    event_record,
+    finished_event,
+)
 
 if TYPE_CHECKING:
     from gpuadmin.probe.journal import Journal, JournalEntry, JournalWriter
@@ -46,38 +54,6 @@ logger = logging.getLogger(__name__)
 
 # Without pidfds nothing wakes us when a process exits: look at /proc this often.
 FALLBACK_POLL_SECONDS = 0.02
-
-
-class Event(StrEnum):
-    STARTED = "started"
-    REFUSED = "refused"
-    SIGNAL_SENT = "signal_sent"
-    TARGET_EXITED = "target_exited"
-    TARGET_SURVIVED = "target_survived"
-    FINISHED = "finished"
-
-
-class Result(StrEnum):
-    SUCCEEDED = "succeeded"  # every target that was not refused is gone
-    FAILED = "failed"  # some target could not be signalled (EPERM, changed mid-plan, ...)
-    UNKILLABLE = "unkillable"  # some target was still alive after the last step
-    REFUSED = "refused"  # every target refused, nothing signalled
-    EXPIRED = "expired"  # received after the start deadline: nothing done
-    INTERRUPTED = "interrupted"  # an earlier delivery started and never finished
-
-
-class Outcome(StrEnum):
-    """What became of one target."""
-
-    EXITED = "exited"
-    REFUSED = "refused"
-    FAILED = "failed"
-    SURVIVED = "survived"
-
-
-class Method(StrEnum):
-    PIDFD = "pidfd"
-    KILL = "kill"  # os.kill fallback where pidfds are unavailable: a small race remains
 
 
 Report = Callable[[dict[str, Any]], None]
@@ -147,18 +123,14 @@ class _Execution:
 
     def emit(self, event: Event, tracked: _Tracked | None = None, **fields: Any) -> dict[str, Any]:
         self.seq += 1
-        record: dict[str, Any] = {
-            "request_id": self.order.request_id,
-            "seq": self.seq,
-            "at": utc_iso(self.clock()),
-            "event": event.value,
-            "pid": tracked.target.pid if tracked else None,
-            "start_time_ticks": tracked.target.start_time_ticks if tracked else None,
-            "signal": None,
-            "method": tracked.method.value if tracked else None,
-            "detail": "",
-        }
-        record.update(fields)
+        if tracked is not None:
+            fields = {"pid": tracked.target.pid, "start_time_ticks": tracked.target.start_time_ticks,
+                      "method": tracked.method, **fields}
+        record = event_record(self.order.request_id, seq=self.seq, at=utc_iso(self.clock()), event=event,
+                              **fields)
+        return self.record(record)
+
+    def record(self, record: dict[str, Any]) -> dict[str, Any]:
         if self.writer is not None:
             self.writer.append(record)  # journal first: a crash after this line is still on record
         deliver(self._report, record)
@@ -376,15 +348,12 @@ class _Execution:
             return Result.REFUSED, f"all {total} targets refused; nothing was signalled"
         return Result.SUCCEEDED, f"every target not refused is gone ({tally})"
 
-    def finish(self, result: Result, detail: str, **fields: Any) -> dict[str, Any]:
-        return self.emit(
-            Event.FINISHED,
-            result=result.value,
-            detail=detail,
+    def finish(self, result: Result, detail: str) -> dict[str, Any]:
+        self.seq += 1
+        return self.record(finished_event(
+            self.order.request_id, seq=self.seq, at=utc_iso(self.clock()), result=result, detail=detail,
             targets=[tracked.summary() for tracked in self.tracked],
-            duplicate=False,
-            **fields,
-        )
+        ))
 
     def close(self) -> None:
         for tracked in self.tracked:
@@ -419,23 +388,18 @@ def _answer_repeat(
             answer["detail"] = f"{recorded.get('detail', '')}; repeat delivery, nothing executed{note}"
             deliver(report, answer)
             return answer
-        answer = {
-            "request_id": order.request_id,
-            "seq": entry.last_seq + 1,
-            "at": utc_iso(clock()),
-            "event": Event.FINISHED.value,
-            "pid": None,
-            "start_time_ticks": None,
-            "signal": None,
-            "method": None,
-            "result": Result.INTERRUPTED.value,
-            "detail": (
+        answer = finished_event(
+            order.request_id,
+            seq=entry.last_seq + 1,
+            at=utc_iso(clock()),
+            result=Result.INTERRUPTED,
+            detail=(
                 f"an earlier delivery claimed this order at {entry.claim.get('claimed_at', '?')} and never "
                 f"finished (the agent stopped mid-way); nothing executed now{note}"
             ),
-            "targets": _summary_from_journal(order, entry),
-            "duplicate": True,
-        }
+            targets=_summary_from_journal(order, entry),
+            duplicate=True,
+        )
         writer.append(answer)  # later deliveries answer "interrupted" as a recorded result
         deliver(report, answer)
         return answer
@@ -444,9 +408,9 @@ def _answer_repeat(
 def _summary_from_journal(order: Order, entry: JournalEntry) -> list[dict[str, Any]]:
     """Per target, what the interrupted delivery had recorded before it stopped."""
     outcome_of_event = {
-        Event.TARGET_EXITED.value: Outcome.EXITED.value,
-        Event.TARGET_SURVIVED.value: Outcome.SURVIVED.value,
-        Event.REFUSED.value: Outcome.REFUSED.value,
+        Event.TARGET_EXITED: Outcome.EXITED.value,
+        Event.TARGET_SURVIVED: Outcome.SURVIVED.value,
+        Event.REFUSED: Outcome.REFUSED.value,
     }
     summaries = {
         target.pid: {
@@ -465,7 +429,7 @@ def _summary_from_journal(order: Order, entry: JournalEntry) -> list[dict[str, A
         summary = summaries.get(event.get("pid"))  # type: ignore[arg-type]
         if summary is None:
             continue
-        if event.get("event") == Event.SIGNAL_SENT.value:
+        if event.get("event") == Event.SIGNAL_SENT:
             summary["signals_sent"].append(event.get("signal"))
             summary["method"] = event.get("method")
         elif event.get("event") in outcome_of_event:

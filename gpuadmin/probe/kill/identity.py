@@ -16,20 +16,7 @@ from enum import StrEnum
 
 from gpuadmin.probe import procfs
 from gpuadmin.probe.kill.order import Target
-
-
-class Refusal(StrEnum):
-    """Why the agent will not signal a target (the "reason" of a "refused" event)."""
-
-    PID_1 = "pid_1"
-    KERNEL_THREAD = "kernel_thread"
-    AGENT = "agent"
-    AGENT_ANCESTOR = "agent_ancestor"
-    NOT_A_PROCESS = "not_a_process"
-    ZOMBIE = "zombie"
-    IDENTITY_CHANGED = "identity_changed"
-    PERMISSION_DENIED = "permission_denied"
-    SIGNAL_ERROR = "signal_error"
+from gpuadmin.probe.kill.protocol import Refusal
 
 
 class Seen(StrEnum):

@@ -1,4 +1,4 @@
-"""A kill order (version 1) as the agent receives it, and its validation.
+"""A kill order as the agent receives it, and its validation.
 
 The order is a self-contained JSON document built by central after a second
 admin approved the request (docs/kill-order.md). The agent trusts nothing in
@@ -16,14 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from gpuadmin.probe.journal import REQUEST_ID_PATTERN
+from gpuadmin.probe.kill.protocol import ACCEPTED_ORDER_VERSIONS, REQUEST_ID_PATTERN, SIGNALS
 
-ORDER_VERSION = 1
-SIGNALS: dict[str, signal.Signals] = {
-    "SIGINT": signal.SIGINT,
-    "SIGTERM": signal.SIGTERM,
-    "SIGKILL": signal.SIGKILL,
-}
 # Outer bounds only: central applies the lab's tighter plan bounds.
 MAX_STEPS = 10
 MAX_GRACE_SECONDS = 3600
@@ -182,10 +176,9 @@ def validate_order(order: Any) -> Order:
     if not isinstance(order, dict):
         raise ValueError(f"a kill order must be a JSON object; got {type(order).__name__}")
     version = _require(order, "order_version", "order")
-    if version != ORDER_VERSION or not _is_int(version):
-        raise ValueError(
-            f"unsupported order_version {version!r}; this agent runs version {ORDER_VERSION} only"
-        )
+    if not _is_int(version) or version not in ACCEPTED_ORDER_VERSIONS:
+        accepted = ", ".join(str(v) for v in sorted(ACCEPTED_ORDER_VERSIONS))
+        raise ValueError(f"unsupported order_version {version!r}; this agent runs version {accepted} only")
     request_id = _require(order, "request_id", "order")
     if _is_int(request_id):
         request_id = str(request_id)

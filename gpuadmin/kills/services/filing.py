@@ -12,16 +12,15 @@ from django.db import transaction
 from django.utils import timezone
 
 from gpuadmin.accounts.roles import Role, has_role
+from gpuadmin.audit.models import Action
 from gpuadmin.fleet.models import Host, LatestSnapshot
 from gpuadmin.fleet.process_tree import ProcessRow
 from gpuadmin.kills import memory, plans, targets
 from gpuadmin.kills.models import CMDLINE_PREVIEW_ARGS, CMDLINE_PREVIEW_CHARS, KillRequest, KillTarget
-from gpuadmin.kills.services.auditing import audit
+from gpuadmin.kills.services._audit import audit
 from gpuadmin.kills.services.errors import BadInput, Conflict, NotAllowed, NotFound, Refused
-from gpuadmin.kills.states import Status
+from gpuadmin.kills.states import OPEN
 from gpuadmin.text import human_bytes
-
-OPEN_STATUSES = (Status.PENDING, Status.APPROVED, Status.RUNNING)
 
 
 def get_host(name: str) -> Host:
@@ -88,7 +87,7 @@ def _check_no_open_request(host: Host, rows: list[ProcessRow], boot_id: str) -> 
     for row in rows:
         existing = (
             KillTarget.objects.filter(
-                request__host=host, request__status__in=OPEN_STATUSES, pid=row.pid,
+                request__host=host, request__status__in=OPEN, pid=row.pid,
                 start_time_ticks=row.start_time_ticks, boot_id=boot_id,
             )
             .select_related("request")
@@ -160,7 +159,7 @@ def file_request(user: Any, *, host: Host | str, pid: Any, start_time_ticks: Any
             [_target_from_row(kill_request, row, document, is_descendant=i > 0) for i, row in enumerate(rows)]
         )
         audit(
-            "requested", kill_request, actor=user,
+            Action.REQUESTED, kill_request, actor=user,
             details={
                 "reason": reason,
                 "plan": plan,

@@ -1,6 +1,10 @@
 """The periodic sweep (every few seconds, from Celery beat): expire what
 waited too long, re-send orders that never reached the broker, and close
 requests whose agent went silent.
+
+When a request is late is the model's rule (``KillRequest.is_late``, and
+``KillRequest.objects.late()`` for the same rule as a query; the agent's
+``finish_deadline``); the sweeper applies it.
 """
 
 from __future__ import annotations
@@ -9,20 +13,18 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
 
+from gpuadmin.audit.models import Action
 from gpuadmin.kills import plans
-from gpuadmin.kills.models import KillRequest
-from gpuadmin.kills.services.auditing import audit
+from gpuadmin.kills.models import FINISH_REPORT_MARGIN, KillRequest
+from gpuadmin.kills.services._audit import audit
 from gpuadmin.kills.services.dispatch import send_order
-from gpuadmin.kills.services.expiry import START_REPORT_MARGIN, expire_locked
+from gpuadmin.kills.services.expiry import expire_locked
 from gpuadmin.kills.states import Status
 
 # The approval's own on-commit send gets this long before the sweeper sends a second copy.
 RESEND_AFTER = timedelta(seconds=3)
-# After the plan's last grace period, how long to wait for the agent's "finished".
-FINISH_REPORT_MARGIN = timedelta(seconds=60)
 
 
 @dataclass
@@ -32,17 +34,10 @@ class SweepResult:
     failed: int = 0
 
 
-def _finish_deadline(kill_request: KillRequest) -> datetime | None:
-    began = kill_request.started_at or kill_request.decided_at
-    if began is None:
-        return None
-    return began + timedelta(seconds=plans.total_seconds(kill_request.plan)) + FINISH_REPORT_MARGIN
-
-
 def _fail_silent_run(kill_request_id: int, now: datetime) -> bool:
     with transaction.atomic():
-        kill_request = KillRequest.objects.select_for_update().select_related("host").get(pk=kill_request_id)
-        deadline = _finish_deadline(kill_request)
+        kill_request = KillRequest.objects.locked(kill_request_id)
+        deadline = kill_request.finish_deadline
         if kill_request.status != Status.RUNNING or deadline is None or deadline > now:
             return False
         last = kill_request.steps.order_by("-seq").first()
@@ -56,24 +51,20 @@ def _fail_silent_run(kill_request_id: int, now: datetime) -> bool:
         kill_request.finished_at = now
         kill_request.result_detail = detail
         kill_request.save(update_fields=["status", "finished_at", "result_detail"])
-        audit("finished", kill_request,
-              details={"result": "failed", "by": "central sweeper", "detail": detail})
+        audit(Action.FINISHED, kill_request,
+              details={"result": Status.FAILED.value, "by": "central sweeper", "detail": detail})
     return True
 
 
 def _expire(kill_request_id: int, now: datetime) -> bool:
     with transaction.atomic():
-        kill_request = KillRequest.objects.select_for_update().select_related("host").get(pk=kill_request_id)
-        return expire_locked(kill_request, now)
+        return expire_locked(KillRequest.objects.locked(kill_request_id), now)
 
 
 def sweep(now: datetime | None = None) -> SweepResult:
     now = now or timezone.now()
     result = SweepResult()
-    late = KillRequest.objects.filter(
-        Q(status=Status.PENDING, pending_expires_at__lte=now)
-        | Q(status=Status.APPROVED, start_deadline__lte=now - START_REPORT_MARGIN)
-    ).order_by("pk")
+    late = KillRequest.objects.late(now).order_by("pk")
     for kill_request_id in list(late.values_list("pk", flat=True)):
         result.expired += _expire(kill_request_id, now)
     unsent = KillRequest.objects.filter(
@@ -85,7 +76,7 @@ def sweep(now: datetime | None = None) -> SweepResult:
     for kill_request in KillRequest.objects.filter(status=Status.RUNNING).only(
         "pk", "plan", "started_at", "decided_at"
     ):
-        deadline = _finish_deadline(kill_request)
+        deadline = kill_request.finish_deadline
         if deadline is not None and deadline <= now:
             result.failed += _fail_silent_run(kill_request.pk, now)
     return result

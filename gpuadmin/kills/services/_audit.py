@@ -1,7 +1,7 @@
 """Audit events about one kill request, with the names the log copies filled in.
 
-Call ``audit`` inside the transaction that makes the change it describes, so
-the log and the request never disagree.
+Private to the services: every change they make is logged by them, inside the
+transaction that makes it, so the log and the request never disagree.
 """
 
 from __future__ import annotations
@@ -9,10 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 from gpuadmin.audit import log
+from gpuadmin.audit.models import Action
 from gpuadmin.kills.models import KillRequest
 
 
-def audit(action: str, kill_request: KillRequest, *, actor: Any = None,
+def audit(action: Action, kill_request: KillRequest, *, actor: Any = None,
           details: dict[str, Any] | None = None) -> None:
     log.record(
         action,

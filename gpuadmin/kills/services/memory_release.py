@@ -1,38 +1,32 @@
 """After a kill: the next snapshots of the host confirm how much GPU memory
-came back (recorded once per request), and close the "unkillable" findings
-of processes that have since gone.
+came back, recorded once per request.
 
-Called from the fleet app's ``snapshot_ingested`` signal, after the snapshot
-committed.
+Called for every stored snapshot by ``kills/receivers.py`` (the fleet app's
+``snapshot_ingested`` signal, after the snapshot committed).
 """
 
 from __future__ import annotations
 
-import logging
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
-from gpuadmin.fleet.models import Finding, Host
-from gpuadmin.fleet.process_tree import process_rows
+from gpuadmin.audit.models import Action
+from gpuadmin.fleet.models import Host
 from gpuadmin.fleet.validation import document_taken_at
 from gpuadmin.kills import memory
-from gpuadmin.kills.models import KillRequest
-from gpuadmin.kills.services.auditing import audit
-from gpuadmin.kills.states import Status
+from gpuadmin.kills.models import KillRequest, KillTarget
+from gpuadmin.kills.services._audit import audit
+from gpuadmin.kills.states import RELEASING
 from gpuadmin.text import human_bytes
-
-logger = logging.getLogger(__name__)
 
 # The driver may free a dead process's memory a little later: until this long
 # after the kill finished, a snapshot showing less than expected is not final.
 SETTLE_SECONDS = 60
 # Requests that finished longer ago than this are not waited on any more.
 WATCH_FOR = timedelta(hours=6)
-# Results after which some target may have gone and memory may have come back.
-RELEASING = (Status.SUCCEEDED, Status.UNKILLABLE, Status.FAILED)
 
 
 def confirm_released(host: Host, document: dict[str, Any], *, now: datetime | None = None) -> list[int]:
@@ -54,10 +48,10 @@ def confirm_released(host: Host, document: dict[str, Any], *, now: datetime | No
 
 def _confirm_one(kill_request_id: int, document: dict[str, Any], taken_at: datetime) -> bool:
     with transaction.atomic():
-        kill_request = KillRequest.objects.select_for_update().select_related("host").get(pk=kill_request_id)
+        kill_request = KillRequest.objects.locked(kill_request_id)
         if kill_request.memory_confirmed_at is not None or kill_request.finished_at is None:
             return False
-        if not kill_request.targets.filter(outcome__in=("exited", "exited_not_reaped")).exists():
+        if not kill_request.targets.filter(outcome__in=KillTarget.GONE).exists():
             return False  # nothing went, so nothing came back to confirm
         base = kill_request.memory_baseline
         if not base.get("targets"):
@@ -70,7 +64,7 @@ def _confirm_one(kill_request_id: int, document: dict[str, Any], taken_at: datet
         kill_request.memory_confirmed_at = taken_at
         kill_request.save(update_fields=["memory_released_bytes", "memory_confirmed_at"])
         audit(
-            "memory_released", kill_request,
+            Action.MEMORY_RELEASED, kill_request,
             details={
                 "expected_bytes": outcome.expected_bytes,
                 "released_bytes": outcome.released_bytes,
@@ -82,33 +76,3 @@ def _confirm_one(kill_request_id: int, document: dict[str, Any], taken_at: datet
             },
         )
     return True
-
-
-def resolve_gone_unkillable(host: Host, document: dict[str, Any], *, now: datetime | None = None) -> int:
-    """Close "unkillable" findings whose process this snapshot no longer shows (same boot, same start)."""
-    now = now or timezone.now()
-    rows = process_rows(document)
-    boot_id = document.get("host", {}).get("boot_id")
-    resolved = 0
-    for finding in Finding.objects.filter(host=host, kind=Finding.Kind.UNKILLABLE, resolved_at__isnull=True):
-        pid = finding.details.get("pid")
-        start = finding.details.get("start_time_ticks")
-        row = rows.get(pid) if isinstance(pid, int) else None
-        same_boot = finding.details.get("boot_id") in (None, boot_id)
-        if same_boot and row is not None and row.start_time_ticks == start:
-            finding.last_seen_at = now
-            finding.save(update_fields=["last_seen_at"])
-            continue
-        finding.resolved_at = now
-        finding.save(update_fields=["resolved_at"])
-        resolved += 1
-    return resolved
-
-
-def on_snapshot_ingested(sender: Any, host: Host, document: dict[str, Any], **kwargs: Any) -> None:
-    try:
-        resolve_gone_unkillable(host, document)
-        confirm_released(host, document)
-    except Exception:
-        # A receiver error must not look like a failed ingest: the snapshot is stored.
-        logger.exception("kills: could not check released memory after a snapshot of %s", host)

@@ -1,0 +1,24 @@
+"""What the kills app does when other apps send signals; connected in ``apps.py``.
+
+A receiver only calls services: the rules stay in ``services/``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from gpuadmin.fleet.models import Host
+from gpuadmin.kills.services import confirm_released, resolve_gone_unkillable
+
+logger = logging.getLogger(__name__)
+
+
+def on_snapshot_ingested(sender: Any, host: Host, document: dict[str, Any], **kwargs: Any) -> None:
+    """A new snapshot of ``host`` committed: close what it shows gone, confirm memory that came back."""
+    try:
+        resolve_gone_unkillable(host, document)
+        confirm_released(host, document)
+    except Exception:
+        # A receiver error must not look like a failed ingest: the snapshot is stored.
+        logger.exception("kills: could not check released memory after a snapshot of %s", host)
