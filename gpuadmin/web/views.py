@@ -97,12 +97,12 @@ def host_detail(request: HttpRequest, name: str) -> HttpResponse:
 def host_probe(request: HttpRequest, name: str) -> HttpResponse:
     host = get_object_or_404(Host, name=name)
     try:
-        from gpuadmin.fleet.tasks import request_probe
+        from gpuadmin.fleet.probes import probe_now
     except ImportError:
         messages.warning(request, "On-demand probes are not available in this installation yet.")
         return redirect("host_detail", name=host.name)
     try:
-        request_probe(host.name)
+        probe_now(host.name)
     except Exception as exc:
         # The broker may be down; say so instead of a 500, and keep the page usable.
         logger.exception("could not send an on-demand probe to %s", host.name)
