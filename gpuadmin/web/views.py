@@ -19,8 +19,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from gpuadmin.accounts.permissions import role_required
 from gpuadmin.accounts.roles import Role, has_role
-from gpuadmin.fleet.models import Host
-from gpuadmin.fleet.serializers import host_for_listing, hosts_for_listing, latest_document, open_findings
+from gpuadmin.fleet.models import Host, LatestSnapshot
 from gpuadmin.web.host_tables import SORT_DESCENDING_BY_DEFAULT, ProcessQuery, host_tables
 
 logger = logging.getLogger(__name__)
@@ -53,7 +52,7 @@ def _host_gone(request: HttpRequest, name: str) -> HttpResponse:
 @role_required(Role.VIEWER)
 @vary_on_headers("HX-Request")
 def fleet(request: HttpRequest) -> HttpResponse:
-    context = {"hosts": list(hosts_for_listing()), "poll_seconds": _poll_seconds()}
+    context = {"hosts": list(Host.objects.for_listing()), "poll_seconds": _poll_seconds()}
     if request.htmx:
         return render(request, "web/_fleet_hosts.html", context)
     return render(request, "web/fleet.html", context)
@@ -63,7 +62,7 @@ def fleet(request: HttpRequest) -> HttpResponse:
 @role_required(Role.VIEWER)
 @vary_on_headers("HX-Request", "HX-Target")
 def host_detail(request: HttpRequest, name: str) -> HttpResponse:
-    host = host_for_listing(name)
+    host = Host.objects.for_listing().named(name)
     if host is None:
         if request.htmx:
             return _host_gone(request, name)
@@ -77,8 +76,8 @@ def host_detail(request: HttpRequest, name: str) -> HttpResponse:
         "host": host,
         "gpus": gpus,
         "query": query,
-        "tables": host_tables(latest_document(host), gpus, query),
-        "findings": open_findings(host),
+        "tables": host_tables(LatestSnapshot.objects.document_for(host), gpus, query),
+        "findings": host.findings.open().most_severe_first(),
         "poll_seconds": _poll_seconds(),
         "kill_request_new_url": kill_request_new_url,
         "sort_keys": list(SORT_DESCENDING_BY_DEFAULT),
