@@ -18,6 +18,7 @@ from typing import Any
 from django.conf import settings
 
 from gpuadmin.celery import CENTRAL_QUEUE, app
+from gpuadmin.data_dir import AGENT_JOURNAL
 from gpuadmin.task_names import EXECUTE_KILL_ORDER, RECORD_KILL_PROGRESS
 
 logger = logging.getLogger(__name__)
@@ -31,7 +32,7 @@ JOURNAL_KEEP_SECONDS = 30 * 24 * 3600
 
 
 def journal_directory() -> Path:
-    return Path(settings.DATA_DIR) / "agent-journal"
+    return Path(settings.DATA_DIR) / AGENT_JOURNAL
 
 
 def report_to_central(event: dict[str, Any]) -> None:

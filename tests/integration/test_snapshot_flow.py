@@ -34,6 +34,7 @@ from django.test import Client
 from kombu import Connection
 
 from gpuadmin.celery import app, host_queue
+from gpuadmin.data_dir import prepare_data_dir
 from gpuadmin.fleet.models import Host
 from gpuadmin.task_names import PROBE_HOST
 from tests.services import RedisServer, stop_process_group
@@ -159,6 +160,7 @@ def test_a_snapshot_goes_from_a_database_less_agent_through_redis_to_the_host_pa
     central_database = {} if on_sqlite else {"DATABASE_URL": database_url_for_workers()}
     central = start_worker("central", "central", GPUADMIN_HOST_NAME=central_host_name, **central_database)
     agent_data_dir = tmp_path / "agent-data"
+    prepare_data_dir(agent_data_dir)  # as on a GPU host, before its agent starts
     agent = start_worker(
         "agent", host_queue(host_name),
         GPUADMIN_HOST_NAME=host_name,

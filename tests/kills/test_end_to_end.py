@@ -22,6 +22,7 @@ from kombu import Connection
 from gpuadmin.accounts.roles import Role
 from gpuadmin.audit.models import AuditEvent
 from gpuadmin.celery import app, host_queue
+from gpuadmin.data_dir import prepare_data_dir
 from gpuadmin.fleet.models import Host, LatestSnapshot
 from gpuadmin.kills import services
 from gpuadmin.kills.models import KillRequest
@@ -95,6 +96,7 @@ def test_request_approve_signal_audit_memory_released(
     gpus_file = tmp_path / "gpus.json"
     write_gpus(gpus_file, {trainer.pid: 6 * GiB})
     publish_to(redis_server.url)
+    prepare_data_dir(tmp_path / "agent-data")  # as on a GPU host, before its agent starts
     try:
         on_sqlite = connection.vendor == "sqlite"
         central_database = {} if on_sqlite else {"DATABASE_URL": database_url_for_workers()}
