@@ -32,10 +32,11 @@ ENQUEUE = textwrap.dedent("""
     import sys
     from datetime import datetime, timedelta, timezone
     from gpuadmin.celery import app
+    from gpuadmin.task_names import INGEST_SNAPSHOT
     from tests.factories import snapshot_json
     past = datetime.now(timezone.utc) - timedelta(seconds=5)
-    app.send_task("gpuadmin.fleet.ingest_snapshot", args=[snapshot_json(host="expired-host")], expires=past)
-    app.send_task("gpuadmin.fleet.ingest_snapshot", args=[snapshot_json(host="queued-host")])
+    app.send_task(INGEST_SNAPSHOT, args=[snapshot_json(host="expired-host")], expires=past)
+    app.send_task(INGEST_SNAPSHOT, args=[snapshot_json(host="queued-host")])
 """)
 
 
