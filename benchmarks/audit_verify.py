@@ -4,10 +4,10 @@ In a throwaway data directory (SQLite) or a throwaway database on a given
 PostgreSQL server, append --events audit events with gpuadmin.audit.log.record
 (the only writer; kill-request lifecycles of eight events each, with details
 shaped like the ones the kill services write), --batch events per transaction.
-Then time gpuadmin.audit.chain.verify_chain() --repeats times (median) and run
+Then time AuditEvent.objects.verify() --repeats times (median) and run
 it once more under tracemalloc for the peak Python memory it allocated.
 
-verify_chain streams the table in chunks, so its peak memory should not grow
+It streams the table in chunks, so its peak memory should not grow
 with the number of events. Exit status 1 when the chain does not verify.
 
     python benchmarks/audit_verify.py [--events 30000] [--batch 500] [--repeats 5]
@@ -81,7 +81,7 @@ def lifecycle(request_id: int, start: datetime) -> list[tuple[str, bool, dict[st
             "targets": [{"pid": pid, "start_time_ticks": ticks},
                         {"pid": pid + 1, "start_time_ticks": ticks + 7}],
             "excluded": [], "warnings": ["the process group has another member that is not a target"],
-            "gpu_memory_bytes": gpu_bytes, "gpu_memory": f"{gpu_bytes // GiB}.0 GiB",
+            "gpu_memory_bytes": gpu_bytes, "gpu_memory": f"{gpu_bytes // GiB} GiB",
         }),
         ("approved", True, {
             "self_approved": False, "sigkill_only_allowed": False, "start_deadline": at[1],
@@ -97,7 +97,7 @@ def lifecycle(request_id: int, start: datetime) -> list[tuple[str, bool, dict[st
                              "targets": [{**target, "outcome": "exited"}]}),
         ("memory_released", False, {
             "expected_bytes": gpu_bytes, "released_bytes": gpu_bytes,
-            "released": f"{gpu_bytes // GiB}.0 GiB", "expected": f"{gpu_bytes // GiB}.0 GiB",
+            "released": f"{gpu_bytes // GiB} GiB", "expected": f"{gpu_bytes // GiB} GiB",
             "per_gpu": per_gpu, "still_holding": [], "snapshot_taken_at": at[7],
         }),
     ]
@@ -162,18 +162,19 @@ def run(args: argparse.Namespace, database_url: str) -> int:
     setup_django(database_url)
     from django.db import connection
 
-    from gpuadmin.audit.chain import VERIFY_CHUNK_SIZE, verify_chain
+    from gpuadmin.audit.chain import VERIFY_CHUNK_SIZE
+    from gpuadmin.audit.models import AuditEvent
 
     append_seconds = append_events(args.events, args.batch)
 
-    result = verify_chain()  # warm-up: the first pass also pulls the table into the page cache
+    result = AuditEvent.objects.verify()  # warm-up: the first pass also pulls the table into the page cache
     timings = []
     for _ in range(args.repeats):
         began = time.perf_counter()
-        result = verify_chain()
+        result = AuditEvent.objects.verify()
         timings.append(time.perf_counter() - began)
     tracemalloc.start()
-    traced = verify_chain()
+    traced = AuditEvent.objects.verify()
     _, peak_bytes = tracemalloc.get_traced_memory()
     tracemalloc.stop()
 
@@ -187,9 +188,9 @@ def run(args: argparse.Namespace, database_url: str) -> int:
     print(f"{'':34}{'seconds':>10}{'events/s':>12}")
     print(f"{'append (record, ' + str(args.batch) + ' per transaction)':34}"
           f"{append_seconds:10.2f}{args.events / append_seconds:12.0f}")
-    print(f"{'verify_chain, median of ' + str(args.repeats):34}{median:10.3f}{args.events / median:12.0f}")
+    print(f"{'verify, median of ' + str(args.repeats):34}{median:10.3f}{args.events / median:12.0f}")
     print(f"{'  min / max':34}{min(timings):10.3f} / {max(timings):.3f}")
-    print(f"peak traced memory during verify_chain: {peak_bytes / 2**20:.1f} MiB")
+    print(f"peak traced memory during verify: {peak_bytes / 2**20:.1f} MiB")
     print()
     head = f"{result.head_sequence} {(result.head_hash or '-')[:16]}…"
     print(f"{result.summary()} (head {head})")

@@ -1,9 +1,7 @@
-"""How every JSON API (fleet, kills, audit) writes: ASCII-only JSON, and times
-as UTC with a "Z"."""
+"""How every JSON API (fleet, kills, audit) writes: ASCII-only JSON. Times are
+written by ``gpuadmin.text.utc_text`` (UTC with a "Z")."""
 
 from __future__ import annotations
-
-from datetime import datetime
 
 from rest_framework.renderers import JSONRenderer
 
@@ -18,13 +16,3 @@ class AsciiJSONRenderer(JSONRenderer):
 
     ensure_ascii = True
 
-
-def utc_text(moment: datetime | None) -> str | None:
-    """ISO 8601 with "Z" for UTC; fractional digits only when the time has them.
-
-    The audit log keeps its own (``gpuadmin.audit.export.time_text``): it always
-    writes six fractional digits, the form its hash chain covers.
-    """
-    if moment is None:
-        return None
-    return moment.isoformat().replace("+00:00", "Z")

@@ -27,16 +27,6 @@ class IsViewer(_HasRole):
     message = "This needs the viewer role."
 
 
-class IsRequester(_HasRole):
-    role = Role.REQUESTER
-    message = "This needs the requester role."
-
-
-class IsApprover(_HasRole):
-    role = Role.APPROVER
-    message = "This needs the approver role."
-
-
 def role_required(role: Role) -> Callable:
     """Login first (redirect), then the role (403)."""
 

@@ -14,9 +14,9 @@ from rest_framework.views import APIView
 
 from gpuadmin.accounts.permissions import IsViewer
 from gpuadmin.api_json import AsciiJSONRenderer
-from gpuadmin.audit.chain import verify_chain
 from gpuadmin.audit.export import event_as_dict
 from gpuadmin.audit.filters import filtered_events
+from gpuadmin.audit.models import AuditEvent
 
 
 class AuditPagination(PageNumberPagination):
@@ -45,4 +45,4 @@ class AuditVerify(APIView):
     renderer_classes = [AsciiJSONRenderer]
 
     def get(self, request: Request) -> Response:
-        return Response(verify_chain().as_dict())
+        return Response(AuditEvent.objects.verify().as_dict())

@@ -1,12 +1,12 @@
-"""The hash chain: how an event is encoded for hashing, and how the whole log
-is checked.
+"""The hash chain, pure: which fields an event's hash covers, how they are
+encoded, and how a run of stored rows is checked. No Django here; the model
+(``AuditEvent.computed_hash``) and its queryset (``AuditEvent.objects.verify()``)
+feed it.
 
 Each event's hash is SHA-256 over the canonical JSON (sorted keys, no
-whitespace, ASCII only) of every field except the actor's foreign key:
-
-    action, actor_name, approver_name, created_at (ISO 8601, UTC, microseconds),
-    details (the event's JSON object), host_name, kill_request_id,
-    previous_hash, process_users, requester_name, sequence, targets_summary
+whitespace, ASCII only) of the fields in ``HASHED_FIELDS`` — every field but
+the actor's foreign key — with ``created_at`` written as ISO 8601 in UTC with
+microseconds and ``details_json`` decoded into the key ``details``.
 
 ``previous_hash`` is the hash of the event before, or 64 zeros for the first
 one. Editing any hashed field breaks that event's hash; recomputing the hash
@@ -20,13 +20,31 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 GENESIS_HASH = "0" * 64
 VERIFY_CHUNK_SIZE = 2000
+
+# The one list of what the hash covers (the model's column names).
+HASHED_FIELDS = (
+    "sequence",
+    "created_at",
+    "actor_name",
+    "action",
+    "kill_request_id",
+    "host_name",
+    "requester_name",
+    "approver_name",
+    "process_users",
+    "targets_summary",
+    "details_json",
+    "previous_hash",
+)
+# What verification reads per row: the hashed fields, then the stored hash.
+VERIFY_COLUMNS = (*HASHED_FIELDS, "hash")
 
 
 def canonical_json(value: Any) -> str:
@@ -35,46 +53,31 @@ def canonical_json(value: Any) -> str:
 
 
 def timestamp_text(moment: datetime) -> str:
+    """A time as hashed: ISO 8601 in UTC, always six fractional digits ("+00:00", not "Z")."""
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return moment.astimezone(UTC).isoformat(timespec="microseconds")
 
 
-def canonical_encoding(
-    *,
-    sequence: int,
-    created_at: datetime,
-    actor_name: str,
-    action: str,
-    kill_request_id: int | None,
-    host_name: str,
-    requester_name: str,
-    approver_name: str,
-    process_users: str,
-    targets_summary: str,
-    details_json: str,
-    previous_hash: str,
-) -> bytes:
-    """Raises ValueError when ``details_json`` is not JSON."""
-    fields = {
-        "sequence": sequence,
-        "created_at": timestamp_text(created_at),
-        "actor_name": actor_name,
-        "action": action,
-        "kill_request_id": kill_request_id,
-        "host_name": host_name,
-        "requester_name": requester_name,
-        "approver_name": approver_name,
-        "process_users": process_users,
-        "targets_summary": targets_summary,
-        "details": json.loads(details_json),
-        "previous_hash": previous_hash,
-    }
-    return canonical_json(fields).encode("ascii")
+def canonical_encoding(fields: Mapping[str, Any]) -> bytes:
+    """The bytes hashed for an event given exactly the ``HASHED_FIELDS``.
+
+    Raises TypeError for a missing or extra field (a field outside the list
+    must never silently change or escape the hash), ValueError when
+    ``details_json`` is not JSON.
+    """
+    if set(fields) != set(HASHED_FIELDS):
+        missing = sorted(set(HASHED_FIELDS) - set(fields))
+        extra = sorted(set(fields) - set(HASHED_FIELDS))
+        raise TypeError(f"hashed fields do not match: missing {missing}, not hashed {extra}")
+    encoded = {name: fields[name] for name in HASHED_FIELDS if name not in ("created_at", "details_json")}
+    encoded["created_at"] = timestamp_text(fields["created_at"])
+    encoded["details"] = json.loads(fields["details_json"])
+    return canonical_json(encoded).encode("ascii")
 
 
-def event_hash(**fields: Any) -> str:
-    return hashlib.sha256(canonical_encoding(**fields)).hexdigest()
+def event_hash(fields: Mapping[str, Any]) -> str:
+    return hashlib.sha256(canonical_encoding(fields)).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -96,26 +99,8 @@ class VerifyResult:
         return f"audit chain BROKEN at event {self.first_bad_sequence}: {self.problem}"
 
 
-# The columns verify reads, in canonical_encoding's keyword order plus the stored hash.
-_COLUMNS = (
-    "sequence",
-    "created_at",
-    "actor_name",
-    "action",
-    "kill_request_id",
-    "host_name",
-    "requester_name",
-    "approver_name",
-    "process_users",
-    "targets_summary",
-    "details_json",
-    "previous_hash",
-    "hash",
-)
-
-
 def check_rows(rows: Iterable[tuple]) -> VerifyResult:
-    """Check rows (``_COLUMNS`` order, ascending sequence); stop checking at the first fault but count all."""
+    """Check rows (``VERIFY_COLUMNS``, ascending sequence); stop checking at the first fault, count all."""
     expected_sequence = 1
     previous_hash = GENESIS_HASH
     count = 0
@@ -141,7 +126,7 @@ def check_rows(rows: Iterable[tuple]) -> VerifyResult:
 
 
 def _check_row(row: tuple, expected_sequence: int, previous_hash: str) -> tuple[int, str] | None:
-    fields = dict(zip(_COLUMNS, row, strict=True))
+    fields = dict(zip(VERIFY_COLUMNS, row, strict=True))
     sequence = fields["sequence"]
     if sequence != expected_sequence:
         missing = (
@@ -152,7 +137,7 @@ def _check_row(row: tuple, expected_sequence: int, previous_hash: str) -> tuple[
         return expected_sequence, f"gap in sequence: {missing} (the next event present is {sequence})"
     stored_hash = fields.pop("hash")
     try:
-        computed = event_hash(**fields)
+        computed = event_hash(fields)
     except ValueError:
         return sequence, "hash mismatch: the event's details are not valid JSON (the event was changed)"
     if computed != stored_hash:
@@ -165,16 +150,3 @@ def _check_row(row: tuple, expected_sequence: int, previous_hash: str) -> tuple[
             return sequence, "broken link: the first event's previous_hash is not 64 zeros"
         return sequence, f"broken link: previous_hash does not match the hash of event {sequence - 1}"
     return None
-
-
-def verify_chain(*, using: str = "default", chunk_size: int = VERIFY_CHUNK_SIZE) -> VerifyResult:
-    """Recompute the whole chain, streaming it from the database in chunks."""
-    from gpuadmin.audit.models import AuditEvent
-
-    rows = (
-        AuditEvent.objects.using(using)
-        .order_by("sequence")
-        .values_list(*_COLUMNS)
-        .iterator(chunk_size=chunk_size)
-    )
-    return check_rows(rows)

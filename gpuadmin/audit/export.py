@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Iterable, Iterator
-from datetime import datetime
 from typing import Any
 
-from gpuadmin.audit.chain import timestamp_text
 from gpuadmin.audit.models import AuditEvent
+from gpuadmin.text import utc_text
 
 CSV_COLUMNS = (
     "sequence",
@@ -32,15 +31,11 @@ CSV_COLUMNS = (
 _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
-def time_text(moment: datetime) -> str:
-    """UTC with a Z, as everywhere in the API; always six fractional digits, as hashed."""
-    return timestamp_text(moment).replace("+00:00", "Z")
-
-
 def event_as_dict(event: AuditEvent) -> dict[str, Any]:
     return {
         "sequence": event.sequence,
-        "created_at": time_text(event.created_at),
+        # Always six fractional digits, as hashed (the rest of the API writes them only when present).
+        "created_at": utc_text(event.created_at, timespec="microseconds"),
         "action": event.action,
         "actor": event.actor_name,
         "actor_id": event.actor_id,
@@ -65,7 +60,7 @@ def csv_safe(value: Any) -> Any:
 def _csv_row(event: AuditEvent) -> list[Any]:
     row = [
         event.sequence,
-        time_text(event.created_at),
+        utc_text(event.created_at, timespec="microseconds"),
         event.action,
         event.actor_name,
         event.kill_request_id if event.kill_request_id is not None else "",

@@ -3,9 +3,14 @@
 Call :func:`record` inside the transaction that makes the change it describes,
 so the event commits (or rolls back) with it::
 
+    from gpuadmin.audit import log
+    from gpuadmin.audit.models import Action
+
     with transaction.atomic():
-        kill_request.approve(by=user)
-        audit.log.record(Action.APPROVED, actor=user, kill_request_id=kill_request.pk, ...)
+        kill_request.transition(Status.APPROVED)
+        kill_request.save()
+        log.record(Action.APPROVED, actor=user, kill_request_id=kill_request.pk,
+                   host_name=kill_request.host.name)
 
 Appends are serialised so two writers never chain onto the same event: on
 PostgreSQL a transaction-scoped advisory lock is taken before reading the head
@@ -25,7 +30,7 @@ from django.contrib.auth.models import AnonymousUser
 from django.db import connections, router, transaction
 from django.utils import timezone
 
-from gpuadmin.audit.chain import GENESIS_HASH, canonical_json, event_hash
+from gpuadmin.audit.chain import GENESIS_HASH, canonical_json
 from gpuadmin.audit.models import Action, AuditEvent
 
 # A fixed 64-bit key for pg_advisory_xact_lock, derived from a name so it does
@@ -100,7 +105,8 @@ def record(
         head = AuditEvent.objects.using(using).order_by("-sequence").values_list("sequence", "hash").first()
         sequence, previous_hash = (head[0] + 1, head[1]) if head else (1, GENESIS_HASH)
         fields.update(sequence=sequence, previous_hash=previous_hash)
-        event = AuditEvent(actor=actor, hash=event_hash(**fields), **fields)
+        event = AuditEvent(actor=actor, **fields)
+        event.hash = event.computed_hash()
         event.save(using=using)
     return event
 

@@ -11,7 +11,8 @@ the database clearing ``actor`` when that user is deleted (``SET_NULL``):
 On PostgreSQL, triggers (migration 0002) enforce the same below the ORM.
 
 Events are written only by :func:`gpuadmin.audit.log.record`, which assigns the
-next sequence and links the chain; :mod:`gpuadmin.audit.chain` verifies it.
+next sequence and links the chain; ``AuditEvent.objects.verify()`` recomputes
+it (the hashing itself is :mod:`gpuadmin.audit.chain`, which knows no model).
 """
 
 from __future__ import annotations
@@ -22,7 +23,14 @@ from typing import Any
 from django.conf import settings
 from django.db import models
 
-from gpuadmin.audit.chain import GENESIS_HASH, event_hash
+from gpuadmin.audit.chain import (
+    HASHED_FIELDS,
+    VERIFY_CHUNK_SIZE,
+    VERIFY_COLUMNS,
+    VerifyResult,
+    check_rows,
+    event_hash,
+)
 
 
 class AppendOnlyError(Exception):
@@ -50,6 +58,18 @@ def _only_clears_actor(kwargs: dict[str, Any]) -> bool:
 
 
 class AuditEventQuerySet(models.QuerySet):
+    def verify(self, *, chunk_size: int = VERIFY_CHUNK_SIZE) -> VerifyResult:
+        """Recompute the whole chain, streamed from the database in chunks.
+
+        ``AuditEvent.objects.verify()`` (or ``.using(alias).verify()``): a
+        filtered queryset would only report the gaps its filter makes, so it
+        is refused.
+        """
+        if self.query.has_filters() or self.query.is_sliced:
+            raise ValueError("verify the whole audit log, not a filtered part of it")
+        rows = self.order_by("sequence").values_list(*VERIFY_COLUMNS).iterator(chunk_size=chunk_size)
+        return check_rows(rows)
+
     def update(self, **kwargs: Any) -> int:
         # Django's deletion collector clears the actor of a deleted user with
         # queryset.update(actor=None); that is the only update we let through.
@@ -138,22 +158,5 @@ class AuditEvent(models.Model):
     def process_user_list(self) -> list[str]:
         return [u for u in self.process_users.split(",") if u]
 
-    @property
-    def is_genesis(self) -> bool:
-        return self.previous_hash == GENESIS_HASH
-
     def computed_hash(self) -> str:
-        return event_hash(
-            sequence=self.sequence,
-            created_at=self.created_at,
-            actor_name=self.actor_name,
-            action=self.action,
-            kill_request_id=self.kill_request_id,
-            host_name=self.host_name,
-            requester_name=self.requester_name,
-            approver_name=self.approver_name,
-            process_users=self.process_users,
-            targets_summary=self.targets_summary,
-            details_json=self.details_json,
-            previous_hash=self.previous_hash,
-        )
+        return event_hash({name: getattr(self, name) for name in HASHED_FIELDS})

@@ -12,20 +12,20 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
-from django.views.decorators.vary import vary_on_headers
 
 from gpuadmin.accounts.permissions import role_required
 from gpuadmin.accounts.roles import Role
-from gpuadmin.audit.chain import verify_chain
 from gpuadmin.audit.export import csv_lines
 from gpuadmin.audit.filters import filtered_events
+from gpuadmin.audit.models import AuditEvent
+from gpuadmin.web.htmx import vary_on_htmx, wants_fragment
 
 EVENTS_PER_PAGE = 50
 CSV_CHUNK_SIZE = 2000
 
 
 @require_GET
-@vary_on_headers("HX-Request")
+@vary_on_htmx()
 @role_required(Role.VIEWER)
 def audit_log(request: HttpRequest) -> HttpResponse:
     if request.GET.get("format") == "csv":
@@ -33,10 +33,9 @@ def audit_log(request: HttpRequest) -> HttpResponse:
     form, events = filtered_events(request.GET)
     page = Paginator(events, EVENTS_PER_PAGE).get_page(request.GET.get("page"))
     context = {"form": form, "page": page, "events": page.object_list}
-    htmx = getattr(request, "htmx", None)
-    if htmx and not htmx.history_restore_request:
+    if wants_fragment(request):
         return render(request, "audit/_events.html", context)
-    context["verify"] = verify_chain()
+    context["verify"] = AuditEvent.objects.verify()
     return render(request, "audit/audit_log.html", context)
 
 

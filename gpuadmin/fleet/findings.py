@@ -2,10 +2,9 @@
 
 ``compute_findings`` reads a validated document and returns drafts (pure, no
 database); ``sync_findings`` turns the drafts into open / refreshed / resolved
-``Finding`` rows. The remedies encode the seed's manual procedure
-(docs: ../shared/DOMAIN.md): a zombie is dealt with through its parent, an
-orphan through a kill request, a D-state process through the kernel, and
-memory nobody accounts for outside the process world.
+``Finding`` rows. Each remedy names the way out that works: a zombie is dealt
+with through its parent, an orphan through a kill request, a D-state process
+through the kernel, and memory nobody accounts for outside the process world.
 
 Titles quote command lines and user names, which any user on a GPU host
 controls: they are clipped and stripped of control and bidirectional-override
@@ -33,7 +32,7 @@ from gpuadmin.fleet.process_tree import (
     process_rows,
     zombie_trees,
 )
-from gpuadmin.fleet.units import human_bytes
+from gpuadmin.text import clip, human_bytes
 
 Kind = Finding.Kind
 Severity = Finding.Severity
@@ -72,8 +71,8 @@ class FindingDraft:
     details: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "title", _clip(self.title, _TITLE_MAX_CHARS))
-        object.__setattr__(self, "remedy", _clip(self.remedy, _REMEDY_MAX_CHARS))
+        object.__setattr__(self, "title", clip(self.title, _TITLE_MAX_CHARS))
+        object.__setattr__(self, "remedy", clip(self.remedy, _REMEDY_MAX_CHARS))
         object.__setattr__(self, "key", self.key[:_KEY_MAX_CHARS])
 
 
@@ -397,7 +396,7 @@ def sync_findings(host: Host, drafts: Iterable[FindingDraft], now: datetime) -> 
 
 def describe(row: ProcessRow) -> str:
     """``python train.py (pid 4120, alice)``: a process as a person recognises it."""
-    command = _clip(_clean(row.command_line), _COMMAND_SHOWN_MAX_CHARS)
+    command = clip(_clean(row.command_line), _COMMAND_SHOWN_MAX_CHARS)
     owner = row.user if row.user else (f"uid {row.uid}" if row.uid is not None else "unknown user")
     return f"{command} (pid {row.pid}, {_clean(owner)})"
 
@@ -408,10 +407,6 @@ def _clean(text: str) -> str:
         " " if ch.isspace() else ("\ufffd" if unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Co") else ch)
         for ch in text
     )
-
-
-def _clip(text: str, max_chars: int) -> str:
-    return text if len(text) <= max_chars else text[: max_chars - 1] + "…"
 
 
 def _plural(count: int, noun: str) -> str:

@@ -143,12 +143,6 @@ class Gpu(models.Model):
             return 0
         return max(0, self.memory_used_bytes - self.memory_attributed_bytes)
 
-    @property
-    def memory_used_percent(self) -> float | None:
-        if not self.memory_total_bytes or self.memory_used_bytes is None:
-            return None
-        return 100.0 * self.memory_used_bytes / self.memory_total_bytes
-
 
 class GpuSample(models.Model):
     gpu = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="samples")

@@ -17,9 +17,9 @@ from typing import Any
 
 from django.db.models import Count
 
-from gpuadmin.api_json import utc_text
 from gpuadmin.fleet.models import Finding, Gpu, Host
 from gpuadmin.fleet.process_tree import gpu_holders, orphans, process_rows, zombie_trees
+from gpuadmin.text import utc_text
 
 Severity = Finding.Severity
 

@@ -26,7 +26,7 @@ from django.utils import timezone
 from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import ValidationError, best_match
 
-from gpuadmin.fleet.units import human_bytes
+from gpuadmin.text import clip, human_bytes
 
 SUPPORTED_SCHEMA_VERSION = 1
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "probe" / "snapshot.schema.json"
@@ -243,6 +243,14 @@ def parse_taken_at(text: str) -> datetime:
     return datetime.fromisoformat(text).astimezone(UTC)
 
 
+def document_taken_at(document: dict[str, Any]) -> datetime | None:
+    """A stored document's taken_at as an aware UTC datetime; None when it has none that parses."""
+    try:
+        return parse_taken_at(document["taken_at"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def _check_taken_at(text: str, *, now: datetime) -> None:
     try:
         taken_at = parse_taken_at(text)
@@ -341,9 +349,7 @@ def _check_processes(processes: list[dict[str, Any]], gpu_uuids: set[str]) -> No
 
 
 def _clip(text: str) -> str:
-    if len(text) <= _MESSAGE_PART_MAX_CHARS:
-        return text
-    return text[: _MESSAGE_PART_MAX_CHARS - 1] + "…"
+    return clip(text, _MESSAGE_PART_MAX_CHARS)
 
 
 def _duration(delta: timedelta) -> str:

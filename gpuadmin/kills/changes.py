@@ -8,15 +8,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpuadmin.fleet.process_tree import ProcessRow, process_rows
-from gpuadmin.fleet.units import human_bytes
+from gpuadmin.text import human_bytes, process_state
 
 if TYPE_CHECKING:
     from gpuadmin.kills.models import KillTarget
-
-STATE_WORDS = {
-    "R": "running", "S": "sleeping", "D": "in uninterruptible sleep (D)", "Z": "a zombie",
-    "T": "stopped", "t": "stopped by a debugger", "I": "idle",
-}
 
 
 @dataclass
@@ -33,10 +28,6 @@ class TargetNow:
     @property
     def gpu_memory_now_bytes(self) -> int | None:
         return self.row.total_gpu_memory_bytes if self.row else None
-
-
-def _state(letter: str) -> str:
-    return STATE_WORDS.get(letter, f"in state {letter}")
 
 
 def compare(targets: list[KillTarget], document: dict[str, Any] | None) -> list[TargetNow]:
@@ -74,7 +65,7 @@ def compare(targets: list[KillTarget], document: dict[str, Any] | None) -> list[
                 now.gone = True
                 now.changes.append("it has exited and is now a zombie, not yet reaped by its parent")
             else:
-                now.changes.append(f"was {_state(target.state)}, now {_state(row.state)}")
+                now.changes.append(f"was {process_state(target.state)}, now {process_state(row.state)}")
         if digests.get(row.pid) != target.cmdline_sha256:
             now.will_be_refused = True
             now.changes.append("its command line changed (it ran exec): the agent will refuse to signal it")

@@ -107,10 +107,6 @@ class KillRequest(models.Model):
         return f"{self.pk}-{self.order_key}"
 
     @property
-    def status_enum(self) -> Status:
-        return Status(self.status)
-
-    @property
     def is_final(self) -> bool:
         return self.status in FINAL
 

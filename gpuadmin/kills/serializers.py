@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuadmin.api_json import utc_text
 from gpuadmin.kills.changes import TargetNow
 from gpuadmin.kills.models import KillRequest, KillStep, KillTarget
 from gpuadmin.kills.targets import Preview
+from gpuadmin.text import utc_text
 
 
 def target_dict(target: KillTarget) -> dict[str, Any]:

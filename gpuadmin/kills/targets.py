@@ -19,6 +19,7 @@ from typing import Any
 from django.conf import settings
 
 from gpuadmin.fleet.process_tree import ProcessRow, process_rows
+from gpuadmin.fleet.validation import document_taken_at
 
 
 @dataclass(frozen=True)
@@ -210,18 +211,11 @@ def _warnings_for(row: ProcessRow) -> list[str]:
     return []
 
 
-def _taken_at(document: dict[str, Any]) -> datetime | None:
-    try:
-        return datetime.fromisoformat(document["taken_at"])
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
 def resolve(document: dict[str, Any], pid: int, start_time_ticks: int, *,
             include_descendants: bool = False) -> Preview:
     """The targets a request for (pid, start) would have, from one snapshot document."""
     rows = process_rows(document)
-    taken_at = _taken_at(document)
+    taken_at = document_taken_at(document)
     preview = Preview(
         host_name=document.get("host", {}).get("name", ""),
         snapshot_taken_at=taken_at,

@@ -15,7 +15,6 @@ from django.db.models import Case, IntegerField, Value, When
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
-from django.views.decorators.vary import vary_on_headers
 
 from gpuadmin.accounts.permissions import role_required
 from gpuadmin.accounts.roles import Role, has_role
@@ -26,9 +25,8 @@ from gpuadmin.kills.models import KillRequest
 from gpuadmin.kills.services.errors import KillError
 from gpuadmin.kills.services.released import RELEASING
 from gpuadmin.kills.states import Status
+from gpuadmin.web.htmx import HTMX_STOP_POLLING, vary_on_htmx, wants_fragment
 
-# htmx stops polling on this status.
-HTMX_STOP_POLLING = 286
 TIMELINE_POLL_SECONDS = 2
 RECENT_FINAL_SHOWN = 50
 # After a kill finished, the timeline keeps polling this long for the memory confirmation.
@@ -174,7 +172,7 @@ def _preview_context(request: HttpRequest, params: Any) -> dict[str, Any]:
 
 @require_http_methods(["GET", "POST"])
 @role_required(Role.REQUESTER)
-@vary_on_headers("HX-Request")
+@vary_on_htmx()
 def kill_request_new(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         form = KillRequestForm(request.POST)
@@ -199,7 +197,7 @@ def kill_request_new(request: HttpRequest) -> HttpResponse:
                       status=400)
 
     context = _preview_context(request, request.GET)
-    if request.htmx:
+    if wants_fragment(request):
         return render(request, "kills/_preview.html", context)
     form = KillRequestForm(initial={
         "host": request.GET.get("host", ""), "pid": context.get("pid"), "start": context.get("start"),
@@ -220,7 +218,7 @@ def _decided(request: HttpRequest, pk: int, action: str, do: Any) -> HttpRespons
         notice = f"Request #{pk} {action}."
     except KillError as exc:
         error = exc.message
-    if request.htmx:
+    if wants_fragment(request):
         kill_request = _get(pk)
         row = _row_context(kill_request, request.user, error=error, notice=notice)
         return render(request, "kills/_request_row.html", {"row": row})

@@ -4,9 +4,9 @@ Pure functions over the document and the host's GPU rows: the view only
 loads, calls ``host_tables`` and renders. The process table's filter and
 sort come from query parameters (``ProcessQuery``) so a filtered view is a
 link that can be shared, and the HTMX refresh asks for the same thing again.
-The table is paged (``PROCESS_PAGE_ROWS``) after filtering and sorting: a host
-with thousands of holders would otherwise re-render and resend all of them on
-every poll.
+The table is paged (``PROCESS_PAGE_ROWS``, Django's ``Paginator``) after
+filtering and sorting: a host with thousands of holders would otherwise
+re-render and resend all of them on every poll.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlencode
+
+from django.core.paginator import Page, Paginator
 
 from gpuadmin.fleet.models import Gpu
 from gpuadmin.fleet.process_tree import (
@@ -124,39 +126,18 @@ def _page_param(raw: str) -> int:
     return max(1, int(raw))
 
 
-@dataclass(frozen=True)
-class ProcessPage:
-    """Where the shown rows sit in the filtered, sorted table."""
-
-    number: int  # 1-based, always within 1..page_count
-    page_count: int
-    match_count: int  # rows after filtering, on all pages
-    first_row_number: int  # 1-based; 0 when nothing matches
-    last_row_number: int
-    previous_link: str | None  # "?query" of the neighbouring page, None at either end
-    next_link: str | None
-
-
-def _page(match_count: int, query: ProcessQuery) -> ProcessPage:
-    page_count = max(1, -(-match_count // PROCESS_PAGE_ROWS))
-    number = min(query.page, page_count)
-    first = (number - 1) * PROCESS_PAGE_ROWS
-    last = min(first + PROCESS_PAGE_ROWS, match_count)
-    return ProcessPage(
-        number=number,
-        page_count=page_count,
-        match_count=match_count,
-        first_row_number=first + 1 if match_count else 0,
-        last_row_number=last,
-        previous_link=f"?{query.on_page(number - 1)}" if number > 1 else None,
-        next_link=f"?{query.on_page(number + 1)}" if number < page_count else None,
-    )
+def _page(rows: list[ProcessTableRow], query: ProcessQuery) -> Page:
+    """The asked page of the filtered, sorted rows; past the end, the last page (the table may have
+    shrunk since the link or the poll was made)."""
+    return Paginator(rows, PROCESS_PAGE_ROWS).get_page(query.page)
 
 
 @dataclass(frozen=True)
 class HostTables:
     processes: list[ProcessTableRow]  # the rows of the asked page, after filter and sort
-    page: ProcessPage
+    page: Page  # Django's page of the filtered rows: number, start_index, end_index, paginator.count
+    previous_page_link: str | None  # "?query" of the neighbouring page, None at either end
+    next_page_link: str | None
     holder_count: int  # before filtering
     users: list[str]  # every user holding a GPU (as shown), for the filter's choices
     zombie_trees: list[ZombieTree]
@@ -220,16 +201,18 @@ def filter_and_sort(
 
 def host_tables(document: dict[str, Any] | None, gpus: list[Gpu], query: ProcessQuery) -> HostTables:
     if document is None:
-        return HostTables([], _page(0, query), 0, [], [], 0, [], has_snapshot=False)
+        return HostTables([], _page([], query), None, None, 0, [], [], 0, [], has_snapshot=False)
     rows = process_rows(document)
     labels = _gpu_labels(gpus)
     holders = [_table_row(r, rows, labels) for r in gpu_holders(rows)]
     trees = zombie_trees(rows)
     matching = filter_and_sort(holders, query, gpus)
-    page = _page(len(matching), query)
+    page = _page(matching, query)
     return HostTables(
-        processes=matching[(page.number - 1) * PROCESS_PAGE_ROWS:page.last_row_number],
+        processes=list(page.object_list),
         page=page,
+        previous_page_link=f"?{query.on_page(page.previous_page_number())}" if page.has_previous() else None,
+        next_page_link=f"?{query.on_page(page.next_page_number())}" if page.has_next() else None,
         holder_count=len(holders),
         users=sorted({visible_text(r.process.user) for r in holders if r.process.user}, key=str.casefold),
         zombie_trees=trees,

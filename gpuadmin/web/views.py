@@ -1,8 +1,8 @@
 """Pages: the fleet overview and one page per host.
 
 Each table region is one partial template, included by the full page and
-returned alone when htmx polls it (``request.htmx``), so the refresh can never
-drift from the first render.
+returned alone when htmx polls it (``gpuadmin.web.htmx``), so the refresh can
+never drift from the first render.
 """
 
 from __future__ import annotations
@@ -13,30 +13,20 @@ from django.conf import settings
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.urls import NoReverseMatch, reverse
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
-from django.views.decorators.vary import vary_on_headers
 
 from gpuadmin.accounts.permissions import role_required
 from gpuadmin.accounts.roles import Role, has_role
 from gpuadmin.fleet.models import Host, LatestSnapshot
+from gpuadmin.fleet.probes import probe_now
 from gpuadmin.web.host_tables import SORT_DESCENDING_BY_DEFAULT, ProcessQuery, host_tables
+from gpuadmin.web.htmx import HTMX_STOP_POLLING, fragment_target, vary_on_htmx, wants_fragment
 
 logger = logging.getLogger(__name__)
 
-# htmx stops polling when a response has this status (the host was deleted).
-HTMX_STOP_POLLING = 286
-
 # The regions of the host page an htmx request may ask for, by the id of the element it targets.
 HOST_PROCESSES_TARGET = "host-processes"
-
-
-def _reverse_or_none(name: str, **kwargs: str | int) -> str | None:
-    """URL of a page another app provides, or None while it does not exist yet."""
-    try:
-        return reverse(name, kwargs=kwargs or None)
-    except NoReverseMatch:
-        return None
 
 
 def _poll_seconds() -> int:
@@ -50,28 +40,26 @@ def _host_gone(request: HttpRequest, name: str) -> HttpResponse:
 
 @require_GET
 @role_required(Role.VIEWER)
-@vary_on_headers("HX-Request")
+@vary_on_htmx()
 def fleet(request: HttpRequest) -> HttpResponse:
     context = {"hosts": list(Host.objects.for_listing()), "poll_seconds": _poll_seconds()}
-    if request.htmx:
+    if wants_fragment(request):
         return render(request, "web/_fleet_hosts.html", context)
     return render(request, "web/fleet.html", context)
 
 
 @require_GET
 @role_required(Role.VIEWER)
-@vary_on_headers("HX-Request", "HX-Target")
+@vary_on_htmx("HX-Target")
 def host_detail(request: HttpRequest, name: str) -> HttpResponse:
     host = Host.objects.for_listing().named(name)
     if host is None:
-        if request.htmx:
+        if wants_fragment(request):
             return _host_gone(request, name)
         raise Http404(f"No host named {name!r} has sent a snapshot.")
     gpus = list(host.present_gpus)
     query = ProcessQuery.from_params(request.GET)
-    kill_request_new_url = (
-        _reverse_or_none("kill_request_new") if has_role(request.user, Role.REQUESTER) else None
-    )
+    kill_request_new_url = reverse("kill_request_new") if has_role(request.user, Role.REQUESTER) else None
     context = {
         "host": host,
         "gpus": gpus,
@@ -83,23 +71,18 @@ def host_detail(request: HttpRequest, name: str) -> HttpResponse:
         "sort_keys": list(SORT_DESCENDING_BY_DEFAULT),
         "sort_links": {key: query.sorted_by(key) for key in SORT_DESCENDING_BY_DEFAULT},
     }
-    if request.htmx:
-        if request.htmx.target == HOST_PROCESSES_TARGET:
-            return render(request, "web/_host_processes.html", context)
-        # The poll: the tables, plus the summary (status, findings, GPU cards) out of band.
-        return render(request, "web/_host_refresh.html", context)
-    return render(request, "web/host_detail.html", context)
+    if not wants_fragment(request):
+        return render(request, "web/host_detail.html", context)
+    if fragment_target(request) == HOST_PROCESSES_TARGET:
+        return render(request, "web/_host_processes.html", context)
+    # The poll: the tables, plus the summary (status, findings, GPU cards) out of band.
+    return render(request, "web/_host_refresh.html", context)
 
 
 @require_POST
 @role_required(Role.VIEWER)
 def host_probe(request: HttpRequest, name: str) -> HttpResponse:
     host = get_object_or_404(Host, name=name)
-    try:
-        from gpuadmin.fleet.probes import probe_now
-    except ImportError:
-        messages.warning(request, "On-demand probes are not available in this installation yet.")
-        return redirect("host_detail", name=host.name)
     try:
         probe_now(host.name)
     except Exception as exc:

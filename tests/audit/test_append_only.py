@@ -11,7 +11,6 @@ import pytest
 from django.db import DatabaseError, connection, connections, transaction
 
 from gpuadmin.audit import log
-from gpuadmin.audit.chain import verify_chain
 from gpuadmin.audit.models import Action, AppendOnlyError, AuditEvent
 from tests.audit.conftest import audit_table, postgres_only
 
@@ -50,7 +49,7 @@ def test_queryset_update_and_delete_are_refused(record_events):
     with pytest.raises(AppendOnlyError):
         AuditEvent.objects.bulk_create([AuditEvent(sequence=9)])
     assert list(AuditEvent.objects.values_list("host_name", flat=True)) == ["gpu1", "gpu1"]
-    assert verify_chain().ok
+    assert AuditEvent.objects.verify().ok
 
 
 def test_deleting_a_user_keeps_their_events_and_the_chain(make_user):
@@ -64,7 +63,7 @@ def test_deleting_a_user_keeps_their_events_and_the_chain(make_user):
 
     events = list(AuditEvent.objects.all())
     assert [(e.actor_id, e.actor_name) for e in events] == [(None, "alice"), (bob.pk, "bob"), (None, "")]
-    assert verify_chain().ok
+    assert AuditEvent.objects.verify().ok
 
 
 def test_the_admin_shows_events_but_cannot_add_change_or_delete(client, django_user_model, record_events):
@@ -115,7 +114,7 @@ def test_sql_that_changes_or_removes_events_is_refused_by_triggers(statement, re
         _sql(statement.format(table=audit_table()))
 
     assert list(AuditEvent.objects.values_list("host_name", "actor_name")) == [("gpu1", "alice")] * 2
-    assert verify_chain().ok
+    assert AuditEvent.objects.verify().ok
 
 
 @postgres_only
@@ -127,7 +126,7 @@ def test_the_trigger_lets_clearing_the_actor_through(make_user):
     alice.delete()  # and Django's own SET_NULL path, through the same trigger
 
     assert list(AuditEvent.objects.values_list("actor_id", "actor_name")) == [(None, "alice")]
-    assert verify_chain().ok
+    assert AuditEvent.objects.verify().ok
 
 
 @postgres_only
@@ -163,5 +162,5 @@ def test_concurrent_appends_from_two_connections_make_one_gapless_chain():
     assert errors == []
     assert list(AuditEvent.objects.values_list("sequence", flat=True)) == list(range(1, 2 * rounds + 1))
     assert AuditEvent.objects.filter(host_name="gpu-a").count() == rounds
-    result = verify_chain()
+    result = AuditEvent.objects.verify()
     assert (result.ok, result.events) == (True, 2 * rounds)

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
 from datetime import UTC, datetime
 
 import pytest
 from django.db import transaction
 
 from gpuadmin.audit import log
-from gpuadmin.audit.chain import GENESIS_HASH, canonical_encoding, verify_chain
+from gpuadmin.audit.chain import GENESIS_HASH, canonical_encoding
 from gpuadmin.audit.models import Action, AuditEvent
 from tests.audit.conftest import audit_table, tamper
 
@@ -24,7 +26,7 @@ def test_events_chain_from_64_zeros_and_verify(record_events):
     assert first.previous_hash == GENESIS_HASH
     assert second.previous_hash == first.hash
     assert third.previous_hash == second.hash
-    result = verify_chain()
+    result = AuditEvent.objects.verify()
     assert result.ok
     assert result.events == 3
     assert (result.head_sequence, result.head_hash) == (3, third.hash)
@@ -32,7 +34,7 @@ def test_events_chain_from_64_zeros_and_verify(record_events):
 
 
 def test_empty_log_verifies():
-    result = verify_chain()
+    result = AuditEvent.objects.verify()
     assert result.ok
     assert result.events == 0
     assert result.head_sequence is None
@@ -93,11 +95,13 @@ def test_canonical_encoding_does_not_cover_the_actor_foreign_key():
         "details_json": "{}",
         "previous_hash": GENESIS_HASH,
     }
-    encoded = canonical_encoding(**fields)
+    encoded = canonical_encoding(fields)
     assert b'"created_at":"2025-01-02T03:04:05.000006+00:00"' in encoded
     assert b"actor_id" not in encoded
-    with pytest.raises(TypeError):
-        canonical_encoding(**fields, actor_id=3)
+    with pytest.raises(TypeError, match=r"not hashed \['actor_id'\]"):
+        canonical_encoding({**fields, "actor_id": 3})
+    with pytest.raises(TypeError, match=r"missing \['host_name'\]"):
+        canonical_encoding({k: v for k, v in fields.items() if k != "host_name"})
 
 
 def test_awkward_details_and_names_survive_the_database_round_trip(record_events):
@@ -115,7 +119,7 @@ def test_awkward_details_and_names_survive_the_database_round_trip(record_events
         '{"big":1e+16,"negative_zero":-0.0,"nested":{"k":[1,null,true]},"nul":"a\\u0000b"}'
     )
     assert event.host_name == "gpu\N{REPLACEMENT CHARACTER}evil"
-    assert verify_chain().ok
+    assert AuditEvent.objects.verify().ok
 
 
 def test_unknown_action_and_unserialisable_details_are_refused_with_a_clear_error():
@@ -137,7 +141,7 @@ def test_an_event_rolls_back_with_the_change_it_describes_and_leaves_no_gap(reco
 
     assert after.sequence == 2
     assert list(AuditEvent.objects.values_list("action", flat=True)) == ["requested", "rejected"]
-    assert verify_chain().ok
+    assert AuditEvent.objects.verify().ok
 
 
 def test_summarize_targets():
@@ -151,7 +155,7 @@ def test_edited_content_is_a_hash_mismatch_at_that_event(record_events):
     record_events(5)
     tamper(f"UPDATE {audit_table()} SET host_name = %s WHERE sequence = 3", ("elsewhere",))
 
-    result = verify_chain()
+    result = AuditEvent.objects.verify()
     assert not result.ok
     assert result.first_bad_sequence == 3
     assert result.problem.startswith("hash mismatch")
@@ -176,7 +180,7 @@ def test_edited_and_rehashed_event_breaks_the_next_link(record_events):
         ("mallory", forged, victim.sequence),
     )
 
-    result = verify_chain()
+    result = AuditEvent.objects.verify()
     assert not result.ok
     assert result.first_bad_sequence == 3
     assert result.problem == "broken link: previous_hash does not match the hash of event 2"
@@ -186,7 +190,7 @@ def test_details_that_are_no_longer_json_are_named(record_events):
     record_events(2)
     tamper(f"UPDATE {audit_table()} SET details_json = %s WHERE sequence = 2", ("{not json",))
 
-    result = verify_chain()
+    result = AuditEvent.objects.verify()
     assert (result.ok, result.first_bad_sequence) == (False, 2)
     assert "not valid JSON" in result.problem
 
@@ -195,7 +199,7 @@ def test_a_deleted_event_is_a_gap_named_by_its_sequence(record_events):
     record_events(5)
     tamper(f"DELETE FROM {audit_table()} WHERE sequence = 3")
 
-    result = verify_chain()
+    result = AuditEvent.objects.verify()
     assert not result.ok
     assert result.first_bad_sequence == 3
     assert result.problem == "gap in sequence: event 3 is missing (the next event present is 4)"
@@ -206,9 +210,19 @@ def test_deleted_first_events_are_a_gap_from_one(record_events):
     record_events(4)
     tamper(f"DELETE FROM {audit_table()} WHERE sequence <= 2")
 
-    result = verify_chain()
+    result = AuditEvent.objects.verify()
     assert result.first_bad_sequence == 1
     assert result.problem == "gap in sequence: events 1 to 2 are missing (the next event present is 3)"
+
+
+def test_only_the_whole_log_is_verified(record_events):
+    record_events(3)
+    # A filter would turn the events it leaves out into "gaps": refuse rather than mislead.
+    with pytest.raises(ValueError, match="whole audit log"):
+        AuditEvent.objects.filter(sequence__gte=2).verify()
+    with pytest.raises(ValueError, match="whole audit log"):
+        AuditEvent.objects.all()[:2].verify()
+    assert AuditEvent.objects.all().verify().ok
 
 
 def test_links_are_checked_across_chunk_boundaries(record_events):
@@ -224,6 +238,12 @@ def test_links_are_checked_across_chunk_boundaries(record_events):
     ).computed_hash()
     tamper(f"UPDATE {audit_table()} SET actor_name = 'mallory', hash = %s WHERE sequence = 2", (forged,))
 
-    result = verify_chain(chunk_size=2)  # events 1-2 in the first chunk, 3-4 in the second
+    result = AuditEvent.objects.verify(chunk_size=2)  # events 1-2 in the first chunk, 3-4 in the second
     assert (result.ok, result.first_bad_sequence) == (False, 3)
     assert result.events == 5
+
+
+def test_the_chain_module_needs_no_django():
+    # chain.py is the pure half: the model and its queryset feed it, never the other way round.
+    code = "import sys, gpuadmin.audit.chain; sys.exit('django' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

@@ -10,7 +10,6 @@ from django.test import override_settings
 from gpuadmin.fleet.findings import FindingDraft, compute_findings, describe
 from gpuadmin.fleet.models import Finding
 from gpuadmin.fleet.process_tree import ProcessRow
-from gpuadmin.fleet.units import human_bytes
 from tests.factories import GiB, gpu, proc, snapshot
 
 Kind = Finding.Kind
@@ -254,20 +253,3 @@ def test_titles_fit_their_column() -> None:
 def test_describe_a_process_without_command_line() -> None:
     row = ProcessRow.from_document(proc(2, name="kworker/0:1", cmdline=[], user=None, uid=None))
     assert describe(row) == "[kworker/0:1] (pid 2, unknown user)"
-
-
-@pytest.mark.parametrize(
-    ("size", "text"),
-    [
-        (0, "0 bytes"),
-        (1, "1 byte"),
-        (1023, "1023 bytes"),
-        (1024, "1 KiB"),
-        (512 * MiB, "512 MiB"),
-        (12 * GiB, "12 GiB"),
-        (3 * GiB // 2, "1.5 GiB"),
-        (1024 * GiB, "1 TiB"),
-    ],
-)
-def test_human_bytes(size: int, text: str) -> None:
-    assert human_bytes(size) == text

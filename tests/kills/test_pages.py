@@ -205,7 +205,7 @@ def test_a_finished_request_shows_its_steps_outcomes_and_released_memory(
     )
     timeline = client.get(f"/kills/{kill_request.pk}/timeline/", **HTMX)
     assert timeline.status_code == 286
-    assert "Memory released</span>: 1.0 GiB of 1.0 GiB" in timeline.content.decode()
+    assert "Memory released</span>: 1 GiB of 1 GiB" in timeline.content.decode()
 
 
 def test_a_plain_form_post_decides_and_redirects_with_a_message(lab, requester, approver):

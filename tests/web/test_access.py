@@ -70,8 +70,7 @@ def test_the_page_shows_who_is_logged_in_and_logs_out_with_post(viewer_client):
     assert viewer_client.get(reverse("fleet")).status_code == 302
 
 
-def test_the_nav_links_to_the_other_pages(viewer_client, settings):
-    settings.ROOT_URLCONF = "tests.web.urls_with_other_pages"
+def test_the_nav_links_to_the_other_pages(viewer_client):
     page = viewer_client.get(reverse("fleet")).content.decode()
     assert f'<a href="{reverse("fleet")}">Fleet</a>' in page
     assert f'<a href="{reverse("kill_requests")}">Kill requests</a>' in page

@@ -45,11 +45,11 @@ def test_each_gpu_has_a_bar_with_its_unattributed_part(viewer_client):
     # GPU 0: 28 of 80 GiB attributed (35 %), 2 GiB unattributed (2.5 %).
     assert '<div class="bar-attributed" style="width: 35.0%"></div>' in row
     assert '<div class="bar-unattributed" style="width: 2.5%"></div>' in row
-    assert "30.0 GiB / 80.0 GiB" in row
-    assert "(2.0 GiB unattributed)" in row
+    assert "30 GiB / 80 GiB" in row
+    assert "(2 GiB unattributed)" in row
     # GPU 1: 8 of 80 GiB attributed.
     assert '<div class="bar-attributed" style="width: 10.0%"></div>' in row
-    assert "10.0 GiB / 80.0 GiB" in row
+    assert "10 GiB / 80 GiB" in row
 
 
 def test_shows_gpu_process_zombie_and_finding_counts(viewer_client):

@@ -2,13 +2,13 @@
 
 from types import SimpleNamespace
 
-import pytest
 from django.template import Context, Template
 
 from gpuadmin.web.templatetags.gpuadmin_format import (
-    format_bytes,
-    format_duration,
+    bytes_human,
+    duration,
     memory_bar,
+    state_name,
     visible_controls,
     visible_controls_text,
 )
@@ -16,21 +16,12 @@ from gpuadmin.web.templatetags.gpuadmin_format import (
 GiB = 1024**3
 
 
-@pytest.mark.parametrize(("value", "shown"), [
-    (None, "—"), (0, "0 B"), (1023, "1023 B"), (1536, "1.5 KiB"), (12 * GiB, "12.0 GiB"),
-    (80 * GiB + 512 * 1024**2, "80.5 GiB"), (3 * 1024**4, "3.0 TiB"),
-])
-def test_bytes_are_shown_in_binary_units(value, shown):
-    assert format_bytes(value) == shown
-
-
-@pytest.mark.parametrize(("seconds", "shown"), [
-    (None, "—"), (0, "0 s"), (59.9, "59 s"), (60, "1 min"), (303, "5 min 3 s"),
-    (3 * 3600 + 12 * 60 + 40, "3 h 12 min"), (7200, "2 h"), (2 * 86400 + 4 * 3600 + 5, "2 d 4 h"),
-    (86400 + 59, "1 d"), (-5, "0 s"),
-])
-def test_ages_use_the_two_largest_units(seconds, shown):
-    assert format_duration(seconds) == shown
+def test_size_and_age_filters_show_gpuadmin_text_and_a_dash_for_a_missing_value():
+    # The formats themselves are tested in tests/test_text.py.
+    assert bytes_human(12 * GiB) == "12 GiB"
+    assert duration(303) == "5 min 3 s"
+    for missing in (None, ""):
+        assert bytes_human(missing) == duration(missing) == "—"
 
 
 def test_control_characters_become_visible_escapes_in_a_marked_span():
@@ -82,8 +73,8 @@ def test_memory_bar_splits_used_memory_into_attributed_and_unattributed():
                                      memory_attributed_bytes=28 * GiB, utilization_percent=97))
     assert bar == {
         "attributed_percent": "35.0", "unattributed_percent": "2.5", "used_percent": "38",
-        "used": "30.0 GiB", "total": "80.0 GiB", "unattributed": "2.0 GiB",
-        "title": "GPU 0: 30.0 GiB used of 80.0 GiB; 2.0 GiB not attributed to any visible process; 97% busy",
+        "used": "30 GiB", "total": "80 GiB", "unattributed": "2 GiB",
+        "title": "GPU 0: 30 GiB used of 80 GiB; 2 GiB not attributed to any visible process; 97% busy",
     }
 
 
@@ -98,13 +89,11 @@ def test_memory_bar_never_shows_more_attributed_than_used_or_unknown_totals():
     assert unknown == {
         "attributed_percent": "0.0", "unattributed_percent": "0.0", "used_percent": "0",
         "used": "—", "total": "—", "unattributed": "",
-        "title": "GPU 2: — used of —; 0 B not attributed to any visible process",
+        "title": "GPU 2: — used of —; 0 bytes not attributed to any visible process",
     }
 
 
 def test_state_letters_are_named():
-    from gpuadmin.web.templatetags.gpuadmin_format import state_name
-
-    assert state_name("D") == "uninterruptible (disk) sleep"
-    assert state_name("Z") == "zombie"
-    assert state_name("q") == "unknown state"
+    assert state_name("D") == "in uninterruptible sleep (D)"
+    assert state_name("Z") == "a zombie"
+    assert state_name("q") == "in state q"

@@ -51,11 +51,11 @@ def test_unknown_host_is_a_404_page(viewer_client):
 def test_gpu_cards_show_used_attributed_unattributed_utilization_and_total(viewer_client, busy):
     summary = section(page_of(viewer_client), "host-summary")
     card = re.search(r'data-gpu-index="0">.*?</table>', summary, re.S).group(0)
-    assert "<tr><th>Used</th><td class=\"mono\">30.0 GiB</td></tr>" in card
-    assert "<tr><th>Attributed</th><td class=\"mono\">28.0 GiB</td></tr>" in card
-    assert "<tr><th>Unattributed</th><td class=\"mono unattributed\">2.0 GiB</td></tr>" in card
+    assert "<tr><th>Used</th><td class=\"mono\">30 GiB</td></tr>" in card
+    assert "<tr><th>Attributed</th><td class=\"mono\">28 GiB</td></tr>" in card
+    assert "<tr><th>Unattributed</th><td class=\"mono unattributed\">2 GiB</td></tr>" in card
     assert "<tr><th>Utilization</th><td class=\"mono\">97%</td></tr>" in card
-    assert "<tr><th>Total</th><td class=\"mono\">80.0 GiB</td></tr>" in card
+    assert "<tr><th>Total</th><td class=\"mono\">80 GiB</td></tr>" in card
 
 
 def test_holders_table_lists_gpu_memory_and_device_file_holders_biggest_first(viewer_client, busy):
@@ -63,7 +63,7 @@ def test_holders_table_lists_gpu_memory_and_device_file_holders_biggest_first(vi
     assert process_pids(table) == [101, 102, 201, 202, 103]
     row = row_of(table, 101)
     assert "alice" in row
-    assert "<div>GPU 0: 20.0 GiB</div>" in row
+    assert "<div>GPU 0: 20 GiB</div>" in row
     assert '<td class="mono" title="sleeping">S</td>' in row
     assert ">3 h 12 min</td>" in row
     assert '100 <span class="mono">launch</span>' in row  # parent pid + name
@@ -177,8 +177,7 @@ def test_offline_host_is_marked(viewer_client, busy):
     assert '<span class="badge badge-offline">offline</span>' in summary
 
 
-def test_request_kill_links_only_for_requesters(viewer_client, requester_client, busy, settings):
-    settings.ROOT_URLCONF = "tests.web.urls_with_other_pages"
+def test_request_kill_links_only_for_requesters(viewer_client, requester_client, busy):
     new_url = reverse("kill_request_new")
     assert "Request kill" not in page_of(viewer_client)
     row = row_of(section(page_of(requester_client), "host-processes"), 101)
@@ -215,6 +214,21 @@ def test_the_filter_form_gets_only_the_processes_partial(viewer_client, busy):
     assert body.startswith('<section id="host-processes">') and body.endswith("</section>")
     assert body == section(full, "host-processes")
     assert process_pids(body) == [102]
+
+
+def test_going_back_to_a_filtered_page_gets_the_whole_page(viewer_client, busy):
+    # The filter form pushes its URL (hx-push-url). Going back to it when htmx has no copy of the
+    # page in its history cache, htmx asks for that URL with HX-Request *and*
+    # HX-History-Restore-Request, and puts the answer in place of the whole body: it must be the
+    # page, not the poll's fragment.
+    response = viewer_client.get(
+        URL, {"user": "erin"}, HTTP_HX_REQUEST="true", HTTP_HX_HISTORY_RESTORE_REQUEST="true"
+    )
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert "<html" in body and '<form id="process-filters"' in body
+    assert section(body, "host-processes") == section(page_of(viewer_client, user="erin"), "host-processes")
+    assert "HX-History-Restore-Request" in {v.strip() for v in response["Vary"].split(",")}
 
 
 def test_polling_a_host_that_is_gone_stops_the_polling(viewer_client):

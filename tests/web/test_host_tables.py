@@ -64,9 +64,9 @@ def test_tables_from_a_document():
     tables = host_tables(host.latest_snapshot.document, gpus, ProcessQuery(gpu="0", sort="pid"))
     assert [r.process.pid for r in tables.processes] == [101, 201, 202]
     assert tables.holder_count == 5
-    assert (tables.page.number, tables.page.page_count, tables.page.match_count) == (1, 1, 3)
-    assert (tables.page.first_row_number, tables.page.last_row_number) == (1, 3)
-    assert tables.page.previous_link is None and tables.page.next_link is None
+    assert (tables.page.number, tables.page.paginator.num_pages, tables.page.paginator.count) == (1, 1, 3)
+    assert (tables.page.start_index(), tables.page.end_index()) == (1, 3)
+    assert tables.previous_page_link is None and tables.next_page_link is None
     assert tables.users == ["alice", "bob", "carol", "erin"]
     assert tables.zombie_count == 6
     assert [t.parent_pid for t in tables.zombie_trees] == [300, 999]
@@ -80,7 +80,7 @@ def test_no_document_means_empty_tables():
     tables = host_tables(None, [], ProcessQuery())
     assert tables.has_snapshot is False
     assert tables.processes == tables.zombie_trees == tables.orphans == []
-    assert (tables.page.number, tables.page.match_count, tables.page.first_row_number) == (1, 0, 0)
+    assert (tables.page.number, tables.page.paginator.count, tables.page.start_index()) == (1, 0, 0)
 
 
 def test_memory_on_a_gpu_missing_from_the_list_is_labelled_by_uuid():

@@ -17,11 +17,12 @@ from django.utils import timezone
 
 from gpuadmin.fleet.models import Finding, Host
 from gpuadmin.fleet.process_tree import process_rows
-from gpuadmin.fleet.units import human_bytes
+from gpuadmin.fleet.validation import document_taken_at
 from gpuadmin.kills import memory
 from gpuadmin.kills.models import KillRequest
 from gpuadmin.kills.services.auditing import audit
 from gpuadmin.kills.states import Status
+from gpuadmin.text import human_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -34,17 +35,10 @@ WATCH_FOR = timedelta(hours=6)
 RELEASING = (Status.SUCCEEDED, Status.UNKILLABLE, Status.FAILED)
 
 
-def _taken_at(document: dict[str, Any]) -> datetime | None:
-    try:
-        return datetime.fromisoformat(document["taken_at"])
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
 def confirm_released(host: Host, document: dict[str, Any], *, now: datetime | None = None) -> list[int]:
     """Record released memory for the host's finished requests this snapshot settles; their ids."""
     now = now or timezone.now()
-    taken_at = _taken_at(document)
+    taken_at = document_taken_at(document)
     if taken_at is None:
         return []
     candidates = KillRequest.objects.filter(

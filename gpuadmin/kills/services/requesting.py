@@ -14,12 +14,12 @@ from django.utils import timezone
 from gpuadmin.accounts.roles import Role, has_role
 from gpuadmin.fleet.models import Host, LatestSnapshot
 from gpuadmin.fleet.process_tree import ProcessRow
-from gpuadmin.fleet.units import human_bytes
 from gpuadmin.kills import memory, plans, targets
 from gpuadmin.kills.models import CMDLINE_PREVIEW_ARGS, CMDLINE_PREVIEW_CHARS, KillRequest, KillTarget
 from gpuadmin.kills.services.auditing import audit
 from gpuadmin.kills.services.errors import BadInput, Conflict, NotAllowed, NotFound, Refused
 from gpuadmin.kills.states import Status
+from gpuadmin.text import human_bytes
 
 OPEN_STATUSES = (Status.PENDING, Status.APPROVED, Status.RUNNING)
 

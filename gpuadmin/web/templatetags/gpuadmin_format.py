@@ -1,5 +1,6 @@
-"""Template filters for what the pages show: bytes, ages, roles, and untrusted
-text from processes made visible instead of interpreted (see untrusted_text.py).
+"""Template filters for what the pages show: bytes, ages and process states
+(one-line wrappers of ``gpuadmin.text``), roles, and untrusted text from
+processes made visible instead of interpreted (see untrusted_text.py).
 
 Anything that comes from a GPU host (command line, process name, user name,
 container id) is chosen by whoever runs the process there: show it through
@@ -16,65 +17,28 @@ from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
 from gpuadmin.accounts.roles import Role, role_names
+from gpuadmin.text import human_bytes, human_duration, process_state
 from gpuadmin.web.untrusted_text import visible_text, visible_text_parts
 
 register = template.Library()
 
-_BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
-
-
-def format_bytes(value: int | float | None) -> str:
-    """1536 -> '1.5 KiB'; 12 * 2**30 -> '12.0 GiB'; None -> '—' (not known)."""
-    if value is None or value == "":
-        return "—"
-    amount = float(value)
-    for unit in _BYTE_UNITS:
-        if abs(amount) < 1024 or unit == _BYTE_UNITS[-1]:
-            return f"{int(amount)} B" if unit == "B" else f"{amount:.1f} {unit}"
-        amount /= 1024
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
-def format_duration(seconds: int | float | None) -> str:
-    """An age in the two largest units: '42 s', '5 min 3 s', '3 h 12 min', '2 d 4 h'."""
-    if seconds is None or seconds == "":
-        return "—"
-    total = max(0, int(seconds))
-    if total < 60:
-        return f"{total} s"
-    parts: list[tuple[int, str]] = []
-    for size, unit in ((86400, "d"), (3600, "h"), (60, "min"), (1, "s")):
-        parts.append((total // size, unit))
-        total %= size
-    # Start at the largest non-zero unit and keep the next one when it is not zero.
-    first = next(i for i, (n, _) in enumerate(parts) if n)
-    shown = [parts[first]]
-    if first + 1 < len(parts) and parts[first + 1][0]:
-        shown.append(parts[first + 1])
-    return " ".join(f"{n} {unit}" for n, unit in shown)
-
-
-# The /proc/<pid>/stat state letters (proc(5)).
-PROCESS_STATES = {
-    "R": "running", "S": "sleeping", "D": "uninterruptible (disk) sleep", "Z": "zombie",
-    "T": "stopped", "t": "stopped by a debugger", "X": "dead", "I": "idle kernel thread",
-    "P": "parked", "W": "paging", "K": "wakekill",
-}
+# Formatting lives in gpuadmin.text; these filters only adapt it to templates, where a
+# missing value arrives as "".
 
 
 @register.filter
 def state_name(letter: Any) -> str:
-    return PROCESS_STATES.get(str(letter), "unknown state")
+    return process_state(str(letter))
 
 
 @register.filter
 def bytes_human(value: Any) -> str:
-    return format_bytes(value)
+    return human_bytes(None if value == "" else value)
 
 
 @register.filter
 def duration(value: Any) -> str:
-    return format_duration(value)
+    return human_duration(None if value == "" else value)
 
 
 @register.filter(is_safe=False)
@@ -110,11 +74,6 @@ def role_label(user: Any) -> str:
 
 
 @register.filter
-def has_role(user: Any, role: str) -> bool:
-    return role in role_names(user)
-
-
-@register.filter
 def percent_of(part: Any, whole: Any) -> float:
     """part / whole as a percentage clamped to 0..100, for bar widths (0 when unknown)."""
     try:
@@ -141,8 +100,8 @@ def memory_bar(gpu: Any) -> dict[str, str]:
     unattributed_percent = min(percent_of(unattributed, total), 100.0 - attributed_percent)
     utilization = getattr(gpu, "utilization_percent", None)
     title = (
-        f"GPU {gpu.index}: {format_bytes(used_bytes)} used of {format_bytes(total)}; "
-        f"{format_bytes(unattributed)} not attributed to any visible process"
+        f"GPU {gpu.index}: {human_bytes(used_bytes)} used of {human_bytes(total)}; "
+        f"{human_bytes(unattributed)} not attributed to any visible process"
     )
     if utilization is not None:
         title += f"; {utilization}% busy"
@@ -150,9 +109,9 @@ def memory_bar(gpu: Any) -> dict[str, str]:
         "attributed_percent": f"{attributed_percent:.1f}",
         "unattributed_percent": f"{unattributed_percent:.1f}",
         "used_percent": f"{percent_of(used, total):.0f}",
-        "used": format_bytes(used_bytes),
-        "total": format_bytes(total),
-        "unattributed": format_bytes(unattributed) if unattributed else "",
+        "used": human_bytes(used_bytes),
+        "total": human_bytes(total),
+        "unattributed": human_bytes(unattributed) if unattributed else "",
         "title": title,
     }
 

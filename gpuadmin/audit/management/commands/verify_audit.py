@@ -10,7 +10,6 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from gpuadmin.audit.chain import verify_chain
 from gpuadmin.audit.models import AuditEvent
 
 
@@ -35,7 +34,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         anchor = _parse_anchor(options["anchor"]) if options["anchor"] else None
-        result = verify_chain(using=options["database"])
+        result = AuditEvent.objects.using(options["database"]).verify()
         if not result.ok:
             raise CommandError(result.summary())
         if anchor is not None:

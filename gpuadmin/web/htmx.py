@@ -1,0 +1,45 @@
+"""How the pages speak htmx, in one place (as NetBox's utilities/htmx.py).
+
+Every page region is one partial template that the full page includes and
+that is returned alone to htmx, so a view only decides *which* of the two to
+render: ``wants_fragment``. Responses vary on the headers that decide it
+(``vary_on_htmx``), and a poll is stopped with ``HTMX_STOP_POLLING``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.http import HttpRequest
+from django.views.decorators.vary import vary_on_headers
+
+# htmx stops polling an element when its request is answered with this status.
+HTMX_STOP_POLLING = 286
+
+# The request headers that decide page or fragment.
+PAGE_OR_FRAGMENT_HEADERS = ("HX-Request", "HX-History-Restore-Request")
+
+
+def wants_fragment(request: HttpRequest) -> bool:
+    """True when htmx will swap the answer into part of a page.
+
+    False for a browser's page load, and for htmx's history restore: going
+    back to a URL htmx pushed (a filter, a page of a table) that is not in its
+    history cache, htmx asks for that URL with ``HX-Request`` *and*
+    ``HX-History-Restore-Request`` and puts the answer in place of the whole
+    body, so it must get the whole page.
+    """
+    htmx = getattr(request, "htmx", None)
+    return bool(htmx) and not htmx.history_restore_request
+
+
+def fragment_target(request: HttpRequest) -> str | None:
+    """The id of the element a fragment request targets (``HX-Target``); None for a page."""
+    return request.htmx.target if wants_fragment(request) else None
+
+
+def vary_on_htmx(*extra_headers: str) -> Callable[[Any], Any]:
+    """``vary_on_headers`` for a view that answers a page or a fragment; ``extra_headers`` are
+    any others it reads (``HX-Target``)."""
+    return vary_on_headers(*PAGE_OR_FRAGMENT_HEADERS, *extra_headers)
