@@ -54,8 +54,8 @@ LIB_RM_VERSION_MISMATCH = 18
 ARGUMENT_VERSION_MISMATCH = 25
 
 _ERROR_TEXT = {1: b"Uninitialized", 3: b"Not Supported", 4: b"Insufficient Permissions", 6: b"Not Found",
-               9: b"Driver Not Loaded", 15: b"GPU is lost", 18: b"RM has detected an NVML/RM version mismatch.",
-               999: b"Unknown Error"}
+               9: b"Driver Not Loaded", 15: b"GPU is lost",
+               18: b"RM has detected an NVML/RM version mismatch.", 999: b"Unknown Error"}
 
 
 @dataclass
@@ -69,7 +69,7 @@ class FakeMig:
     total: int = 10 * GiB
     used: int = 0
     compute: list[tuple[int, int | None]] = field(default_factory=list)  # (pid, memory); None: not available
-    slot: int | None = None  # its index among the parent's MIG device handles (default: its place in the list)
+    slot: int | None = None  # its index among the parent's MIG device handles (default: place in the list)
 
 
 @dataclass
@@ -87,6 +87,10 @@ class FakeGpu:
     name_bytes: bytes | None = None  # the raw name, when it is not UTF-8
     mig: list[FakeMig] | None = None  # MIG on (with these devices) when not None
     mig_slots: int = 7
+
+
+# Functions that work without an open session.
+_WITHOUT_SESSION = ("nvmlInit", "nvmlInit_v2", "nvmlInitWithFlags", "nvmlShutdown", "nvmlErrorString")
 
 
 def version_tuple(version: str) -> tuple[int, int]:
@@ -159,9 +163,9 @@ class FakeDriver:
     """libnvidia-ml.so.1 of one driver version; attribute lookup is symbol lookup (AttributeError:
     not exported, which the binding turns into FunctionNotFound)."""
 
-    def __init__(self, gpus: Iterable[FakeGpu] = (), *, version: str = "550.54.14", init_error: int | None = None,
-                 missing: Iterable[str] = (), errors: dict[str, int] | None = None,
-                 privileged: bool = False) -> None:
+    def __init__(self, gpus: Iterable[FakeGpu] = (), *, version: str = "550.54.14",
+                 init_error: int | None = None, missing: Iterable[str] = (),
+                 errors: dict[str, int] | None = None, privileged: bool = False) -> None:
         self.gpus = list(gpus)
         self.version = version
         self.init_error = init_error
@@ -196,7 +200,7 @@ class FakeDriver:
 
         def c_function(*args: Any) -> Any:
             self.calls.append(name)
-            if name not in ("nvmlInit", "nvmlInit_v2", "nvmlInitWithFlags", "nvmlShutdown", "nvmlErrorString"):
+            if name not in _WITHOUT_SESSION:
                 if self._session_generation is None:
                     return UNINITIALIZED
                 if self._session_generation != self._generation:
@@ -211,7 +215,8 @@ class FakeDriver:
         if "RunningProcesses" in name:
             return lambda handle, count, array: self._processes(name, handle, count, array)
         simple = {
-            "nvmlInit": self._init, "nvmlInit_v2": self._init, "nvmlInitWithFlags": lambda flags: self._init(),
+            "nvmlInit": self._init, "nvmlInit_v2": self._init,
+            "nvmlInitWithFlags": lambda flags: self._init(),
             "nvmlShutdown": self._shutdown,
             "nvmlErrorString": lambda code: _ERROR_TEXT.get(code, b"Unknown Error"),
             "nvmlSystemGetDriverVersion": lambda buffer, size: self._string(buffer, self.version.encode()),
@@ -236,7 +241,8 @@ class FakeDriver:
                 handle, lambda m: self._out(out, m.gpu_instance_id)),
             "nvmlDeviceGetComputeInstanceId": lambda handle, out: self._on_mig(
                 handle, lambda m: self._out(out, m.compute_instance_id)),
-            "nvmlDeviceIsMigDeviceHandle": lambda handle, out: self._out(out, int(self._device(handle)[1] is not None)),
+            "nvmlDeviceIsMigDeviceHandle": lambda handle, out: self._out(
+                out, int(self._device(handle)[1] is not None)),
         }
         return simple.get(name, lambda *args: NOT_SUPPORTED)
 
@@ -395,7 +401,7 @@ def load_binding(driver: FakeDriver, *, without: Iterable[str] = ()) -> types.Mo
     spec = importlib.util.spec_from_file_location("pynvml", BINDING_PATH)
     assert spec is not None
     module = importlib.util.module_from_spec(spec)
-    exec(_binding_code(BINDING_PATH), module.__dict__)  # noqa: S102 - the installed binding's own source
+    exec(_binding_code(BINDING_PATH), module.__dict__)  # the binding's own source, run as an import would
 
     def cdll(path: str, *args: Any, **kwargs: Any) -> FakeDriver:
         assert path == "libnvidia-ml.so.1", path
@@ -403,7 +409,8 @@ def load_binding(driver: FakeDriver, *, without: Iterable[str] = ()) -> types.Mo
 
     module.CDLL = cdll  # type: ignore[attr-defined]
     for name in without:
-        delattr(module, name)
+        if hasattr(module, name):  # bindings before 12.550 lack the _v2 wrappers already
+            delattr(module, name)
     return module
 
 
