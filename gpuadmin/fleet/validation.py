@@ -343,6 +343,12 @@ def _check_processes(processes: list[dict[str, Any]], gpu_uuids: set[str]) -> No
                 raise SnapshotRejected(
                     f"processes[{i}].gpu_memory_bytes: GPU {_clip(json.dumps(uuid))} is not in gpus"
                 )
+        for j, instance in enumerate(process.get("mig_instances", ())):
+            if instance["gpu_uuid"] not in gpu_uuids:
+                uuid = _clip(json.dumps(instance["gpu_uuid"]))
+                raise SnapshotRejected(
+                    f"processes[{i}].mig_instances[{j}].gpu_uuid: GPU {uuid} is not in gpus"
+                )
 
 
 # --- wording --------------------------------------------------------------

@@ -229,3 +229,31 @@ def test_json_path() -> None:
     assert (
         json_path(["processes", 0, "gpu_memory_bytes", "GPU-1"]) == 'processes[0].gpu_memory_bytes["GPU-1"]'
     )
+
+
+def mig_snapshot(instance_gpu: str = "GPU-sim-0000") -> dict[str, Any]:
+    parent = gpu(0, used=12 * GiB)
+    parent["mig_instances"] = [{"uuid": "MIG-1", "name": "A100 MIG 1g.10gb", "gpu_instance_id": 1,
+                                "compute_instance_id": 0, "memory_total_bytes": 10 * GiB,
+                                "memory_used_bytes": 3 * GiB}]
+    on_instance = {"gpu_uuid": instance_gpu, "gpu_instance_id": 1, "compute_instance_id": 0,
+                   "used_memory_bytes": None}
+    return good(
+        gpus=[parent],
+        processes=[proc(4120, gpu_memory={"GPU-sim-0000": None}, mig_instances=[on_instance])],
+        unmatched=[{"pid": 99, "gpu_uuid": "GPU-sim-0000", "used_memory_bytes": None, "gpu_instance_id": 1,
+                    "compute_instance_id": 0}],
+    )
+
+
+def test_mig_instances_are_accepted_and_stay_optional() -> None:
+    document = mig_snapshot()
+    assert parse_snapshot(json.dumps(document), now=NOW) == document
+    plain = good(processes=[proc(4120, gpu_memory={"GPU-sim-0000": GiB})])  # as agents before MIG sent them
+    assert parse_snapshot(json.dumps(plain), now=NOW) == plain
+
+
+def test_a_mig_instance_of_a_gpu_that_is_not_listed() -> None:
+    assert rejection(json.dumps(mig_snapshot("GPU-ghost"))).message == (
+        'processes[0].mig_instances[0].gpu_uuid: GPU "GPU-ghost" is not in gpus'
+    )
