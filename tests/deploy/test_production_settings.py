@@ -7,6 +7,7 @@ gunicorn would read them at start (settings are module-level code).
 from __future__ import annotations
 
 import os
+import pwd
 import secrets
 import subprocess
 import sys
@@ -59,3 +60,29 @@ def test_check_deploy_warns_when_a_production_setting_is_missing(
     result = check_deploy(production_environment(tmp_path, **overrides))
     assert result.returncode != 0
     assert warning in result.stdout + result.stderr
+
+
+def test_the_example_central_env_passes_check_deploy_through_gpuadmin_manage(tmp_path: Path) -> None:
+    """deploy/central.env.example, as docs/deploy.md installs it, read the way gpuadmin-manage reads it."""
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    (etc / "secret_key").write_text(secrets.token_urlsafe(48) + "\n")
+    (etc / "metrics_token").write_text(secrets.token_urlsafe(32) + "\n")
+    env_file = etc / "central.env"
+    example = (REPO / "deploy" / "central.env.example").read_text()
+    env_file.write_text(example.replace("/etc/gpuadmin/", f"{etc}/"))
+    environment = {k: v for k, v in os.environ.items()
+                   if not k.startswith(("GPUADMIN_", "DJANGO_")) and k not in ("DATABASE_URL", "REDIS_URL")}
+    environment.update({
+        "GPUADMIN_ENV_FILE": str(env_file),
+        "GPUADMIN_ROOT": str(REPO),
+        "GPUADMIN_PYTHON": sys.executable,
+        "GPUADMIN_MANAGE_USER": pwd.getpwuid(os.getuid()).pw_name,
+        "GPUADMIN_DATA_DIR": str(tmp_path / "data"),
+    })
+    result = subprocess.run(
+        [str(REPO / "deploy" / "gpuadmin-manage"), "check", "--deploy", "--fail-level", "WARNING"],
+        env=environment, capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "System check identified no issues (0 silenced)." in result.stdout
