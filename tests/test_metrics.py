@@ -4,8 +4,10 @@ and checked against what central stored through the real ingest and kill service
 from __future__ import annotations
 
 import json
+import re
 from collections import defaultdict
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.test import Client
@@ -23,6 +25,7 @@ from tests.people import _fast_password_hashing  # noqa: F401 - autouse fixture
 
 TOKEN = "metrics-token-for-tests-0123456789"
 HOSTILE_ARGV = ["python", "--run", 'x"} 1\n# HELP evil', "--user=pid_4242"]
+DASHBOARD = Path(__file__).resolve().parent.parent / "deploy" / "grafana-dashboard.json"
 BOUNDED_LABELS = {"host", "gpu", "uuid", "name", "kind", "severity", "status"}
 
 
@@ -220,3 +223,15 @@ def test_a_scrape_costs_the_same_queries_for_two_hosts_or_twelve(
         samples = scrape()
     assert len(samples["gpuadmin_host_online"]) == 12
     assert len(samples["gpuadmin_gpu_memory_used_bytes"]) == 3 + 20
+
+
+def test_the_example_grafana_dashboard_uses_only_exported_metrics(fleet: None, metrics_token: str) -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    expressions = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+    expressions += [v["definition"] for v in dashboard["templating"]["list"] if "definition" in v]
+    used = {name for expr in expressions for name in re.findall(r"\bgpuadmin_[a-z_]+", expr)}
+    exported = set(scrape())
+    assert used and used <= exported, used - exported
+    # Every family is on the dashboard except the GPU's size, which only scales the others.
+    families = {name.removesuffix("_total") for name in exported}
+    assert families - {name.removesuffix("_total") for name in used} == {"gpuadmin_gpu_memory_total_bytes"}
