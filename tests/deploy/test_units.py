@@ -107,7 +107,10 @@ def test_the_agent_runs_as_its_own_user_with_three_capabilities_only() -> None:
     # Host PIDs: no private PID namespace, every process visible in /proc.
     assert "PrivatePIDs" not in agent
     assert agent["ProtectProc"] == ["default"] and agent["ProcSubset"] == ["all"]
-    assert agent["PrivateDevices"] == ["no"]  # NVML opens /dev/nvidia*
+    # NVML opens /dev/nvidia*: no private /dev, and no device allow-list (which
+    # ProtectClock= would imply) that leaves them out.
+    assert agent["PrivateDevices"] == ["no"]
+    assert not {"DeviceAllow", "DevicePolicy", "ProtectClock"} & set(agent)
 
 
 @pytest.mark.parametrize("name", ["gpuadmin-web.service", "gpuadmin-worker.service", "gpuadmin-beat.service"])
