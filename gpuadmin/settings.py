@@ -18,7 +18,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from gpuadmin import data_dir
-from gpuadmin.env import env_bool, env_int, env_str
+from gpuadmin.env import env_bool, env_int, env_secret, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = data_dir.data_dir()
@@ -129,6 +129,20 @@ CSRF_COOKIE_HTTPONLY = False  # htmx reads it from the page, not the cookie
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 
+# Production, behind a reverse proxy that terminates TLS (docs/deploy.md).
+# GPUADMIN_HTTPS=1 says browsers reach the panel over HTTPS only: cookies are
+# sent over HTTPS only, browsers are told to use nothing else (HSTS), and the
+# proxy's X-Forwarded-Proto is trusted, so the proxy must always set it.
+# With it, a real GPUADMIN_SECRET_KEY and DEBUG off, `check --deploy` is clean.
+if env_bool("GPUADMIN_HTTPS", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = True
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = env_int("GPUADMIN_HSTS_SECONDS", 365 * 24 * 3600)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("GPUADMIN_HSTS_INCLUDE_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = env_bool("GPUADMIN_HSTS_PRELOAD", True)
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.TokenAuthentication",
@@ -157,6 +171,8 @@ GPUADMIN_UNATTRIBUTED_THRESHOLD_BYTES = env_int(
     "GPUADMIN_UNATTRIBUTED_THRESHOLD_BYTES", 512 * 1024 * 1024
 )
 GPUADMIN_PID_USAGE_WARN_RATIO = 0.8
+# Bearer token for /metrics (gpuadmin/metrics.py); unset, /metrics answers 404.
+GPUADMIN_METRICS_TOKEN = env_secret("GPUADMIN_METRICS_TOKEN")
 
 # Kill workflow (see gpuadmin/kills).
 GPUADMIN_ALLOW_SELF_APPROVAL = env_bool("GPUADMIN_ALLOW_SELF_APPROVAL", False)
