@@ -14,7 +14,7 @@ Layouts recognised (docs/snapshot.md, `owner`):
 - Docker: ``/docker/<id>``, ``/system.slice/docker-<id>.scope``; Podman:
   ``libpod-<id>.scope[/container]``, ``/libpod_parent/libpod-<id>``; containerd:
   ``cri-containerd-<id>.scope``, ``nerdctl-<id>.scope``, ``/<namespace>/<id>``;
-  CRI-O: ``crio-<id>.scope``; and the ``<slice>:<prefix>:<id>`` spelling that a
+  CRI-O: ``crio-<id>.scope``; and the ``<slice>:<prefix>:<id>`` directory that a
   cgroup v1 host shows when the runtime and the kubelet disagree on drivers.
 - Kubernetes: ``kubepods[/burstable|/besteffort]/pod<uid>/<id>`` (cgroupfs
   driver) and ``kubepods[-burstable|-besteffort]-pod<uid_with_underscores>.slice/<prefix>-<id>.scope``
@@ -73,9 +73,6 @@ _HEX_ID = r"[0-9a-f]{64}"
 _CONTAINER_COMPONENT = re.compile(
     rf"^(?:(docker|libpod|cri-containerd|crio|nerdctl)-)?({_HEX_ID})(?:\.scope)?$"
 )
-# systemd's "slice:prefix:name" cgroupsPath, written literally as one component
-# by a runtime on the cgroupfs driver (seen on cgroup v1 hosts).
-_CONTAINER_COLON_FORM = re.compile(rf"^.*:(docker|cri-containerd|crio|libpod|nerdctl):({_HEX_ID})$")
 _PREFIX_RUNTIME = {
     "docker": "docker",
     "libpod": "podman",
@@ -168,7 +165,15 @@ def owner_from_path(path: str) -> Owner | None:
     """The owner named by one cgroup path; the innermost job, container or pod wins
     (a Slurm job inside a pod, a container inside a container)."""
     reader = _PathReader()
-    parts = [part for part in path.split("/") if part]
+    parts: list[str] = []
+    for part in path.split("/"):
+        if part.count(":") == 2:
+            # systemd's "slice:prefix:name" cgroupsPath written literally as one directory by a
+            # runtime on the cgroupfs driver while the kubelet uses systemd's (seen on v1 hosts).
+            slice_name, prefix, name = part.split(":")
+            parts += [slice_name, f"{prefix}-{name}.scope"]
+        elif part:
+            parts.append(part)
     for index, part in enumerate(parts):
         parent = parts[index - 1] if index else ""
         # Each reader returns True when the component was its own; the first taker wins.
@@ -208,7 +213,7 @@ class _PathReader:
         return True
 
     def container(self, part: str, parent: str) -> bool:
-        found = _CONTAINER_COMPONENT.match(part) or _CONTAINER_COLON_FORM.match(part)
+        found = _CONTAINER_COMPONENT.match(part)
         if found is None:
             return False
         prefix, container_id = found.groups()
@@ -328,7 +333,8 @@ def docker_facts(paths: RuntimePaths, container_id: str) -> ContainerFacts | Non
         return None
     inner = _mapping(config.get("Config"))
     labels = _mapping(inner.get("Labels"))
-    name = (_text(config.get("Name")) or "").lstrip("/") or None
+    raw_name = config.get("Name")
+    name = _text(raw_name.lstrip("/") if isinstance(raw_name, str) else None)
     return ContainerFacts(
         runtime="docker",
         # Docker keeps its names with a leading "/"; dockershim / cri-dockerd label the
@@ -484,7 +490,7 @@ class OwnerResolver:
             if stepd is not None and (job := self._slurmstepd_job(stepd)) is not None:
                 return job
         if owner is not None and owner.container_id is not None:
-            owner = self._with_names(owner)
+            owner = self.with_names(owner)
         return owner
 
     def _slurmstepd_job(self, pid: int) -> Owner | None:
@@ -514,8 +520,10 @@ class OwnerResolver:
                 return found
         return None
 
-    def _with_names(self, owner: Owner) -> Owner:
-        assert owner.container_id is not None
+    def with_names(self, owner: Owner) -> Owner:
+        """The owner with its container's and pod's names, where the runtimes' files have them."""
+        if owner.container_id is None:
+            return owner
         facts = self.container_facts(owner.container_id, owner.runtime)
         changes: dict[str, object] = {}
         if facts is not None:
