@@ -36,6 +36,7 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
+from functools import lru_cache
 
 from gpuadmin.probe.config import RuntimePaths
 from gpuadmin.probe.procfs import StatFields, read_cmdline_bytes
@@ -132,8 +133,12 @@ class Owner:
 # --- the pure part: /proc/<pid>/cgroup -> owner ----------------------------------------
 
 
+@lru_cache(maxsize=512)  # bounded: users can make deep cgroups of their own under user@.service
 def owner_from_cgroup(text: str) -> Owner | None:
     """The owner named by /proc/<pid>/cgroup text (v1, v2 or hybrid), None when none is.
+
+    Cached: a job's workers, a session's shells and a container's processes
+    share one text, and the agent probes the same cgroups again every interval.
 
     A job, container or pod found on any line wins over a systemd unit (on a v1
     host docker's cgroupfs driver moves a container's controllers while the
