@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
@@ -314,10 +315,20 @@ def _text(value: object) -> str | None:
 def _read_json(path: str) -> object:
     """The parsed file, or None when it is missing, unreadable, too big or not JSON."""
     try:
-        with open(path, "rb") as f:
+        # Non-blocking, and regular files only: a FIFO planted in a store a user can
+        # write to (rootless Podman's, in a home directory) must not hang the agent.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as f:
             data = f.read(METADATA_MAX_BYTES + 1)
     except OSError:
         return None
+    finally:
+        os.close(fd)
     if len(data) > METADATA_MAX_BYTES:
         return None
     try:
@@ -481,7 +492,6 @@ class OwnerResolver:
     one container or one slurmstepd)."""
 
     paths: RuntimePaths = field(default_factory=RuntimePaths)
-    read_cmdline: Callable[[int], bytes | None] | None = None
     _facts: dict[str, ContainerFacts | None] = field(default_factory=dict)
     _slurmstepd_jobs: dict[int, Owner | None] = field(default_factory=dict)
     _storage: ContainersStorage | None = None
@@ -500,8 +510,7 @@ class OwnerResolver:
 
     def _slurmstepd_job(self, pid: int) -> Owner | None:
         if pid not in self._slurmstepd_jobs:
-            reader = self.read_cmdline or read_cmdline_bytes
-            raw = reader(pid) or b""
+            raw = read_cmdline_bytes(pid) or b""
             self._slurmstepd_jobs[pid] = slurm_job_from_title(raw.split(b"\0")[0].decode("utf-8", "replace"))
         return self._slurmstepd_jobs[pid]
 

@@ -237,3 +237,11 @@ def test_the_paths_come_from_the_environment() -> None:
                                                 "/host/var/log")
     assert ProbeConfig.from_env({}, host_name="gpu01").runtime_paths == RuntimePaths()
     assert RuntimePaths().docker_root == "/var/lib/docker"
+
+
+def test_a_fifo_where_a_file_belongs_does_not_hang_the_probe(paths: RuntimePaths) -> None:
+    """A user who can write to a store (rootless Podman's, in a home directory) must not stall the agent."""
+    listing = Path(paths.containers_storage_root) / "overlay-containers" / "containers.json"
+    listing.parent.mkdir(parents=True)
+    os.mkfifo(listing)
+    assert resolve(paths, f"0::/machine.slice/libpod-{CID}.scope\n").container_name is None
