@@ -11,6 +11,7 @@ from typing import Any
 
 from gpuadmin.probe.owners import (
     CONTAINER,
+    KIND_FIELDS,
     KUBERNETES_POD,
     LOGIN_SESSION,
     SLURM_JOB,
@@ -88,7 +89,9 @@ class ProcessRow:
         """Every field of the owner that is known, for a tooltip."""
         if not self.owner:
             return ""
-        return ", ".join(f"{key} {value}" for key, value in self.owner.items() if value is not None)
+        # In the probe's order: a PostgreSQL jsonb column gives the keys back in its own.
+        keys = ("kind", *KIND_FIELDS.get(self.owner.get("kind", ""), sorted(set(self.owner) - {"kind"})))
+        return ", ".join(f"{key} {self.owner[key]}" for key in keys if self.owner.get(key) is not None)
 
     @property
     def total_gpu_memory_bytes(self) -> int:
