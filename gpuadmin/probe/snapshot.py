@@ -1,9 +1,10 @@
-"""One reading of the host: the schema-v1 snapshot document (docs/snapshot.md).
+"""One reading of the host: the snapshot document (docs/snapshot.md).
 
 The whole process table is read (cheaply, /proc/<pid>/stat and the open-file
 links); only the processes that matter are described in full: GPU-memory
 holders, device-file holders, zombies, D-state processes, their ancestors up
-to PID 1 and their descendants. The rest are counted.
+to PID 1 and their descendants, each with its owner (job, container, pod,
+unit). The rest are counted.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from gpuadmin.probe.config import ProbeConfig
 from gpuadmin.probe.devices import DeviceMatcher, DeviceScan, scan_device_holders
 from gpuadmin.probe.gpus import GpuProcess, drop_impossible_pids, read_gpus
 from gpuadmin.probe.host import host_facts
+from gpuadmin.probe.owners import OwnerResolver
 from gpuadmin.probe.processes import (
     UNINTERRUPTIBLE,
     ZOMBIE,
@@ -27,7 +29,8 @@ from gpuadmin.probe.processes import (
 )
 from gpuadmin.probe.procfs import StatFields, read_cmdline_bytes, read_pid_max
 
-SCHEMA_VERSION = 1
+# The newest version in snapshot.schema.json's schema_version enum (tests hold the two together).
+SCHEMA_VERSION = 2
 REASONS = ("gpu", "device", "zombie", "uninterruptible", "ancestor", "descendant")
 
 
@@ -46,10 +49,14 @@ def take_snapshot(config: ProbeConfig | None = None) -> dict[str, object]:
             reasons.setdefault(pid, ["all"])
     gpu_memory, mig_instances, unmatched = match_gpu_processes(gpu_state.processes, stats)
 
+    owners = OwnerResolver(config.runtime_paths)
     rows = []
     for pid in sorted(reasons):
         stat = stats[pid]
         row = describe(stat, uptime_seconds=uptime_seconds, cmdline_max_bytes=config.cmdline_max_bytes)
+        owner = owners.owner_of(pid, stats)
+        row["container_id"] = owner.container_id if owner is not None else None
+        row["owner"] = owner.as_document() if owner is not None else None
         row["orphaned"] = is_orphaned(stat, stats)
         row["reasons"] = reasons[pid]
         row["gpu_memory_bytes"] = gpu_memory.get(pid, {})

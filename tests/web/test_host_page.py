@@ -162,7 +162,7 @@ def test_a_rejected_snapshot_and_an_unavailable_backend_are_explained(viewer_cli
     with pytest.raises(SnapshotRejected):
         from gpuadmin.fleet.ingest import ingest_snapshot
 
-        ingest_snapshot(snapshot_json("gpu01").replace('"schema_version": 1', '"schema_version": 99'))
+        ingest_snapshot(snapshot_json("gpu01").replace('"schema_version": 2', '"schema_version": 99'))
     summary = section(page_of(viewer_client), "host-summary")
     error = Host.objects.get(name="gpu01").last_error
     assert error
