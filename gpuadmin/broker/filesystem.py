@@ -232,7 +232,10 @@ class Channel(filesystem.Channel):
         super().__init__(connection, **kwargs)
         self.folders = BrokerFolders.from_options(self.transport_options)
         self._claim_folder: ClaimFolder | None = None
-        self._claims: dict[str, Path] = {}  # delivery tag -> its file in our claim folder
+        # Delivery tag -> its claimed file. Kept by the transport: kombu may
+        # reject or restore a message through another channel than the one
+        # that took it (a message for a queue with no consumer).
+        self._claims: dict[str, Path] = connection.claims
         self._no_ack_queues: set[str] = set()
         # One listing of queue/ serves every queue until one of them runs dry,
         # and is redone at most once per polling interval: with a backlog in
@@ -388,13 +391,29 @@ class Channel(filesystem.Channel):
         try:
             raw = path.read_bytes()
         except FileNotFoundError:
-            return []
+            return self._bindings_declared_here(exchange)
         except OSError as exc:
             raise ChannelError(f"cannot read {path}: {exc.strerror}") from exc
         try:
             return [filesystem.exchange_queue_t(*row) for row in loads(raw)]
         except (ValueError, TypeError) as exc:
-            logger.error("broker: exchange table %s is unreadable (%s); treating it as empty", path, exc)
+            logger.error("broker: exchange table %s is unreadable (%s); using this process's bindings",
+                         path, exc)
+            return self._bindings_declared_here(exchange)
+
+    def _bindings_declared_here(self, exchange: str) -> list:
+        """What this process bound to `exchange`: better than routing its messages nowhere."""
+        try:
+            return list(virtual.Channel.get_table(self, exchange))
+        except KeyError:
+            return []
+
+    def _stored_table(self, exchange: str) -> list:
+        """The table as stored (an unreadable one counts as empty: it is about to be rewritten)."""
+        path = self._exchange_file(exchange)
+        try:
+            return [filesystem.exchange_queue_t(*row) for row in loads(path.read_bytes())]
+        except (FileNotFoundError, ValueError, TypeError):
             return []
 
     def _queue_bind(self, exchange: str, routing_key: str, pattern: str, queue: str) -> None:
@@ -412,7 +431,7 @@ class Channel(filesystem.Channel):
         path = self._exchange_file(exchange)
         try:
             with self._control_lock():
-                rows = self.get_table(exchange)
+                rows = self._stored_table(exchange)
                 changed = change(rows)
                 if changed != rows or not path.exists():
                     write_atomically(self.folders.incoming, path, dumps(changed).encode())
@@ -429,11 +448,23 @@ class Channel(filesystem.Channel):
             os.close(fd)
 
 
+_STATE_BY_FOLDER: dict[str, virtual.BrokerState] = {}
+
+
 class Transport(filesystem.Transport):
     """Select with broker_transport = "gpuadmin.broker.filesystem:Transport"."""
 
     Channel = Channel
     polling_interval = DEFAULT_POLLING_INTERVAL_SECONDS
+
+    def __init__(self, client: Any, **kwargs: Any) -> None:
+        super().__init__(client, **kwargs)
+        self.claims: dict[str, Path] = {}
+        # kombu keeps declared bindings in one state per process and skips
+        # writing a binding it remembers; a process that talks to two broker
+        # folders (or to one made again) must not take one's for the other's.
+        root = str(BrokerFolders.from_options(client.transport_options).root)
+        self.state = _STATE_BY_FOLDER.setdefault(root, virtual.BrokerState())
 
     def establish_connection(self) -> Any:
         # Connecting checks that the broker's folders are there and writable,

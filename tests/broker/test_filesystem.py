@@ -50,6 +50,14 @@ TAKE_THREE_AND_HANG = textwrap.dedent("""
         time.sleep(600)
 """)
 
+# Takes two messages, acknowledges neither, and closes its connection.
+TAKE_TWO_AND_STOP = textwrap.dedent("""
+    from tests.broker.hammer_app import QUEUE, app
+    with app.connection_for_read() as connection, connection.SimpleQueue(QUEUE) as queue:
+        for _ in range(2):
+            queue.get(timeout=60)
+""")
+
 # Malformed files a queue folder may hold: kombu's race left empty ones; the rest, anyone.
 BAD_FILES = {
     f"{0:020d}_empty.{QUEUE}.msg": b"",
@@ -63,6 +71,12 @@ BAD_FILES = {
 def hammer_env(tmp_path: Path) -> dict[str, str]:
     return {**os.environ, "HAMMER_BROKER_DIR": str(tmp_path / "broker"),
             "HAMMER_RECORD": str(tmp_path / "record.txt"), "PYTHONUNBUFFERED": "1"}
+
+
+def connect(folders: BrokerFolders) -> Connection:
+    """A kombu connection of this process to the broker in `folders`."""
+    return Connection("filesystem://localhost/", transport=TRANSPORT_PATH,
+                      transport_options={"data_folder": str(folders.root)})
 
 
 def start(argv: list[str], env: dict[str, str], log: Path | None = None) -> subprocess.Popen:
@@ -141,11 +155,7 @@ def test_messages_taken_by_a_consumer_that_died_go_back_to_the_queue_once(tmp_pa
     env = hammer_env(tmp_path)
     folders = BrokerFolders(tmp_path / "broker")
 
-    def connect() -> Connection:
-        return Connection("filesystem://localhost/", transport=TRANSPORT_PATH,
-                          transport_options={"data_folder": str(folders.root)})
-
-    with connect() as connection, connection.SimpleQueue(QUEUE) as queue:
+    with connect(folders) as connection, connection.SimpleQueue(QUEUE) as queue:
         for number in range(5):
             queue.put({"number": number})
     consumer = start([sys.executable, "-c", TAKE_THREE_AND_HANG], env)
@@ -160,7 +170,7 @@ def test_messages_taken_by_a_consumer_that_died_go_back_to_the_queue_once(tmp_pa
         stop(consumer)  # SIGKILL: no chance to put anything back itself
 
     received = []
-    with connect() as connection, connection.SimpleQueue(QUEUE) as queue:
+    with connect(folders) as connection, connection.SimpleQueue(QUEUE) as queue:
         while True:
             try:
                 message = queue.get(timeout=2)
@@ -171,6 +181,22 @@ def test_messages_taken_by_a_consumer_that_died_go_back_to_the_queue_once(tmp_pa
     assert sorted(received) == [0, 1, 2, 3, 4]
     assert os.listdir(folders.queue) == []
     assert os.listdir(folders.claimed) == []  # the dead consumer's folder is gone, and ours
+
+
+def test_a_consumer_that_stops_puts_its_unacknowledged_messages_back_under_their_own_names(
+    tmp_path: Path,
+) -> None:
+    folders = BrokerFolders(tmp_path / "broker")
+    env = hammer_env(tmp_path)
+    with connect(folders) as connection, connection.SimpleQueue(QUEUE) as queue:
+        for number in range(3):
+            queue.put({"number": number})
+    sent = sorted(os.listdir(folders.queue))
+    consumer = start([sys.executable, "-c", TAKE_TWO_AND_STOP], env)
+    output, _ = consumer.communicate(timeout=WAIT_SECONDS)
+    assert consumer.returncode == 0, output
+    assert sorted(os.listdir(folders.queue)) == sent
+    assert os.listdir(folders.claimed) == []
 
 
 def test_message_file_names_sort_in_sending_order() -> None:
