@@ -12,7 +12,14 @@ On SIGINT or SIGTERM every child's process group gets SIGTERM, then SIGKILL
 after a grace period, and everything is reaped before exit. The supervisor is
 a child subreaper, so a grandchild whose parent dies is re-parented here, not
 to PID 1, and reaped here: nothing it started is left as an orphan or zombie.
-If one child dies on its own, the others are stopped and the exit status is 1.
+
+A child that dies on its own is restarted, as systemd's Restart=on-failure
+would: what is left of its process group is stopped first, then it starts
+again after a back-off (1 s, doubling up to 30 s). A child that keeps dying
+(RESTART_LIMIT restarts within RESTART_WINDOW_SECONDS, and it died again) makes
+the supervisor give up: everything is stopped and the exit status is 1. The
+restart counts are kept in GPUADMIN_DATA_DIR/supervisor.json, which /healthz
+and the pages' footer read (read_supervisor_state).
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import json
 import os
 import signal
 import socket
@@ -42,6 +50,12 @@ READY_TIMEOUT_SECONDS = 60.0
 POLL_SECONDS = 0.1
 DEFAULT_WORKER_CONCURRENCY = 4
 PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
+# A child that died RESTART_LIMIT + 1 times within the window is given up on.
+RESTART_LIMIT = 5
+RESTART_WINDOW_SECONDS = 300.0
+RESTART_BACKOFF_FIRST_SECONDS = 1.0
+RESTART_BACKOFF_MAX_SECONDS = 30.0
+SUPERVISOR_STATE_FILE = "supervisor.json"
 
 
 class StartupError(RuntimeError):
@@ -54,6 +68,9 @@ class Child:
     argv: list[str]
     pid: int = 0
     exit_status: int | None = None  # as os.waitstatus_to_exitcode gives it: -N for signal N
+    restarts: int = 0
+    restarted_at: list[float] = field(default_factory=list)  # monotonic times, within the window
+    restart_due: float | None = None  # when a dead child is to start again
 
     @property
     def running(self) -> bool:
@@ -75,7 +92,11 @@ class Supervisor:
     stop_grace_seconds: float = STOP_GRACE_SECONDS
     stop_requested: int | None = None  # the signal that asked us to stop
     signals_received: int = 0
+    restart_backoff_first_seconds: float = RESTART_BACKOFF_FIRST_SECONDS
+    restart_backoff_max_seconds: float = RESTART_BACKOFF_MAX_SECONDS
+    state_path: Path | None = None  # where the restart counts are published (read_supervisor_state)
     _by_pid: dict[int, Child] = field(default_factory=dict)
+    _started_at: float = field(default_factory=time.time)
 
     # --- signals -------------------------------------------------------------
     def install_signal_handlers(self) -> None:
@@ -90,7 +111,10 @@ class Supervisor:
     # --- children ------------------------------------------------------------
     def start(self, child: Child) -> None:
         # posix_spawn with setsid: the child is a session (and group) leader from its first instruction.
+        self._by_pid.pop(child.pid, None)
         child.pid = os.posix_spawn(child.argv[0], child.argv, self.env, setsid=True)
+        child.exit_status = None
+        child.restart_due = None
         self._by_pid[child.pid] = child
         self.out(f"gpuadmin: started {child.name} (pid {child.pid})")
 
@@ -107,8 +131,59 @@ class Supervisor:
             if child is not None:
                 child.exit_status = os.waitstatus_to_exitcode(status)
 
-    def first_unexpected_exit(self) -> Child | None:
-        return next((c for c in self.children if c.pid and c.exit_status is not None), None)
+    # --- restarts --------------------------------------------------------------
+    def on_unexpected_exit(self, child: Child, now: float) -> bool:
+        """Schedule a restart of a child that died; False when it keeps dying and we give up."""
+        child.restarted_at = [t for t in child.restarted_at if now - t < RESTART_WINDOW_SECONDS]
+        recent = len(child.restarted_at)
+        if recent >= RESTART_LIMIT:
+            self.out(f"gpuadmin: {child.name} {child.describe_exit()} unexpectedly, after {recent} restarts "
+                     f"within {RESTART_WINDOW_SECONDS / 60:.0f} minutes; giving up and stopping everything")
+            return False
+        delay = min(self.restart_backoff_first_seconds * 2**recent, self.restart_backoff_max_seconds)
+        child.restart_due = now + delay
+        # What it leaves (gunicorn's workers, Celery's pool and beat) goes now:
+        # the new one must not share the port or the broker with them.
+        self._signal_group(child, signal.SIGTERM)
+        self.out(f"gpuadmin: {child.name} {child.describe_exit()} unexpectedly; restarting it in {delay:g} s "
+                 f"(restart {recent + 1} of {RESTART_LIMIT} allowed within "
+                 f"{RESTART_WINDOW_SECONDS / 60:.0f} minutes)")
+        return True
+
+    def restart_if_due(self, child: Child, now: float) -> None:
+        if child.restart_due is None or now < child.restart_due:
+            return
+        if self.group_alive(child):
+            # Its old processes ignored SIGTERM until the back-off ran out.
+            self._signal_group(child, signal.SIGKILL)
+            return  # reaped by the next turn of the loop, then started
+        child.restarts += 1
+        child.restarted_at.append(now)
+        self.out(f"gpuadmin: restarting {child.name} (restart {child.restarts} since start)")
+        self.start(child)
+        self.publish_state()
+
+    @property
+    def restarts(self) -> int:
+        return sum(c.restarts for c in self.children)
+
+    def publish_state(self) -> None:
+        """Write the restart counts where the web process reads them (read_supervisor_state)."""
+        if self.state_path is None:
+            return
+        state = {"pid": os.getpid(), "started_at": self._started_at, "restarts": self.restarts,
+                 "children": {c.name: c.restarts for c in self.children}}
+        staging = self.state_path.with_name(f".{self.state_path.name}.{os.getpid()}")
+        try:
+            staging.write_text(json.dumps(state))
+            os.replace(staging, self.state_path)  # readers never see half a file
+        except OSError as exc:
+            self.out(f"gpuadmin: cannot write {self.state_path}: {exc.strerror}")
+
+    def remove_state(self) -> None:
+        if self.state_path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                self.state_path.unlink()
 
     def group_alive(self, child: Child) -> bool:
         """Whether any process (zombies included) is still in the child's process group."""
@@ -165,16 +240,18 @@ class Supervisor:
                 if self.stop_requested is not None:
                     break
                 self.start(child)
+            self.publish_state()
             is_ready = ready_url is None
             ready_deadline = time.monotonic() + READY_TIMEOUT_SECONDS
             next_check = 0.0
             while self.stop_requested is None:
                 self.reap()
-                died = self.first_unexpected_exit()
-                if died is not None:
-                    self.out(f"gpuadmin: {died.name} {died.describe_exit()} unexpectedly; stopping the rest")
-                    return 1
                 now = time.monotonic()
+                for child in self.children:
+                    just_died = child.pid and child.exit_status is not None and child.restart_due is None
+                    if just_died and not self.on_unexpected_exit(child, now):
+                        return 1
+                    self.restart_if_due(child, now)
                 if not is_ready and now >= next_check:
                     next_check = now + 0.5
                     if http_ok(str(ready_url)):
@@ -189,7 +266,37 @@ class Supervisor:
             return 0
         finally:
             self.stop_all()
+            self.remove_state()
             self.out("gpuadmin: stopped")
+
+
+@dataclass(frozen=True)
+class SupervisorState:
+    """What a running `make run` supervisor publishes about itself."""
+
+    pid: int
+    started_at: float  # seconds since the epoch
+    restarts: int
+
+
+def supervisor_state_path(data_dir: Path) -> Path:
+    return Path(data_dir) / SUPERVISOR_STATE_FILE
+
+
+def read_supervisor_state(data_dir: Path) -> SupervisorState | None:
+    """The supervisor's published state, or None when no live supervisor runs on this data dir."""
+    try:
+        state = json.loads(supervisor_state_path(data_dir).read_text())
+        published = SupervisorState(int(state["pid"]), float(state["started_at"]), int(state["restarts"]))
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    try:
+        os.kill(published.pid, 0)  # a file left by a supervisor that was SIGKILLed says nothing
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass
+    return published
 
 
 def http_ok(url: str) -> bool:
@@ -230,8 +337,8 @@ def check_port_free(port: int) -> None:
             raise StartupError(f"cannot listen on {BIND_ADDRESS}:{port}: {exc.strerror}") from None
 
 
-def prepare_database() -> str:
-    """Migrate and make sure an admin exists; returns this host's name (for its queue)."""
+def prepare_database() -> tuple[str, Path]:
+    """Migrate and make sure an admin exists; returns this host's name (for its queue) and the data dir."""
     import django
     from django.conf import settings
     from django.core.management import call_command
@@ -241,7 +348,7 @@ def prepare_database() -> str:
     call_command("migrate", interactive=False, verbosity=1)
     call_command("ensure_admin")
     connections.close_all()  # the children open their own
-    return settings.GPUADMIN_HOST_NAME
+    return settings.GPUADMIN_HOST_NAME, Path(settings.DATA_DIR)
 
 
 def build_children(python: str, port: int, host_name: str, environ: dict[str, str]) -> list[Child]:
@@ -276,7 +383,7 @@ def main() -> int:
         port = port_from_env(dict(os.environ))
         check_port_free(port)
         prepare_data_dir()  # before anything loads the settings: they only read what it makes
-        host_name = prepare_database()
+        host_name, data_dir = prepare_database()
     except StartupError as exc:
         print(f"gpuadmin: {exc}", file=sys.stderr)
         return 2
@@ -286,7 +393,8 @@ def main() -> int:
     become_subreaper()
     environ = dict(os.environ)
     children = build_children(sys.executable, port, host_name, environ)
-    supervisor = Supervisor(children, environ, out=lambda line: print(line, flush=True))
+    supervisor = Supervisor(children, environ, out=lambda line: print(line, flush=True),
+                            state_path=supervisor_state_path(data_dir))
     url = f"http://{BIND_ADDRESS}:{port}/"
     return supervisor.run(
         ready_url=f"{url}login/",

@@ -190,15 +190,13 @@ if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
     CELERY_BROKER_TRANSPORT_OPTIONS: dict = {"visibility_timeout": 3600}
 else:
+    # gpuadmin's own filesystem transport (gpuadmin/broker/filesystem.py,
+    # docs/broker.md): kombu's, with atomic writes and crash-safe claims. It
+    # makes its folders under data_folder itself. The URL's scheme is not
+    # used: broker_transport names the class.
     CELERY_BROKER_URL = "filesystem://localhost/"  # the host part means nothing; kombu warns without one
-    CELERY_BROKER_TRANSPORT_OPTIONS = {
-        "data_folder_in": str(DATA_DIR / data_dir.BROKER_QUEUE),
-        "data_folder_out": str(DATA_DIR / data_dir.BROKER_QUEUE),
-        "processed_folder": str(DATA_DIR / data_dir.BROKER_PROCESSED),
-        # Exchange bindings; kombu's default is a "control" folder in the working directory.
-        "control_folder": str(DATA_DIR / data_dir.BROKER_CONTROL),
-        "store_processed": False,
-    }
+    CELERY_BROKER_TRANSPORT = "gpuadmin.broker.filesystem:Transport"
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"data_folder": str(DATA_DIR / "broker")}
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_RESULT_BACKEND = None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -38,6 +39,14 @@ ENQUEUE = textwrap.dedent("""
     app.send_task(INGEST_SNAPSHOT, args=[snapshot_json(host="expired-host")], expires=past)
     app.send_task(INGEST_SNAPSHOT, args=[snapshot_json(host="queued-host")])
 """)
+
+
+ENQUEUE_AFTER_RESTART = textwrap.dedent("""
+    from gpuadmin.celery import app
+    from tests.factories import snapshot_json
+    app.send_task("gpuadmin.fleet.ingest_snapshot", args=[snapshot_json(host="after-restart-host")])
+""")
+WORKER = "worker (celery, with scheduler)"
 
 
 HOSTS_QUERY = (
@@ -137,7 +146,7 @@ def test_make_run_serves_probes_and_leaves_nothing_behind_on_ctrl_c(
         run.wait_for_line(rf"gpuadmin is running at http://127\.0\.0\.1:{port}/", timeout_seconds=90)
         assert "created admin account 'boss'" in run.output
         children = run.started_children()
-        assert set(children) == {"web server (gunicorn)", "worker (celery, with scheduler)"}, run.output
+        assert set(children) == {"web server (gunicorn)", WORKER}, run.output
 
         status, body = http_get(f"http://127.0.0.1:{port}/login/")
         assert status == 200 and b"<form" in body
@@ -158,6 +167,23 @@ def test_make_run_serves_probes_and_leaves_nothing_behind_on_ctrl_c(
         # gunicorn's master and 2 workers, celery's main process, its pool and beat.
         assert len(running) >= 5, running
 
+        status, body = http_get(f"http://127.0.0.1:{port}/healthz")
+        health = json.loads(body)
+        assert (status, health["status"], health["supervisor_restarts"]) == (200, "ok", 0), health
+        assert health["last_snapshot_at"] is not None
+
+        # The worker dies: the supervisor restarts it and the panel stays up.
+        os.kill(children[WORKER], signal.SIGKILL)
+        run.wait_for_line(rf"^gpuadmin: restarting {re.escape(WORKER)} \(restart 1 since start\)$", 60)
+        subprocess.run([sys.executable, "-c", ENQUEUE_AFTER_RESTART], env=env, cwd=REPO, check=True,
+                       timeout=60)
+        wait_for_hosts(env, {"after-restart-host"}, 90, run)  # the new worker consumes
+        status, body = http_get(f"http://127.0.0.1:{port}/healthz")
+        assert (status, json.loads(body)["supervisor_restarts"]) == (200, 1)
+        running += in_groups_or_sessions({run.started_children()[WORKER]})
+        groups.add(run.started_children()[WORKER])
+        children = run.started_children()
+
         os.kill(run.command_pid, signal.SIGINT)
         exit_status, leftovers = run.finish(timeout_seconds=60)
 
@@ -167,7 +193,7 @@ def test_make_run_serves_probes_and_leaves_nothing_behind_on_ctrl_c(
         assert in_groups_or_sessions(groups) == [], run.output
         assert zombies_of(groups | {p.pid for p in running} | {run.command_pid}) == []
     finally:
-        run.kill_everything(set(children.values()))
+        run.kill_everything(set(children.values()) | set(run.started_children().values()))
 
 
 def test_make_run_prepares_a_missing_data_dir_before_anything_loads_the_settings(tmp_path: Path) -> None:

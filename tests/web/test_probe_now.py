@@ -1,6 +1,5 @@
 """The host page's "Probe now" button sends an on-demand probe through the real broker."""
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -8,6 +7,7 @@ from django.conf import settings as django_settings
 from django.contrib.messages import get_messages
 from django.urls import reverse
 
+from gpuadmin.broker.filesystem import BrokerFolders
 from gpuadmin.fleet.models import Host
 from tests.web.fleet_data import store
 
@@ -19,7 +19,9 @@ URL = reverse("host_probe", kwargs={"name": "gpu01"})
 def filesystem_queue() -> Path:
     if not django_settings.CELERY_BROKER_URL.startswith("filesystem://"):
         pytest.skip("these tests use the embedded filesystem broker (REDIS_URL is set)")
-    return Path(django_settings.CELERY_BROKER_TRANSPORT_OPTIONS["data_folder_out"])
+    folders = BrokerFolders.from_options(django_settings.CELERY_BROKER_TRANSPORT_OPTIONS)
+    folders.create()  # as the first connection would
+    return folders.queue
 
 
 def test_probe_now_sends_a_probe_and_says_so(viewer_client):
@@ -43,10 +45,11 @@ def test_probe_now_explains_a_broker_failure_instead_of_failing(viewer_client):
     store("gpu01")
     parked = queue.with_name("queue-parked")
     queue.rename(parked)
+    queue.write_text("")  # a file where the folder should be: the broker cannot recreate it
     try:
         response = viewer_client.post(URL, follow=True)
     finally:
-        shutil.rmtree(queue, ignore_errors=True)
+        queue.unlink()
         parked.rename(queue)
     assert response.status_code == 200
     page = response.content.decode()

@@ -1,0 +1,1 @@
+"""The embedded broker used when there is no REDIS_URL (see docs/broker.md)."""
