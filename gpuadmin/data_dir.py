@@ -30,13 +30,11 @@ SQLITE_DATABASE = "gpuadmin.sqlite3"
 STATIC_ROOT = "static"
 BEAT_SCHEDULE_FILE = "celerybeat-schedule"
 AGENT_JOURNAL = "agent-journal"
-# The filesystem broker's folders (used when REDIS_URL is not set).
+# The embedded broker's folder (used when REDIS_URL is not set); gpuadmin/broker/filesystem.py
+# makes its own subfolders in it (docs/broker.md).
 BROKER = "broker"
-BROKER_QUEUE = f"{BROKER}/queue"
-BROKER_PROCESSED = f"{BROKER}/processed"
-BROKER_CONTROL = f"{BROKER}/control"
-# Parents before children: each is made 0700 (mkdir's parents would get the umask's mode).
-FOLDERS = (STATIC_ROOT, BROKER, BROKER_QUEUE, BROKER_PROCESSED, BROKER_CONTROL)
+# Each is made 0700 (mkdir's parents would get the umask's mode).
+FOLDERS = (STATIC_ROOT, BROKER)
 
 DIRECTORY_MODE = 0o700
 KEY_FILE_MODE = 0o600

@@ -196,7 +196,7 @@ else:
     # used: broker_transport names the class.
     CELERY_BROKER_URL = "filesystem://localhost/"  # the host part means nothing; kombu warns without one
     CELERY_BROKER_TRANSPORT = "gpuadmin.broker.filesystem:Transport"
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"data_folder": str(DATA_DIR / "broker")}
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"data_folder": str(DATA_DIR / data_dir.BROKER)}
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_RESULT_BACKEND = None
