@@ -82,13 +82,13 @@ def start_worker(name: str, queue: str, env: dict[str, str], log_dir: Path) -> s
                             stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def wait_for(what: str, check, timeout: float = STEP_TIMEOUT_SECONDS):
+def wait_for(what: str, check, timeout: float = STEP_TIMEOUT_SECONDS, *, poll_seconds: float = 0.005):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         found = check()
         if found:
             return found
-        time.sleep(0.005)
+        time.sleep(poll_seconds)
     raise TimeoutError(f"timed out waiting for {what}")
 
 
