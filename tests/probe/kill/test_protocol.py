@@ -16,7 +16,7 @@ from gpuadmin.probe.kill.protocol import (
     finished_event,
     parse_event,
 )
-from tests.probe_kill.helpers import Processes, Reports, make_order, target_for
+from tests.probe.kill.helpers import Processes, Reports, make_order, target_for
 
 EVERY_EVENT_HAS = {
     "request_id", "seq", "at", "event", "pid", "start_time_ticks", "signal", "method", "detail"
