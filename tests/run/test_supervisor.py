@@ -34,8 +34,11 @@ STUBBORN = textwrap.dedent("""
     if os.fork() == 0:
         time.sleep(600)
         os._exit(0)
-    if os.fork() == 0:
+    zombie = os.fork()
+    if zombie == 0:
         os._exit(0)
+    # Wait until it has exited without reaping it (WNOWAIT): a zombie before "ready", however busy the box.
+    os.waitid(os.P_PID, zombie, os.WEXITED | os.WNOWAIT)
     print("stubborn ready", flush=True)
     time.sleep(600)
 """)
