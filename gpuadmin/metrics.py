@@ -120,7 +120,7 @@ class FleetCollector:
                                    labels=["host", "kind", "severity"])
         # order_by(): Finding's default ordering would otherwise join the GROUP BY.
         rows = (
-            Finding.objects.filter(resolved_at__isnull=True).order_by()
+            Finding.objects.open().order_by()
             .values_list("host__name", "kind", "severity").annotate(n=Count("id"))
         )
         for host_name, kind, severity, count in rows:

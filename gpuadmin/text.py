@@ -9,8 +9,10 @@ wherever it appears. No Django here.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import overload
+
+from gpuadmin.probe.kill.protocol import wire_time
 
 # Shown for a quantity that is not known (no GPU data, a process gone).
 UNKNOWN = "—"
@@ -83,9 +85,11 @@ def utc_text(moment: None, *, timespec: str = ...) -> None: ...
 def utc_text(moment: datetime | None, *, timespec: str = "auto") -> str | None:
     """ISO 8601 in UTC with a "Z": ``2026-01-02T03:04:05.120000Z``; None stays None.
 
-    ``timespec`` as ``datetime.isoformat``: "auto" writes fractional digits only
-    when the time has them; the audit log always writes "microseconds".
+    The kill protocol's form (``wire_time``), so a time reads the same on the
+    wire, in the API and on the page. ``timespec`` as ``datetime.isoformat``:
+    "auto" writes fractional digits only when the time has them; the audit log
+    always writes "microseconds".
     """
     if moment is None:
         return None
-    return moment.astimezone(UTC).isoformat(timespec=timespec).replace("+00:00", "Z")
+    return wire_time(moment, timespec=timespec)

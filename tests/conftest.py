@@ -8,7 +8,8 @@
   tests that use the database (tests/with_postgres.py runs those again on
   PostgreSQL).
 - Named people (`viewer`, `requester`, `approver`, `second_approver`,
-  `stranger`, `viewer_client`, `requester_client`) come from tests/people.py.
+  `stranger`, `viewer_client`, `requester_client`) come from tests/people.py,
+  and so does `fast_password_hashing`, autouse for every test.
 - On SQLite the test database is a file in the run's GPUADMIN_DATA_DIR (see
   tests/environment.py), at the path gpuadmin.settings gives it, so worker
   processes started by a test with the same GPUADMIN_DATA_DIR share it.
@@ -25,9 +26,10 @@ from typing import TypeVar
 import pytest
 
 from tests import services
-from tests.audit.pg_flush import allow_test_flush_through_audit_triggers
+from tests.audit.helpers import allow_test_flush_through_audit_triggers
 from tests.people import (  # noqa: F401 - fixtures (named people), for every directory
     approver,
+    fast_password_hashing,
     requester,
     requester_client,
     second_approver,
@@ -37,7 +39,7 @@ from tests.people import (  # noqa: F401 - fixtures (named people), for every di
 )
 
 # transaction=True tests end with a flush (TRUNCATE), which the audit table's
-# PostgreSQL triggers refuse outside tests; see tests/audit/pg_flush.py.
+# PostgreSQL triggers refuse outside tests; see tests/audit/helpers.py.
 allow_test_flush_through_audit_triggers()
 
 DB_FIXTURES = {

@@ -2,16 +2,19 @@
 
 viewer, requester and approver hold one role each (second_approver is another
 approver); stranger has an account but no role. tests/conftest.py registers the
-fixtures for the whole suite. `_fast_password_hashing` is autouse only where a
-conftest imports it (web, api, audit, kills), not suite-wide: hashes made with
-it are unreadable to a server started in a subprocess with the real settings.
+fixtures for the whole suite, `fast_password_hashing` as autouse. Hashes made
+with it are unreadable to a server started in a subprocess with the real
+settings: a test whose users such a server must log in overrides it with a
+fixture of the same name that does nothing, in its module.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from django.contrib.auth.models import Group, User
-from django.test import Client
+from django.test import Client, override_settings
 
 from gpuadmin.accounts.roles import Role
 
@@ -19,9 +22,11 @@ PASSWORD = "correct horse battery"
 
 
 @pytest.fixture(autouse=True)
-def _fast_password_hashing(settings) -> None:
+def fast_password_hashing() -> Iterator[None]:
     # The default hasher costs ~100 ms a user on a small CI box; these tests are not about hashing.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    # override_settings, not pytest-django's `settings`: some tests parametrize a `settings` of their own.
+    with override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"]):
+        yield
 
 
 def make_person(username: str, *roles: Role) -> User:

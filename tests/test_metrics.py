@@ -21,7 +21,6 @@ from gpuadmin.kills import services
 from gpuadmin.kills.models import KillRequest
 from gpuadmin.metrics import SCRAPE_QUERIES, UNKNOWN_HOST_LABEL
 from tests.factories import GiB, gpu, proc, snapshot
-from tests.people import _fast_password_hashing  # noqa: F401 - autouse fixture
 
 TOKEN = "metrics-token-for-tests-0123456789"
 HOSTILE_ARGV = ["python", "--run", 'x"} 1\n# HELP evil', "--user=pid_4242"]

@@ -19,7 +19,7 @@ from django.conf import settings
 
 from gpuadmin.celery import CENTRAL_QUEUE, app
 from gpuadmin.data_dir import AGENT_JOURNAL
-from gpuadmin.probe.kill.protocol import Result, finished_event
+from gpuadmin.probe.kill.protocol import Result, finished_event, wire_time
 from gpuadmin.task_names import EXECUTE_KILL_ORDER, RECORD_KILL_PROGRESS
 
 logger = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ def _report_unreadable(order: Any, error: ValueError) -> dict[str, Any] | None:
     event = finished_event(
         str(request_id),
         seq=1,
-        at=datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+        at=wire_time(datetime.now(UTC)),
         result=Result.REFUSED,
         detail=f"the agent could not read the order, nothing was done: {error}"[:2000],
     )

@@ -22,7 +22,7 @@ from gpuadmin.fleet.models import LatestSnapshot
 from gpuadmin.kills import changes, services
 from gpuadmin.kills.models import KillRequest
 from gpuadmin.kills.serializers import kill_request_dict, preview_dict
-from gpuadmin.kills.services import BadInput, KillError, NotFound
+from gpuadmin.kills.services import BadInput, KillError
 from gpuadmin.kills.states import Status
 
 LIST_LIMIT = 200
@@ -36,13 +36,6 @@ def _body(request: Request) -> dict[str, Any]:
     if not isinstance(request.data, dict):
         raise BadInput("the body must be a JSON object")
     return request.data
-
-
-def _get(pk: int) -> KillRequest:
-    try:
-        return KillRequest.objects.select_related("host").get(pk=pk)
-    except KillRequest.DoesNotExist:
-        raise NotFound(f"no kill request #{pk}") from None
 
 
 def _int(value: Any, name: str) -> int:
@@ -94,7 +87,7 @@ def kill_requests(request: Request) -> Response:
             return _error(error)
         return Response(kill_request_dict(kill_request, steps=True), status=201)
 
-    found = KillRequest.objects.select_related("host").prefetch_related("targets")
+    found = KillRequest.objects.shown()
     status = request.query_params.get("status")
     if status:
         if status not in Status.values:
@@ -125,7 +118,7 @@ def kill_request_preview(request: Request) -> Response:
 @renderer_classes([AsciiJSONRenderer])
 def kill_request_detail(request: Request, pk: int) -> Response:
     try:
-        return Response(detail_dict(_get(pk)))
+        return Response(detail_dict(services.get_request(pk)))
     except KillError as error:
         return _error(error)
 
@@ -134,7 +127,7 @@ def _decide(pk: int, decision: Callable[[], object]) -> Response:
     """Run one decision on request ``pk`` and answer with the request as it now is."""
     try:
         decision()
-        return Response(detail_dict(_get(pk)))
+        return Response(detail_dict(services.get_request(pk)))
     except KillError as error:
         return _error(error)
 

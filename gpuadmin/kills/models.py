@@ -11,8 +11,10 @@ to the queries that select by the same rules. The agent's event words come from
 
 from __future__ import annotations
 
+import re
 import secrets
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -36,6 +38,11 @@ START_REPORT_MARGIN = timedelta(seconds=30)
 FINISH_REPORT_MARGIN = timedelta(seconds=60)
 
 
+# An order's request id as central writes it (``KillRequest.order_request_id``);
+# a bare primary key is read too.
+ORDER_REQUEST_ID = re.compile(r"^(?P<pk>[0-9]{1,18})(?:-(?P<key>[0-9a-f]{1,32}))?$")
+
+
 def new_order_key() -> str:
     return secrets.token_hex(6)
 
@@ -49,6 +56,10 @@ class KillRequestQuerySet(models.QuerySet):
         second sees what the first did. Raises KillRequest.DoesNotExist.
         """
         return self.select_for_update().select_related("host").get(pk=pk)
+
+    def shown(self) -> KillRequestQuerySet:
+        """With the host and the targets, which every page and API answer about a request reads."""
+        return self.select_related("host").prefetch_related("targets")
 
     def late(self, now: datetime) -> KillRequestQuerySet:
         """Requests that waited too long and are to expire: ``KillRequest.is_late`` as a query."""
@@ -138,7 +149,21 @@ class KillRequest(models.Model):
 
     @property
     def order_request_id(self) -> str:
+        """The order's request id, ``"<pk>-<order key>"``; ``parse_order_request_id`` reads it back."""
         return f"{self.pk}-{self.order_key}"
+
+    @staticmethod
+    def parse_order_request_id(value: Any) -> tuple[int, str | None]:
+        """(primary key, order key) from a reported request id: "42-3f9a0c1b2d4e", or 42 / "42" alone.
+
+        Raises ValueError for anything else.
+        """
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value, None
+        match = ORDER_REQUEST_ID.match(value) if isinstance(value, str) else None
+        if match is None:
+            raise ValueError(f"'request_id' must be a kill request id like '42-3f9a0c1b2d4e'; got {value!r}")
+        return int(match["pk"]), match["key"]
 
     @property
     def is_final(self) -> bool:
@@ -274,3 +299,8 @@ class KillStep(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.request_id}.{self.seq} {self.event}"
+
+    @property
+    def sent_with_kill(self) -> bool:
+        """Sent with the kill() fallback (no pidfds on the host), which the timeline marks."""
+        return self.method == protocol.Method.KILL

@@ -22,7 +22,7 @@ from gpuadmin.fleet.models import Host, LatestSnapshot
 from gpuadmin.kills import changes, plans, services
 from gpuadmin.kills.forms import KillRequestForm
 from gpuadmin.kills.models import KillRequest
-from gpuadmin.kills.services import KillError
+from gpuadmin.kills.services import KillError, NotFound
 from gpuadmin.kills.states import OPEN, RELEASING, Status
 from gpuadmin.web.htmx import HTMX_STOP_POLLING, vary_on_htmx, wants_fragment
 
@@ -40,11 +40,11 @@ OPEN_ORDER = Case(
 )
 
 
-def _get(pk: int) -> KillRequest:
+def _get_or_404(pk: int) -> KillRequest:
     try:
-        return KillRequest.objects.select_related("host").prefetch_related("targets").get(pk=pk)
-    except KillRequest.DoesNotExist:
-        raise Http404(f"No kill request #{pk}.") from None
+        return services.get_request(pk)
+    except NotFound as error:
+        raise Http404(error.message) from None
 
 
 def _latest_documents(hosts: set[int]) -> dict[int, dict[str, Any]]:
@@ -73,7 +73,7 @@ def _row_context(kill_request: KillRequest, user: Any, document: dict[str, Any] 
 @require_GET
 @role_required(Role.VIEWER)
 def kill_requests(request: HttpRequest) -> HttpResponse:
-    base = KillRequest.objects.select_related("host").prefetch_related("targets")
+    base = KillRequest.objects.shown()
     open_requests = list(
         base.filter(status__in=OPEN)
         .annotate(open_order=OPEN_ORDER)
@@ -121,7 +121,7 @@ def _timeline_settled(kill_request: KillRequest) -> bool:
 @require_GET
 @role_required(Role.VIEWER)
 def kill_request_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    kill_request = _get(pk)
+    kill_request = _get_or_404(pk)
     context = _timeline_context(kill_request)
     context.update(_row_context(kill_request, request.user, compare=False))
     if kill_request.status == Status.PENDING:
@@ -135,7 +135,7 @@ def kill_request_detail(request: HttpRequest, pk: int) -> HttpResponse:
 @role_required(Role.VIEWER)
 def kill_request_timeline(request: HttpRequest, pk: int) -> HttpResponse:
     try:
-        kill_request = _get(pk)
+        kill_request = _get_or_404(pk)
     except Http404:
         return HttpResponse("This kill request no longer exists.", status=HTMX_STOP_POLLING)
     context = _timeline_context(kill_request)
@@ -212,7 +212,7 @@ def _decided(request: HttpRequest, pk: int, action: str, do: Any) -> HttpRespons
     except KillError as exc:
         error = exc.message
     if wants_fragment(request):
-        kill_request = _get(pk)
+        kill_request = _get_or_404(pk)
         row = _row_context(kill_request, request.user, error=error, notice=notice)
         return render(request, "kills/_request_row.html", {"row": row})
     if error:

@@ -1,42 +1,16 @@
+"""Fixtures for the audit tests: people they name themselves, events, the sample log."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import connection, transaction
 
 from gpuadmin.audit import log
 from gpuadmin.audit.models import Action, AuditEvent
-from tests.audit.pg_flush import allow_test_flush_through_audit_triggers
-from tests.audit.sample_log import sample_log  # noqa: F401 - fixture
-from tests.people import (
-    _fast_password_hashing,  # noqa: F401 - autouse fixture
-    make_person,
-)
-
-allow_test_flush_through_audit_triggers()
-
-# Deselected on SQLite by tests/conftest.py.
-postgres_only = pytest.mark.postgres
-
-
-def tamper(sql: str, params: tuple = ()) -> None:
-    """Change the audit table behind the application's back, as someone with SQL access would.
-
-    On PostgreSQL the triggers stop that, so first switch them off for this
-    transaction, as a superuser could.
-    """
-    with transaction.atomic(), connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute("SET LOCAL session_replication_role = replica")
-        cursor.execute(sql, params)
-        if connection.vendor == "postgresql":
-            cursor.execute("SET LOCAL session_replication_role = origin")
-
-
-def audit_table() -> str:
-    return connection.ops.quote_name(AuditEvent._meta.db_table)
+from tests.audit.helpers import SAMPLE, record_at
+from tests.people import make_person
 
 
 @pytest.fixture
@@ -56,3 +30,20 @@ def record_events() -> Callable[..., list[AuditEvent]]:
         return [log.record(action, **fields) for _ in range(count)]
 
     return record
+
+
+@pytest.fixture
+def sample_log(db: None, monkeypatch: pytest.MonkeyPatch) -> dict:
+    for when, action, host, requester, approver, owners, request_id in SAMPLE.values():
+        record_at(
+            monkeypatch,
+            when,
+            action,
+            host_name=host,
+            requester_name=requester,
+            approver_name=approver,
+            process_users=owners,
+            kill_request_id=request_id,
+            targets_summary=f"pid {4000 + request_id} python ({owners[0]})",
+        )
+    return SAMPLE

@@ -12,7 +12,7 @@ from django.db import DatabaseError, connection, connections, transaction
 
 from gpuadmin.audit import log
 from gpuadmin.audit.models import Action, AppendOnlyError, AuditEvent
-from tests.audit.conftest import audit_table, postgres_only
+from tests.audit.helpers import audit_table, postgres_only
 
 pytestmark = pytest.mark.django_db
 

@@ -6,8 +6,7 @@ import pytest
 from django.test import Client
 from rest_framework.authtoken.models import Token
 
-from tests.audit.conftest import audit_table, tamper
-from tests.audit.sample_log import FILTER_CASES, FILTER_IDS
+from tests.audit.helpers import FILTER_CASES, FILTER_IDS, audit_table, tamper
 
 pytestmark = pytest.mark.django_db
 

@@ -12,8 +12,7 @@ from django.urls import reverse
 
 from gpuadmin.audit import log
 from gpuadmin.audit.models import Action
-from tests.audit.conftest import audit_table, tamper
-from tests.audit.sample_log import FILTER_CASES, FILTER_IDS
+from tests.audit.helpers import FILTER_CASES, FILTER_IDS, audit_table, tamper
 
 pytestmark = pytest.mark.django_db
 

@@ -14,7 +14,7 @@ from django.db import transaction
 from gpuadmin.audit import log
 from gpuadmin.audit.chain import GENESIS_HASH, canonical_encoding
 from gpuadmin.audit.models import Action, AuditEvent
-from tests.audit.conftest import audit_table, tamper
+from tests.audit.helpers import audit_table, tamper
 
 pytestmark = pytest.mark.django_db
 

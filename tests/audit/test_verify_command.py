@@ -13,7 +13,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
 
-from tests.audit.conftest import audit_table, tamper
+from tests.audit.helpers import audit_table, tamper
 
 pytestmark = pytest.mark.django_db
 

@@ -1,10 +1,10 @@
-"""Helpers for the fleet tests: ingest factory documents at chosen moments, capture what central sends."""
+"""Fixtures for the fleet tests: ingest factory documents at chosen moments, capture what central sends."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -13,13 +13,6 @@ from gpuadmin.celery import app
 from gpuadmin.fleet.ingest import ingest_snapshot
 from gpuadmin.fleet.models import Host
 from tests.probe.helpers import processes  # noqa: F401 - fixture (real processes, for test_real_probe.py)
-
-# A fixed moment, so that every test reads the same taken_at / received_at.
-T0 = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
-
-
-def at(seconds: float) -> datetime:
-    return T0 + timedelta(seconds=seconds)
 
 
 @pytest.fixture

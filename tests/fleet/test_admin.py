@@ -11,7 +11,7 @@ from django.urls import reverse
 
 from gpuadmin.fleet.models import Host
 from tests.factories import GiB, gpu, proc, snapshot
-from tests.fleet.conftest import at
+from tests.fleet.helpers import at
 
 pytestmark = pytest.mark.django_db
 

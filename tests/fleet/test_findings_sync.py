@@ -6,7 +6,7 @@ import pytest
 
 from gpuadmin.fleet.findings import FindingDraft, sync_findings
 from gpuadmin.fleet.models import Finding, Host
-from tests.fleet.conftest import T0, at
+from tests.fleet.helpers import T0, at
 
 pytestmark = pytest.mark.django_db
 

@@ -9,7 +9,7 @@ import pytest
 
 from gpuadmin.fleet.models import GpuSample, Host, HostSample, ProcessLife
 from tests.factories import GiB, gpu, proc, snapshot
-from tests.fleet.conftest import T0, at
+from tests.fleet.helpers import T0, at
 
 pytestmark = pytest.mark.django_db
 

@@ -25,7 +25,7 @@ from gpuadmin.fleet.models import (
 from gpuadmin.fleet.signals import snapshot_ingested
 from gpuadmin.fleet.validation import SnapshotRejected
 from tests.factories import BOOT_ID, GiB, gpu, proc, snapshot
-from tests.fleet.conftest import T0, at
+from tests.fleet.helpers import T0, at
 
 pytestmark = pytest.mark.django_db
 

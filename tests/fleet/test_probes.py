@@ -19,7 +19,7 @@ from gpuadmin.celery import app
 from gpuadmin.fleet.models import Host
 from gpuadmin.fleet.probes import probe_now, send_due_probes
 from gpuadmin.task_names import PROBE_HOST
-from tests.fleet.conftest import T0, at
+from tests.fleet.helpers import T0, at
 
 pytestmark = pytest.mark.django_db
 

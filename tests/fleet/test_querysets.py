@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from gpuadmin.fleet.findings import FindingDraft, sync_findings
 from gpuadmin.fleet.models import Finding, Host, LatestSnapshot
 from tests.factories import gpu, proc, snapshot
-from tests.fleet.conftest import T0, at
+from tests.fleet.helpers import T0, at
 
 pytestmark = pytest.mark.django_db
 

@@ -17,7 +17,7 @@ from gpuadmin.fleet import tasks
 from gpuadmin.fleet.models import Host, SnapshotRejection
 from gpuadmin.fleet.tasks import INGEST_MAX_RETRIES, ingest_snapshot_task, schedule_probes
 from tests.factories import proc, snapshot
-from tests.fleet.conftest import T0
+from tests.fleet.helpers import T0
 
 pytestmark = pytest.mark.django_db
 

@@ -19,7 +19,7 @@ from gpuadmin.fleet.validation import (
 )
 from gpuadmin.probe.snapshot import SCHEMA_VERSION
 from tests.factories import GiB, gpu, proc, snapshot
-from tests.fleet.conftest import T0, at
+from tests.fleet.helpers import T0, at
 
 NOW = at(1)
 

@@ -17,15 +17,12 @@ migrations made (the role groups) after the flush.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from urllib.parse import quote
 
 import pytest
 import redis
@@ -37,72 +34,14 @@ from gpuadmin.celery import app, host_queue
 from gpuadmin.data_dir import prepare_data_dir
 from gpuadmin.fleet.models import Host
 from gpuadmin.task_names import PROBE_HOST
-from tests.services import RedisServer, stop_process_group
+from tests.integration.helpers import UNREACHABLE_DATABASE, Worker, database_url_for_workers
+from tests.services import RedisServer
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
-REPO = Path(__file__).resolve().parents[2]
 GPU_UUID = "GPU-1e57f100-0000-4000-8000-000000000001"
 GiB = 2**30
-UNREACHABLE_DATABASE = "postgresql://nobody@127.0.0.1:1/none"
-READY_TIMEOUT_SECONDS = 60
 FLOW_TIMEOUT_SECONDS = 60
-
-
-def database_url_for_workers() -> str:
-    """A URL for the database this test runs on, for a worker process (PostgreSQL only)."""
-    settings = connection.settings_dict
-    credentials = quote(settings["USER"] or "", safe="")
-    if settings.get("PASSWORD"):
-        credentials += ":" + quote(settings["PASSWORD"], safe="")
-    host = settings.get("HOST") or "127.0.0.1"
-    port = f":{settings['PORT']}" if settings.get("PORT") else ""
-    return f"postgresql://{credentials}@{host}{port}/{quote(settings['NAME'], safe='')}"
-
-
-class Worker:
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_path: Path) -> None:
-        self.name, self.log_path = name, log_path
-        with log_path.open("wb") as log:
-            self.process = subprocess.Popen(argv, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                            stderr=subprocess.STDOUT, start_new_session=True)
-
-    @property
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def wait_ready(self) -> None:
-        deadline = time.monotonic() + READY_TIMEOUT_SECONDS
-        while " ready." not in self.log:
-            if self.process.poll() is not None:
-                raise AssertionError(f"{self.name} exited with {self.process.returncode}:\n{self.log}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{self.name} not ready within {READY_TIMEOUT_SECONDS} s:\n{self.log}")
-            time.sleep(0.1)
-
-
-@pytest.fixture
-def start_worker(tmp_path: Path, redis_server: RedisServer) -> Iterator[Callable[..., Worker]]:
-    started: list[Worker] = []
-
-    def start(name: str, queues: str, **env_overrides: str) -> Worker:
-        env = {key: value for key, value in os.environ.items() if key != "DATABASE_URL"}
-        env.update({"REDIS_URL": redis_server.url, **env_overrides})
-        argv = [sys.executable, "-m", "celery", "-A", "gpuadmin", "worker", "-Q", queues,
-                "-n", f"{name}-{uuid.uuid4().hex[:6]}@%h", "--concurrency", "1", "--loglevel", "INFO",
-                "--without-gossip", "--without-mingle", "--without-heartbeat"]
-        worker = Worker(name, argv, env, tmp_path / f"{name}.log")
-        started.append(worker)
-        worker.wait_ready()
-        return worker
-
-    yield start
-    # Every worker process group goes, even when the test failed half-way.
-    for worker in started:
-        if worker.process.poll() is None:
-            os.killpg(worker.process.pid, signal.SIGTERM)
-    for worker in started:
-        stop_process_group(worker.process)
 
 
 @pytest.fixture

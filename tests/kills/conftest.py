@@ -4,16 +4,16 @@ the orders central sends to hosts. People with roles come from tests/people.py."
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from gpuadmin.fleet.models import Host, LatestSnapshot
-from tests.kills.lab import lab_snapshot
-from tests.people import _fast_password_hashing  # noqa: F401 - autouse fixture
+from gpuadmin.fleet.models import Host
+from gpuadmin.task_names import EXECUTE_KILL_ORDER
+from tests.kills.helpers import lab_snapshot, store_snapshot
 
 
 @pytest.fixture(autouse=True)
@@ -22,21 +22,6 @@ def _lab_protections(settings) -> None:
     settings.GPUADMIN_PROTECTED_UIDS = []
     settings.GPUADMIN_PROTECTED_COMMAND_PATTERNS = [r"^sshd\b"]
     settings.GPUADMIN_ALLOW_SELF_APPROVAL = False
-
-
-def store_snapshot(document: dict[str, Any], *, received_at: datetime | None = None) -> Host:
-    """Make ``document`` the host's latest snapshot, as ingest would (without findings or history)."""
-    received_at = received_at or timezone.now()
-    taken_at = datetime.fromisoformat(document["taken_at"])
-    host, _ = Host.objects.get_or_create(name=document["host"]["name"])
-    host.last_seen_at = received_at
-    host.last_snapshot_taken_at = taken_at
-    host.boot_id = document["host"]["boot_id"]
-    host.save()
-    LatestSnapshot.objects.update_or_create(
-        host=host, defaults={"taken_at": taken_at, "received_at": received_at, "document": document}
-    )
-    return host
 
 
 @pytest.fixture
@@ -49,7 +34,7 @@ class SentTasks(list):
     """Every task central published: (name, args, kwargs)."""
 
     def orders(self) -> list[dict[str, Any]]:
-        return [args[0] for name, args, _ in self if name == "gpuadmin.agent.execute_kill_order"]
+        return [args[0] for name, args, _ in self if name == EXECUTE_KILL_ORDER]
 
 
 @pytest.fixture

@@ -145,8 +145,7 @@ def test_status_and_steps_so_far(filed, viewer, approver, sent):
 
 
 def test_a_pending_request_shows_its_targets_against_the_newest_snapshot(filed, viewer):
-    from tests.kills.conftest import store_snapshot
-    from tests.kills.lab import lab_snapshot
+    from tests.kills.helpers import lab_snapshot, store_snapshot
 
     store_snapshot(lab_snapshot(drop=(4123,)))
     data = client_for(viewer).get(f"{URL}{filed['id']}/").json()

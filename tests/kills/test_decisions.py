@@ -11,9 +11,7 @@ from django.utils import timezone
 from gpuadmin.audit.models import AuditEvent
 from gpuadmin.kills import services
 from gpuadmin.kills.states import Status
-from tests.kills.conftest import store_snapshot
-from tests.kills.helpers import actions, file, refreshed
-from tests.kills.lab import lab_snapshot
+from tests.kills.helpers import actions, file, lab_snapshot, refreshed, store_snapshot
 
 pytestmark = pytest.mark.django_db
 
@@ -161,7 +159,7 @@ def test_the_approval_records_what_changed_since_the_request(
     lab, requester, approver, sent, approve_committed
 ):
     from tests.factories import GiB, proc
-    from tests.kills.lab import GPU0
+    from tests.kills.helpers import GPU0
 
     kill_request = file(requester, 4120, include_descendants=True)
     store_snapshot(lab_snapshot(

@@ -10,6 +10,7 @@ from django.utils import timezone
 from gpuadmin.kills import services
 from gpuadmin.kills.states import Status
 from gpuadmin.probe.kill import validate_order
+from gpuadmin.task_names import EXECUTE_KILL_ORDER
 from tests.kills.helpers import actions, file, refreshed
 
 pytestmark = pytest.mark.django_db
@@ -26,7 +27,7 @@ def approved(lab, requester, approver, sent, approve_committed):
 def test_the_order_is_self_contained_and_valid_for_the_agent(approved, sent):
     (name, args, options), = sent
     order = args[0]
-    assert name == "gpuadmin.agent.execute_kill_order"
+    assert name == EXECUTE_KILL_ORDER
     assert options["queue"] == "host.gpu01"
     assert options["expires"] == approved.start_deadline
     assert order["order_version"] == 1

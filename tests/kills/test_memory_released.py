@@ -13,8 +13,7 @@ from gpuadmin.fleet.ingest import ingest_snapshot
 from gpuadmin.fleet.models import Finding
 from gpuadmin.kills import services
 from tests.factories import GiB
-from tests.kills.helpers import file, refreshed
-from tests.kills.lab import GPU0, lab_snapshot
+from tests.kills.helpers import GPU0, file, lab_snapshot, refreshed
 
 pytestmark = pytest.mark.django_db
 

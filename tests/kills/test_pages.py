@@ -10,9 +10,7 @@ from gpuadmin.kills import services
 from gpuadmin.kills.models import KillRequest
 from gpuadmin.kills.states import Status
 from tests.factories import proc
-from tests.kills.conftest import store_snapshot
-from tests.kills.helpers import file, refreshed
-from tests.kills.lab import lab_snapshot
+from tests.kills.helpers import file, lab_snapshot, refreshed, store_snapshot
 from tests.people import client_for, make_person
 
 pytestmark = pytest.mark.django_db

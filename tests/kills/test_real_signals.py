@@ -12,9 +12,7 @@ from gpuadmin.kills import services
 from gpuadmin.kills.states import Status
 from gpuadmin.probe import procfs
 from tests.factories import GiB, gpu, snapshot
-from tests.kills.conftest import store_snapshot
-from tests.kills.helpers import actions, file, refreshed
-from tests.kills.real import real_record, start_trainer
+from tests.kills.helpers import actions, file, real_record, refreshed, start_trainer, store_snapshot
 
 pytestmark = pytest.mark.django_db
 

@@ -9,7 +9,7 @@ from gpuadmin.kills import plans, services
 from gpuadmin.kills.models import KillRequest
 from gpuadmin.kills.states import Status
 from tests.factories import GiB
-from tests.kills.lab import GPU0
+from tests.kills.helpers import GPU0
 
 pytestmark = pytest.mark.django_db
 

@@ -6,7 +6,7 @@ import pytest
 
 from gpuadmin.kills.targets import resolve
 from tests.factories import proc
-from tests.kills.lab import lab_snapshot
+from tests.kills.helpers import lab_snapshot
 
 
 def preview(pid: int, start: int | None = None, **kwargs):

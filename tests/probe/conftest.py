@@ -1,21 +1,13 @@
-"""Fixtures for the probe's tests: real processes and a temporary "device" file."""
+"""Fixtures for the probe's tests: real processes, a temporary "device" file, the kill journal."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.probe.helpers import processes  # noqa: F401 - fixture
-
-
-@dataclass(frozen=True)
-class Device:
-    """A temporary file standing in for /dev/nvidia0, and the glob that matches it alone."""
-
-    path: str
-    glob: str
+from gpuadmin.probe.journal import Journal
+from tests.probe.helpers import Device, processes  # noqa: F401 - processes: fixture
 
 
 @pytest.fixture
@@ -23,3 +15,8 @@ def device(tmp_path: Path) -> Device:
     path = tmp_path / "fake-nvidia0"
     path.write_bytes(b"")
     return Device(path=str(path), glob=str(tmp_path / "fake-nvidia*"))
+
+
+@pytest.fixture
+def journal(tmp_path: Path) -> Journal:
+    return Journal(tmp_path / "agent-journal")

@@ -1,4 +1,8 @@
-"""Starting real processes for the probe's tests, and always cleaning them up."""
+"""Helpers the probe's tests share: real processes (always cleaned up), a stand-in device, the schema check.
+
+The real processes are programs/workloads.py; `processes` is the fixture that
+starts them (registered by tests/probe/conftest.py and tests/fleet/conftest.py).
+"""
 
 from __future__ import annotations
 
@@ -22,9 +26,17 @@ from gpuadmin.probe import procfs
 from gpuadmin.probe.config import ProbeConfig
 from gpuadmin.probe.snapshot import take_snapshot
 
-WORKLOADS = str(Path(__file__).with_name("workloads.py"))
+WORKLOADS = str(Path(__file__).with_name("programs") / "workloads.py")
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "gpuadmin" / "probe" / "snapshot.schema.json"
 REPO = SCHEMA_PATH.parents[2]
+
+
+@dataclass(frozen=True)
+class Device:
+    """A temporary file standing in for /dev/nvidia0, and the glob that matches it alone."""
+
+    path: str
+    glob: str
 
 
 @cache

@@ -9,8 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.probe.conftest import Device
-from tests.probe.helpers import REPO, Processes, assert_valid, rows_by_pid
+from tests.probe.helpers import REPO, Device, Processes, assert_valid, rows_by_pid
 
 GiB = 1024**3
 PROBE_ENV = ("GPUADMIN_GPU_BACKEND", "GPUADMIN_SIMULATED_GPUS", "GPUADMIN_DEVICE_GLOB", "GPUADMIN_HOST_NAME")

@@ -12,8 +12,7 @@ import pytest
 from gpuadmin.probe.config import ProbeConfig
 from gpuadmin.probe.devices import DeviceMatcher
 from gpuadmin.probe.snapshot import take_snapshot
-from tests.probe.conftest import Device
-from tests.probe.helpers import Processes, assert_valid, rows_by_pid, snapshot
+from tests.probe.helpers import Device, Processes, assert_valid, rows_by_pid, snapshot
 
 
 @pytest.mark.parametrize(("path", "held"), [

@@ -10,8 +10,7 @@ import pytest
 
 from gpuadmin.probe.config import ProbeConfig, ProbeConfigError
 from gpuadmin.probe.host import read_driver_version_file
-from tests.probe.conftest import Device
-from tests.probe.helpers import Processes, snapshot
+from tests.probe.helpers import Device, Processes, snapshot
 
 
 def test_host_facts_match_the_kernel(device: Device) -> None:

@@ -14,8 +14,7 @@ import sys
 
 from gpuadmin.probe import procfs
 from gpuadmin.probe.processes import split_cmdline
-from tests.probe.conftest import Device
-from tests.probe.helpers import REPO, WORKLOADS, Processes, rows_by_pid, snapshot
+from tests.probe.helpers import REPO, WORKLOADS, Device, Processes, rows_by_pid, snapshot
 
 CONFUSING_NAME = ") R 1 ("
 HOSTILE_ARGUMENTS: list[str | bytes] = [

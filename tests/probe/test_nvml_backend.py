@@ -18,9 +18,8 @@ from gpuadmin.probe.gpus import nvml
 from gpuadmin.probe.gpus.nvml_records import ProcessInfoV2, ProcessInfoV3Cc, choose_listing
 from gpuadmin.probe.procfs import read_pid_max
 from tests.probe import fake_pynvml as fake
-from tests.probe.conftest import Device
 from tests.probe.fake_pynvml import FakeGpu, FakeMig, GiB, fake_pynvml
-from tests.probe.helpers import REPO, Processes, free_pid, rows_by_pid, snapshot
+from tests.probe.helpers import REPO, Device, Processes, free_pid, rows_by_pid, snapshot
 
 Install = Callable[..., types.ModuleType]
 

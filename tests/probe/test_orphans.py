@@ -15,8 +15,7 @@ import pytest
 
 from gpuadmin.probe.procfs import StatFields
 from gpuadmin.probe.snapshot import is_orphaned
-from tests.probe.conftest import Device
-from tests.probe.helpers import Processes, Started, rows_by_pid, snapshot, state_of, wait_until
+from tests.probe.helpers import Device, Processes, Started, rows_by_pid, snapshot, state_of, wait_until
 
 
 def start_launcher(processes: Processes, device: Device, adopter: str) -> tuple[Started, int]:

@@ -22,8 +22,7 @@ from pathlib import Path
 import pytest
 
 from gpuadmin.probe.config import RuntimePaths
-from tests.probe.conftest import Device
-from tests.probe.helpers import WORKLOADS, Processes, rows_by_pid, snapshot, wait_until
+from tests.probe.helpers import WORKLOADS, Device, Processes, rows_by_pid, snapshot, wait_until
 from tests.services import services_required
 
 CID = "5a4f3e2d1c0b9a8f7e6d5c4b3a2f1e0d9c8b7a6f5e4d3c2b1a0f9e8d7c6b5a4f"

@@ -10,8 +10,7 @@ from pathlib import Path
 from gpuadmin.probe import procfs
 from gpuadmin.probe.owners import owner_from_cgroup
 from gpuadmin.probe.processes import PAGE_SIZE_BYTES
-from tests.probe.conftest import Device
-from tests.probe.helpers import Processes, rows_by_pid, snapshot
+from tests.probe.helpers import Device, Processes, rows_by_pid, snapshot
 
 
 def test_a_row_matches_the_kernel(processes: Processes, device: Device) -> None:

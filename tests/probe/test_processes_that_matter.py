@@ -10,8 +10,7 @@ from gpuadmin.probe.devices import DeviceScan
 from gpuadmin.probe.gpus import GpuProcess
 from gpuadmin.probe.procfs import StatFields
 from gpuadmin.probe.snapshot import processes_that_matter
-from tests.probe.conftest import Device
-from tests.probe.helpers import Processes, rows_by_pid, snapshot
+from tests.probe.helpers import Device, Processes, rows_by_pid, snapshot
 
 
 def ancestry(pid: int) -> list[int]:

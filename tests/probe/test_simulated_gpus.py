@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.probe.conftest import Device
-from tests.probe.helpers import Processes, free_pid, rows_by_pid, snapshot
+from tests.probe.helpers import Device, Processes, free_pid, rows_by_pid, snapshot
 
 GiB = 1024**3
 MiB = 1024**2

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from tests.probe.conftest import Device
-from tests.probe.helpers import Processes, rows_by_pid, snapshot, state_of, wait_until
+from tests.probe.helpers import Device, Processes, rows_by_pid, snapshot, state_of, wait_until
 
 
 def test_five_zombies_appear_under_their_parent(processes: Processes, device: Device) -> None:

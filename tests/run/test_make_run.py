@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.run.supervised import REPO, SupervisedRun, in_groups_or_sessions, zombies_of
+from tests.run.helpers import REPO, SupervisedRun, in_groups_or_sessions, zombies_of
 from tests.services import free_port
 
 HOST = "run-test"

@@ -1,6 +1,6 @@
 """The supervisor of `make run` (gpuadmin.run.Supervisor) with small real children.
 
-Each test runs the supervisor in its own process under tests/run/harness.py, a
+Each test runs the supervisor in its own process under tests/run/programs/harness.py, a
 child subreaper: whatever the supervisor orphans or leaves unreaped lands
 there and is reported as a leftover.
 """
@@ -15,7 +15,7 @@ import textwrap
 from pathlib import Path
 
 from gpuadmin.run import read_supervisor_state
-from tests.run.supervised import SupervisedRun, in_groups_or_sessions, process_table, zombies_of
+from tests.run.helpers import SupervisedRun, in_groups_or_sessions, process_table, zombies_of
 
 SUPERVISOR = textwrap.dedent("""
     import json, os, sys

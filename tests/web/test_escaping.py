@@ -7,7 +7,7 @@ import pytest
 from django.urls import reverse
 from django.utils.html import escape
 
-from tests.web.fleet_data import HOSTILE_CMDLINE, HOSTILE_NAME, HOSTILE_USER, store_hostile_host
+from tests.fleet.helpers import HOSTILE_CMDLINE, HOSTILE_NAME, HOSTILE_USER, store_hostile_host
 
 pytestmark = pytest.mark.django_db
 

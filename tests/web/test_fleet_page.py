@@ -7,7 +7,7 @@ from django.urls import reverse
 
 from gpuadmin.fleet.models import Host
 from tests.factories import GiB, gpu, proc
-from tests.web.fleet_data import make_offline, store, store_busy_host
+from tests.fleet.helpers import make_offline, store, store_busy_host
 
 pytestmark = pytest.mark.django_db
 

@@ -9,7 +9,7 @@ from gpuadmin.fleet.models import Host
 from gpuadmin.fleet.validation import SnapshotRejected
 from gpuadmin.web.host_tables import PROCESS_PAGE_ROWS
 from tests.factories import GiB, gpu, proc, snapshot_json
-from tests.web.fleet_data import make_offline, store, store_busy_host
+from tests.fleet.helpers import make_offline, store, store_busy_host
 
 pytestmark = pytest.mark.django_db
 

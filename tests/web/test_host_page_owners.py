@@ -10,7 +10,7 @@ from django.urls import reverse
 
 from gpuadmin.fleet.ingest import ingest_snapshot
 from tests.factories import proc, snapshot
-from tests.web.fleet_data import store
+from tests.fleet.helpers import store
 
 pytestmark = pytest.mark.django_db
 

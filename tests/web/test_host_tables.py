@@ -4,7 +4,7 @@ import pytest
 
 from gpuadmin.web.host_tables import ProcessQuery, host_tables
 from tests.factories import snapshot
-from tests.web.fleet_data import busy_host_gpus, busy_host_processes, store
+from tests.fleet.helpers import busy_host_gpus, busy_host_processes, store
 
 
 def test_defaults_when_nothing_is_asked():

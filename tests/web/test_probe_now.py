@@ -9,7 +9,7 @@ from django.urls import reverse
 
 from gpuadmin.broker.filesystem import BrokerFolders
 from gpuadmin.fleet.models import Host
-from tests.web.fleet_data import store
+from tests.fleet.helpers import store
 
 pytestmark = pytest.mark.django_db
 

@@ -17,7 +17,7 @@ the models directly (tests/kills/test_service_contract.py checks this).
 from gpuadmin.kills.services.decisions import approve, cancel, may_cancel, may_decide, reject
 from gpuadmin.kills.services.dispatch import build_order, send_order
 from gpuadmin.kills.services.errors import BadInput, Conflict, KillError, NotAllowed, NotFound, Refused
-from gpuadmin.kills.services.filing import file_request, get_host, preview
+from gpuadmin.kills.services.filing import file_request, get_host, get_request, preview
 from gpuadmin.kills.services.findings import resolve_gone_unkillable
 from gpuadmin.kills.services.memory_release import confirm_released
 from gpuadmin.kills.services.progress import EarlierStepsMissing, record_progress
@@ -37,6 +37,7 @@ __all__ = [
     "confirm_released",
     "file_request",
     "get_host",
+    "get_request",
     "may_cancel",
     "may_decide",
     "preview",

@@ -10,7 +10,7 @@ id once.
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from django.db import transaction
@@ -20,7 +20,7 @@ from gpuadmin.audit.models import Action
 from gpuadmin.kills.models import KillRequest
 from gpuadmin.kills.services._audit import audit
 from gpuadmin.kills.states import Status
-from gpuadmin.probe.kill.protocol import ORDER_VERSION
+from gpuadmin.probe.kill.protocol import ORDER_VERSION, wire_time
 from gpuadmin.task_names import EXECUTE_KILL_ORDER
 
 logger = logging.getLogger(__name__)
@@ -28,10 +28,6 @@ logger = logging.getLogger(__name__)
 # Publishing waits at most about this long for a broker that is down; the
 # sweeper tries again later instead of holding the approver's page.
 PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
-
-
-def utc_iso(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def build_order(kill_request: KillRequest) -> dict[str, Any]:
@@ -42,7 +38,7 @@ def build_order(kill_request: KillRequest) -> dict[str, Any]:
         "request_id": kill_request.order_request_id,
         "host": kill_request.host.name,
         "boot_id": kill_request.boot_id,
-        "deadline": utc_iso(kill_request.start_deadline),
+        "deadline": wire_time(kill_request.start_deadline),
         "targets": [
             {
                 "pid": t.pid,
@@ -56,7 +52,7 @@ def build_order(kill_request: KillRequest) -> dict[str, Any]:
         ],
         "plan": kill_request.plan,
         "approved_by": kill_request.approved_by_name,
-        "approved_at": utc_iso(kill_request.decided_at),
+        "approved_at": wire_time(kill_request.decided_at),
     }
 
 

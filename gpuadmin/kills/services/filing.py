@@ -30,6 +30,14 @@ def get_host(name: str) -> Host:
         raise NotFound(f"no host named {name!r}") from None
 
 
+def get_request(kill_request_id: int) -> KillRequest:
+    """The request with its host and targets, as pages and the API show it; NotFound when there is none."""
+    try:
+        return KillRequest.objects.shown().get(pk=kill_request_id)
+    except KillRequest.DoesNotExist:
+        raise NotFound(f"no kill request #{kill_request_id}") from None
+
+
 def preview(host: Host, pid: int, start_time_ticks: int, *, include_descendants: bool = False,
             now: datetime | None = None) -> targets.Preview:
     """What a request would target, from the newest snapshot; refusals and warnings included."""

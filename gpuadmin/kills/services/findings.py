@@ -22,9 +22,8 @@ def open_unkillable(kill_request: KillRequest, target: KillTarget, step: KillSte
     """A process that outlived SIGKILL (or the whole plan) is a finding until a snapshot shows it gone."""
     now = timezone.now()
     key = f"{target.pid}:{target.start_time_ticks}"
-    finding = Finding.objects.filter(
-        host=kill_request.host, kind=Finding.Kind.UNKILLABLE, key=key, resolved_at__isnull=True
-    ).first()
+    unkillable = Finding.objects.open().filter(host=kill_request.host, kind=Finding.Kind.UNKILLABLE)
+    finding = unkillable.filter(key=key).first()
     details = {
         "pid": target.pid,
         "start_time_ticks": target.start_time_ticks,
@@ -63,7 +62,7 @@ def resolve_gone_unkillable(host: Host, document: dict[str, Any], *, now: dateti
     rows = process_rows(document)
     boot_id = document.get("host", {}).get("boot_id")
     resolved = 0
-    for finding in Finding.objects.filter(host=host, kind=Finding.Kind.UNKILLABLE, resolved_at__isnull=True):
+    for finding in Finding.objects.open().filter(host=host, kind=Finding.Kind.UNKILLABLE):
         pid = finding.details.get("pid")
         start = finding.details.get("start_time_ticks")
         row = rows.get(pid) if isinstance(pid, int) else None

@@ -10,7 +10,6 @@ status only moves forward along the transition table.
 from __future__ import annotations
 
 import logging
-import re
 from typing import Any
 
 from django.db import transaction
@@ -27,7 +26,6 @@ logger = logging.getLogger(__name__)
 Outcome = KillTarget.Outcome
 
 DETAIL_MAX_CHARS = 4000
-REQUEST_ID = re.compile(r"^(?P<pk>[0-9]{1,18})(?:-(?P<key>[0-9a-f]{1,32}))?$")
 
 
 class BadReport(BadEvent):
@@ -42,12 +40,10 @@ class EarlierStepsMissing(Exception):
 
 def _request_id(value: Any) -> tuple[int, str | None]:
     """(primary key, order key) from an order's request id: "42-3f9a0c1b2d4e", or 42 / "42" alone."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value, None
-    match = REQUEST_ID.match(value) if isinstance(value, str) else None
-    if match is None:
-        raise BadReport(f"'request_id' must be a kill request id like '42-3f9a0c1b2d4e'; got {value!r}")
-    return int(match["pk"]), match["key"]
+    try:
+        return KillRequest.parse_order_request_id(value)
+    except ValueError as error:
+        raise BadReport(str(error)) from None
 
 
 def _check(event: Any) -> tuple[ParsedEvent, int, str | None]:

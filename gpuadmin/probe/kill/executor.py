@@ -31,7 +31,6 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from gpuadmin.probe import procfs
@@ -45,6 +44,7 @@ from gpuadmin.probe.kill.protocol import (
     Result,
     event_record,
     finished_event,
+    wire_time,
 )
 
 if TYPE_CHECKING:
@@ -97,10 +97,6 @@ def order_sha256(order: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def utc_iso(timestamp: float) -> str:
-    return datetime.fromtimestamp(timestamp, tz=UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
-
-
 def _pidfd_is_readable(pidfd: int) -> bool:
     """A pidfd polls readable once its process has exited (zombie or reaped)."""
     poller = select.poll()
@@ -126,7 +122,7 @@ class _Execution:
         if tracked is not None:
             fields = {"pid": tracked.target.pid, "start_time_ticks": tracked.target.start_time_ticks,
                       "method": tracked.method, **fields}
-        record = event_record(self.order.request_id, seq=self.seq, at=utc_iso(self.clock()), event=event,
+        record = event_record(self.order.request_id, seq=self.seq, at=wire_time(self.clock()), event=event,
                               **fields)
         return self.record(record)
 
@@ -351,7 +347,7 @@ class _Execution:
     def finish(self, result: Result, detail: str) -> dict[str, Any]:
         self.seq += 1
         return self.record(finished_event(
-            self.order.request_id, seq=self.seq, at=utc_iso(self.clock()), result=result, detail=detail,
+            self.order.request_id, seq=self.seq, at=wire_time(self.clock()), result=result, detail=detail,
             targets=[tracked.summary() for tracked in self.tracked],
         ))
 
@@ -384,14 +380,14 @@ def _answer_repeat(
             note = " (note: this delivery's content differs from the order recorded under this request id)"
         recorded = entry.finished
         if recorded is not None:
-            answer = dict(recorded, duplicate=True, answered_at=utc_iso(clock()))
+            answer = dict(recorded, duplicate=True, answered_at=wire_time(clock()))
             answer["detail"] = f"{recorded.get('detail', '')}; repeat delivery, nothing executed{note}"
             deliver(report, answer)
             return answer
         answer = finished_event(
             order.request_id,
             seq=entry.last_seq + 1,
-            at=utc_iso(clock()),
+            at=wire_time(clock()),
             result=Result.INTERRUPTED,
             detail=(
                 f"an earlier delivery claimed this order at {entry.claim.get('claimed_at', '?')} and never "
@@ -456,7 +452,7 @@ def execute_order(
     execution = _Execution(parsed, raw_sha256, report=report, clock=clock)
     claim_record = {
         "request_id": parsed.request_id,
-        "claimed_at": utc_iso(clock()),
+        "claimed_at": wire_time(clock()),
         "order_sha256": raw_sha256,
         "agent_pid": os.getpid(),
         "order": order,
@@ -477,10 +473,10 @@ def execute_order(
             if now > parsed.deadline.timestamp():
                 for tracked in execution.tracked:
                     tracked.detail = "not executed: the order expired"
-                deadline = utc_iso(parsed.deadline.timestamp())
+                deadline = wire_time(parsed.deadline.timestamp())
                 return execution.finish(
                     Result.EXPIRED,
-                    f"received at {utc_iso(now)}, after its start deadline {deadline}; nothing was done",
+                    f"received at {wire_time(now)}, after its start deadline {deadline}; nothing was done",
                 )
             execution.emit(
                 Event.STARTED,

@@ -104,6 +104,19 @@ class Refusal(StrEnum):
     SIGNAL_ERROR = "signal_error"
 
 
+def wire_time(moment: datetime | float, *, timespec: str = "auto") -> str:
+    """A moment as the protocol writes it: ISO 8601 in UTC with a "Z", ``2026-12-02T13:00:00.250000Z``.
+
+    ``moment`` is a timezone-aware datetime or a Unix timestamp (the executor's
+    clock). ``timespec`` as ``datetime.isoformat``: "auto" writes fractional
+    digits only when the moment has them. Central's display text
+    (``gpuadmin.text.utc_text``) is this same form.
+    """
+    if not isinstance(moment, datetime):
+        moment = datetime.fromtimestamp(moment, tz=UTC)
+    return moment.astimezone(UTC).isoformat(timespec=timespec).replace("+00:00", "Z")
+
+
 def event_record(
     request_id: str,
     *,

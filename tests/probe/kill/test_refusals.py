@@ -14,7 +14,7 @@ import pytest
 from gpuadmin.probe import procfs
 from gpuadmin.probe.journal import Journal
 from gpuadmin.probe.kill import execute_order
-from tests.probe_kill.helpers import Processes, Reports, SignalSpy, make_order, target_for, wait_until
+from tests.probe.kill.helpers import Processes, Reports, SignalSpy, make_order, target_for, wait_until
 
 NOBODY_UID = 65534
 

@@ -1,4 +1,4 @@
-"""Helpers for the supervisor tests: run a command under tests/run/harness.py and read /proc."""
+"""Helpers for the supervisor tests: run a command under tests/run/programs/harness.py and read /proc."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-HARNESS = Path(__file__).with_name("harness.py")
+HARNESS = Path(__file__).with_name("programs") / "harness.py"
 STARTED_LINE = re.compile(r"^gpuadmin: started (?P<name>.+) \(pid (?P<pid>\d+)\)$")
 
 

@@ -15,7 +15,7 @@ def test_the_kill_executor_imports_neither_django_nor_celery() -> None:
     )
     completed = subprocess.run(
         [sys.executable, "-c", check],
-        cwd=Path(__file__).resolve().parents[2],
+        cwd=Path(__file__).resolve().parents[3],
         capture_output=True,
         text=True,
         timeout=60,

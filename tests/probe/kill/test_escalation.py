@@ -8,7 +8,7 @@ from pathlib import Path
 
 from gpuadmin.probe.journal import Journal
 from gpuadmin.probe.kill import execute_order
-from tests.probe_kill.helpers import Processes, Reports, is_alive, make_order, target_for, wait_until
+from tests.probe.kill.helpers import Processes, Reports, is_alive, make_order, target_for, wait_until
 
 # How far a measured step may stray from the plan (the issue allows ±0.5 s).
 TIMING_TOLERANCE_SECONDS = 0.5

@@ -1,6 +1,6 @@
 """Runs a command as a child subreaper and reports what the command left behind.
 
-    python tests/run/harness.py COMMAND...
+    python tests/run/programs/harness.py COMMAND...
 
 Prints `HARNESS pid <pid>` when the command has started; after it exits,
 `HARNESS exit <status>` and `HARNESS leftovers <json>`: every process that was

@@ -9,8 +9,6 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 
-from tests.people import _fast_password_hashing  # noqa: F401 - autouse fixture
-
 pytestmark = pytest.mark.django_db
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from gpuadmin.probe.journal import Journal
 from gpuadmin.probe.kill import execute_order
-from tests.probe_kill.helpers import Processes, Reports, make_order, target_for
+from tests.probe.kill.helpers import Processes, Reports, make_order, target_for
 
 
 def _no_pidfd_syscall(_pid: int, _flags: int = 0) -> int:

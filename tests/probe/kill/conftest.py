@@ -1,4 +1,8 @@
-"""Fixtures for the kill executor's tests; the helpers they use live in helpers.py."""
+"""Fixtures for the kill executor's tests; the helpers they use live in helpers.py.
+
+`processes` here (programs/ that log their signals) overrides the probe's; `journal`
+comes from tests/probe/conftest.py.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +15,7 @@ from typing import Any
 import pytest
 
 from gpuadmin.probe import procfs
-from gpuadmin.probe.journal import Journal
-from tests.probe_kill.helpers import Processes, Reports, SignalSpy, pid_of_pidfd
+from tests.probe.kill.helpers import Processes, Reports, SignalSpy, pid_of_pidfd
 
 
 @pytest.fixture
@@ -23,11 +26,6 @@ def processes(tmp_path: Path) -> Iterator[Processes]:
         yield tracked
     finally:
         tracked.cleanup()
-
-
-@pytest.fixture
-def journal(tmp_path: Path) -> Journal:
-    return Journal(tmp_path / "agent-journal")
 
 
 @pytest.fixture

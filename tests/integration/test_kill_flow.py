@@ -28,13 +28,8 @@ from gpuadmin.kills import services
 from gpuadmin.kills.models import KillRequest
 from gpuadmin.kills.states import Status
 from gpuadmin.task_names import PROBE_HOST
-from tests.integration.test_snapshot_flow import (  # noqa: F401 - fixtures
-    UNREACHABLE_DATABASE,
-    Worker,
-    database_url_for_workers,
-    start_worker,
-)
-from tests.kills.real import start_trainer
+from tests.integration.helpers import UNREACHABLE_DATABASE, Worker, database_url_for_workers
+from tests.kills.helpers import start_trainer
 from tests.people import make_person
 from tests.services import RedisServer
 
@@ -87,7 +82,7 @@ def publish_to(monkeypatch):
 
 
 def test_request_approve_signal_audit_memory_released(
-    start_worker, redis_server: RedisServer, tmp_path: Path, publish_to,  # noqa: F811
+    start_worker, redis_server: RedisServer, tmp_path: Path, publish_to,
 ):
     requester = make_person("rick", Role.REQUESTER)
     approver = make_person("april", Role.APPROVER)

@@ -11,7 +11,7 @@ from typing import Any
 
 from gpuadmin.probe.journal import Journal
 from gpuadmin.probe.kill import execute_order
-from tests.probe_kill.helpers import Processes, Reports, SignalSpy, make_order, target_for, wait_until
+from tests.probe.kill.helpers import Processes, Reports, SignalSpy, make_order, target_for, wait_until
 
 
 def test_an_order_past_its_deadline_is_not_executed(

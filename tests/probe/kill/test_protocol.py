@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
@@ -15,8 +15,9 @@ from gpuadmin.probe.kill.protocol import (
     event_record,
     finished_event,
     parse_event,
+    wire_time,
 )
-from tests.probe_kill.helpers import Processes, Reports, make_order, target_for
+from tests.probe.kill.helpers import Processes, Reports, make_order, target_for
 
 EVERY_EVENT_HAS = {
     "request_id", "seq", "at", "event", "pid", "start_time_ticks", "signal", "method", "detail"
@@ -99,3 +100,11 @@ def test_an_unknown_result_reads_as_none() -> None:
     parsed = parse_event({"request_id": "1", "seq": 1, "event": "finished", "at": "2026-01-01T00:00:00Z",
                           "result": "exploded"})
     assert parsed.result is None
+
+
+def test_a_wire_time_is_utc_with_a_z_from_a_datetime_or_a_timestamp() -> None:
+    moment = datetime(2026, 12, 2, 14, 0, 0, 250000, tzinfo=timezone(timedelta(hours=1)))
+    assert wire_time(moment) == "2026-12-02T13:00:00.250000Z"
+    assert wire_time(moment.timestamp()) == "2026-12-02T13:00:00.250000Z"
+    assert wire_time(moment.replace(microsecond=0)) == "2026-12-02T13:00:00Z"
+    assert datetime.fromisoformat(wire_time(moment)) == moment

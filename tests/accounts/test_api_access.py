@@ -6,8 +6,8 @@ from django.test import Client
 from django.urls import reverse
 from rest_framework.authtoken.models import Token
 
+from tests.fleet.helpers import store_busy_host
 from tests.people import client_for
-from tests.web.fleet_data import store_busy_host
 
 pytestmark = pytest.mark.django_db
 

@@ -1,8 +1,9 @@
-"""Hosts as the pages and the API see them, stored through the real ingest path."""
+"""Helpers the fleet tests share (and the web and API tests): a fixed clock, and hosts
+as the pages and the API see them, stored through the real ingest path."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.utils import timezone
@@ -10,6 +11,14 @@ from django.utils import timezone
 from gpuadmin.fleet.ingest import ingest_snapshot
 from gpuadmin.fleet.models import Host
 from tests.factories import GiB, gpu, proc, snapshot_json
+
+# A fixed moment, so that every test reads the same taken_at / received_at.
+T0 = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
 
 HOSTILE_CMDLINE = [
     "python",

@@ -7,7 +7,7 @@ from django.urls import reverse
 
 from gpuadmin.fleet.models import Host
 from tests.factories import GiB, proc
-from tests.web.fleet_data import busy_host_gpus, busy_host_processes, make_offline, store, store_busy_host
+from tests.fleet.helpers import busy_host_gpus, busy_host_processes, make_offline, store, store_busy_host
 
 pytestmark = pytest.mark.django_db
 
