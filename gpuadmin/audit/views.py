@@ -20,7 +20,7 @@ from gpuadmin.audit.chain import GENESIS_HASH
 from gpuadmin.audit.export import csv_lines
 from gpuadmin.audit.filters import filtered_events
 from gpuadmin.audit.models import AuditEvent
-from gpuadmin.audit.sentences import describe, described
+from gpuadmin.audit.sentences import described
 from gpuadmin.audit.stories import request_groups, stories_for
 from gpuadmin.web.htmx import vary_on_htmx, wants_fragment
 
@@ -59,7 +59,7 @@ def audit_log(request: HttpRequest) -> HttpResponse:
 def audit_event(request: HttpRequest, sequence: int) -> HttpResponse:
     """One event's evidence: every hashed field as stored, its hash, and whether it recomputes."""
     event = get_object_or_404(AuditEvent, sequence=sequence)
-    event.sentence = describe(event)
+    described([event])
     neighbours = dict(
         AuditEvent.objects.filter(sequence__in=(sequence - 1, sequence + 1)).values_list("sequence", "hash")
     )

@@ -164,6 +164,7 @@ def sentence_html(sentence: Iterable[sentences.Part]) -> SafeString:
 
 @register.filter
 def audit_sentence(event: Any) -> SafeString:
-    """The event's sentence as HTML: the one set by ``sentences.described`` (which shares its
-    context across a page), else one built alone."""
-    return sentence_html(getattr(event, "sentence", None) or sentences.describe(event))
+    """The event's sentence as HTML: the one ``sentences.described`` set (one context shared by a
+    page of events), else one described alone."""
+    sentence = getattr(event, "sentence", None) or sentences.described([event])[0].sentence
+    return sentence_html(sentence)
