@@ -194,3 +194,12 @@ def test_every_page_names_an_icon_and_favicon_ico_leads_to_it(client: Client, vi
     icon = client.get("/static/favicon.svg")
     assert icon.status_code == 200
     assert b"<svg" in b"".join(icon.streaming_content)
+
+
+def test_a_kill_request_page_links_to_its_story(requester, approver, viewer_client: Client):
+    story = finished_kill(requester, approver)
+    number = story.kill_request.pk
+    html = viewer_client.get(reverse("kill_request_detail", args=[number])).content.decode()
+    link = f"/audit/?view=requests&amp;kill_request={number}"
+    assert f'href="{link}"' in html
+    assert stories(viewer_client.get(link.replace("&amp;", "&"))) == [number]

@@ -10,10 +10,12 @@
 - ``screenshot(page, name)``: kept under ``$GPUADMIN_TEST_ARTIFACTS`` or tests/artifacts/
   (ignored by git), named after the test and the database.
 
-Playwright runs for this package only: its sync API keeps an event loop marked running in the
-test's thread, and Django refuses ORM calls while one is (``DJANGO_ALLOW_ASYNC_UNSAFE`` is set
-while Playwright runs). So the fixtures pytest-playwright scopes to the session are scoped to the
-package here, and the loop is gone before any other test runs.
+Playwright runs for one test at a time, started after the test's database is set up and stopped
+before it is flushed: its sync API leaves an event loop marked running in the test's thread, and
+while one is, Django refuses ORM calls (``DJANGO_ALLOW_ASYNC_UNSAFE`` is set for exactly that
+time) and hands out other connection objects than the one the test database lives on — so
+pytest-playwright's session-wide fixtures are function-scoped here, and the connections opened
+meanwhile are closed before the loop stops.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import Any
 
 import pytest
 from django.conf import settings
-from django.db import connection
+from django.db import connection, connections
 from django.test import Client
 from playwright.sync_api import Browser, BrowserType, Page, Playwright, sync_playwright
 
@@ -54,35 +56,35 @@ def browser_type_launch_args() -> dict[str, Any]:
     return {"executable_path": str(CHROMIUM), "args": CHROMIUM_ARGS, "headless": True}
 
 
-@pytest.fixture(scope="package")
+@pytest.fixture
 def playwright(browser_type_launch_args: dict[str, Any]) -> Iterator[Playwright]:
-    # Django checks the variable at each ORM call, the database flush after each test included;
-    # it is set exactly while Playwright's loop runs (see the module docstring).
+    # See the module docstring: the variable is set exactly while Playwright's loop runs.
     with pytest.MonkeyPatch.context() as patch, sync_playwright() as running:
         patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
         yield running
+        connections.close_all()
 
 
-@pytest.fixture(scope="package")
+@pytest.fixture
 def browser_type(playwright: Playwright, browser_name: str) -> BrowserType:
     return getattr(playwright, browser_name)
 
 
-@pytest.fixture(scope="package")
+@pytest.fixture
 def launch_browser(
     browser_type_launch_args: dict[str, Any], browser_type: BrowserType
 ) -> Callable[..., Browser]:
     return lambda **kwargs: browser_type.launch(**{**browser_type_launch_args, **kwargs})
 
 
-@pytest.fixture(scope="package")
+@pytest.fixture
 def browser(launch_browser: Callable[..., Browser]) -> Iterator[Browser]:
     launched = launch_browser()
     yield launched
     launched.close()
 
 
-@pytest.fixture(scope="package")
+@pytest.fixture
 def browser_context_args() -> dict[str, Any]:
     return {}
 
