@@ -203,3 +203,12 @@ def test_a_kill_request_page_links_to_its_story(requester, approver, viewer_clie
     link = f"/audit/?view=requests&amp;kill_request={number}"
     assert f'href="{link}"' in html
     assert stories(viewer_client.get(link.replace("&amp;", "&"))) == [number]
+
+
+@pytest.mark.parametrize("view", ["events", "requests"])
+def test_sentences_do_not_cost_a_query_per_event(viewer_client: Client, django_assert_max_num_queries,
+                                                   view: str):
+    file_requests(30)  # 60 events, 30 requests: more than a page of either view; 6-7 queries today
+    with django_assert_max_num_queries(8):
+        response = viewer_client.get(reverse("audit_log"), {"view": view}, headers={"HX-Request": "true"})
+    assert response.status_code == 200
