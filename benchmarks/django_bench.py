@@ -16,6 +16,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from pathlib import Path
+
+from gpuadmin.data_dir import prepare_data_dir
 
 QUIET_POLL_SECONDS = 10
 QUIET_WAIT_MAX_SECONDS = 600
@@ -57,6 +60,7 @@ def throwaway_data_dir(prefix: str, *, wait: bool = True) -> Iterator[str]:
         wait_until_no_pytest()
     data_dir = tempfile.mkdtemp(prefix=prefix)
     os.environ["GPUADMIN_DATA_DIR"] = data_dir
+    prepare_data_dir(Path(data_dir))
     try:
         yield data_dir
     finally:

@@ -44,6 +44,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from gpuadmin.data_dir import prepare_data_dir  # noqa: E402
 from tests.services import redis_server, stop_process_group  # noqa: E402
 
 HOST = f"bench-{uuid.uuid4().hex[:6]}"
@@ -106,7 +107,8 @@ def percentile(values: list[float], fraction: float) -> float:
 
 def run(requests: int, work: Path, redis_url: str) -> list[dict[str, float]]:
     data_dir = work / "central-data"
-    data_dir.mkdir()
+    prepare_data_dir(data_dir)
+    prepare_data_dir(work / "agent-data")
     os.environ.update({"GPUADMIN_DATA_DIR": str(data_dir), "REDIS_URL": redis_url,
                        "DJANGO_SETTINGS_MODULE": "gpuadmin.settings", "GPUADMIN_LOG_LEVEL": "WARNING"})
     os.environ.pop("DATABASE_URL", None)

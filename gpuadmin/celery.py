@@ -2,7 +2,8 @@
 
 Queues: ``central`` (ingest, kill progress, sweeps; needs the database) and
 ``host.<name>`` (one per GPU host; its agent probes and signals and needs only
-the broker).
+the broker). This module owns the queues, the routes and the beat schedule;
+the tasks' names live beside it in ``gpuadmin.task_names`` (no Django there).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import os
 
 from celery import Celery
 from django.conf import settings
+
+from gpuadmin import task_names
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuadmin.settings")
 
@@ -30,20 +33,16 @@ def beat_schedule(probe_interval_seconds: float) -> dict[str, dict]:
     """Central's periodic tasks; each expires before its next run is due."""
     return {
         "schedule-probes": {
-            "task": "gpuadmin.fleet.schedule_probes",
+            "task": task_names.SCHEDULE_PROBES,
             "schedule": float(probe_interval_seconds),
             "options": {"expires": probe_interval_seconds * EXPIRES_SHARE_OF_PERIOD},
         },
         "sweep-kills": {
-            "task": "gpuadmin.kills.sweep",
+            "task": task_names.SWEEP_KILLS,
             "schedule": KILL_SWEEP_PERIOD_SECONDS,
             "options": {"expires": KILL_SWEEP_PERIOD_SECONDS * EXPIRES_SHARE_OF_PERIOD},
         },
     }
-
-
-CENTRAL_TASK_PREFIXES = ("gpuadmin.fleet.", "gpuadmin.kills.")
-AGENT_TASK_PREFIX = "gpuadmin.agent."
 
 
 class UnroutedAgentTask(ValueError):
@@ -58,11 +57,12 @@ def route_task(name: str, args: object, kwargs: object, options: dict, task: obj
     would land in `central`, and the central worker would probe or signal its
     own box instead of the host meant. Refuse it at the sender.
     """
-    if name.startswith(CENTRAL_TASK_PREFIXES):
+    if name.startswith(task_names.CENTRAL_PREFIXES):
         return {"queue": CENTRAL_QUEUE}
-    if name.startswith(AGENT_TASK_PREFIX) and not options.get("queue"):
+    if name.startswith(task_names.AGENT_PREFIX) and not options.get("queue"):
         raise UnroutedAgentTask(f"{name} must be sent to a host's queue: queue=host_queue(host_name)")
     return None
+
 
 app = Celery(
     "gpuadmin",

@@ -31,6 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpuadmin.data_dir import prepare_data_dir
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 DEFAULT_PORT = 8000
 BIND_ADDRESS = "127.0.0.1"
@@ -273,6 +275,7 @@ def main() -> int:
     try:
         port = port_from_env(dict(os.environ))
         check_port_free(port)
+        prepare_data_dir()  # before anything loads the settings: they only read what it makes
         host_name = prepare_database()
     except StartupError as exc:
         print(f"gpuadmin: {exc}", file=sys.stderr)

@@ -3,39 +3,29 @@
 Everything a lab may change comes from the environment (see README). With no
 DATABASE_URL and no REDIS_URL the panel runs on one box: SQLite in WAL mode and
 Celery's filesystem broker, both under GPUADMIN_DATA_DIR.
+
+Importing this module writes nothing: the data directory and its secret key
+are made beforehand by `python -m gpuadmin.data_dir` (`make run` runs it), and
+a missing one stops here with an error that names that command.
 """
 
 from __future__ import annotations
 
-import secrets
 import socket
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
+from gpuadmin import data_dir
 from gpuadmin.env import env_bool, env_int, env_secret, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-DATA_DIR = Path(env_str("GPUADMIN_DATA_DIR", str(BASE_DIR / "var"))).resolve()
-DATA_DIR.mkdir(parents=True, exist_ok=True)
-
-
-def _secret_key() -> str:
-    """SECRET_KEY from the environment, else one generated once and kept in DATA_DIR."""
-    key = env_secret("GPUADMIN_SECRET_KEY")
-    if key:
-        return key
-    path = DATA_DIR / "secret_key"
-    try:
-        return path.read_text().strip()
-    except FileNotFoundError:
-        key = secrets.token_urlsafe(50)
-        path.touch(mode=0o600)
-        path.write_text(key)
-        return key
-
-
-SECRET_KEY = _secret_key()
+DATA_DIR = data_dir.data_dir()
+try:
+    SECRET_KEY = data_dir.secret_key(DATA_DIR)
+except data_dir.DataDirNotPrepared as exc:
+    raise ImproperlyConfigured(str(exc)) from None
 DEBUG = env_bool("GPUADMIN_DEBUG", False)
 _DEFAULT_ALLOWED_HOSTS = "127.0.0.1,localhost,[::1],testserver"
 ALLOWED_HOSTS = [h for h in env_str("GPUADMIN_ALLOWED_HOSTS", _DEFAULT_ALLOWED_HOSTS).split(",") if h]
@@ -100,7 +90,7 @@ else:
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": DATA_DIR / "gpuadmin.sqlite3",
+            "NAME": DATA_DIR / data_dir.SQLITE_DATABASE,
             "OPTIONS": {
                 # WAL lets the web process read while a worker writes; IMMEDIATE
                 # takes the write lock at BEGIN so two writers queue instead of
@@ -128,8 +118,7 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = DATA_DIR / "static"
-STATIC_ROOT.mkdir(exist_ok=True)  # WhiteNoise warns at every start when it is missing
+STATIC_ROOT = DATA_DIR / data_dir.STATIC_ROOT  # made by the data dir step (WhiteNoise warns without it)
 # WhiteNoise serves static/ straight from the finders, so `make run` needs no
 # collectstatic step and can never serve a stale copy; `collectstatic` into
 # STATIC_ROOT still works for a reverse proxy.
@@ -139,6 +128,20 @@ SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False  # htmx reads it from the page, not the cookie
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
+
+# Production, behind a reverse proxy that terminates TLS (docs/deploy.md).
+# GPUADMIN_HTTPS=1 says browsers reach the panel over HTTPS only: cookies are
+# sent over HTTPS only, browsers are told to use nothing else (HSTS), and the
+# proxy's X-Forwarded-Proto is trusted, so the proxy must always set it.
+# With it, a real GPUADMIN_SECRET_KEY and DEBUG off, `check --deploy` is clean.
+if env_bool("GPUADMIN_HTTPS", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = True
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = env_int("GPUADMIN_HSTS_SECONDS", 365 * 24 * 3600)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("GPUADMIN_HSTS_INCLUDE_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = env_bool("GPUADMIN_HSTS_PRELOAD", True)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -168,6 +171,8 @@ GPUADMIN_UNATTRIBUTED_THRESHOLD_BYTES = env_int(
     "GPUADMIN_UNATTRIBUTED_THRESHOLD_BYTES", 512 * 1024 * 1024
 )
 GPUADMIN_PID_USAGE_WARN_RATIO = 0.8
+# Bearer token for /metrics (gpuadmin/metrics.py); unset, /metrics answers 404.
+GPUADMIN_METRICS_TOKEN = env_secret("GPUADMIN_METRICS_TOKEN")
 
 # Kill workflow (see gpuadmin/kills).
 GPUADMIN_ALLOW_SELF_APPROVAL = env_bool("GPUADMIN_ALLOW_SELF_APPROVAL", False)
@@ -185,17 +190,13 @@ if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
     CELERY_BROKER_TRANSPORT_OPTIONS: dict = {"visibility_timeout": 3600}
 else:
-    _broker_dir = DATA_DIR / "broker"
-    (_broker_dir / "queue").mkdir(parents=True, exist_ok=True)
-    (_broker_dir / "processed").mkdir(parents=True, exist_ok=True)
-    (_broker_dir / "control").mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_URL = "filesystem://localhost/"  # the host part means nothing; kombu warns without one
     CELERY_BROKER_TRANSPORT_OPTIONS = {
-        "data_folder_in": str(_broker_dir / "queue"),
-        "data_folder_out": str(_broker_dir / "queue"),
-        "processed_folder": str(_broker_dir / "processed"),
+        "data_folder_in": str(DATA_DIR / data_dir.BROKER_QUEUE),
+        "data_folder_out": str(DATA_DIR / data_dir.BROKER_QUEUE),
+        "processed_folder": str(DATA_DIR / data_dir.BROKER_PROCESSED),
         # Exchange bindings; kombu's default is a "control" folder in the working directory.
-        "control_folder": str(_broker_dir / "control"),
+        "control_folder": str(DATA_DIR / data_dir.BROKER_CONTROL),
         "store_processed": False,
     }
 CELERY_TASK_SERIALIZER = "json"
@@ -206,4 +207,4 @@ CELERY_TASK_DEFAULT_QUEUE = "central"
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
-CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
+CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / data_dir.BEAT_SCHEDULE_FILE)

@@ -3,9 +3,9 @@
 tests/conftest.py is too late for this: pytest-django loads gpuadmin.settings
 while pytest is still reading its options, before any conftest is imported.
 Every test run gets its own GPUADMIN_DATA_DIR (secret key, SQLite files, the
-filesystem broker), so tests never touch the repository's var/ or a running
-panel's data. REDIS_URL is dropped for the same reason: tests that need Redis
-start their own.
+filesystem broker), prepared as `make run` prepares var/, so tests never touch
+the repository's var/ or a running panel's data. REDIS_URL is dropped for the
+same reason: tests that need Redis start their own.
 """
 
 from __future__ import annotations
@@ -14,8 +14,12 @@ import atexit
 import os
 import shutil
 import tempfile
+from pathlib import Path
+
+from gpuadmin.data_dir import prepare_data_dir
 
 DATA_DIR = tempfile.mkdtemp(prefix="gpuadmin-test-data-")
 os.environ["GPUADMIN_DATA_DIR"] = DATA_DIR
 os.environ.pop("REDIS_URL", None)
 atexit.register(shutil.rmtree, DATA_DIR, True)
+prepare_data_dir(Path(DATA_DIR))

@@ -48,6 +48,7 @@ def proc(pid: int, *, ppid: int = 1, state: str = "S", start: int | None = None,
         "pgid": pgid if pgid is not None else pid,
         "sid": sid if sid is not None else pid,
         "container_id": None,
+        "owner": None,
         "elapsed_seconds": elapsed_seconds,
         "kernel_thread": False,
         "orphaned": orphaned,
@@ -67,7 +68,7 @@ def snapshot(host: str = "gpu01", *, processes: list[dict[str, Any]] | None = No
     processes = processes if processes is not None else []
     taken = (taken_at or datetime.now(UTC)).astimezone(UTC)
     return {
-        "schema_version": 1,
+        "schema_version": 2,
         "taken_at": taken.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
         "probe_duration_seconds": 0.01,
         "scope": "matters",

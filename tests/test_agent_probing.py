@@ -20,6 +20,7 @@ from kombu import Message
 
 from gpuadmin.agent import probing
 from gpuadmin.celery import CENTRAL_QUEUE, app, host_queue
+from gpuadmin.task_names import INGEST_SNAPSHOT, PROBE_HOST
 
 SCHEMA = json.loads((Path(probing.__file__).parents[1] / "probe" / "snapshot.schema.json").read_text())
 GPU_UUID = "GPU-a9e17000-0000-4000-8000-000000000001"
@@ -62,7 +63,7 @@ def test_probe_host_sends_one_valid_snapshot_to_central(gpu_holder, settings) ->
 
     size_bytes = probing.probe_host.apply().get()
 
-    [message] = [m for m in drain(CENTRAL_QUEUE) if m.headers["task"] == probing.INGEST_TASK]
+    [message] = [m for m in drain(CENTRAL_QUEUE) if m.headers["task"] == INGEST_SNAPSHOT]
     args, kwargs, _ = message.decode()
     assert kwargs == {} and len(args) == 1 and len(args[0]) == size_bytes
     snapshot = json.loads(args[0])
@@ -82,12 +83,12 @@ def test_request_probe_goes_to_that_hosts_queue_and_expires(settings) -> None:
     drain(host_queue("gpu42"))
     drain(CENTRAL_QUEUE)
 
-    probing.request_probe("gpu42", expires_seconds=7)
+    probing.request_probe("gpu42")
 
     [message] = drain(host_queue("gpu42"))
-    assert message.headers["task"] == probing.PROBE_TASK
+    assert message.headers["task"] == PROBE_HOST
     assert message.headers["expires"] is not None
-    assert probing.PROBE_TASK not in {m.headers["task"] for m in drain(CENTRAL_QUEUE)}
+    assert PROBE_HOST not in {m.headers["task"] for m in drain(CENTRAL_QUEUE)}
 
 
 def test_a_bad_probe_setting_fails_the_task_with_the_settings_name(monkeypatch, settings) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from gpuadmin import task_names
 from gpuadmin.celery import CENTRAL_QUEUE, UnroutedAgentTask, app, beat_schedule, host_queue
 
 
@@ -48,3 +49,13 @@ def test_agent_tasks_go_only_to_the_host_queue_they_are_sent_to(task_name: str) 
 def test_an_agent_task_without_a_queue_is_refused_before_it_reaches_the_broker() -> None:
     with pytest.raises(UnroutedAgentTask):
         app.send_task("gpuadmin.agent.probe_host")
+
+
+def test_every_task_is_registered_under_a_name_from_task_names_and_every_name_has_its_task() -> None:
+    # The names are the wire protocol between central and agents (the literal
+    # names above pin it): each defined once, each with a task behind it.
+    app.loader.import_default_modules()
+    names = {value for key, value in vars(task_names).items() if key.isupper() and isinstance(value, str)
+             and not key.endswith("PREFIX")}
+    registered = {name for name in app.tasks if name.startswith("gpuadmin.")}
+    assert registered == names

@@ -18,12 +18,12 @@ from typing import Any
 from django.conf import settings
 
 from gpuadmin.celery import CENTRAL_QUEUE, app
+from gpuadmin.data_dir import AGENT_JOURNAL
 from gpuadmin.probe.kill.protocol import Result, finished_event
+from gpuadmin.task_names import EXECUTE_KILL_ORDER, RECORD_KILL_PROGRESS
 
 logger = logging.getLogger(__name__)
 
-EXECUTE_TASK = "gpuadmin.agent.execute_kill_order"
-PROGRESS_TASK = "gpuadmin.kills.record_kill_progress"
 # A report that cannot reach the broker is retried briefly, then logged: the
 # escalation must go on, and the journal keeps the full record on the host.
 REPORT_RETRY_POLICY = {"max_retries": 3, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
@@ -33,11 +33,11 @@ JOURNAL_KEEP_SECONDS = 30 * 24 * 3600
 
 
 def journal_directory() -> Path:
-    return Path(settings.DATA_DIR) / "agent-journal"
+    return Path(settings.DATA_DIR) / AGENT_JOURNAL
 
 
 def report_to_central(event: dict[str, Any]) -> None:
-    app.send_task(PROGRESS_TASK, args=[event], queue=CENTRAL_QUEUE, retry=True,
+    app.send_task(RECORD_KILL_PROGRESS, args=[event], queue=CENTRAL_QUEUE, retry=True,
                   retry_policy=REPORT_RETRY_POLICY)
 
 
@@ -74,7 +74,7 @@ def execute(order: Any) -> dict[str, Any] | None:
             logger.exception("could not prune the kill journal in %s", journal.directory)
 
 
-@app.task(name=EXECUTE_TASK, acks_late=True, ignore_result=True)
+@app.task(name=EXECUTE_KILL_ORDER, acks_late=True, ignore_result=True)
 def execute_kill_order(order: dict[str, Any]) -> dict[str, Any] | None:
     finished = execute(order)
     if finished:

@@ -14,12 +14,10 @@ from typing import Any
 from celery.signals import worker_ready
 from django.conf import settings
 
-from gpuadmin.celery import CENTRAL_QUEUE, EXPIRES_SHARE_OF_PERIOD, app, host_queue
+from gpuadmin.celery import CENTRAL_QUEUE, app, host_queue
+from gpuadmin.task_names import INGEST_SNAPSHOT, PROBE_HOST
 
 logger = logging.getLogger(__name__)
-
-PROBE_TASK = "gpuadmin.agent.probe_host"
-INGEST_TASK = "gpuadmin.fleet.ingest_snapshot"
 
 
 def snapshot_json(host_name: str) -> str:
@@ -40,7 +38,8 @@ def snapshot_expiry_seconds() -> float:
 
 
 def send_snapshot(snapshot_text: str) -> None:
-    app.send_task(INGEST_TASK, args=[snapshot_text], queue=CENTRAL_QUEUE, expires=snapshot_expiry_seconds())
+    app.send_task(INGEST_SNAPSHOT, args=[snapshot_text], queue=CENTRAL_QUEUE,
+                  expires=snapshot_expiry_seconds())
 
 
 def probe_and_send() -> int:
@@ -50,16 +49,28 @@ def probe_and_send() -> int:
     return len(text)
 
 
-@app.task(name=PROBE_TASK, ignore_result=True)
+@app.task(name=PROBE_HOST, ignore_result=True)
 def probe_host() -> int:
     size_bytes = probe_and_send()
     logger.info("sent a snapshot of %s (%d bytes)", settings.GPUADMIN_HOST_NAME, size_bytes)
     return size_bytes
 
 
-def request_probe(host_name: str, expires_seconds: float) -> None:
-    """Ask a host's agent for a snapshot now; the request is dropped if the agent does not take it in time."""
-    app.send_task(PROBE_TASK, queue=host_queue(host_name), expires=expires_seconds)
+def probe_expiry_seconds() -> int:
+    # One interval: a probe the agent has not taken by then is superseded by the
+    # next one, so the probes queued for an offline host are dropped, not run in
+    # a burst when it comes back.
+    return settings.GPUADMIN_PROBE_INTERVAL_SECONDS
+
+
+def request_probe(host_name: str) -> None:
+    """Ask a host's agent for a snapshot now: the one way anything sends ``probe_host``.
+
+    Sent by name to the host's own queue, expiring after one probe interval.
+    Central's scheduler and "probe now" (``gpuadmin.fleet.probes``) and the
+    agent's own start-up probe all come through here. No database: the agent calls it.
+    """
+    app.send_task(PROBE_HOST, queue=host_queue(host_name), expires=probe_expiry_seconds())
 
 
 @worker_ready.connect
@@ -76,7 +87,4 @@ def probe_on_worker_start(sender: Any = None, **kwargs: Any) -> None:
     consumed = {queue.name for queue in consumer.task_consumer.queues}
     if own_queue not in consumed:
         return  # a central-only worker: it has no host to probe
-    request_probe(
-        settings.GPUADMIN_HOST_NAME,
-        expires_seconds=settings.GPUADMIN_PROBE_INTERVAL_SECONDS * EXPIRES_SHARE_OF_PERIOD,
-    )
+    request_probe(settings.GPUADMIN_HOST_NAME)

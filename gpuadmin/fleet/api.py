@@ -2,7 +2,8 @@
 
 Authentication and the viewer-role check come from settings.REST_FRAMEWORK
 (token or session; IsViewer), so missing credentials answer 401 and a user
-without a role 403, both as JSON. The shapes live in serializers.py.
+without a role 403, both as JSON. The shapes live in serializers.py, the
+queries on the models' querysets.
 """
 
 from __future__ import annotations
@@ -13,26 +14,21 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from gpuadmin.api_json import AsciiJSONRenderer
-from gpuadmin.fleet.serializers import (
-    host_detail_dict,
-    host_for_listing,
-    host_summary_dict,
-    hosts_for_listing,
-    latest_document,
-    open_findings,
-)
+from gpuadmin.fleet.models import Host, LatestSnapshot
+from gpuadmin.fleet.serializers import host_detail_dict, host_summary_dict
 
 
 @api_view(["GET"])
 @renderer_classes([AsciiJSONRenderer])
 def hosts(request: Request) -> Response:
-    return Response([host_summary_dict(h) for h in hosts_for_listing()])
+    return Response([host_summary_dict(h) for h in Host.objects.for_listing()])
 
 
 @api_view(["GET"])
 @renderer_classes([AsciiJSONRenderer])
 def host_detail(request: Request, name: str) -> Response:
-    host = host_for_listing(name)
+    host = Host.objects.for_listing().named(name)
     if host is None:
         raise NotFound(f"No host named {name!r} has sent a snapshot.")
-    return Response(host_detail_dict(host, latest_document(host), open_findings(host)))
+    document = LatestSnapshot.objects.document_for(host)
+    return Response(host_detail_dict(host, document, host.findings.open().most_severe_first()))

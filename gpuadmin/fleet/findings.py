@@ -367,7 +367,7 @@ def sync_findings(host: Host, drafts: Iterable[FindingDraft], now: datetime) -> 
         wanted[(draft.kind, draft.key)] = draft
     still_open = {
         (f.kind, f.key): f
-        for f in Finding.objects.filter(host=host, resolved_at__isnull=True, kind__in=SNAPSHOT_KINDS)
+        for f in Finding.objects.open().filter(host=host, kind__in=SNAPSHOT_KINDS)
     }
     created, refreshed = [], []
     for kind_key, draft in wanted.items():

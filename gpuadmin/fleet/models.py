@@ -9,10 +9,38 @@ device holder, zombie, D state) — never one row per process per snapshot.
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import models
+from django.db.models import Count, Prefetch, Q
 from django.utils import timezone
+
+# The read side's queries, named once (as NetBox's querysets and healthchecks'
+# model methods do): pages, API and the kills app call these instead of
+# retyping filters.
+
+
+class HostQuerySet(models.QuerySet):
+    def for_listing(self) -> HostQuerySet:
+        """Hosts with their present GPUs and open-finding counts, in two queries.
+
+        Each host gets ``present_gpus`` (list, by index) and ``open_findings_<severity>``
+        counts, so listing N hosts never loads a snapshot document or runs a query per host.
+        """
+        open_finding = Q(findings__resolved_at__isnull=True)
+        counts = {
+            f"open_findings_{severity.value}": Count(
+                "findings", filter=open_finding & Q(findings__severity=severity.value)
+            )
+            for severity in Finding.Severity
+        }
+        present = Prefetch("gpus", queryset=Gpu.objects.filter(present=True).order_by("index"),
+                           to_attr="present_gpus")
+        return self.annotate(**counts).prefetch_related(present)
+
+    def named(self, name: str) -> Host | None:
+        return self.filter(name=name).first()
 
 
 class Host(models.Model):
@@ -38,6 +66,8 @@ class Host(models.Model):
     # When central last sent this host a probe task: hosts offline for long are probed less often.
     last_probe_sent_at = models.DateTimeField(null=True, blank=True)
 
+    objects = HostQuerySet.as_manager()
+
     class Meta:
         ordering = ["name"]
 
@@ -58,6 +88,20 @@ class Host(models.Model):
         return timezone.now() - self.last_seen_at <= self.offline_after()
 
 
+class LatestSnapshotQuerySet(models.QuerySet):
+    def for_host(self, host: Host) -> LatestSnapshot | None:
+        """The host's newest accepted snapshot; None before its first."""
+        return self.filter(host=host).first()
+
+    def document_for(self, host: Host) -> dict[str, Any] | None:
+        """Only the document of the host's newest snapshot (None before its first)."""
+        return self.filter(host=host).values_list("document", flat=True).first()
+
+    def documents_by_host_id(self, host_ids: set[int]) -> dict[int, dict[str, Any]]:
+        """The newest documents of several hosts in one query, keyed by host id."""
+        return dict(self.filter(host_id__in=host_ids).values_list("host_id", "document"))
+
+
 class LatestSnapshot(models.Model):
     """The newest accepted snapshot document of a host, as sent (validated)."""
 
@@ -65,6 +109,8 @@ class LatestSnapshot(models.Model):
     taken_at = models.DateTimeField()
     received_at = models.DateTimeField(default=timezone.now)
     document = models.JSONField()
+
+    objects = LatestSnapshotQuerySet.as_manager()
 
     def __str__(self) -> str:
         return f"{self.host.name} @ {self.taken_at:%Y-%m-%d %H:%M:%S}"
@@ -174,6 +220,15 @@ class ProcessLife(models.Model):
         return f"{self.host.name}:{self.pid} ({self.name})"
 
 
+class FindingQuerySet(models.QuerySet):
+    def open(self) -> FindingQuerySet:
+        return self.filter(resolved_at__isnull=True)
+
+    def most_severe_first(self) -> list[Finding]:
+        """Most severe first, then oldest first (the database cannot order severity by urgency)."""
+        return most_severe_first(list(self))
+
+
 class Finding(models.Model):
     """A diagnosis drawn from a snapshot, with a one-line remedy.
 
@@ -211,6 +266,8 @@ class Finding(models.Model):
     first_seen_at = models.DateTimeField()
     last_seen_at = models.DateTimeField()
     resolved_at = models.DateTimeField(null=True, blank=True)
+
+    objects = FindingQuerySet.as_manager()
 
     class Meta:
         # Severity is text, so the database cannot order it by urgency; callers

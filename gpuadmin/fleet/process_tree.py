@@ -5,11 +5,24 @@ findings, pages and API show. Pure functions over the document: no database.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuadmin.probe.owners import (
+    CONTAINER,
+    KIND_FIELDS,
+    KUBERNETES_POD,
+    LOGIN_SESSION,
+    SLURM_JOB,
+    SYSTEM_SERVICE,
+    USER_SERVICE,
+)
+
 ZOMBIE = "Z"
 UNINTERRUPTIBLE = "D"
+# Docker's and crictl's short form of a container id.
+SHORT_ID_CHARS = 12
 
 
 @dataclass(frozen=True)
@@ -33,6 +46,8 @@ class ProcessRow:
     reasons: tuple[str, ...] = ()
     gpu_memory_bytes: dict[str, int | None] = field(default_factory=dict)
     device_files: tuple[str, ...] = ()
+    # Schema version 2 (gpuadmin/probe/owners.py); None in version 1 and when no owner was recognised.
+    owner: dict[str, Any] | None = None
 
     @classmethod
     def from_document(cls, p: dict[str, Any]) -> ProcessRow:
@@ -56,12 +71,27 @@ class ProcessRow:
             reasons=tuple(p.get("reasons", ())),
             gpu_memory_bytes=dict(p.get("gpu_memory_bytes", {})),
             device_files=tuple(p.get("device_files", ())),
+            owner=p.get("owner"),
         )
 
     @property
     def command_line(self) -> str:
         """The command line as one string, for display (the template escapes it)."""
         return " ".join(self.cmdline) if self.cmdline else f"[{self.name}]"
+
+    @property
+    def owner_label(self) -> str:
+        """The owner in a few words ("job 4242.0", "docker trainer", "pod ml/bert-0"); "" when none."""
+        return owner_label(self.owner)
+
+    @property
+    def owner_details(self) -> str:
+        """Every field of the owner that is known, for a tooltip."""
+        if not self.owner:
+            return ""
+        # In the probe's order: a PostgreSQL jsonb column gives the keys back in its own.
+        keys = ("kind", *KIND_FIELDS.get(self.owner.get("kind", ""), sorted(set(self.owner) - {"kind"})))
+        return ", ".join(f"{key} {self.owner[key]}" for key in keys if self.owner.get(key) is not None)
 
     @property
     def total_gpu_memory_bytes(self) -> int:
@@ -78,6 +108,37 @@ class ProcessRow:
     @property
     def is_uninterruptible(self) -> bool:
         return self.state == UNINTERRUPTIBLE
+
+
+def owner_label(owner: dict[str, Any] | None) -> str:
+    """A snapshot's owner block in a few words."""
+    if not owner:
+        return ""
+    label = _OWNER_LABELS.get(owner.get("kind", ""))
+    return label(owner) if label else str(owner.get("kind"))
+
+
+def _container_label(owner: dict[str, Any]) -> str:
+    name = owner.get("container_name") or (owner.get("container_id") or "")[:SHORT_ID_CHARS]
+    return f"{owner.get('runtime') or 'container'} {name}".strip()
+
+
+def _pod_label(owner: dict[str, Any]) -> str:
+    if owner.get("pod_name"):
+        names = (owner.get("namespace"), owner["pod_name"], owner.get("container_name"))
+        return "pod " + "/".join(str(name) for name in names if name)
+    short_id = (owner.get("container_id") or "")[:SHORT_ID_CHARS]
+    return f"pod {(owner.get('pod_uid') or '')[:8]}" + (f" ctr {short_id}" if short_id else "")
+
+
+_OWNER_LABELS: dict[str, Callable[[dict[str, Any]], str]] = {
+    SLURM_JOB: lambda o: f"job {o.get('job_id')}" + (f".{o['step']}" if o.get("step") else ""),
+    CONTAINER: _container_label,
+    KUBERNETES_POD: _pod_label,
+    LOGIN_SESSION: lambda o: f"session {o.get('session_id')}",
+    USER_SERVICE: lambda o: f"user unit {o.get('unit')}",
+    SYSTEM_SERVICE: lambda o: f"unit {o.get('unit')}",
+}
 
 
 @dataclass(frozen=True)

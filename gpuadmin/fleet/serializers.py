@@ -1,5 +1,8 @@
-"""What the read side says about hosts: the JSON API's shapes, and the two
-queries that load them (shared with the pages so both show the same thing).
+"""What the read side says about hosts: the JSON API's shapes.
+
+The queries that load them are named on the models' querysets
+(``Host.objects.for_listing()``, ``LatestSnapshot.objects.document_for(host)``,
+``host.findings.open()``), shared with the pages so both show the same thing.
 
 Plain functions returning dicts rather than DRF serializers: everything here
 is read-only, half of it is a stored snapshot document that is already
@@ -12,61 +15,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Count, Prefetch, Q, QuerySet
+from django.db.models import Count
 
-from gpuadmin.fleet.models import Finding, Gpu, Host, LatestSnapshot, most_severe_first
+from gpuadmin.fleet.models import Finding, Gpu, Host
 from gpuadmin.fleet.process_tree import gpu_holders, orphans, process_rows, zombie_trees
 from gpuadmin.text import utc_text
 
 Severity = Finding.Severity
-# Most urgent first. (Finding.Meta.ordering sorts the stored strings, which is alphabetical.)
 
-
-# --- loading ------------------------------------------------------------------
-
-def hosts_for_listing() -> QuerySet[Host]:
-    """Every host, with its present GPUs and open-finding counts, in two queries.
-
-    Each host gets ``present_gpus`` (list, by index) and ``open_findings_<severity>``
-    counts, so listing N hosts never loads a snapshot document or runs a query per host.
-    """
-    open_finding = Q(findings__resolved_at__isnull=True)
-    counts = {
-        f"open_findings_{severity.value}": Count(
-            "findings", filter=open_finding & Q(findings__severity=severity.value)
-        )
-        for severity in Severity
-    }
-    return Host.objects.annotate(**counts).prefetch_related(
-        Prefetch("gpus", queryset=Gpu.objects.filter(present=True).order_by("index"), to_attr="present_gpus")
-    )
-
-
-def host_for_listing(name: str) -> Host | None:
-    return hosts_for_listing().filter(name=name).first()
-
-
-def open_findings(host: Host) -> list[Finding]:
-    """The host's open findings, most severe first, then oldest first."""
-    return most_severe_first(list(host.findings.filter(resolved_at__isnull=True)))
-
-
-def latest_document(host: Host) -> dict[str, Any] | None:
-    try:
-        return LatestSnapshot.objects.only("document").get(host=host).document
-    except LatestSnapshot.DoesNotExist:
-        return None
-
-
-# --- shapes -------------------------------------------------------------------
 
 def open_finding_counts(host: Host) -> dict[str, int]:
-    """Counts by severity, from ``hosts_for_listing`` annotations (queried if missing)."""
+    """Counts by severity, from ``Host.objects.for_listing()`` annotations (queried if missing)."""
     if hasattr(host, f"open_findings_{Severity.CRITICAL.value}"):
         return {s.value: getattr(host, f"open_findings_{s.value}") for s in Severity}
-    rows = (
-        host.findings.filter(resolved_at__isnull=True).values("severity").annotate(n=Count("id"))
-    )
+    rows = host.findings.open().values("severity").annotate(n=Count("id"))
     by_severity = {row["severity"]: row["n"] for row in rows}
     return {s.value: by_severity.get(s.value, 0) for s in Severity}
 

@@ -28,7 +28,6 @@ from jsonschema.exceptions import ValidationError, best_match
 
 from gpuadmin.text import clip, human_bytes
 
-SUPPORTED_SCHEMA_VERSION = 1
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "probe" / "snapshot.schema.json"
 
 # A host's clock may run a little ahead of central's; more than this and its
@@ -81,6 +80,13 @@ def snapshot_validator() -> Draft202012Validator:
         type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _strict_integer),
     )
     return strict(schema)
+
+
+def supported_schema_versions() -> tuple[int, ...]:
+    """The versions central accepts: the schema file's schema_version enum, so that
+    the file stays the one place a version is added (an older agent keeps working
+    while hosts are upgraded one by one)."""
+    return tuple(snapshot_validator().schema["properties"]["schema_version"]["enum"])
 
 
 def parse_snapshot(payload: str | bytes, *, now: datetime | None = None) -> dict[str, Any]:
@@ -190,12 +196,14 @@ def _json_type(value: Any) -> str:
 
 def _check_schema_version(document: dict[str, Any]) -> None:
     version = document.get("schema_version")
-    if version == SUPPORTED_SCHEMA_VERSION and not isinstance(version, bool | float):
+    supported = supported_schema_versions()
+    if version in supported and not isinstance(version, bool | float):
         return
     shown = "missing" if "schema_version" not in document else _clip(json.dumps(version))
+    accepted = " or ".join(str(v) for v in supported)
     raise SnapshotRejected(
         f"schema_version {shown} is not supported: this central accepts schema_version "
-        f"{SUPPORTED_SCHEMA_VERSION} only; run the same gpuadmin version on the host and on central"
+        f"{accepted}; run the same gpuadmin version on the host and on central"
     )
 
 
@@ -342,6 +350,12 @@ def _check_processes(processes: list[dict[str, Any]], gpu_uuids: set[str]) -> No
             if uuid not in gpu_uuids:
                 raise SnapshotRejected(
                     f"processes[{i}].gpu_memory_bytes: GPU {_clip(json.dumps(uuid))} is not in gpus"
+                )
+        for j, instance in enumerate(process.get("mig_instances", ())):
+            if instance["gpu_uuid"] not in gpu_uuids:
+                uuid = _clip(json.dumps(instance["gpu_uuid"]))
+                raise SnapshotRejected(
+                    f"processes[{i}].mig_instances[{j}].gpu_uuid: GPU {uuid} is not in gpus"
                 )
 
 

@@ -67,7 +67,7 @@ def detail_dict(kill_request: KillRequest) -> dict[str, Any]:
     targets_now = None
     if kill_request.status == Status.PENDING:
         # What an approver would see now: each target against the newest snapshot.
-        latest = LatestSnapshot.objects.filter(host=kill_request.host).first()
+        latest = LatestSnapshot.objects.for_host(kill_request.host)
         targets_now = changes.compare(list(kill_request.targets.all()), latest.document if latest else None)
     return kill_request_dict(kill_request, steps=True, targets_now=targets_now)
 

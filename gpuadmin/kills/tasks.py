@@ -12,6 +12,7 @@ from celery import Task
 from django.db import DatabaseError
 
 from gpuadmin.celery import CENTRAL_QUEUE, app
+from gpuadmin.task_names import RECORD_KILL_PROGRESS, SWEEP_KILLS
 
 # How long a report waits for the earlier ones it overtook: 20 retries 0.1 s apart. The
 # agent sends them milliseconds apart, so this is plenty; after it, the report
@@ -22,7 +23,7 @@ WAIT_FOR_EARLIER_SECONDS = 0.1
 
 @app.task(
     bind=True,
-    name="gpuadmin.kills.record_kill_progress",
+    name=RECORD_KILL_PROGRESS,
     queue=CENTRAL_QUEUE,
     # The database being down or locked is worth waiting for; each report is
     # stored once per (request, seq), so a retry cannot double it.
@@ -45,7 +46,7 @@ def record_kill_progress(self: Task, event: dict[str, Any]) -> int | None:
     return step.pk if step else None
 
 
-@app.task(name="gpuadmin.kills.sweep", queue=CENTRAL_QUEUE, ignore_result=True)
+@app.task(name=SWEEP_KILLS, queue=CENTRAL_QUEUE, ignore_result=True)
 def sweep() -> dict[str, int]:
     from gpuadmin.kills.services import sweep as run_sweep
 

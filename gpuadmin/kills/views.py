@@ -48,7 +48,7 @@ def _get(pk: int) -> KillRequest:
 
 
 def _latest_documents(hosts: set[int]) -> dict[int, dict[str, Any]]:
-    return {s.host_id: s.document for s in LatestSnapshot.objects.filter(host_id__in=hosts)}
+    return LatestSnapshot.objects.documents_by_host_id(hosts)
 
 
 def _row_context(kill_request: KillRequest, user: Any, document: dict[str, Any] | None = None,
@@ -56,7 +56,7 @@ def _row_context(kill_request: KillRequest, user: Any, document: dict[str, Any] 
     changed: list[str] = []
     if compare and kill_request.status == Status.PENDING:
         if document is None:
-            latest = LatestSnapshot.objects.filter(host=kill_request.host).first()
+            latest = LatestSnapshot.objects.for_host(kill_request.host)
             document = latest.document if latest else None
         for now in changes.compare(list(kill_request.targets.all()), document):
             changed.extend(f"PID {now.target.pid}: {c}" for c in now.changes)
@@ -125,7 +125,7 @@ def kill_request_detail(request: HttpRequest, pk: int) -> HttpResponse:
     context = _timeline_context(kill_request)
     context.update(_row_context(kill_request, request.user, compare=False))
     if kill_request.status == Status.PENDING:
-        latest = LatestSnapshot.objects.filter(host=kill_request.host).first()
+        latest = LatestSnapshot.objects.for_host(kill_request.host)
         context["targets_now"] = changes.compare(context["targets"], latest.document if latest else None)
         context["latest_taken_at"] = latest.taken_at if latest else None
     return render(request, "kills/detail.html", context)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 GPU_BACKENDS = ("auto", "nvml", "simulated", "none")
 DEFAULT_DEVICE_GLOB = "/dev/nvidia*"
@@ -13,6 +14,34 @@ DEFAULT_CMDLINE_MAX_BYTES = 4096
 CMDLINE_MAX_BYTES_LIMIT = 8192
 # The schema's host-name rule (snapshot.schema.json, host.name): a DNS-ish label.
 HOST_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
+
+
+# Where each container runtime keeps its containers' metadata: setting -> (variable, stock default).
+RUNTIME_PATH_VARIABLES = {
+    "docker_root": ("GPUADMIN_DOCKER_ROOT", "/var/lib/docker"),
+    # Podman's and CRI-O's shared store (containers/storage): <root>/<driver>-containers/.
+    "containers_storage_root": ("GPUADMIN_CONTAINERS_STORAGE_ROOT", "/var/lib/containers/storage"),
+    # containerd's state directory: <root>/io.containerd.runtime.v2.task/<namespace>/<id>/config.json.
+    "containerd_state_root": ("GPUADMIN_CONTAINERD_STATE_ROOT", "/run/containerd"),
+    # The kubelet's logs: <root>/pods/<ns>_<pod>_<uid>/ and <root>/containers/<pod>_<ns>_<ctr>-<id>.log.
+    "kubernetes_log_root": ("GPUADMIN_KUBERNETES_LOG_ROOT", "/var/log"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimePaths:
+    """Where the probe looks up a container's name and image (gpuadmin/probe/owners.py).
+    A directory that is missing or unreadable only means fewer names, never an error."""
+
+    docker_root: str = RUNTIME_PATH_VARIABLES["docker_root"][1]
+    containers_storage_root: str = RUNTIME_PATH_VARIABLES["containers_storage_root"][1]
+    containerd_state_root: str = RUNTIME_PATH_VARIABLES["containerd_state_root"][1]
+    kubernetes_log_root: str = RUNTIME_PATH_VARIABLES["kubernetes_log_root"][1]
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> RuntimePaths:
+        return cls(**{name: env.get(variable) or default
+                      for name, (variable, default) in RUNTIME_PATH_VARIABLES.items()})
 
 
 class ProbeConfigError(ValueError):
@@ -27,6 +56,7 @@ class ProbeConfig:
     include_all: bool = False
     host_name: str = ""
     cmdline_max_bytes: int = DEFAULT_CMDLINE_MAX_BYTES
+    runtime_paths: RuntimePaths = field(default_factory=RuntimePaths)
 
     def __post_init__(self) -> None:
         if self.gpu_backend not in GPU_BACKENDS:
@@ -56,6 +86,7 @@ class ProbeConfig:
             "simulated_gpus_path": env.get("GPUADMIN_SIMULATED_GPUS") or None,
             "device_glob": env.get("GPUADMIN_DEVICE_GLOB") or DEFAULT_DEVICE_GLOB,
             "host_name": env.get("GPUADMIN_HOST_NAME") or "",
+            "runtime_paths": RuntimePaths.from_env(env),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]

@@ -1,5 +1,6 @@
 """The process table from /proc: one cheap pass over every PID, then the
-costlier details (command line, uid, cgroup) for the few that go in a snapshot.
+costlier details (command line, uid) for the few that go in a snapshot; their
+cgroup (the owner) is read by gpuadmin/probe/owners.py.
 
 Direct reads of /proc/<pid>/stat are used instead of psutil: a psutil.Process
 per PID costs several times more (see benchmarks/probe_vs_manual.py), and stat
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import os
 import pwd
-import re
 from collections.abc import Iterable
 
 from gpuadmin.probe.procfs import CLOCK_TICKS_PER_SECOND, StatFields, cmdline_sha256, parse_stat
@@ -20,9 +20,6 @@ PAGE_SIZE_BYTES = os.sysconf("SC_PAGE_SIZE")
 CMDLINE_MAX_ARGUMENTS = 4096  # the schema's limit; reached only by a command line of empty arguments
 ZOMBIE = "Z"
 UNINTERRUPTIBLE = "D"
-# A container runtime names the cgroup after the container: docker/<id>, docker-<id>.scope,
-# cri-containerd-<id>.scope, crio-<id>.scope, libpod-<id>.scope, kubepods/.../<id>. All use 64 hex digits.
-CONTAINER_ID = re.compile(r"(?<![0-9a-f])[0-9a-f]{64}(?![0-9a-f])")
 
 _user_names: dict[int, str | None] = {}
 
@@ -86,21 +83,6 @@ def read_status_uid(pid: int) -> int | None:
     return int(data[start + 5 : data.index(b"\n", start + 5)].split()[0])
 
 
-def read_container_id(pid: int) -> str | None:
-    """The innermost container id named in /proc/<pid>/cgroup, or None outside containers."""
-    try:
-        with open(f"/proc/{pid}/cgroup", "rb") as f:
-            text = f.read().decode("ascii", "replace")
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    return container_id_from_cgroup(text)
-
-
-def container_id_from_cgroup(text: str) -> str | None:
-    found = CONTAINER_ID.findall(text)
-    return found[-1] if found else None
-
-
 def user_name(uid: int | None) -> str | None:
     """The passwd name of uid, None when unknown (uids from a container's own passwd, say)."""
     if uid is None:
@@ -115,7 +97,7 @@ def user_name(uid: int | None) -> str | None:
 
 def describe(stat: StatFields, *, uptime_seconds: float, cmdline_max_bytes: int) -> dict[str, object]:
     """The snapshot row of one process (without the snapshot-level fields:
-    orphaned, reasons, gpu_memory_bytes, device_files)."""
+    container_id, owner, orphaned, reasons, gpu_memory_bytes, device_files)."""
     pid = stat.pid
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -139,7 +121,6 @@ def describe(stat: StatFields, *, uptime_seconds: float, cmdline_max_bytes: int)
         "rss_bytes": max(stat.rss_pages, 0) * PAGE_SIZE_BYTES,
         "pgid": stat.pgid if stat.pgid >= 0 else None,
         "sid": stat.sid if stat.sid >= 0 else None,
-        "container_id": read_container_id(pid),
         "elapsed_seconds": round(max(uptime_seconds - start_seconds, 0.0), 2),
         "kernel_thread": stat.kernel_thread,
     }

@@ -1,21 +1,24 @@
-"""One reading of the host: the schema-v1 snapshot document (docs/snapshot.md).
+"""One reading of the host: the snapshot document (docs/snapshot.md).
 
 The whole process table is read (cheaply, /proc/<pid>/stat and the open-file
 links); only the processes that matter are described in full: GPU-memory
 holders, device-file holders, zombies, D-state processes, their ancestors up
-to PID 1 and their descendants. The rest are counted.
+to PID 1 and their descendants, each with its owner (job, container, pod,
+unit). The rest are counted.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections import defaultdict
 from datetime import UTC, datetime
 
 from gpuadmin.probe.config import ProbeConfig
 from gpuadmin.probe.devices import DeviceMatcher, DeviceScan, scan_device_holders
-from gpuadmin.probe.gpus import GpuProcess, read_gpus
+from gpuadmin.probe.gpus import GpuProcess, drop_impossible_pids, read_gpus
 from gpuadmin.probe.host import host_facts
+from gpuadmin.probe.owners import OwnerResolver
 from gpuadmin.probe.processes import (
     UNINTERRUPTIBLE,
     ZOMBIE,
@@ -24,9 +27,10 @@ from gpuadmin.probe.processes import (
     read_stats,
     read_uptime_seconds,
 )
-from gpuadmin.probe.procfs import StatFields
+from gpuadmin.probe.procfs import StatFields, read_cmdline_bytes, read_pid_max
 
-SCHEMA_VERSION = 1
+# The newest version in snapshot.schema.json's schema_version enum (tests hold the two together).
+SCHEMA_VERSION = 2
 REASONS = ("gpu", "device", "zombie", "uninterruptible", "ancestor", "descendant")
 
 
@@ -37,20 +41,27 @@ def take_snapshot(config: ProbeConfig | None = None) -> dict[str, object]:
     gpu_state = read_gpus(config)
     uptime_seconds = read_uptime_seconds()
     stats, devices = scan_host(DeviceMatcher(config.device_glob))
+    gpu_state = drop_impossible_pids(gpu_state, pid_max=read_pid_max(), live_pids=stats.keys())
 
     reasons = processes_that_matter(stats, devices, gpu_state.processes)
     if config.include_all:
         for pid in stats:
             reasons.setdefault(pid, ["all"])
-    gpu_memory, unmatched = match_gpu_processes(gpu_state.processes, stats)
+    gpu_memory, mig_instances, unmatched = match_gpu_processes(gpu_state.processes, stats)
 
+    owners = OwnerResolver(config.runtime_paths)
     rows = []
     for pid in sorted(reasons):
         stat = stats[pid]
         row = describe(stat, uptime_seconds=uptime_seconds, cmdline_max_bytes=config.cmdline_max_bytes)
+        owner = owners.owner_of(pid, stats)
+        row["container_id"] = owner.container_id if owner is not None else None
+        row["owner"] = owner.as_document() if owner is not None else None
         row["orphaned"] = is_orphaned(stat, stats)
         row["reasons"] = reasons[pid]
         row["gpu_memory_bytes"] = gpu_memory.get(pid, {})
+        if pid in mig_instances:
+            row["mig_instances"] = mig_instances[pid]
         row["device_files"] = devices.holders.get(pid, [])
         rows.append(row)
 
@@ -87,9 +98,27 @@ def scan_host(matcher: DeviceMatcher) -> tuple[dict[int, StatFields], DeviceScan
     (measured with benchmarks/probe_vs_manual.py on a 2-CPU VM).
     """
     stats = read_stats(list_pids())
-    # Zombies and kernel threads have no open files to look at.
-    live = [pid for pid, s in stats.items() if s.state != ZOMBIE and not s.kernel_thread]
+    agent = agent_processes(stats)
+    # Zombies and kernel threads have no open files to look at; the agent's own files are NVML's.
+    live = [pid for pid, s in stats.items() if s.state != ZOMBIE and not s.kernel_thread and pid not in agent]
     return stats, scan_device_holders(live, matcher)
+
+
+def agent_processes(stats: dict[int, StatFields]) -> set[int]:
+    """This process and its fork siblings running the same command line: a Celery worker's
+    other pool processes. Each one that ever probed keeps its own NVML session, so holds
+    /dev/nvidiactl and /dev/nvidia<N> open; they are the agent, not device holders."""
+    me = os.getpid()
+    own = stats.get(me)
+    if own is None:
+        return {me}
+    command_line = read_cmdline_bytes(me)
+    siblings = {
+        pid for pid, stat in stats.items()
+        if stat.ppid == own.ppid and pid != me and stat.state != ZOMBIE
+        and read_cmdline_bytes(pid) == command_line
+    }
+    return {me, *siblings}
 
 
 def processes_that_matter(stats: dict[int, StatFields], devices: DeviceScan,
@@ -130,23 +159,42 @@ def processes_that_matter(stats: dict[int, StatFields], devices: DeviceScan,
     return {pid: [r for r in REASONS if r in why] for pid, why in found.items()}
 
 
-def match_gpu_processes(gpu_processes: tuple[GpuProcess, ...], stats: dict[int, StatFields]
-                        ) -> tuple[dict[int, dict[str, int | None]], list[dict[str, object]]]:
-    """GPU memory per live PID, and the backend's PIDs that match no /proc entry here
-    (another PID namespace, or gone): their memory stays in the GPU's used memory
-    and shows as unattributed."""
+def match_gpu_processes(
+    gpu_processes: tuple[GpuProcess, ...], stats: dict[int, StatFields]
+) -> tuple[dict[int, dict[str, int | None]], dict[int, list[dict[str, object]]], list[dict[str, object]]]:
+    """GPU memory per live PID (by parent GPU), the MIG instances of each live PID, and
+    the backend's PIDs that match no /proc entry here (another PID namespace, or gone):
+    their memory stays in the GPU's used memory and shows as unattributed."""
     by_pid: dict[int, dict[str, int | None]] = defaultdict(dict)
+    instances: dict[int, list[dict[str, object]]] = defaultdict(list)
     unmatched: list[dict[str, object]] = []
     for holder in gpu_processes:
-        if holder.pid in stats:
-            by_pid[holder.pid][holder.gpu_uuid] = holder.used_memory_bytes
-        else:
+        on_instance = holder.gpu_instance_id is not None and holder.compute_instance_id is not None
+        where: dict[str, object] = {}
+        if on_instance:
+            where = {"gpu_instance_id": holder.gpu_instance_id,
+                     "compute_instance_id": holder.compute_instance_id}
+        if holder.pid not in stats:
             unmatched.append({
                 "pid": holder.pid,
                 "gpu_uuid": holder.gpu_uuid,
                 "used_memory_bytes": holder.used_memory_bytes,
+                **where,
             })
-    return dict(by_pid), unmatched
+            continue
+        memory = by_pid[holder.pid]
+        if holder.gpu_uuid in memory:
+            # A second MIG instance of the same GPU: the sum, unknown if either is unknown.
+            before = memory[holder.gpu_uuid]
+            used = holder.used_memory_bytes
+            memory[holder.gpu_uuid] = None if before is None or used is None else before + used
+        else:
+            memory[holder.gpu_uuid] = holder.used_memory_bytes
+        if on_instance:
+            instances[holder.pid].append({
+                "gpu_uuid": holder.gpu_uuid, **where, "used_memory_bytes": holder.used_memory_bytes,
+            })
+    return dict(by_pid), dict(instances), unmatched
 
 
 def is_orphaned(stat: StatFields, stats: dict[int, StatFields]) -> bool:

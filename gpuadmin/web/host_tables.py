@@ -11,8 +11,9 @@ re-render and resend all of them on every poll.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlencode
 
@@ -133,6 +134,19 @@ def _page(rows: list[ProcessTableRow], query: ProcessQuery) -> Page:
 
 
 @dataclass(frozen=True)
+class MigInstanceRow:
+    """One MIG device of a GPU card, as the snapshot reports it, with the processes on it."""
+
+    uuid: str
+    name: str
+    gpu_instance_id: int
+    compute_instance_id: int
+    memory_used_bytes: int | None
+    memory_total_bytes: int | None
+    process_count: int  # visible and unmatched alike
+
+
+@dataclass(frozen=True)
 class HostTables:
     processes: list[ProcessTableRow]  # the rows of the asked page, after filter and sort
     page: Page  # Django's page of the filtered rows: number, start_index, end_index, paginator.count
@@ -144,6 +158,28 @@ class HostTables:
     zombie_count: int
     orphans: list[ProcessTableRow]
     has_snapshot: bool
+    mig_instances: dict[str, list[MigInstanceRow]] = field(default_factory=dict)  # GPU uuid -> MIG devices
+
+
+def mig_instance_rows(document: dict[str, Any]) -> dict[str, list[MigInstanceRow]]:
+    """The MIG devices of each GPU in MIG mode (snapshots before MIG support have none)."""
+    counts: Counter[tuple[str, int, int]] = Counter()
+    placed = [i for p in document["processes"] for i in p.get("mig_instances", ())]
+    for entry in [*placed, *document["unmatched_gpu_processes"]]:
+        if "gpu_instance_id" in entry:
+            counts[(entry["gpu_uuid"], entry["gpu_instance_id"], entry["compute_instance_id"])] += 1
+    return {
+        gpu["uuid"]: [
+            MigInstanceRow(
+                uuid=m["uuid"], name=m["name"], gpu_instance_id=m["gpu_instance_id"],
+                compute_instance_id=m["compute_instance_id"], memory_used_bytes=m["memory_used_bytes"],
+                memory_total_bytes=m["memory_total_bytes"],
+                process_count=counts[(gpu["uuid"], m["gpu_instance_id"], m["compute_instance_id"])],
+            )
+            for m in gpu["mig_instances"]
+        ]
+        for gpu in document["gpus"] if "mig_instances" in gpu
+    }
 
 
 def _gpu_labels(gpus: Iterable[Gpu]) -> dict[str, str]:
@@ -219,4 +255,5 @@ def host_tables(document: dict[str, Any] | None, gpus: list[Gpu], query: Process
         zombie_count=sum(len(t.zombies) for t in trees),
         orphans=[_table_row(r, rows, labels) for r in orphans(rows)],
         has_snapshot=True,
+        mig_instances=mig_instance_rows(document),
     )

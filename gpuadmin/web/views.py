@@ -19,9 +19,8 @@ from django.views.decorators.http import require_GET, require_POST
 
 from gpuadmin.accounts.permissions import role_required
 from gpuadmin.accounts.roles import Role, has_role
-from gpuadmin.fleet.models import Host
-from gpuadmin.fleet.serializers import host_for_listing, hosts_for_listing, latest_document, open_findings
-from gpuadmin.fleet.tasks import request_probe
+from gpuadmin.fleet.models import Host, LatestSnapshot
+from gpuadmin.fleet.probes import probe_now
 from gpuadmin.web.host_tables import SORT_DESCENDING_BY_DEFAULT, ProcessQuery, host_tables
 from gpuadmin.web.htmx import HTMX_STOP_POLLING, fragment_target, vary_on_htmx, wants_fragment
 
@@ -44,7 +43,7 @@ def _host_gone(request: HttpRequest, name: str) -> HttpResponse:
 @role_required(Role.VIEWER)
 @vary_on_htmx()
 def fleet(request: HttpRequest) -> HttpResponse:
-    context = {"hosts": list(hosts_for_listing()), "poll_seconds": _poll_seconds()}
+    context = {"hosts": list(Host.objects.for_listing()), "poll_seconds": _poll_seconds()}
     if wants_fragment(request):
         return render(request, "web/_fleet_hosts.html", context)
     return render(request, "web/fleet.html", context)
@@ -54,7 +53,7 @@ def fleet(request: HttpRequest) -> HttpResponse:
 @role_required(Role.VIEWER)
 @vary_on_htmx("HX-Target")
 def host_detail(request: HttpRequest, name: str) -> HttpResponse:
-    host = host_for_listing(name)
+    host = Host.objects.for_listing().named(name)
     if host is None:
         if wants_fragment(request):
             return _host_gone(request, name)
@@ -66,8 +65,8 @@ def host_detail(request: HttpRequest, name: str) -> HttpResponse:
         "host": host,
         "gpus": gpus,
         "query": query,
-        "tables": host_tables(latest_document(host), gpus, query),
-        "findings": open_findings(host),
+        "tables": host_tables(LatestSnapshot.objects.document_for(host), gpus, query),
+        "findings": host.findings.open().most_severe_first(),
         "poll_seconds": _poll_seconds(),
         "kill_request_new_url": kill_request_new_url,
         "sort_keys": list(SORT_DESCENDING_BY_DEFAULT),
@@ -86,7 +85,7 @@ def host_detail(request: HttpRequest, name: str) -> HttpResponse:
 def host_probe(request: HttpRequest, name: str) -> HttpResponse:
     host = get_object_or_404(Host, name=name)
     try:
-        request_probe(host.name)
+        probe_now(host.name)
     except Exception as exc:
         # The broker may be down; say so instead of a 500, and keep the page usable.
         logger.exception("could not send an on-demand probe to %s", host.name)

@@ -1,4 +1,4 @@
-"""Helpers for the fleet tests: ingest factory documents at chosen moments."""
+"""Helpers for the fleet tests: ingest factory documents at chosen moments, capture what central sends."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from gpuadmin.celery import app
 from gpuadmin.fleet.ingest import ingest_snapshot
 from gpuadmin.fleet.models import Host
 from tests.probe.helpers import processes  # noqa: F401 - fixture (real processes, for test_real_probe.py)
@@ -32,3 +33,15 @@ def ingest() -> Callable[..., Host]:
         )
 
     return _ingest
+
+
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """Every task central sends, as {name, args, queue, expires}, instead of reaching a broker."""
+    calls: list[dict[str, Any]] = []
+
+    def send_task(name: str, *args: Any, **options: Any) -> None:
+        calls.append({"name": name, "args": args, **options})
+
+    monkeypatch.setattr(app, "send_task", send_task)
+    return calls

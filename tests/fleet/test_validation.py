@@ -15,7 +15,9 @@ from gpuadmin.fleet.validation import (
     host_name_from_text,
     json_path,
     parse_snapshot,
+    supported_schema_versions,
 )
+from gpuadmin.probe.snapshot import SCHEMA_VERSION
 from tests.factories import GiB, gpu, proc, snapshot
 from tests.fleet.conftest import T0, at
 
@@ -86,14 +88,67 @@ def test_payloads_that_are_not_a_json_object(payload: Any, words: str) -> None:
     assert words in rejection(payload).message
 
 
-@pytest.mark.parametrize(("version", "shown"), [(2, "2"), ("1", '"1"'), (True, "true"), (1.0, "1.0")])
-def test_wrong_schema_version_names_the_supported_one(version: Any, shown: str) -> None:
+@pytest.mark.parametrize(("version", "shown"), [
+    (3, "3"), (0, "0"), ("1", '"1"'), (True, "true"), (1.0, "1.0"), (2.0, "2.0"),
+])
+def test_wrong_schema_version_names_the_supported_ones(version: Any, shown: str) -> None:
     document = good()
     document["schema_version"] = version
     error = rejection(json.dumps(document))
     assert error.message.startswith(f"schema_version {shown} is not supported")
-    assert "accepts schema_version 1 only" in error.message
+    assert "accepts schema_version 1 or 2;" in error.message
     assert error.host_name == "gpu07"
+
+
+def test_the_supported_versions_are_the_schemas_and_the_probe_writes_the_newest() -> None:
+    assert supported_schema_versions() == (1, 2)
+    assert max(supported_schema_versions()) == SCHEMA_VERSION
+
+
+def v1_document() -> dict[str, Any]:
+    """What an agent not yet upgraded sends: version 1, processes without an owner."""
+    document = good(processes=[proc(4120, gpu_memory={"GPU-sim-0000": 2 * GiB})], gpus=[gpu(0, used=3 * GiB)])
+    document["schema_version"] = 1
+    for process in document["processes"]:
+        del process["owner"]
+    return document
+
+
+def test_a_version_1_snapshot_is_still_accepted() -> None:
+    document = v1_document()
+    assert parse_snapshot(json.dumps(document), now=NOW) == document
+
+
+def test_version_2_needs_every_process_to_say_its_owner() -> None:
+    document = good(processes=[proc(4120), proc(4121)])
+    del document["processes"][1]["owner"]
+    assert rejection(json.dumps(document)).message == "processes[1]: 'owner' is a required property"
+
+
+@pytest.mark.parametrize("owner", [
+    {"kind": "slurm_job", "job_id": "4242", "step": "batch", "uid": 1000},
+    {"kind": "container", "runtime": "docker", "container_id": "a" * 64, "container_name": "<b>x",
+     "image": "pytorch/pytorch:2.3"},
+    {"kind": "kubernetes_pod", "runtime": None, "pod_uid": "0c9c8b7a-6f5e-4d3c-2b1a-0f9e8d7c6b5a",
+     "qos_class": "besteffort", "namespace": "ml", "pod_name": "bert-0", "container_id": "b" * 64,
+     "container_name": "bert", "image": None},
+    {"kind": "login_session", "session_id": "3", "uid": 1000, "unit": "session-3.scope"},
+    {"kind": "user_service", "unit": "app-firefox.scope", "uid": 1000},
+    {"kind": "system_service", "unit": "jupyterhub.service"},
+])
+def test_owners_of_every_kind_are_accepted(owner: dict[str, Any]) -> None:
+    document = good(processes=[proc(4120, owner=owner)])
+    assert parse_snapshot(json.dumps(document), now=NOW)["processes"][0]["owner"] == owner
+
+
+@pytest.mark.parametrize(("owner", "message"), [
+    ({"kind": "vm"}, "processes[0].owner.kind: 'vm' is not one of ['slurm_job', 'container', "),
+    ({"kind": "container", "container_id": "not-hex"}, "processes[0].owner"),
+    ({"kind": "container", "runtime": "lxc"}, "processes[0].owner"),
+    ({"kind": "slurm_job", "job_id": "1", "secret": "x"}, "processes[0].owner"),
+])
+def test_a_malformed_owner_is_refused(owner: dict[str, Any], message: str) -> None:
+    assert rejection(json.dumps(good(processes=[proc(4120, owner=owner)]))).message.startswith(message)
 
 
 def test_missing_schema_version() -> None:
@@ -228,4 +283,32 @@ def test_json_path() -> None:
     assert json_path(["processes", 3, "pid"]) == "processes[3].pid"
     assert (
         json_path(["processes", 0, "gpu_memory_bytes", "GPU-1"]) == 'processes[0].gpu_memory_bytes["GPU-1"]'
+    )
+
+
+def mig_snapshot(instance_gpu: str = "GPU-sim-0000") -> dict[str, Any]:
+    parent = gpu(0, used=12 * GiB)
+    parent["mig_instances"] = [{"uuid": "MIG-1", "name": "A100 MIG 1g.10gb", "gpu_instance_id": 1,
+                                "compute_instance_id": 0, "memory_total_bytes": 10 * GiB,
+                                "memory_used_bytes": 3 * GiB}]
+    on_instance = {"gpu_uuid": instance_gpu, "gpu_instance_id": 1, "compute_instance_id": 0,
+                   "used_memory_bytes": None}
+    return good(
+        gpus=[parent],
+        processes=[proc(4120, gpu_memory={"GPU-sim-0000": None}, mig_instances=[on_instance])],
+        unmatched=[{"pid": 99, "gpu_uuid": "GPU-sim-0000", "used_memory_bytes": None, "gpu_instance_id": 1,
+                    "compute_instance_id": 0}],
+    )
+
+
+def test_mig_instances_are_accepted_and_stay_optional() -> None:
+    document = mig_snapshot()
+    assert parse_snapshot(json.dumps(document), now=NOW) == document
+    plain = good(processes=[proc(4120, gpu_memory={"GPU-sim-0000": GiB})])  # as agents before MIG sent them
+    assert parse_snapshot(json.dumps(plain), now=NOW) == plain
+
+
+def test_a_mig_instance_of_a_gpu_that_is_not_listed() -> None:
+    assert rejection(json.dumps(mig_snapshot("GPU-ghost"))).message == (
+        'processes[0].mig_instances[0].gpu_uuid: GPU "GPU-ghost" is not in gpus'
     )

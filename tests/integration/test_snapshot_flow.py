@@ -33,9 +33,10 @@ from django.db import connection
 from django.test import Client
 from kombu import Connection
 
-from gpuadmin.agent.probing import PROBE_TASK
 from gpuadmin.celery import app, host_queue
+from gpuadmin.data_dir import prepare_data_dir
 from gpuadmin.fleet.models import Host
+from gpuadmin.task_names import PROBE_HOST
 from tests.services import RedisServer, stop_process_group
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
@@ -159,6 +160,7 @@ def test_a_snapshot_goes_from_a_database_less_agent_through_redis_to_the_host_pa
     central_database = {} if on_sqlite else {"DATABASE_URL": database_url_for_workers()}
     central = start_worker("central", "central", GPUADMIN_HOST_NAME=central_host_name, **central_database)
     agent_data_dir = tmp_path / "agent-data"
+    prepare_data_dir(agent_data_dir)  # as on a GPU host, before its agent starts
     agent = start_worker(
         "agent", host_queue(host_name),
         GPUADMIN_HOST_NAME=host_name,
@@ -177,7 +179,7 @@ def test_a_snapshot_goes_from_a_database_less_agent_through_redis_to_the_host_pa
     # 2. A probe requested through Redis sees the GPU as it is now.
     write_simulated_gpus(gpus_file, [(first.pid, 6 * GiB), (second.pid, 2 * GiB)])
     with Connection(redis_server.url) as broker:
-        app.send_task(PROBE_TASK, queue=host_queue(host_name), expires=30, connection=broker)
+        app.send_task(PROBE_HOST, queue=host_queue(host_name), expires=30, connection=broker)
     document = wait_for_snapshot(host_name, {first.pid, second.pid}, workers)
     memory_by_pid = {p["pid"]: p["gpu_memory_bytes"] for p in document["processes"]}
     assert memory_by_pid[second.pid] == {GPU_UUID: 2 * GiB}

@@ -20,13 +20,14 @@ from django.db import connection
 from kombu import Connection
 
 from gpuadmin.accounts.roles import Role
-from gpuadmin.agent.probing import PROBE_TASK
 from gpuadmin.audit.models import AuditEvent
 from gpuadmin.celery import app, host_queue
+from gpuadmin.data_dir import prepare_data_dir
 from gpuadmin.fleet.models import Host, LatestSnapshot
 from gpuadmin.kills import services
 from gpuadmin.kills.models import KillRequest
 from gpuadmin.kills.states import Status
+from gpuadmin.task_names import PROBE_HOST
 from tests.integration.test_snapshot_flow import (  # noqa: F401 - fixtures
     UNREACHABLE_DATABASE,
     Worker,
@@ -95,6 +96,7 @@ def test_request_approve_signal_audit_memory_released(
     gpus_file = tmp_path / "gpus.json"
     write_gpus(gpus_file, {trainer.pid: 6 * GiB})
     publish_to(redis_server.url)
+    prepare_data_dir(tmp_path / "agent-data")  # as on a GPU host, before its agent starts
     try:
         on_sqlite = connection.vendor == "sqlite"
         central_database = {} if on_sqlite else {"DATABASE_URL": database_url_for_workers()}
@@ -136,7 +138,7 @@ def test_request_approve_signal_audit_memory_released(
 
         # A later snapshot: the simulated GPU no longer lists the trainer.
         write_gpus(gpus_file, {})
-        app.send_task(PROBE_TASK, queue=host_queue(host_name), expires=30)
+        app.send_task(PROBE_HOST, queue=host_queue(host_name), expires=30)
 
         def confirmed():
             kill_request.refresh_from_db()

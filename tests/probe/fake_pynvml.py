@@ -1,115 +1,423 @@
-"""A stand-in for nvidia-ml-py's `pynvml` module, for hosts without a GPU.
+"""The real nvidia-ml-py over a simulated NVIDIA driver, for hosts without a GPU.
 
-It raises the real binding's exception classes (pynvml.NVMLError and its
-per-code subclasses, NVMLLibraryMismatchError), so the probe's handling of
-errors is tested against what the real module throws. Functions can be made
-absent (an older binding) or made to fail with FunctionNotFound (an older
-driver), per name.
+`fake_pynvml()` loads a fresh copy of the real `pynvml` module (the installed
+one, or the file named by GPUADMIN_TEST_PYNVML to try another binding version)
+and hands it a FakeDriver where it would load `libnvidia-ml.so.1`. Everything
+the binding does is therefore the real binding's: None for unavailable memory,
+the plain process-list names calling `_v3` (there is no v1 wrapper), `_v2`
+wrappers only in bindings from 12.550, strict decoding of names, its exception
+classes. Only the C library is simulated, as drivers differ:
+
+- which functions it exports, by driver version (`exported_functions`);
+- the process records it fills: 16 bytes for the plain name (v1), 24 for `_v2`,
+  and for `_v3` 32 bytes on 535.43 to 535.86, 24 on every other driver;
+- MIG: the parent handle lists processes only when `privileged`, each MIG
+  device handle lists its own, per-process memory there is not available by
+  default (NVML_VALUE_NOT_AVAILABLE);
+- errors per function, per GPU, and a driver reload after which every call of
+  the open session fails until NVML is shut down and initialised again.
+
+C functions are plain Python callables here: ctypes passes them the binding's
+ctypes objects unchanged, and they write their results into those.
 """
 
 from __future__ import annotations
 
+import ctypes
+import importlib.util
+import os
+import re
+import struct
 import types
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
-import pynvml as real
+import pynvml as installed
 
+GiB = 1024**3
 NOT_AVAILABLE = 2**64 - 1
+NO_INSTANCE = 0xFFFFFFFF
+BINDING_PATH = os.environ.get("GPUADMIN_TEST_PYNVML") or installed.__file__
+
+SUCCESS = 0
+UNINITIALIZED = 1
+INVALID_ARGUMENT = 2
+NOT_SUPPORTED = 3
+NO_PERMISSION = 4
+NOT_FOUND = 6
+INSUFFICIENT_SIZE = 7
+DRIVER_NOT_LOADED = 9
+GPU_IS_LOST = 15
+LIB_RM_VERSION_MISMATCH = 18
+ARGUMENT_VERSION_MISMATCH = 25
+
+_ERROR_TEXT = {1: b"Uninitialized", 3: b"Not Supported", 4: b"Insufficient Permissions", 6: b"Not Found",
+               9: b"Driver Not Loaded", 15: b"GPU is lost",
+               18: b"RM has detected an NVML/RM version mismatch.", 999: b"Unknown Error"}
+
+
+@dataclass
+class FakeMig:
+    """One MIG device (a compute instance of a GPU instance)."""
+
+    gpu_instance_id: int
+    compute_instance_id: int
+    uuid: str
+    name: str = "NVIDIA A100-SXM4-80GB MIG 1g.10gb"
+    total: int = 10 * GiB
+    used: int = 0
+    compute: list[tuple[int, int | None]] = field(default_factory=list)  # (pid, memory); None: not available
+    slot: int | None = None  # its index among the parent's MIG device handles (default: place in the list)
 
 
 @dataclass
 class FakeGpu:
     uuid: str
     name: str = "NVIDIA A100-SXM4-80GB"
-    total: int = 80 * 1024**3
+    total: int = 80 * GiB
     used: int = 0
     reserved: int = 0  # driver-reserved: v2 memory info reports it apart from `used`
     utilization: int = 0
     compute: list[tuple[int, int | None]] = field(default_factory=list)  # (pid, usedGpuMemory)
     graphics: list[tuple[int, int | None]] = field(default_factory=list)
-    errors: dict[str, int] = field(default_factory=dict)  # function name -> NVML error code it raises
+    mps: list[tuple[int, int | None]] = field(default_factory=list)
+    errors: dict[str, int] = field(default_factory=dict)  # C function name -> NVML error code it returns
+    name_bytes: bytes | None = None  # the raw name, when it is not UTF-8
+    mig: list[FakeMig] | None = None  # MIG on (with these devices) when not None
+    mig_slots: int = 7
 
 
-def nvml_error(code: int) -> Exception:
-    return real.NVMLError(code)
+# Functions that work without an open session.
+_WITHOUT_SESSION = ("nvmlInit", "nvmlInit_v2", "nvmlInitWithFlags", "nvmlShutdown", "nvmlErrorString")
 
 
-def fake_pynvml(gpus: Iterable[FakeGpu] = (), *, init_error: int | None = None, driver: str = "550.54.14",
-                absent: Iterable[str] = (), function_not_found: Iterable[str] = (),
-                errors: dict[str, int] | None = None) -> types.ModuleType:
-    devices = list(gpus)
-    module = types.ModuleType("pynvml")
-    module.calls = []  # type: ignore[attr-defined]
-    for name in dir(real):
-        shared = name in ("NVMLLibraryMismatchError", "nvmlMemory_v2")
-        if shared or name.startswith(("NVML_ERROR_", "NVMLError")):
-            setattr(module, name, getattr(real, name))
+def version_tuple(version: str) -> tuple[int, int]:
+    found = re.match(r"(\d+)\.(\d+)", version)
+    assert found, version
+    return int(found.group(1)), int(found.group(2))
 
-    def api(name: str) -> Callable[[Callable[..., Any]], None]:
-        def register(function: Callable[..., Any]) -> None:
-            def called(*args: Any, **kwargs: Any) -> Any:
-                module.calls.append(name)  # type: ignore[attr-defined]
-                if name in set(function_not_found):
-                    raise nvml_error(real.NVML_ERROR_FUNCTION_NOT_FOUND)
-                if errors and name in errors:
-                    raise nvml_error(errors[name])
-                if args and isinstance(args[0], FakeGpu) and name in args[0].errors:
-                    raise nvml_error(args[0].errors[name])
-                return function(*args, **kwargs)
 
-            setattr(module, name, called)
-        return register
+def exported_functions(version: str) -> set[str]:
+    """What libnvidia-ml.so.1 of this driver version exports, as far as the probe cares.
+    (Cut-offs within a branch are approximations; the tests name versions well inside them.)"""
+    v = version_tuple(version)
+    names = {
+        "nvmlInit", "nvmlInit_v2", "nvmlInitWithFlags", "nvmlShutdown", "nvmlErrorString",
+        "nvmlSystemGetDriverVersion", "nvmlDeviceGetCount_v2", "nvmlDeviceGetHandleByIndex_v2",
+        "nvmlDeviceGetUUID", "nvmlDeviceGetName", "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetUtilizationRates",
+        "nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses",
+    }
+    if v >= (450, 0):
+        names |= {
+            "nvmlDeviceGetComputeRunningProcesses_v2", "nvmlDeviceGetGraphicsRunningProcesses_v2",
+            "nvmlDeviceGetMPSComputeRunningProcesses", "nvmlDeviceGetMPSComputeRunningProcesses_v2",
+            "nvmlDeviceGetMigMode", "nvmlDeviceGetMaxMigDeviceCount", "nvmlDeviceGetMigDeviceHandleByIndex",
+            "nvmlDeviceGetGpuInstanceId", "nvmlDeviceGetComputeInstanceId", "nvmlDeviceIsMigDeviceHandle",
+        }
+    if v >= (510, 47):
+        names |= {
+            "nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses_v3",
+            "nvmlDeviceGetMPSComputeRunningProcesses_v3", "nvmlDeviceGetMemoryInfo_v2",
+        }
+    if v >= (535, 43):
+        names.add("nvmlDeviceGetConfComputeMemSizeInfo")
+    if v >= (535, 98):
+        names.add("nvmlDeviceGetRunningProcessDetailList")
+    return names
 
-    @api("nvmlInit")
-    def _init() -> None:
-        if init_error is not None:
-            raise nvml_error(init_error)
 
-    @api("nvmlSystemGetDriverVersion")
-    def _driver() -> str:
+def record_bytes(function: str, version: str) -> int:
+    """The size of the process records this driver's `function` fills."""
+    if function.endswith("_v3"):
+        return 32 if (535, 43) <= version_tuple(version) <= (535, 86) else 24
+    if function.endswith("_v2"):
+        return 24
+    return 16
+
+
+def pack_record(size: int, pid: int, memory: int | None, gpu_instance: int, compute_instance: int) -> bytes:
+    used = NOT_AVAILABLE if memory is None else memory
+    if size == 16:
+        return struct.pack("=I4xQ", pid, used)
+    if size == 24:
+        return struct.pack("=I4xQII", pid, used, gpu_instance, compute_instance)
+    return struct.pack("=I4xQIIQ", pid, used, gpu_instance, compute_instance, 0)
+
+
+def _set(reference: Any, value: int) -> None:
+    """Write through a byref() argument: a c_uint's value, or a handle (pointer) as an address."""
+    target = reference._obj
+    if isinstance(target, ctypes._Pointer):
+        ctypes.c_void_p.from_buffer(target).value = value
+    else:
+        target.value = value
+
+
+def _token(handle: Any) -> int:
+    return ctypes.cast(handle, ctypes.c_void_p).value or 0
+
+
+class FakeDriver:
+    """libnvidia-ml.so.1 of one driver version; attribute lookup is symbol lookup (AttributeError:
+    not exported, which the binding turns into FunctionNotFound)."""
+
+    def __init__(self, gpus: Iterable[FakeGpu] = (), *, version: str = "550.54.14",
+                 init_error: int | None = None, missing: Iterable[str] = (),
+                 errors: dict[str, int] | None = None, privileged: bool = False) -> None:
+        self.gpus = list(gpus)
+        self.version = version
+        self.init_error = init_error
+        self.symbols = exported_functions(version) - set(missing)
+        self.errors = dict(errors or {})
+        self.privileged = privileged
+        self.calls: list[str] = []
+        self.inits = 0
+        self.shutdowns = 0
+        self.overflows = 0  # fills that would have written past the caller's array on a real driver
+        self._generation = 0
+        self._session_generation: int | None = None
+        self._stale_error = UNINITIALIZED
+
+    # --- what tests do to the driver ---
+
+    def reload(self, *, error: int = UNINITIALIZED) -> None:
+        """The kernel module was reloaded: the open session fails with `error` until re-initialised."""
+        self._generation += 1
+        self._stale_error = error
+
+    @property
+    def initialised(self) -> bool:
+        return self._session_generation is not None
+
+    # --- symbol lookup ---
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        if name.startswith("_") or name not in self.__dict__.get("symbols", ()):
+            raise AttributeError(name)
+        implementation = self._implementation(name)
+
+        def c_function(*args: Any) -> Any:
+            self.calls.append(name)
+            if name not in _WITHOUT_SESSION:
+                if self._session_generation is None:
+                    return UNINITIALIZED
+                if self._session_generation != self._generation:
+                    return self._stale_error
+                if name in self.errors:
+                    return self.errors[name]
+            return implementation(*args)
+
+        return c_function
+
+    def _implementation(self, name: str) -> Callable[..., Any]:
+        if "RunningProcesses" in name:
+            return lambda handle, count, array: self._processes(name, handle, count, array)
+        simple = {
+            "nvmlInit": self._init, "nvmlInit_v2": self._init,
+            "nvmlInitWithFlags": lambda flags: self._init(),
+            "nvmlShutdown": self._shutdown,
+            "nvmlErrorString": lambda code: _ERROR_TEXT.get(code, b"Unknown Error"),
+            "nvmlSystemGetDriverVersion": lambda buffer, size: self._string(buffer, self.version.encode()),
+            "nvmlDeviceGetCount_v2": lambda count: self._out(count, len(self.gpus)),
+            "nvmlDeviceGetHandleByIndex_v2": self._handle_by_index,
+            "nvmlDeviceGetUUID": lambda handle, buffer, size: self._on(
+                handle, "nvmlDeviceGetUUID", lambda d: self._string(buffer, d.uuid.encode())),
+            "nvmlDeviceGetName": lambda handle, buffer, size: self._on(
+                handle, "nvmlDeviceGetName", lambda d: self._string(buffer, self._name(d))),
+            "nvmlDeviceGetMemoryInfo": lambda handle, memory: self._on(
+                handle, "nvmlDeviceGetMemoryInfo", lambda d: self._memory(d, memory._obj, v2=False)),
+            "nvmlDeviceGetMemoryInfo_v2": lambda handle, memory: self._on(
+                handle, "nvmlDeviceGetMemoryInfo_v2", lambda d: self._memory(d, memory._obj, v2=True)),
+            "nvmlDeviceGetUtilizationRates": lambda handle, out: self._on(
+                handle, "nvmlDeviceGetUtilizationRates", lambda d: self._utilization(d, out._obj)),
+            "nvmlDeviceGetMigMode": lambda handle, current, pending: self._on(
+                handle, "nvmlDeviceGetMigMode", lambda d: self._mig_mode(d, current, pending)),
+            "nvmlDeviceGetMaxMigDeviceCount": lambda handle, count: self._on(
+                handle, "nvmlDeviceGetMaxMigDeviceCount", lambda d: self._out(count, d.mig_slots)),
+            "nvmlDeviceGetMigDeviceHandleByIndex": self._mig_handle,
+            "nvmlDeviceGetGpuInstanceId": lambda handle, out: self._on_mig(
+                handle, lambda m: self._out(out, m.gpu_instance_id)),
+            "nvmlDeviceGetComputeInstanceId": lambda handle, out: self._on_mig(
+                handle, lambda m: self._out(out, m.compute_instance_id)),
+            "nvmlDeviceIsMigDeviceHandle": lambda handle, out: self._out(
+                out, int(self._device(handle)[1] is not None)),
+        }
+        return simple.get(name, lambda *args: NOT_SUPPORTED)
+
+    # --- the C functions ---
+
+    def _init(self) -> int:
+        if self.init_error is not None:
+            return self.init_error
+        self.inits += 1
+        self._session_generation = self._generation
+        return SUCCESS
+
+    def _shutdown(self) -> int:
+        if self._session_generation is None:
+            return UNINITIALIZED
+        self.shutdowns += 1
+        self._session_generation = None
+        return SUCCESS
+
+    @staticmethod
+    def _out(reference: Any, value: int) -> int:
+        _set(reference, value)
+        return SUCCESS
+
+    @staticmethod
+    def _string(buffer: Any, data: bytes) -> int:
+        buffer.value = data
+        return SUCCESS
+
+    @staticmethod
+    def _name(device: FakeGpu | FakeMig) -> bytes:
+        raw = getattr(device, "name_bytes", None)
+        return raw if raw is not None else device.name.encode()
+
+    def _device(self, handle: Any) -> tuple[FakeGpu | None, FakeMig | None]:
+        token = _token(handle)
+        index, slot = divmod(token - 0x1000, 0x100)
+        if token < 0x1000 or index >= len(self.gpus):
+            return None, None
+        gpu = self.gpus[index]
+        if slot == 0:
+            return gpu, None
+        return gpu, next((m for m in self._migs(gpu) if m[0] == slot - 1), (None, None))[1]
+
+    @staticmethod
+    def _migs(gpu: FakeGpu) -> list[tuple[int, FakeMig]]:
+        return [(m.slot if m.slot is not None else i, m) for i, m in enumerate(gpu.mig or ())]
+
+    def _on(self, handle: Any, name: str, run: Callable[[FakeGpu | FakeMig], int]) -> int:
+        gpu, mig = self._device(handle)
+        if gpu is None:
+            return INVALID_ARGUMENT
+        if mig is None:
+            for key in (name, name.removesuffix("_v2")):  # an error for memory info: both variants fail
+                if key in gpu.errors:
+                    return gpu.errors[key]
+        return run(mig if mig is not None else gpu)
+
+    def _on_mig(self, handle: Any, run: Callable[[FakeMig], int]) -> int:
+        _, mig = self._device(handle)
+        return INVALID_ARGUMENT if mig is None else run(mig)
+
+    def _handle_by_index(self, index: Any, handle: Any) -> int:
+        i = index.value
+        if i >= len(self.gpus):
+            return INVALID_ARGUMENT
+        if "nvmlDeviceGetHandleByIndex_v2" in self.gpus[i].errors:
+            return self.gpus[i].errors["nvmlDeviceGetHandleByIndex_v2"]
+        return self._out(handle, 0x1000 + 0x100 * i)
+
+    def _mig_handle(self, handle: Any, index: Any, out: Any) -> int:
+        gpu, mig = self._device(handle)
+        if gpu is None or mig is not None or gpu.mig is None:
+            return INVALID_ARGUMENT
+        slot = index.value
+        if not any(s == slot for s, _ in self._migs(gpu)):
+            return NOT_FOUND
+        return self._out(out, _token(handle) + 1 + slot)
+
+    def _memory(self, device: FakeGpu | FakeMig, memory: Any, *, v2: bool) -> int:
+        reserved = getattr(device, "reserved", 0)
+        if v2:
+            if memory.version >> 24 != 2:
+                return ARGUMENT_VERSION_MISMATCH
+            memory.reserved = reserved
+            memory.used = device.used
+        else:
+            memory.used = device.used + reserved
+        memory.total = device.total
+        memory.free = device.total - device.used - reserved
+        return SUCCESS
+
+    @staticmethod
+    def _utilization(device: FakeGpu | FakeMig, out: Any) -> int:
+        if isinstance(device, FakeMig) or device.mig is not None:
+            return NOT_SUPPORTED
+        out.gpu = device.utilization
+        out.memory = 0
+        return SUCCESS
+
+    @staticmethod
+    def _mig_mode(device: FakeGpu | FakeMig, current: Any, pending: Any) -> int:
+        if isinstance(device, FakeMig):
+            return INVALID_ARGUMENT
+        mode = int(device.mig is not None)
+        _set(current, mode)
+        _set(pending, mode)
+        return SUCCESS
+
+    def _processes(self, name: str, handle: Any, count_reference: Any, array: Any) -> int:
+        gpu, mig = self._device(handle)
+        if gpu is None:
+            return INVALID_ARGUMENT
+        base = name.removesuffix("_v2").removesuffix("_v3")
+        if mig is None and base in gpu.errors:
+            return gpu.errors[base]
+        if mig is None and name in gpu.errors:
+            return gpu.errors[name]
+        kind = base.removeprefix("nvmlDeviceGet").removesuffix("RunningProcesses")
+        entries: list[tuple[int, int | None, int, int]]
+        if mig is not None:
+            listed = mig.compute if kind == "Compute" else []
+            entries = [(pid, used, mig.gpu_instance_id, mig.compute_instance_id) for pid, used in listed]
+        elif gpu.mig is not None:
+            # MIG on: the parent handle gives the instances' processes together, and only to root.
+            if not self.privileged:
+                return NO_PERMISSION
+            entries = [(pid, used, m.gpu_instance_id, m.compute_instance_id)
+                       for m in gpu.mig for pid, used in (m.compute if kind == "Compute" else [])]
+        else:
+            listed = {"Compute": gpu.compute, "Graphics": gpu.graphics, "MPSCompute": gpu.mps}[kind]
+            entries = [(pid, used, NO_INSTANCE, NO_INSTANCE) for pid, used in listed]
+        count = count_reference._obj
+        if array is None or count.value < len(entries):
+            count.value = len(entries)
+            return INSUFFICIENT_SIZE if entries else SUCCESS
+        size = record_bytes(name, self.version)
+        raw = b"".join(pack_record(size, *entry) for entry in entries)
+        capacity = ctypes.sizeof(array)
+        if len(raw) > capacity:  # a real driver would write past the end of the caller's array
+            self.overflows += 1
+        ctypes.memmove(array, raw, min(len(raw), capacity))
+        count.value = len(entries)
+        return SUCCESS
+
+
+@cache
+def _binding_code(path: str) -> types.CodeType:
+    with open(path, encoding="utf-8") as f:
+        return compile(f.read(), path, "exec")
+
+
+def load_binding(driver: FakeDriver, *, without: Iterable[str] = ()) -> types.ModuleType:
+    """A fresh copy of the real pynvml module that loads `driver` as its C library.
+    `without`: binding functions to remove (an older binding that lacks them)."""
+    spec = importlib.util.spec_from_file_location("pynvml", BINDING_PATH)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    exec(_binding_code(BINDING_PATH), module.__dict__)  # the binding's own source, run as an import would
+
+    def cdll(path: str, *args: Any, **kwargs: Any) -> FakeDriver:
+        assert path == "libnvidia-ml.so.1", path
         return driver
 
-    @api("nvmlDeviceGetCount")
-    def _count() -> int:
-        return len(devices)
+    module.CDLL = cdll  # type: ignore[attr-defined]
+    for name in without:
+        if hasattr(module, name):  # bindings before 12.550 lack the _v2 wrappers already
+            delattr(module, name)
+    return module
 
-    @api("nvmlDeviceGetHandleByIndex")
-    def _handle(index: int) -> FakeGpu:
-        gpu = devices[index]
-        if "nvmlDeviceGetHandleByIndex" in gpu.errors:
-            raise nvml_error(gpu.errors["nvmlDeviceGetHandleByIndex"])
-        return gpu
 
-    @api("nvmlDeviceGetUUID")
-    def _uuid(gpu: FakeGpu) -> str:
-        return gpu.uuid
-
-    @api("nvmlDeviceGetName")
-    def _name(gpu: FakeGpu) -> bytes:
-        return gpu.name.encode()  # older bindings return bytes
-
-    @api("nvmlDeviceGetMemoryInfo")
-    def _memory(gpu: FakeGpu, version: int | None = None) -> types.SimpleNamespace:
-        if version is not None:
-            if "nvmlDeviceGetMemoryInfo_v2" in set(function_not_found):
-                raise nvml_error(real.NVML_ERROR_FUNCTION_NOT_FOUND)
-            return types.SimpleNamespace(total=gpu.total, used=gpu.used, reserved=gpu.reserved)
-        return types.SimpleNamespace(total=gpu.total, used=gpu.used + gpu.reserved)
-
-    @api("nvmlDeviceGetUtilizationRates")
-    def _utilization(gpu: FakeGpu) -> types.SimpleNamespace:
-        return types.SimpleNamespace(gpu=gpu.utilization, memory=0)
-
-    for kind in ("Compute", "Graphics"):
-        for suffix in ("_v3", "_v2", ""):
-            def listing(gpu: FakeGpu, kind: str = kind) -> list[types.SimpleNamespace]:
-                entries = gpu.compute if kind == "Compute" else gpu.graphics
-                return [types.SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in entries]
-
-            api(f"nvmlDeviceGet{kind}RunningProcesses{suffix}")(listing)
-
-    for name in absent:
-        delattr(module, name)
+def fake_pynvml(gpus: Iterable[FakeGpu] = (), *, without: Iterable[str] = (), **driver_options: Any
+                ) -> types.ModuleType:
+    """The real binding over a FakeDriver built from `gpus` and `driver_options`; the driver is `.driver`."""
+    driver = FakeDriver(gpus, **driver_options)
+    module = load_binding(driver, without=without)
+    module.driver = driver  # type: ignore[attr-defined]
     return module

@@ -51,7 +51,7 @@ def test_cli_prints_one_valid_snapshot_with_simulated_gpus(
                             "--simulated-gpus", gpus_file(tmp_path, worker.pid),
                             "--device-glob", device.glob, "--host-name", "gpu-test-01")
 
-    assert document["schema_version"] == 1
+    assert document["schema_version"] == 2
     assert document["scope"] == "matters"
     assert document["host"]["name"] == "gpu-test-01"
     assert document["gpu_backend"] == {"name": "simulated", "available": True, "reason": None}
@@ -107,7 +107,7 @@ def test_pretty_output_is_the_same_document_indented(device: Device) -> None:
     result = run_cli("--json", "--pretty", "--gpu-backend", "none", "--device-glob", device.glob)
 
     assert result.returncode == 0
-    assert result.stdout.startswith('{\n  "schema_version": 1,')
+    assert result.stdout.startswith('{\n  "schema_version": 2,')
     assert_valid(json.loads(result.stdout))
 
 

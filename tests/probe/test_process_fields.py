@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import os
 import pwd
-import re
 import sys
 from pathlib import Path
 
-import pytest
-
 from gpuadmin.probe import procfs
-from gpuadmin.probe.processes import PAGE_SIZE_BYTES, container_id_from_cgroup
+from gpuadmin.probe.owners import owner_from_cgroup
+from gpuadmin.probe.processes import PAGE_SIZE_BYTES
 from tests.probe.conftest import Device
 from tests.probe.helpers import Processes, rows_by_pid, snapshot
-
-ID = "4f1c0ab2e3d5c6b7a8f9e0d1c2b3a4f5e6d7c8b9a0f1e2d3c4b5a6f7e8d9c0b1"
 
 
 def test_a_row_matches_the_kernel(processes: Processes, device: Device) -> None:
@@ -40,9 +36,9 @@ def test_a_row_matches_the_kernel(processes: Processes, device: Device) -> None:
     started_seconds = stat.start_time_ticks / procfs.CLOCK_TICKS_PER_SECOND
     assert 0 <= row["elapsed_seconds"] <= uptime_seconds - started_seconds + 60
     with open(f"/proc/{holder.pid}/cgroup") as f:
-        cgroup = f.read()
-    found = re.findall(r"[0-9a-f]{64}", cgroup)
-    assert row["container_id"] == (found[-1] if found else None)
+        owner = owner_from_cgroup(f.read())
+    assert row["owner"] == (owner.as_document() if owner else None)
+    assert row["container_id"] == (owner.container_id if owner else None)
 
 
 def test_kernel_threads_are_flagged(device: Device) -> None:
@@ -56,18 +52,3 @@ def test_kernel_threads_are_flagged(device: Device) -> None:
     for row in kernel_threads:
         assert row["cmdline"] == []
         assert row["orphaned"] is False
-
-
-@pytest.mark.parametrize(("cgroup", "expected"), [
-    (f"12:pids:/docker/{ID}\n0::/docker/{ID}\n", ID),
-    (f"0::/system.slice/docker-{ID}.scope\n", ID),
-    (f"0::/kubepods.slice/kubepods-burstable-pod1f2e_3d4c.slice/cri-containerd-{ID}.scope\n", ID),
-    (f"0::/kubepods/besteffort/pod0c9c8b7a-6f5e-4d3c-2b1a-0f9e8d7c6b5a/{ID}\n", ID),
-    (f"0::/machine.slice/libpod-{ID}.scope/container\n", ID),
-    (f"0::/kubepods.slice/crio-{ID}.scope\n", ID),
-    ("0::/user.slice/user-1000.slice/session-3.scope\n", None),
-    ("0::/\n", None),
-    (f"0::/docker/{ID}0\n", None),  # 65 hex digits: not an id
-])
-def test_container_id_from_the_cgroup(cgroup: str, expected: str | None) -> None:
-    assert container_id_from_cgroup(cgroup) == expected

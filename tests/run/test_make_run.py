@@ -32,10 +32,11 @@ ENQUEUE = textwrap.dedent("""
     import sys
     from datetime import datetime, timedelta, timezone
     from gpuadmin.celery import app
+    from gpuadmin.task_names import INGEST_SNAPSHOT
     from tests.factories import snapshot_json
     past = datetime.now(timezone.utc) - timedelta(seconds=5)
-    app.send_task("gpuadmin.fleet.ingest_snapshot", args=[snapshot_json(host="expired-host")], expires=past)
-    app.send_task("gpuadmin.fleet.ingest_snapshot", args=[snapshot_json(host="queued-host")])
+    app.send_task(INGEST_SNAPSHOT, args=[snapshot_json(host="expired-host")], expires=past)
+    app.send_task(INGEST_SNAPSHOT, args=[snapshot_json(host="queued-host")])
 """)
 
 
@@ -125,7 +126,9 @@ def test_make_run_serves_probes_and_leaves_nothing_behind_on_ctrl_c(
         "GPUADMIN_ADMIN_PASSWORD": "correct horse battery",
         **backends,
     })
-    # Queued before anything runs, in the run's own filesystem broker.
+    # Queued before anything runs, in the run's own filesystem broker: that needs the data
+    # directory, so it is made first by the documented step (which `make run` repeats, finding it done).
+    subprocess.run([sys.executable, "-m", "gpuadmin.data_dir"], env=env, cwd=REPO, check=True, timeout=60)
     subprocess.run([sys.executable, "-c", ENQUEUE], env=env, cwd=REPO, check=True, timeout=60)
 
     run = SupervisedRun([sys.executable, "-m", "gpuadmin.run"], env=env).start()
@@ -165,3 +168,19 @@ def test_make_run_serves_probes_and_leaves_nothing_behind_on_ctrl_c(
         assert zombies_of(groups | {p.pid for p in running} | {run.command_pid}) == []
     finally:
         run.kill_everything(set(children.values()))
+
+
+def test_make_run_prepares_a_missing_data_dir_before_anything_loads_the_settings(tmp_path: Path) -> None:
+    # A database that refuses connections stops the run at its first migration, right after
+    # the data directory step: enough to see that step done, without starting the children.
+    data_dir = tmp_path / "data"
+    env = {key: value for key, value in os.environ.items() if not key.startswith("GPUADMIN_SECRET_KEY")}
+    env.update({"GPUADMIN_DATA_DIR": str(data_dir), "PORT": str(free_port()),
+                "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none"})
+    done = subprocess.run([sys.executable, "-m", "gpuadmin.run"], env=env, cwd=REPO, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode != 0
+    assert "ImproperlyConfigured" not in done.stderr, done.stderr
+    assert "OperationalError" in done.stderr, done.stderr
+    assert (data_dir / "secret_key").stat().st_mode & 0o777 == 0o600
+    assert data_dir.stat().st_mode & 0o777 == 0o700

@@ -162,7 +162,7 @@ def test_a_rejected_snapshot_and_an_unavailable_backend_are_explained(viewer_cli
     with pytest.raises(SnapshotRejected):
         from gpuadmin.fleet.ingest import ingest_snapshot
 
-        ingest_snapshot(snapshot_json("gpu01").replace('"schema_version": 1', '"schema_version": 99'))
+        ingest_snapshot(snapshot_json("gpu01").replace('"schema_version": 2', '"schema_version": 99'))
     summary = section(page_of(viewer_client), "host-summary")
     error = Host.objects.get(name="gpu01").last_error
     assert error
@@ -367,3 +367,30 @@ def test_sorting_comes_before_paging(viewer_client, crowded):
     assert process_pids(by_pid_page_2)[0] == BIGGEST_PID
     smallest_first_page_3 = section(page_of(viewer_client, sort="-memory", page="3"), "host-processes")
     assert process_pids(smallest_first_page_3)[-1] == BIGGEST_PID
+
+
+def test_a_gpu_in_mig_mode_shows_its_instances_with_their_processes(viewer_client, db):
+    parent = gpu(0, used=12 * GiB)
+    parent["mig_instances"] = [
+        {"uuid": "MIG-a", "name": "A100 MIG 1g.10gb", "gpu_instance_id": 1, "compute_instance_id": 0,
+         "memory_total_bytes": 10 * GiB, "memory_used_bytes": 3 * GiB},
+        {"uuid": "MIG-b", "name": "A100 MIG 3g.40gb", "gpu_instance_id": 2, "compute_instance_id": 0,
+         "memory_total_bytes": 40 * GiB, "memory_used_bytes": None},
+    ]
+    on = [{"gpu_uuid": "GPU-sim-0000", "gpu_instance_id": 2, "compute_instance_id": 0,
+           "used_memory_bytes": None}]
+    store(
+        "gpu01", gpus=[parent, gpu(1)],
+        processes=[proc(500, gpu_memory={"GPU-sim-0000": None}, reasons=["gpu"], mig_instances=on)],
+        unmatched=[{"pid": 9, "gpu_uuid": "GPU-sim-0000", "used_memory_bytes": None, "gpu_instance_id": 2,
+                    "compute_instance_id": 0}],
+    )
+
+    summary = section(page_of(viewer_client), "host-summary")
+
+    card, other = summary.split('data-gpu-index="1"')
+    rows = re.findall(r'<tr data-mig-uuid="(MIG-\w)"><td class="mono">(\d) / (\d)</td><td>([^<]*)</td>'
+                      r'<td class="mono">([^<]*)</td><td class="mono">(\d+)</td></tr>', card)
+    assert rows == [("MIG-a", "1", "0", "A100 MIG 1g.10gb", "3 GiB / 10 GiB", "0"),
+                    ("MIG-b", "2", "0", "A100 MIG 3g.40gb", "— / 40 GiB", "2")]
+    assert "mig-instances" not in other

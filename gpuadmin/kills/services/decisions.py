@@ -120,7 +120,7 @@ def approve(kill_request_id: int, user: Any, *, allow_sigkill_only: bool = False
                     "explicitly allowing \"SIGKILL only\", or reject it",
                     field="allow_sigkill_only",
                 )
-            latest = LatestSnapshot.objects.filter(host=kill_request.host).first()
+            latest = LatestSnapshot.objects.for_host(kill_request.host)
             targets = list(kill_request.targets.all())
             compared = changes.compare(targets, latest.document if latest else None)
             if latest is not None:

@@ -21,10 +21,10 @@ from gpuadmin.kills.models import KillRequest
 from gpuadmin.kills.services._audit import audit
 from gpuadmin.kills.states import Status
 from gpuadmin.probe.kill.protocol import ORDER_VERSION
+from gpuadmin.task_names import EXECUTE_KILL_ORDER
 
 logger = logging.getLogger(__name__)
 
-EXECUTE_TASK = "gpuadmin.agent.execute_kill_order"
 # Publishing waits at most about this long for a broker that is down; the
 # sweeper tries again later instead of holding the approver's page.
 PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
@@ -78,7 +78,7 @@ def send_order(kill_request_id: int, *, now: datetime | None = None) -> bool:
     queue = host_queue(kill_request.host.name)
     try:
         app.send_task(
-            EXECUTE_TASK, args=[order], queue=queue, expires=kill_request.start_deadline,
+            EXECUTE_KILL_ORDER, args=[order], queue=queue, expires=kill_request.start_deadline,
             retry=True, retry_policy=PUBLISH_RETRY_POLICY,
         )
     except Exception as exc:  # any broker/transport failure: kombu, redis, socket errors

@@ -33,7 +33,7 @@ def get_host(name: str) -> Host:
 def preview(host: Host, pid: int, start_time_ticks: int, *, include_descendants: bool = False,
             now: datetime | None = None) -> targets.Preview:
     """What a request would target, from the newest snapshot; refusals and warnings included."""
-    latest = LatestSnapshot.objects.filter(host=host).first()
+    latest = LatestSnapshot.objects.for_host(host)
     if latest is None:
         return targets.Preview(
             host_name=host.name, snapshot_taken_at=None, boot_id="",

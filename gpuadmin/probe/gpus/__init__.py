@@ -7,9 +7,36 @@ panel shows as a finding.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, replace
 
 from gpuadmin.probe.config import ProbeConfig
+
+REASON_MAX_CHARS = 1024  # the schema's gpu_backend.reason maxLength
+# Linux's PID_MAX_LIMIT on 64-bit kernels: no PID is larger, whatever pid_max says.
+PID_MAX_LIMIT = 4_194_304
+
+
+@dataclass(frozen=True, slots=True)
+class MigInstance:
+    """One MIG device of a GPU: a compute instance inside a GPU instance (ids as NVML gives them)."""
+
+    uuid: str  # MIG-...
+    name: str
+    gpu_instance_id: int
+    compute_instance_id: int
+    memory_total_bytes: int | None
+    memory_used_bytes: int | None
+
+    def as_document(self) -> dict[str, object]:
+        return {
+            "uuid": self.uuid,
+            "name": self.name,
+            "gpu_instance_id": self.gpu_instance_id,
+            "compute_instance_id": self.compute_instance_id,
+            "memory_total_bytes": self.memory_total_bytes,
+            "memory_used_bytes": self.memory_used_bytes,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,9 +47,11 @@ class Gpu:
     memory_total_bytes: int | None
     memory_used_bytes: int | None
     utilization_percent: int | None
+    # None: MIG is off (or unknown); a tuple, possibly empty: MIG is on and these are its devices.
+    mig_instances: tuple[MigInstance, ...] | None = None
 
     def as_document(self) -> dict[str, object]:
-        return {
+        document: dict[str, object] = {
             "index": self.index,
             "uuid": self.uuid,
             "name": self.name,
@@ -30,15 +59,23 @@ class Gpu:
             "memory_used_bytes": self.memory_used_bytes,
             "utilization_percent": self.utilization_percent,
         }
+        if self.mig_instances is not None:
+            document["mig_instances"] = [m.as_document() for m in self.mig_instances]
+        return document
 
 
 @dataclass(frozen=True, slots=True)
 class GpuProcess:
-    """One PID's memory on one GPU, as the backend reports it (None: not available)."""
+    """One PID's memory on one GPU, as the backend reports it (None: not available).
+
+    On a MIG instance, gpu_uuid is still the parent GPU's; the instance is named by its ids.
+    """
 
     pid: int
     gpu_uuid: str
     used_memory_bytes: int | None
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +92,17 @@ class GpuState:
 
 
 def unavailable(backend: str, reason: str) -> GpuState:
-    return GpuState(backend=backend, available=False, reason=reason)
+    return GpuState(backend=backend, available=False, reason=clip_reason(reason))
+
+
+def clip_reason(text: str) -> str:
+    return text if len(text) <= REASON_MAX_CHARS else text[: REASON_MAX_CHARS - 1] + "…"
+
+
+def join_reasons(*parts: str | None) -> str | None:
+    """Distinct non-empty parts, in order, joined with '; ' and clipped to the schema's limit."""
+    kept = list(dict.fromkeys(p for p in parts if p))
+    return clip_reason("; ".join(kept)) if kept else None
 
 
 def read_gpus(config: ProbeConfig) -> GpuState:
@@ -72,3 +119,31 @@ def read_gpus(config: ProbeConfig) -> GpuState:
     if config.gpu_backend == "auto" and not state.available:
         return unavailable("none", state.reason or "NVML unavailable")
     return state
+
+
+def drop_impossible_pids(state: GpuState, *, pid_max: int, live_pids: Collection[int]) -> GpuState:
+    """The state without PIDs no process can have, each GPU's dropped PIDs named in the reason.
+
+    0 and 0xFFFFFFFF are what a process record read with the wrong size looks like
+    (docs/snapshot.md); a PID at or above pid_max cannot be allocated — unless pid_max
+    was lowered after the process started, in which case /proc still knows it.
+    """
+    kept: list[GpuProcess] = []
+    dropped: dict[str, list[int]] = {}
+    for process in state.processes:
+        impossible = process.pid <= 0 or process.pid > PID_MAX_LIMIT or (
+            process.pid >= pid_max and process.pid not in live_pids
+        )
+        if impossible:
+            dropped.setdefault(process.gpu_uuid, []).append(process.pid)
+        else:
+            kept.append(process)
+    if not dropped:
+        return state
+    index_of = {gpu.uuid: gpu.index for gpu in state.gpus}
+    lines = [
+        f"GPU {index_of.get(uuid, uuid)}: dropped impossible PIDs {', '.join(map(str, sorted(set(pids))))}"
+        f" (pid_max {pid_max}; misread process records?)"
+        for uuid, pids in dropped.items()
+    ]
+    return replace(state, processes=tuple(kept), reason=join_reasons(state.reason, *lines))

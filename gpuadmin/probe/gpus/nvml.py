@@ -1,44 +1,81 @@
 """GPUs and their processes through NVML (NVIDIA's nvidia-ml-py, imported as pynvml).
 
-pynvml is imported only when this backend is used, and initialised once per
-process (NVML keeps a reference count; an agent reads it every few seconds).
-Every NVML call goes through NvmlCalls: a function the driver or the binding
-lacks falls back to the older variant (v3 -> v2 -> v1, as older drivers need),
-and any other NVML error becomes a missing value (None) plus a line in the
-backend's reason. Nothing else in the probe catches NVML errors.
+pynvml is imported only when this backend is used. Every NVML call goes
+through NvmlCalls, the one place errors are handled: a function the driver or
+the binding lacks falls back to the older variant, and any exception — an
+NVMLError, or anything else the binding throws, such as a UnicodeDecodeError
+from its strict decoding of a name — becomes a missing value (None) plus a
+line in the backend's reason. A snapshot is never lost to the GPU half.
+
+Process lists are read by nvml_records with record types sized for the
+driver, not by the binding's wrappers (see there why). With MIG on, each MIG
+device handle is asked for its processes, which are reported under the parent
+GPU with the GPU instance and compute instance ids.
+
+Lifetime: NVML is initialised on the first read in a process and kept open
+between reads (nvmlInit wakes every GPU and can take seconds on big machines
+without persistence mode; docs/snapshot.md). It is shut down at exit, and shut
+down after a driver-level error (driver unloaded or reloaded, GPU lost) so the
+next read initialises it again instead of repeating the error forever.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import atexit
+import contextlib
+import os
+from collections.abc import Callable, Collection
 from types import ModuleType
 from typing import Any
 
-from gpuadmin.probe.gpus import Gpu, GpuProcess, GpuState, unavailable
+from gpuadmin.probe.gpus import Gpu, GpuProcess, GpuState, MigInstance, join_reasons, unavailable
+from gpuadmin.probe.gpus.nvml_records import Listing, choose_listing, list_processes
 
 BACKEND = "nvml"
-REASON_MAX_CHARS = 1024
-# NVML_VALUE_NOT_AVAILABLE for unsigned long long fields: what old drivers report for
-# per-process memory they cannot see (WDDM, some containers); newer pynvml maps it to None.
-VALUE_NOT_AVAILABLE = 2**64 - 1
 PROCESS_LISTS = ("Compute", "Graphics", "MPSCompute")
+# NVML_VALUE_NOT_AVAILABLE for unsigned long long fields (memory the driver cannot see).
+VALUE_NOT_AVAILABLE = 2**64 - 1
+NVML_DEVICE_MIG_ENABLE = 1
 
-# NVML error codes (nvml.h) whose meaning we explain in words of our own.
+# Error codes from nvml.h (stable across drivers; the binding has the same numbers).
+NVML_ERROR_UNINITIALIZED = 1
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NO_PERMISSION = 4
+NVML_ERROR_NOT_FOUND = 6
+NVML_ERROR_DRIVER_NOT_LOADED = 9
+NVML_ERROR_LIBRARY_NOT_FOUND = 12
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
+NVML_ERROR_GPU_IS_LOST = 15
+NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
+# After these the open NVML session is useless: shut it down, initialise again at the next read.
+DRIVER_LEVEL_ERRORS = frozenset({
+    NVML_ERROR_UNINITIALIZED, NVML_ERROR_DRIVER_NOT_LOADED, NVML_ERROR_GPU_IS_LOST,
+    NVML_ERROR_LIB_RM_VERSION_MISMATCH,
+})
+
+# Initialisation errors, in words of our own.
 _INIT_REASONS = {
-    9: "NVIDIA driver not loaded",
-    12: "NVML library not found (libnvidia-ml.so.1; is the NVIDIA driver installed?)",
-    4: "no permission to use NVML",
-    18: "NVML library and kernel driver versions differ (reload the nvidia module or reboot)",
+    NVML_ERROR_DRIVER_NOT_LOADED: "NVIDIA driver not loaded",
+    NVML_ERROR_LIBRARY_NOT_FOUND:
+        "NVML library not found (libnvidia-ml.so.1; is the NVIDIA driver installed?)",
+    NVML_ERROR_NO_PERMISSION: "no permission to use NVML",
+    NVML_ERROR_LIB_RM_VERSION_MISMATCH:
+        "NVML library and kernel driver versions differ (reload the nvidia module or reboot)",
 }
-_FUNCTION_NOT_FOUND = 13
 
-_initialised: ModuleType | None = None
+Listings = dict[str, Listing | None]  # process-list kind -> the C function and record to use
 
-Variant = tuple[str, tuple[Any, ...], dict[str, Any]]
+_session: ModuleType | None = None  # the pynvml module whose nvmlInit succeeded in this process
+_session_pid = 0
+_shutdown_registered = False
 
 
 class NvmlUnavailable(Exception):
     pass
+
+
+class _Missing(Exception):
+    """The binding or the driver has no such function: try the next variant."""
 
 
 class NvmlCalls:
@@ -47,116 +84,192 @@ class NvmlCalls:
     def __init__(self, nvml: ModuleType) -> None:
         self.nvml = nvml
         self.errors: list[str] = []
-        self._error_types = tuple(
-            t for t in (getattr(nvml, "NVMLError", None), getattr(nvml, "NVMLLibraryMismatchError", None))
-            if isinstance(t, type) and issubclass(t, BaseException)
-        )
+        self.driver_level_error = False
 
-    def first(self, what: str, variants: Sequence[Variant], *, optional: bool = False) -> Any | None:
-        """The result of the first variant this NVML has; None when NVML says no
-        (or, unless optional, when it has none of them)."""
-        for name, args, kwargs in variants:
-            function = getattr(self.nvml, name, None)
-            if function is None:
-                continue
+    def attempt(self, what: str, *variants: Callable[[], Any], quiet: Collection[int] = (),
+                optional: bool = False) -> Any | None:
+        """The result of the first variant this binding and driver have; None when the call
+        failed (said in the reason unless its error code is in `quiet`) or, unless optional,
+        when none of them exists."""
+        for variant in variants:
             try:
-                return function(*args, **kwargs)
-            except self._error_types as exc:
+                return variant()
+            except _Missing:
+                continue
+            # Whatever the binding throws, only this value is lost, never the snapshot.
+            except Exception as exc:
                 if self._function_missing(exc):
                     continue
-                self.errors.append(f"{what}: {exc}")
+                code = getattr(exc, "value", None)
+                if code in DRIVER_LEVEL_ERRORS:
+                    self.driver_level_error = True
+                if code not in quiet:
+                    self.errors.append(f"{what}: {self.describe(exc)}")
                 return None
         if not optional:
             self.errors.append(f"{what}: not supported by this driver")
         return None
 
-    def call(self, what: str, name: str, *args: Any) -> Any | None:
-        return self.first(what, [(name, args, {})])
+    def call(self, what: str, name: str, *args: Any, quiet: Collection[int] = (), optional: bool = False,
+             **kwargs: Any) -> Any | None:
+        return self.attempt(what, self.binding(name, *args, **kwargs), quiet=quiet, optional=optional)
 
-    def versions(self, what: str, name: str, *args: Any, optional: bool = False) -> Any | None:
-        """name_v3, then name_v2, then plain name (v1)."""
-        variants = [(f"{name}_v3", args, {}), (f"{name}_v2", args, {}), (name, args, {})]
-        return self.first(what, variants, optional=optional)
+    def binding(self, name: str, *args: Any, **kwargs: Any) -> Callable[[], Any]:
+        """A call of the binding's `name`, raising _Missing when this binding lacks it."""
+
+        def run() -> Any:
+            function = getattr(self.nvml, name, None)
+            if function is None:
+                raise _Missing(name)
+            return function(*args, **kwargs)
+
+        return run
+
+    def has_symbol(self, name: str) -> bool:
+        """Does the loaded driver library export this C function?"""
+        try:
+            self.nvml._nvmlGetFunctionPointer(name)
+        except Exception:
+            return False
+        return True
+
+    def c_function(self, name: str) -> Callable[..., int]:
+        return self.nvml._nvmlGetFunctionPointer(name)  # type: ignore[no-any-return]
+
+    def describe(self, exc: BaseException) -> str:
+        if isinstance(exc, self._nvml_error_type()):
+            try:
+                return str(exc)  # may itself ask the library (nvmlErrorString)
+            except Exception:
+                return f"NVML error {getattr(exc, 'value', '?')}"
+        return f"{type(exc).__name__}: {exc}"
+
+    def _nvml_error_type(self) -> type[BaseException]:
+        error = getattr(self.nvml, "NVMLError", None)
+        return error if isinstance(error, type) and issubclass(error, BaseException) else _Missing
 
     def _function_missing(self, exc: BaseException) -> bool:
-        # Unversioned pynvml functions turn FunctionNotFound into NVMLLibraryMismatchError.
+        # Unversioned pynvml wrappers turn FunctionNotFound into NVMLLibraryMismatchError.
         mismatch = getattr(self.nvml, "NVMLLibraryMismatchError", None)
         if isinstance(mismatch, type) and isinstance(exc, mismatch):
             return True
-        code = getattr(self.nvml, "NVML_ERROR_FUNCTION_NOT_FOUND", _FUNCTION_NOT_FOUND)
-        return getattr(exc, "value", None) == code
+        return isinstance(exc, self._nvml_error_type()) and getattr(exc, "value", None) == \
+            NVML_ERROR_FUNCTION_NOT_FOUND
 
     def reason(self) -> str | None:
-        if not self.errors:
-            return None
-        text = "; ".join(dict.fromkeys(self.errors))
-        return text if len(text) <= REASON_MAX_CHARS else text[: REASON_MAX_CHARS - 1] + "…"
+        return join_reasons(*self.errors)
 
 
-def _initialised_nvml() -> ModuleType:
-    global _initialised  # noqa: PLW0603 - NVML is process-wide state; init it once per process
+# --- lifetime ---------------------------------------------------------------
+
+
+def _open() -> ModuleType:
+    global _session, _session_pid, _shutdown_registered  # noqa: PLW0603 - NVML is per-process state
     try:
         import pynvml
     except ImportError as exc:
         raise NvmlUnavailable("nvidia-ml-py (pynvml) is not installed") from exc
-    if _initialised is not pynvml:
-        try:
-            pynvml.nvmlInit()
-        # Whatever a broken driver install throws, the process half of the snapshot must still go out.
-        except Exception as exc:
-            code = getattr(exc, "value", None)
-            raise NvmlUnavailable(_INIT_REASONS.get(code) or f"NVML initialisation failed: {exc}") from exc
-        _initialised = pynvml
+    if _session is pynvml and _session_pid == os.getpid():
+        return pynvml
+    if _session is not None and _session_pid == os.getpid():
+        close()  # another pynvml module object than the one initialised (tests swap it)
+    # A forked child (a worker pool process) must not use its parent's session: start its own.
+    try:
+        pynvml.nvmlInit()
+    # Whatever a broken driver install throws, the process half of the snapshot must still go out.
+    except Exception as exc:
+        code = getattr(exc, "value", None)
+        raise NvmlUnavailable(_INIT_REASONS.get(code) or f"NVML initialisation failed: {exc}") from exc
+    _session, _session_pid = pynvml, os.getpid()
+    if not _shutdown_registered:
+        atexit.register(close)
+        _shutdown_registered = True
     return pynvml
+
+
+def close() -> None:
+    """nvmlShutdown of this process's session, if it has one: at exit, and after a driver-level
+    error so that the next read initialises NVML again. Releases the /dev/nvidia* files NVML holds."""
+    global _session
+    module, _session = _session, None
+    if module is None or _session_pid != os.getpid():
+        return
+    with contextlib.suppress(Exception):  # a driver that is gone has nothing left to release
+        module.nvmlShutdown()
+
+
+# --- reading ----------------------------------------------------------------
 
 
 def read() -> GpuState:
     try:
-        nvml = _initialised_nvml()
+        nvml = _open()
     except NvmlUnavailable as exc:
         return unavailable(BACKEND, str(exc))
     calls = NvmlCalls(nvml)
+    try:
+        state = _read(calls)
+    # A surprise of ours or of the binding outside NvmlCalls: GPU data is lost, the snapshot is not.
+    except Exception as exc:
+        calls.errors.append(f"NVML backend failed: {type(exc).__name__}: {exc}")
+        state = GpuState(backend=BACKEND, available=False, reason=calls.reason())
+    if calls.driver_level_error:
+        close()
+    return state
+
+
+def _read(calls: NvmlCalls) -> GpuState:
     driver_version = _text(calls.call("driver version", "nvmlSystemGetDriverVersion"))
     count = calls.call("device count", "nvmlDeviceGetCount")
     if count is None:
         return GpuState(backend=BACKEND, available=False, reason=calls.reason(),
                         driver_version=driver_version)
+    listings = {kind: choose_listing(kind, driver_version, calls.has_symbol) for kind in PROCESS_LISTS}
     gpus: list[Gpu] = []
-    memory_by_holder: dict[tuple[int, str], int | None] = {}
+    memory_by_holder: dict[tuple[int, str, int | None, int | None], int | None] = {}
     for index in range(count):
-        gpu, holders = _read_device(calls, index)
+        gpu, holders = _read_device(calls, index, listings)
         gpus.append(gpu)
-        for pid, used in holders:
-            key = (pid, gpu.uuid)
+        for holder in holders:
+            key = (holder.pid, holder.gpu_uuid, holder.gpu_instance_id, holder.compute_instance_id)
             # A process can sit in several lists (compute and graphics): count it once.
-            if key not in memory_by_holder or (used or 0) > (memory_by_holder[key] or 0):
-                memory_by_holder[key] = used
-    processes = tuple(GpuProcess(pid, uuid, used) for (pid, uuid), used in memory_by_holder.items())
+            if key not in memory_by_holder or (holder.used_memory_bytes or 0) > (memory_by_holder[key] or 0):
+                memory_by_holder[key] = holder.used_memory_bytes
+    processes = tuple(GpuProcess(pid, uuid, used, gi, ci)
+                      for (pid, uuid, gi, ci), used in memory_by_holder.items())
     return GpuState(backend=BACKEND, available=True, reason=calls.reason(), gpus=tuple(gpus),
                     processes=processes, driver_version=driver_version)
 
 
-def _read_device(calls: NvmlCalls, index: int) -> tuple[Gpu, list[tuple[int, int | None]]]:
-    nvml = calls.nvml
+def _read_device(calls: NvmlCalls, index: int, listings: Listings) -> tuple[Gpu, list[GpuProcess]]:
+    where = f"GPU {index}"
     placeholder_uuid = f"GPU-unknown-index-{index}"
-    handle = calls.call(f"GPU {index} handle", "nvmlDeviceGetHandleByIndex", index)
+    handle = calls.call(f"{where} handle", "nvmlDeviceGetHandleByIndex", index)
     if handle is None:
         return Gpu(index, placeholder_uuid, "", None, None, None), []
-    uuid = _text(calls.call(f"GPU {index} uuid", "nvmlDeviceGetUUID", handle)) or placeholder_uuid
-    name = _text(calls.call(f"GPU {index} name", "nvmlDeviceGetName", handle)) or ""
-    memory_variants: list[Variant] = []
-    if hasattr(nvml, "nvmlMemory_v2"):
+    uuid = _text(calls.call(f"{where} uuid", "nvmlDeviceGetUUID", handle)) or placeholder_uuid
+    name = _text(calls.call(f"{where} name", "nvmlDeviceGetName", handle)) or ""
+    memory_variants = []
+    if hasattr(calls.nvml, "nvmlMemory_v2"):
         # v2 reports driver-reserved memory apart from `used`; that memory belongs to no process.
-        memory_variants.append(("nvmlDeviceGetMemoryInfo", (handle,), {"version": nvml.nvmlMemory_v2}))
-    memory_variants.append(("nvmlDeviceGetMemoryInfo", (handle,), {}))
-    memory = calls.first(f"GPU {index} memory", memory_variants)
-    utilization = calls.call(f"GPU {index} utilization", "nvmlDeviceGetUtilizationRates", handle)
-    holders: list[tuple[int, int | None]] = []
-    for kind in PROCESS_LISTS:
-        listed = calls.versions(f"GPU {index} {kind.lower()} processes",
-                                f"nvmlDeviceGet{kind}RunningProcesses", handle, optional=kind == "MPSCompute")
-        for info in listed or ():
-            holders.append((int(info.pid), _bytes(getattr(info, "usedGpuMemory", None))))
+        memory_variants.append(
+            calls.binding("nvmlDeviceGetMemoryInfo", handle, version=calls.nvml.nvmlMemory_v2)
+        )
+    memory_variants.append(calls.binding("nvmlDeviceGetMemoryInfo", handle))
+    memory = calls.attempt(f"{where} memory", *memory_variants)
+    # Consumer GPUs and drivers before MIG say NotSupported: that is "MIG off", not a problem.
+    mig_mode = calls.call(f"{where} MIG mode", "nvmlDeviceGetMigMode", handle,
+                          quiet=(NVML_ERROR_NOT_SUPPORTED,), optional=True)
+    mig_on = bool(mig_mode) and mig_mode[0] == NVML_DEVICE_MIG_ENABLE
+    instances: tuple[MigInstance, ...] | None = None
+    if mig_on:
+        # The parent handle lists processes only with privileges (and then all instances mixed),
+        # and has no utilization in MIG mode: ask each MIG device instead.
+        instances, holders = _read_mig_devices(calls, where, handle, uuid, listings)
+        utilization = None
+    else:
+        utilization = calls.call(f"{where} utilization", "nvmlDeviceGetUtilizationRates", handle)
+        holders = _processes_on(calls, where, handle, uuid, listings)
     gpu = Gpu(
         index=index,
         uuid=uuid[:128],
@@ -164,8 +277,74 @@ def _read_device(calls: NvmlCalls, index: int) -> tuple[Gpu, list[tuple[int, int
         memory_total_bytes=_bytes(getattr(memory, "total", None)),
         memory_used_bytes=_bytes(getattr(memory, "used", None)),
         utilization_percent=_percent(getattr(utilization, "gpu", None)),
+        mig_instances=instances,
     )
     return gpu, holders
+
+
+def _read_mig_devices(calls: NvmlCalls, where: str, handle: Any, parent_uuid: str,
+                      listings: Listings) -> tuple[tuple[MigInstance, ...], list[GpuProcess]]:
+    slots = calls.call(f"{where} MIG device count", "nvmlDeviceGetMaxMigDeviceCount", handle) or 0
+    instances: list[MigInstance] = []
+    holders: list[GpuProcess] = []
+    for slot in range(int(slots)):
+        label = f"{where} MIG device {slot}"
+        # An empty slot is NotFound: most of a GPU's slots are empty.
+        mig = calls.call(f"{label} handle", "nvmlDeviceGetMigDeviceHandleByIndex", handle, slot,
+                         quiet=(NVML_ERROR_NOT_FOUND,))
+        if mig is None:
+            continue
+        gpu_instance_id = _small_int(
+            calls.call(f"{label} GPU instance id", "nvmlDeviceGetGpuInstanceId", mig)
+        )
+        compute_instance_id = _small_int(
+            calls.call(f"{label} compute instance id", "nvmlDeviceGetComputeInstanceId", mig)
+        )
+        memory = calls.call(f"{label} memory", "nvmlDeviceGetMemoryInfo", mig)
+        if gpu_instance_id is not None and compute_instance_id is not None:
+            mig_uuid = (_text(calls.call(f"{label} uuid", "nvmlDeviceGetUUID", mig))
+                        or f"{parent_uuid}/mig-{slot}")
+            instances.append(MigInstance(
+                uuid=mig_uuid[:128],
+                name=(_text(calls.call(f"{label} name", "nvmlDeviceGetName", mig)) or "")[:256],
+                gpu_instance_id=gpu_instance_id,
+                compute_instance_id=compute_instance_id,
+                memory_total_bytes=_bytes(getattr(memory, "total", None)),
+                memory_used_bytes=_bytes(getattr(memory, "used", None)),
+            ))
+        holders.extend(_processes_on(calls, label, mig, parent_uuid, listings,
+                                     instance=(gpu_instance_id, compute_instance_id)))
+    return tuple(instances), holders
+
+
+def _processes_on(calls: NvmlCalls, where: str, handle: Any, gpu_uuid: str, listings: Listings, *,
+                  instance: tuple[int | None, int | None] = (None, None)) -> list[GpuProcess]:
+    holders: list[GpuProcess] = []
+    for kind in PROCESS_LISTS:
+        listing = listings[kind]
+        mps = kind == "MPSCompute"
+        what = f"{where} {kind.lower()} processes"
+        if listing is None:
+            if not mps:  # MPS lists are newer than the others; without them there is no MPS to list
+                calls.errors.append(f"{what}: not supported by this driver")
+            continue
+        records = calls.attempt(
+            what,
+            lambda listing=listing: list_processes(
+                calls.c_function(listing.function), listing.record, handle, calls.nvml.NVMLError
+            ),
+            # No MPS server on this GPU is the usual case, not news for every snapshot.
+            quiet=(NVML_ERROR_NOT_SUPPORTED,) if mps else (),
+        )
+        for record in records or ():
+            holders.append(GpuProcess(
+                pid=record.pid,
+                gpu_uuid=gpu_uuid,
+                used_memory_bytes=record.used_memory_bytes,
+                gpu_instance_id=instance[0] if instance[0] is not None else record.gpu_instance_id,
+                compute_instance_id=instance[1] if instance[1] is not None else record.compute_instance_id,
+            ))
+    return holders
 
 
 def _text(value: Any) -> str | None:
@@ -186,3 +365,8 @@ def _bytes(value: Any) -> int | None:
 def _percent(value: Any) -> int | None:
     number = _bytes(value)
     return number if number is not None and number <= 100 else None
+
+
+def _small_int(value: Any) -> int | None:
+    number = _bytes(value)
+    return number if number is not None and number < 0xFFFFFFFF else None

@@ -88,6 +88,12 @@ def percent_of(part: Any, whole: Any) -> float:
 
 
 @register.filter
+def of_gpu(by_uuid: Any, gpu: Any) -> Any:
+    """What a mapping keyed by GPU uuid holds for this GPU (the host page's MIG instances); () if nothing."""
+    return by_uuid.get(gpu.uuid, ()) if hasattr(by_uuid, "get") else ()
+
+
+@register.filter
 def memory_bar(gpu: Any) -> dict[str, str]:
     """Everything a GPU memory bar shows, formatted once (the fleet page draws one per GPU).
 

@@ -1,0 +1,129 @@
+"""The data directory (GPUADMIN_DATA_DIR, default ``var/``): what lives in it, and the step that creates it.
+
+Importing the settings only reads: it finds the directory and its secret key,
+and stops with an error naming ``python -m gpuadmin.data_dir`` when they are
+missing. That command (``make run`` runs it first, through
+``gpuadmin.run``) creates the directory (0700), the secret key (0600) unless
+GPUADMIN_SECRET_KEY gives one, and the folders the embedded broker and static
+files need. Running it again changes nothing.
+
+No Django here: it runs before the settings can load.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+import tempfile
+from pathlib import Path
+
+from gpuadmin.env import env_secret, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+PREPARE_COMMAND = "python -m gpuadmin.data_dir"
+KEY_VARIABLE = "GPUADMIN_SECRET_KEY"
+
+# What lives in the directory, relative to it (settings build their paths from these).
+KEY_FILE = "secret_key"
+SQLITE_DATABASE = "gpuadmin.sqlite3"
+STATIC_ROOT = "static"
+BEAT_SCHEDULE_FILE = "celerybeat-schedule"
+AGENT_JOURNAL = "agent-journal"
+# The filesystem broker's folders (used when REDIS_URL is not set).
+BROKER = "broker"
+BROKER_QUEUE = f"{BROKER}/queue"
+BROKER_PROCESSED = f"{BROKER}/processed"
+BROKER_CONTROL = f"{BROKER}/control"
+# Parents before children: each is made 0700 (mkdir's parents would get the umask's mode).
+FOLDERS = (STATIC_ROOT, BROKER, BROKER_QUEUE, BROKER_PROCESSED, BROKER_CONTROL)
+
+DIRECTORY_MODE = 0o700
+KEY_FILE_MODE = 0o600
+
+
+class DataDirNotPrepared(RuntimeError):
+    """The data directory or its secret key is missing; the message says which command creates them."""
+
+
+def data_dir() -> Path:
+    """The data directory named by GPUADMIN_DATA_DIR (default ``var/`` in the checkout), absolute."""
+    return Path(env_str("GPUADMIN_DATA_DIR", str(BASE_DIR / "var"))).resolve()
+
+
+def secret_key(directory: Path) -> str:
+    """GPUADMIN_SECRET_KEY (or its _FILE), else the key kept in the data directory. Reads only.
+
+    The directory must exist either way: the database, the broker, the
+    scheduler and the agent's journal all write into it.
+    """
+    if not directory.is_dir():
+        raise DataDirNotPrepared(
+            f"the data directory {directory} does not exist; create it with `{PREPARE_COMMAND}` "
+            f"(`make run` does this), or set GPUADMIN_DATA_DIR to one that does"
+        )
+    key = env_secret(KEY_VARIABLE)
+    if key:
+        return key
+    try:
+        return (directory / KEY_FILE).read_text().strip()
+    except FileNotFoundError:
+        raise DataDirNotPrepared(
+            f"the data directory {directory} has no secret key; create it with `{PREPARE_COMMAND}` "
+            f"(`make run` does this), or set {KEY_VARIABLE}"
+        ) from None
+
+
+def prepare_data_dir(directory: Path | None = None) -> list[Path]:
+    """Create the data directory, its secret key and its folders where missing; returns what it created.
+
+    Safe to run again and from several processes at once: nothing that exists
+    is changed, and the key file appears whole or not at all.
+    """
+    directory = directory or data_dir()
+    created: list[Path] = []
+    if not directory.is_dir():
+        directory.mkdir(mode=DIRECTORY_MODE, parents=True, exist_ok=True)
+        # mkdir's mode passes through the umask; the key and every command line end up in here.
+        directory.chmod(DIRECTORY_MODE)
+        created.append(directory)
+    for name in FOLDERS:
+        folder = directory / name
+        if not folder.is_dir():
+            folder.mkdir(mode=DIRECTORY_MODE, exist_ok=True)
+            created.append(folder)
+    key_path = directory / KEY_FILE
+    if not env_secret(KEY_VARIABLE) and not key_path.exists() and _write_secret_key(key_path):
+        created.append(key_path)
+    return created
+
+
+def _write_secret_key(path: Path) -> bool:
+    """Write a new key under a temporary name, then link it into place: no reader sees half a key."""
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".secret_key-")  # mode 0600
+    try:
+        with os.fdopen(fd, "w") as file:
+            file.write(secrets.token_urlsafe(50))
+            file.flush()
+            os.fsync(file.fileno())
+        os.chmod(temporary, KEY_FILE_MODE)
+        try:
+            os.link(temporary, path)
+        except FileExistsError:
+            return False  # another process prepared it first; its key stands
+        return True
+    finally:
+        os.unlink(temporary)
+
+
+def main() -> int:
+    directory = data_dir()
+    created = prepare_data_dir(directory)
+    for path in created:
+        print(f"created {path}")
+    print(f"gpuadmin data directory {directory} is ready" + ("" if created else " (nothing to create)"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,25 @@
+"""Every Celery task's name, written once: the task's decorator and whoever sends it import it from here.
+
+Tasks cross the broker by name. Central sends agent tasks without importing
+their code (and agents send central tasks the same way), so the name is the
+contract between the two sides: change one here and both sides follow. The
+prefix decides the route (``gpuadmin.celery.route_task``): agent tasks must be
+sent to a host's queue, central tasks go to ``central``.
+
+No Django and no Celery here, so anything may import it.
+"""
+
+from __future__ import annotations
+
+AGENT_PREFIX = "gpuadmin.agent."
+CENTRAL_PREFIXES = ("gpuadmin.fleet.", "gpuadmin.kills.")
+
+# Agent side: run by the agent of the host whose queue (host.<name>) they are sent to.
+PROBE_HOST = "gpuadmin.agent.probe_host"
+EXECUTE_KILL_ORDER = "gpuadmin.agent.execute_kill_order"
+
+# Central side: run by central workers (queue `central`), which have the database.
+INGEST_SNAPSHOT = "gpuadmin.fleet.ingest_snapshot"
+SCHEDULE_PROBES = "gpuadmin.fleet.schedule_probes"
+RECORD_KILL_PROGRESS = "gpuadmin.kills.record_kill_progress"
+SWEEP_KILLS = "gpuadmin.kills.sweep"

@@ -1,0 +1,121 @@
+"""deploy/*.service: every unit passes `systemd-analyze verify` with no warning.
+
+The units name their programs under /opt/gpuadmin (docs/deploy.md). verify
+checks that each ExecStart program exists and is executable, so the test
+renders the units with this checkout and this virtualenv in place of
+/opt/gpuadmin: a unit that names a program the install does not have (a typo,
+a renamed entry point) fails here, not on a lab's first boot.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests import services
+
+REPO = Path(__file__).resolve().parents[2]
+UNITS = sorted((REPO / "deploy").glob("*.service"))
+INSTALL_ROOT = "/opt/gpuadmin"
+# The units' programs: the install's virtualenv, here the one running the tests.
+VENV_BIN = Path(sys.executable).parent
+
+
+def systemd_analyze() -> str:
+    path = shutil.which("systemd-analyze")
+    if path is None:
+        message = "systemd-analyze is not installed (Debian: the systemd package)"
+        if services.services_required():
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    return path
+
+
+def render(unit: Path, into: Path, *, replace: tuple[str, str] | None = None) -> Path:
+    text = unit.read_text()
+    text = text.replace(f"{INSTALL_ROOT}/.venv/bin/", f"{VENV_BIN}/").replace(INSTALL_ROOT, str(REPO))
+    if replace:
+        text = text.replace(*replace)
+    rendered = into / unit.name
+    rendered.write_text(text)
+    return rendered
+
+
+def verify(unit: Path) -> subprocess.CompletedProcess[str]:
+    # --man=no: the units' Documentation= is a file:// URL, not a man page.
+    return subprocess.run([systemd_analyze(), "verify", "--man=no", str(unit)],
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def exec_programs(unit: Path) -> list[str]:
+    return [line.split("=", 1)[1].split()[0] for line in unit.read_text().splitlines()
+            if line.startswith("ExecStart=")]
+
+
+def test_there_is_a_unit_for_each_part() -> None:
+    assert [u.name for u in UNITS] == [
+        "gpuadmin-agent.service", "gpuadmin-beat.service", "gpuadmin-web.service", "gpuadmin-worker.service",
+    ]
+
+
+@pytest.mark.parametrize("unit", UNITS, ids=lambda u: u.name)
+def test_unit_verifies_without_a_warning(unit: Path, tmp_path: Path) -> None:
+    rendered = render(unit, tmp_path)
+    programs = exec_programs(rendered)
+    assert programs and all(Path(p).is_file() for p in programs), programs  # verify's check means something
+    result = verify(rendered)
+    assert result.returncode == 0, result.stderr
+    assert (result.stdout + result.stderr).strip() == ""
+
+
+def test_verify_reports_a_program_the_install_does_not_have(tmp_path: Path) -> None:
+    rendered = render(REPO / "deploy" / "gpuadmin-web.service", tmp_path,
+                      replace=("bin/gunicorn ", "bin/gunicorn-renamed "))
+    result = verify(rendered)
+    assert result.returncode != 0
+    assert "gunicorn-renamed" in result.stderr
+
+
+def test_verify_reports_a_misspelt_setting(tmp_path: Path) -> None:
+    # An unknown key is only a warning (exit status 0): the output must be read.
+    rendered = render(REPO / "deploy" / "gpuadmin-agent.service", tmp_path,
+                      replace=("AmbientCapabilities=", "AmbientCapabilites="))
+    result = verify(rendered)
+    assert "AmbientCapabilites" in result.stderr
+
+
+def unit_settings(unit: Path) -> dict[str, list[str]]:
+    settings: dict[str, list[str]] = {}
+    for line in unit.read_text().replace("\\\n", " ").splitlines():
+        if "=" in line and not line.startswith(("#", "[")):
+            key, value = line.split("=", 1)
+            settings.setdefault(key, []).append(value)
+    return settings
+
+
+def test_the_agent_runs_as_its_own_user_with_three_capabilities_only() -> None:
+    agent = unit_settings(REPO / "deploy" / "gpuadmin-agent.service")
+    needed = {"CAP_KILL", "CAP_SYS_PTRACE", "CAP_DAC_READ_SEARCH"}
+    assert set(" ".join(agent["AmbientCapabilities"]).split()) == needed
+    assert set(" ".join(agent["CapabilityBoundingSet"]).split()) == needed
+    assert agent["User"] == ["gpuadmin-agent"]
+    assert agent["NoNewPrivileges"] == ["yes"]
+    # Host PIDs: no private PID namespace, every process visible in /proc.
+    assert "PrivatePIDs" not in agent
+    assert agent["ProtectProc"] == ["default"] and agent["ProcSubset"] == ["all"]
+    # NVML opens /dev/nvidia*: no private /dev, and no device allow-list (which
+    # ProtectClock= would imply) that leaves them out.
+    assert agent["PrivateDevices"] == ["no"]
+    assert not {"DeviceAllow", "DevicePolicy", "ProtectClock"} & set(agent)
+
+
+@pytest.mark.parametrize("name", ["gpuadmin-web.service", "gpuadmin-worker.service", "gpuadmin-beat.service"])
+def test_central_units_hold_no_capability(name: str) -> None:
+    unit = unit_settings(REPO / "deploy" / name)
+    assert unit["CapabilityBoundingSet"] == [""]
+    assert "AmbientCapabilities" not in unit
+    assert unit["User"] == ["gpuadmin"]

@@ -1,0 +1,90 @@
+"""Central's probes (gpuadmin/fleet/probes.py): who is due one, and "probe now".
+
+Probes are captured at ``app.send_task`` (the broker is not under test here;
+tests/integration runs real workers), plus one real kombu message through the
+in-memory transport to see ``expires`` land in the message itself.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.test import override_settings
+from kombu import Connection
+
+from gpuadmin.celery import app
+from gpuadmin.fleet.models import Host
+from gpuadmin.fleet.probes import probe_now, send_due_probes
+from gpuadmin.task_names import PROBE_HOST
+from tests.fleet.conftest import T0, at
+
+pytestmark = pytest.mark.django_db
+
+
+def host_last_seen(name: str, last_seen_at: datetime) -> Host:
+    return Host.objects.create(
+        name=name, first_seen_at=last_seen_at - timedelta(days=1), last_seen_at=last_seen_at
+    )
+
+
+def probed(calls: list[dict[str, Any]]) -> list[str]:
+    return sorted(c["queue"] for c in calls)
+
+
+def test_every_host_gets_a_probe_on_its_own_queue_that_expires_after_one_interval(
+    sent: list[dict[str, Any]],
+) -> None:
+    host_last_seen("gpu01", at(-5))
+    host_last_seen("gpu02", at(-30 * 60))  # offline half an hour: still every interval
+    with override_settings(GPUADMIN_PROBE_INTERVAL_SECONDS=7):
+        assert send_due_probes(at(0)) == ["gpu01", "gpu02"]
+    assert probed(sent) == ["host.gpu01", "host.gpu02"]
+    assert all(c["name"] == PROBE_HOST and c["expires"] == 7 for c in sent)
+    assert set(Host.objects.values_list("last_probe_sent_at", flat=True)) == {at(0)}
+
+
+def test_hosts_offline_for_over_an_hour_are_probed_once_a_minute(sent: list[dict[str, Any]]) -> None:
+    host_last_seen("gpu01", at(-5))
+    host_last_seen("dead", at(-2 * 3600))
+    interval = settings.GPUADMIN_PROBE_INTERVAL_SECONDS
+    per_tick = []
+    for tick in range(13):  # two minutes of beat ticks
+        sent.clear()
+        send_due_probes(at(tick * interval))
+        per_tick.append(probed(sent))
+    dead_ticks = [i for i, queues in enumerate(per_tick) if "host.dead" in queues]
+    assert dead_ticks == [0, 60 // interval, 120 // interval]
+    assert all("host.gpu01" in queues for queues in per_tick)
+    assert all(c["expires"] == interval for c in sent)
+
+
+def test_probe_now_sends_one_expiring_probe_and_records_it(sent: list[dict[str, Any]]) -> None:
+    host_last_seen("gpu01", at(-7200))
+    probe_now("gpu01", now=at(0))
+    assert sent == [
+        {
+            "name": PROBE_HOST,
+            "args": (),
+            "queue": "host.gpu01",
+            "expires": settings.GPUADMIN_PROBE_INTERVAL_SECONDS,
+        }
+    ]
+    assert Host.objects.get().last_probe_sent_at == at(0)
+
+
+def test_the_probe_message_itself_carries_the_expiry(monkeypatch: pytest.MonkeyPatch) -> None:
+    original = app.send_task
+    with Connection("memory://") as connection:
+        monkeypatch.setattr(app, "send_task", lambda *a, **kw: original(*a, connection=connection, **kw))
+        before = datetime.now(T0.tzinfo)
+        probe_now("gpu-mem")
+        with connection.SimpleQueue("host.gpu-mem") as queue:
+            message = queue.get(timeout=2)
+            message.ack()
+    assert message.headers["task"] == PROBE_HOST
+    expires = datetime.fromisoformat(message.headers["expires"])
+    interval = timedelta(seconds=settings.GPUADMIN_PROBE_INTERVAL_SECONDS)
+    assert before + interval - timedelta(seconds=1) <= expires <= datetime.now(T0.tzinfo) + interval
