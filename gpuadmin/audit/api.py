@@ -17,6 +17,7 @@ from gpuadmin.api_json import AsciiJSONRenderer
 from gpuadmin.audit.export import event_as_dict
 from gpuadmin.audit.filters import filtered_events
 from gpuadmin.audit.models import AuditEvent
+from gpuadmin.audit.sentences import described
 
 
 class AuditPagination(PageNumberPagination):
@@ -37,7 +38,7 @@ class AuditEventList(APIView):
             )
         paginator = AuditPagination()
         page = paginator.paginate_queryset(events, request, view=self)
-        return paginator.get_paginated_response([event_as_dict(e) for e in page])
+        return paginator.get_paginated_response([event_as_dict(e) for e in described(page)])
 
 
 class AuditVerify(APIView):

@@ -1,12 +1,18 @@
-"""Audit events as plain data: one dict shape for the API, rows for the CSV export."""
+"""Audit events as plain data: one dict shape for the API, rows for the CSV export.
+
+Both keep every raw field and add the event's sentence (``sentences.sentence_text``):
+the fields are the evidence, the sentence is for reading.
+"""
 
 from __future__ import annotations
 
 import csv
 from collections.abc import Iterable, Iterator
+from itertools import islice
 from typing import Any
 
 from gpuadmin.audit.models import AuditEvent
+from gpuadmin.audit.sentences import describe, described, sentence_text
 from gpuadmin.text import utc_text
 
 CSV_COLUMNS = (
@@ -23,6 +29,8 @@ CSV_COLUMNS = (
     "details",
     "previous_hash",
     "hash",
+    # Last, so that scripts reading the columns by position before it was added still work.
+    "sentence",
 )
 
 # A spreadsheet runs a cell starting with one of these as a formula
@@ -31,7 +39,12 @@ CSV_COLUMNS = (
 _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
+def _sentence(event: AuditEvent) -> str:
+    return sentence_text(getattr(event, "sentence", None) or describe(event))
+
+
 def event_as_dict(event: AuditEvent) -> dict[str, Any]:
+    """The API's shape; pass events through ``sentences.described`` first to share one context."""
     return {
         "sequence": event.sequence,
         # Always six fractional digits, as hashed (the rest of the API writes them only when present).
@@ -48,6 +61,7 @@ def event_as_dict(event: AuditEvent) -> dict[str, Any]:
         "details": event.details,
         "previous_hash": event.previous_hash,
         "hash": event.hash,
+        "sentence": _sentence(event),
     }
 
 
@@ -72,6 +86,7 @@ def _csv_row(event: AuditEvent) -> list[Any]:
         event.details_json,
         event.previous_hash,
         event.hash,
+        _sentence(event),
     ]
     return [csv_safe(cell) for cell in row]
 
@@ -83,8 +98,11 @@ class _Echo:
         return value
 
 
-def csv_lines(events: Iterable[AuditEvent]) -> Iterator[str]:
+def csv_lines(events: Iterable[AuditEvent], *, batch_size: int = 2000) -> Iterator[str]:
+    """The CSV text, line by line; sentences share a context per batch of ``batch_size`` events."""
     writer = csv.writer(_Echo())
     yield writer.writerow(CSV_COLUMNS)
-    for event in events:
-        yield writer.writerow(_csv_row(event))
+    iterator = iter(events)
+    while batch := list(islice(iterator, batch_size)):
+        for event in described(batch):
+            yield writer.writerow(_csv_row(event))

@@ -30,6 +30,7 @@ from gpuadmin.audit.chain import (
     VerifyResult,
     check_rows,
     event_hash,
+    timestamp_text,
 )
 from gpuadmin.probe.kill import protocol as kill_protocol
 
@@ -162,5 +163,25 @@ class AuditEvent(models.Model):
     def process_user_list(self) -> list[str]:
         return [u for u in self.process_users.split(",") if u]
 
+    def hashed_fields(self) -> dict[str, Any]:
+        """Every field the hash covers, as stored (``chain.HASHED_FIELDS``, in that order)."""
+        return {name: getattr(self, name) for name in HASHED_FIELDS}
+
+    def hashed_field_texts(self) -> list[tuple[str, str]]:
+        """The hashed fields as the hash reads them, for people: the time in UTC as hashed, None as null."""
+        texts = []
+        for name, value in self.hashed_fields().items():
+            text = timestamp_text(value) if name == "created_at" else value
+            texts.append((name, "null" if text is None else str(text)))
+        return texts
+
     def computed_hash(self) -> str:
-        return event_hash({name: getattr(self, name) for name in HASHED_FIELDS})
+        return event_hash(self.hashed_fields())
+
+    @property
+    def hash_recomputes(self) -> bool:
+        """True when this event's stored hash is the hash of its fields (its links are the chain's job)."""
+        try:
+            return self.computed_hash() == self.hash
+        except (TypeError, ValueError):
+            return False

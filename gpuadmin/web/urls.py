@@ -4,6 +4,8 @@ from gpuadmin.web import views
 
 urlpatterns = [
     path("", views.fleet, name="fleet"),
+    # Anyone may fetch the icon (no login): browsers ask before any page says where it is.
+    path("favicon.ico", views.favicon, name="favicon"),
     path("hosts/<str:name>/", views.host_detail, name="host_detail"),
     path("hosts/<str:name>/probe/", views.host_probe, name="host_probe"),
 ]

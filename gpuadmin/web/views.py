@@ -13,6 +13,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.templatetags.static import static
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
@@ -94,3 +95,9 @@ def host_probe(request: HttpRequest, name: str) -> HttpResponse:
             request, f"Asked {host.name} for a new snapshot; the tables refresh when it arrives."
         )
     return redirect("host_detail", name=host.name)
+
+
+@require_GET
+def favicon(request: HttpRequest) -> HttpResponse:
+    """/favicon.ico for whatever asks without reading the page's <link rel=icon>: the same icon."""
+    return redirect(static("favicon.svg"), permanent=True)

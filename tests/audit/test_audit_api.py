@@ -70,6 +70,8 @@ def test_event_shape(viewer_client: Client, make_user, record_events):
                 "details": {"plan": [{"grace_seconds": 10, "signal": "SIGINT"}]},
                 "previous_hash": "0" * 64,
                 "hash": event.hash,
+                # The raw fields stay; the sentence is added for reading.
+                "sentence": "bob approved #12 (requested by alice)",
             }
         ],
     }

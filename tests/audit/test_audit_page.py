@@ -93,7 +93,7 @@ def test_htmx_gets_the_table_partial_and_a_browser_the_whole_page(viewer_client:
     full = viewer_client.get(url, {"host": "gpu1"})
 
     assert shown_sequences(partial) == shown_sequences(full) == [3, 2, 1]
-    assert partial.content.decode().lstrip().startswith("<div id=\"audit-events\">")
+    assert partial.content.decode().lstrip().startswith("<div id=\"audit-results\"")
     assert "<html" not in partial.content.decode()
     assert "Chain verifies" not in partial.content.decode()
     assert "<html" in full.content.decode()

@@ -1,6 +1,8 @@
 """Template filters for what the pages show: bytes, ages and process states
-(one-line wrappers of ``gpuadmin.text``), roles, and untrusted text from
-processes made visible instead of interpreted (see untrusted_text.py).
+(one-line wrappers of ``gpuadmin.text``), times as ``<time>`` elements that
+static/js/local-time.js shows in the viewer's time zone, roles, audit
+sentences, and untrusted text from processes made visible instead of
+interpreted (see untrusted_text.py).
 
 Anything that comes from a GPU host (command line, process name, user name,
 container id) is chosen by whoever runs the process there: show it through
@@ -10,6 +12,7 @@ container id) is chosen by whoever runs the process there: show it through
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 from django import template
@@ -17,7 +20,8 @@ from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
 from gpuadmin.accounts.roles import Role, role_names
-from gpuadmin.text import human_bytes, human_duration, process_state
+from gpuadmin.audit import sentences
+from gpuadmin.text import human_bytes, human_duration, process_state, utc_text
 from gpuadmin.web.untrusted_text import visible_text, visible_text_parts
 
 register = template.Library()
@@ -126,3 +130,47 @@ def memory_bar(gpu: Any) -> dict[str, str]:
 def join_visible(values: Iterable[Any], separator: str = ", ") -> SafeString:
     """Like ``join`` but each item goes through ``visible_controls``."""
     return mark_safe(conditional_escape(separator).join(visible_controls(v) for v in values))  # noqa: S308
+
+
+@register.filter
+def local_time(moment: Any, relative: str = "") -> SafeString:
+    """A ``<time>`` element: UTC in its text and title, rewritten to the viewer's time zone by
+    static/js/local-time.js; ``|local_time:"age"`` adds how long ago ("3 min ago")."""
+    if not isinstance(moment, datetime):
+        return mark_safe("")
+    utc = utc_text(moment, timespec="seconds")
+    shown = utc.replace("T", " ").replace("Z", " UTC")
+    return format_html(
+        '<time class="local-time" datetime="{}" title="{}"{}>{}</time>',
+        utc_text(moment), shown, mark_safe(' data-age="1"') if relative == "age" else "", shown,
+    )
+
+
+@register.filter
+def sentence_html(sentence: Iterable[sentences.Part]) -> SafeString:
+    """An audit sentence (gpuadmin.audit.sentences) as HTML: our words escaped, every value from a
+    person or process through ``visible_controls``, times through ``local_time``, links kept."""
+    out: list[str] = []
+    for part in sentence:
+        if part.kind == sentences.TIME:
+            html = local_time(part.moment)
+        elif part.kind == sentences.QUOTE:
+            html = format_html('<q class="said">{}</q>', visible_controls(part.text))
+        elif part.kind == sentences.NOTE:
+            html = format_html(' <span class="agent-said">— {}</span>', visible_controls(part.text))
+        elif part.kind == sentences.CODE:
+            html = format_html("<code>{}</code>", part.text)
+        elif part.untrusted:
+            html = visible_controls(part.text)
+        else:
+            html = conditional_escape(part.text)
+        out.append(format_html('<a href="{}">{}</a>', part.url, html) if part.url else html)
+    return mark_safe("".join(out))  # noqa: S308 - every piece above is escaped
+
+
+@register.filter
+def audit_sentence(event: Any) -> SafeString:
+    """The event's sentence as HTML: the one ``sentences.described`` set (one context shared by a
+    page of events), else one described alone."""
+    sentence = getattr(event, "sentence", None) or sentences.described([event])[0].sentence
+    return sentence_html(sentence)
