@@ -8,7 +8,8 @@ loads only, not on every filter change.
 from __future__ import annotations
 
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import HttpRequest, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
@@ -18,7 +19,7 @@ from gpuadmin.accounts.roles import Role
 from gpuadmin.audit.export import csv_lines
 from gpuadmin.audit.filters import filtered_events
 from gpuadmin.audit.models import AuditEvent
-from gpuadmin.web.htmx import vary_on_htmx, wants_fragment
+from gpuadmin.web.htmx import HtmxHttpRequest, vary_on_htmx, wants_fragment
 
 EVENTS_PER_PAGE = 50
 CSV_CHUNK_SIZE = 2000
@@ -27,7 +28,7 @@ CSV_CHUNK_SIZE = 2000
 @require_GET
 @vary_on_htmx()
 @role_required(Role.VIEWER)
-def audit_log(request: HttpRequest) -> HttpResponse:
+def audit_log(request: HtmxHttpRequest) -> HttpResponseBase:
     if request.GET.get("format") == "csv":
         return _csv_response(request)
     form, events = filtered_events(request.GET)
@@ -41,7 +42,7 @@ def audit_log(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 @role_required(Role.VIEWER)
-def audit_export_csv(request: HttpRequest) -> HttpResponse:
+def audit_export_csv(request: HttpRequest) -> StreamingHttpResponse:
     return _csv_response(request)
 
 
