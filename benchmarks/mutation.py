@@ -121,6 +121,9 @@ def run_group(name: str, group: Group, workdir: Path, max_children: int, timeout
     for line in listing.splitlines():
         if match := STATUS_LINE.match(line):
             statuses[match.group(1)] = match.group(2)
+    if not statuses or set(statuses.values()) == {"not checked"}:
+        # mutmut stopped before testing any mutant: usually the tests failed without mutants.
+        raise SystemExit(f"mutmut tested no mutant of {name}; see {log}")
     survivors = {}
     for mutant, status in statuses.items():
         if status not in {"killed", "timeout", "caught by type check"}:

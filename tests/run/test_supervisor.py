@@ -34,8 +34,12 @@ STUBBORN = textwrap.dedent("""
     if os.fork() == 0:
         time.sleep(600)
         os._exit(0)
-    if os.fork() == 0:
+    zombie = os.fork()
+    if zombie == 0:
         os._exit(0)
+    # Ready once it has exited (a slow exit, e.g. under coverage, would race the test's
+    # look); WNOWAIT leaves it unreaped, a zombie.
+    os.waitid(os.P_PID, zombie, os.WEXITED | os.WNOWAIT)
     print("stubborn ready", flush=True)
     time.sleep(600)
 """)
