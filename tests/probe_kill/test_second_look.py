@@ -1,0 +1,109 @@
+"""The second look (identity._look_again): when the uid or command line differs, /proc is
+read again, and the target is blamed only if the PID still holds the same live process.
+
+What the second read can find is arranged with real processes: the look is called with
+the first read's fields and a target that the second read then contradicts (a PID
+cannot be made to be reused between two reads on demand). The label matters: before a
+signal, the executor reports a REUSED PID whose pidfd says "exited" as the target's
+exit, and anything REFUSED as a refusal (executor.verified_alive).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from gpuadmin.probe import procfs
+from gpuadmin.probe.kill.identity import Seen, _look_again
+from gpuadmin.probe.kill.order import Target
+from gpuadmin.probe.kill.protocol import Refusal
+from tests.probe_kill.helpers import Processes, target_for, wait_until
+
+MISMATCH = "identity changed: uid is 0, the target had 4242"
+
+
+@pytest.fixture
+def child() -> Iterator[subprocess.Popen[bytes]]:
+    """A child of this process: it stays a zombie after it dies until the test reaps it."""
+    popen = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        yield popen
+    finally:
+        popen.kill()
+        popen.wait(timeout=30)
+
+
+def first_read(pid: int) -> procfs.StatFields:
+    stat = procfs.read_stat(pid)
+    assert stat is not None
+    return stat
+
+
+def test_a_pid_reused_between_the_two_reads_is_seen_as_reused_not_as_a_changed_target(
+    processes: Processes,
+) -> None:
+    newcomer = processes.start("trainer.py")
+    seen_first = first_read(newcomer.pid)
+    # The target had this PID with an earlier start time; by the second read the PID
+    # belongs to a process that started later.
+    target = Target(**{**target_for(newcomer.pid), "start_time_ticks": seen_first.start_time_ticks - 1})
+
+    seen = _look_again(target, seen_first, MISMATCH)
+
+    assert seen.seen is Seen.REUSED
+    assert seen.refusal is Refusal.IDENTITY_CHANGED
+    assert seen.detail == "identity changed: PID reused"
+    assert seen.stat is not None and seen.stat.start_time_ticks == newcomer.start_time_ticks
+    assert newcomer.alive()
+
+
+def test_a_target_that_exited_and_was_reaped_between_the_reads_is_gone(
+    child: subprocess.Popen[bytes],
+) -> None:
+    target = Target(**target_for(child.pid))
+    seen_first = first_read(child.pid)
+    child.kill()
+    child.wait(timeout=30)
+
+    seen = _look_again(target, seen_first, MISMATCH)
+
+    assert seen.seen is Seen.GONE
+    assert seen.refusal is None
+
+
+def test_a_target_that_exited_between_the_reads_is_a_zombie_not_a_changed_target(
+    child: subprocess.Popen[bytes],
+) -> None:
+    target = Target(**target_for(child.pid))
+    seen_first = first_read(child.pid)
+    child.kill()  # not reaped: a zombie, with an empty command line
+    wait_until(lambda: first_read(child.pid).state == "Z", what="the child to become a zombie")
+
+    seen = _look_again(target, seen_first, MISMATCH)
+
+    assert seen.seen is Seen.ZOMBIE
+    assert seen.refusal is None
+    assert seen.stat is not None and seen.stat.start_time_ticks == target.start_time_ticks
+
+
+@pytest.mark.parametrize(
+    ("mismatch", "detail"),
+    [(MISMATCH, MISMATCH), (None, "identity changed: /proc unreadable")],
+    ids=["claim-differs", "vanished-mid-read"],
+)
+def test_the_same_live_process_is_refused_with_what_differed(
+    processes: Processes, mismatch: str | None, detail: str
+) -> None:
+    trainer = processes.start("trainer.py")
+    target = Target(**target_for(trainer.pid))
+    seen_first = first_read(trainer.pid)
+
+    seen = _look_again(target, seen_first, mismatch)
+
+    assert seen.seen is Seen.REFUSED
+    assert seen.refusal is Refusal.IDENTITY_CHANGED
+    assert seen.detail == detail
+    assert seen.stat == seen_first
