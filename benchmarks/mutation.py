@@ -64,7 +64,9 @@ GROUPS: dict[str, Group] = {
         ("gpuadmin/kills/services/decisions.py",),
         ("tests/kills/test_decisions.py", "tests/kills/test_requesting.py"),
     ),
-    "chain": Group(("gpuadmin/audit/chain.py",), ("tests/audit/test_chain.py",)),
+    "chain": Group(
+        ("gpuadmin/audit/chain.py",), ("tests/audit/test_chain.py", "tests/audit/test_chain_rows.py")
+    ),
     "validation": Group(("gpuadmin/fleet/validation.py",), ("tests/fleet/test_validation.py",)),
 }
 
