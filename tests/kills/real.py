@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuadmin.probe import procfs
+from tests.environment import without_coverage
 from tests.factories import proc
 
 # Prints "ready" once its handlers are installed, then sleeps until a signal ends it.
@@ -43,7 +44,8 @@ TRAINER = textwrap.dedent(
 def start_trainer(directory: Path, mode: str) -> tuple[subprocess.Popen, Path]:
     checkpoint = directory / f"checkpoint-{mode}.txt"
     child = subprocess.Popen(
-        [sys.executable, "-c", TRAINER, str(checkpoint), mode], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", TRAINER, str(checkpoint), mode], stdout=subprocess.PIPE, text=True,
+        env=without_coverage(),
     )
     assert child.stdout is not None and child.stdout.readline().strip() == "ready"
     return child, checkpoint
