@@ -62,12 +62,19 @@ GROUPS: dict[str, Group] = {
     "states": Group(("gpuadmin/kills/states.py",), ("tests/kills/test_states.py",)),
     "decisions": Group(
         ("gpuadmin/kills/services/decisions.py",),
-        ("tests/kills/test_decisions.py", "tests/kills/test_requesting.py"),
+        (
+            "tests/kills/test_decisions.py",
+            "tests/kills/test_decision_records.py",
+            "tests/kills/test_requesting.py",
+        ),
     ),
     "chain": Group(
         ("gpuadmin/audit/chain.py",), ("tests/audit/test_chain.py", "tests/audit/test_chain_rows.py")
     ),
-    "validation": Group(("gpuadmin/fleet/validation.py",), ("tests/fleet/test_validation.py",)),
+    "validation": Group(
+        ("gpuadmin/fleet/validation.py",),
+        ("tests/fleet/test_validation.py", "tests/fleet/test_validation_edges.py"),
+    ),
 }
 
 # What the copy leaves out: environments, caches, local data, other runs' output.

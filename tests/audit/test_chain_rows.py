@@ -4,7 +4,6 @@ called, and hashes that do not depend on the host's time zone. No database."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -94,18 +93,6 @@ def test_a_row_that_does_not_match_the_columns_is_an_error_not_a_verdict() -> No
     (row,) = rows(chain(1))
     with pytest.raises(ValueError, match="zip"):
         check_rows([(*row[:-1], "extra column", row[-1])])
-
-
-@pytest.fixture
-def host_in_another_time_zone(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The process's local time zone is UTC+05:30 (a POSIX TZ string needs no tz database)."""
-    monkeypatch.setenv("TZ", "XST-05:30")
-    time.tzset()
-    try:
-        yield
-    finally:
-        monkeypatch.undo()
-        time.tzset()
 
 
 @pytest.mark.usefixtures("host_in_another_time_zone")
