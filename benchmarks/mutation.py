@@ -49,7 +49,9 @@ def _kill_tests(*names: str) -> tuple[str, ...]:
 
 GROUPS: dict[str, Group] = {
     "identity": Group(("gpuadmin/probe/kill/identity.py",), _kill_tests()),
-    "order": Group(("gpuadmin/probe/kill/order.py",), _kill_tests("test_order_validation.py")),
+    "order": Group(
+        ("gpuadmin/probe/kill/order.py",), _kill_tests("test_order_validation.py", "test_order_edges.py")
+    ),
     "protocol": Group(
         ("gpuadmin/probe/kill/protocol.py",),
         (
