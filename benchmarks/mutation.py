@@ -55,7 +55,7 @@ GROUPS: dict[str, Group] = {
     "protocol": Group(
         ("gpuadmin/probe/kill/protocol.py",),
         (
-            *_kill_tests("test_protocol.py"),
+            *_kill_tests("test_protocol.py", "test_protocol_records.py"),
             "tests/kills/test_protocol_choices.py",
             "tests/kills/test_progress.py",
         ),
