@@ -4,8 +4,11 @@ a rejection keeps the host's name whatever made the payload unreadable."""
 from __future__ import annotations
 
 import json
+from datetime import timedelta
+from typing import Any
 
 import pytest
+from django.test import override_settings
 
 from gpuadmin.fleet.validation import (
     INT64_MAX,
@@ -14,7 +17,8 @@ from gpuadmin.fleet.validation import (
     parse_snapshot,
     parse_taken_at,
 )
-from tests.factories import proc
+from gpuadmin.text import human_bytes
+from tests.factories import gpu, proc
 from tests.fleet.test_validation import NOW, good, rejection
 
 
@@ -59,3 +63,66 @@ def test_a_payload_nested_too_deeply_keeps_the_host_name() -> None:
 def test_taken_at_is_read_as_utc_whatever_the_host_time_zone() -> None:
     assert parse_taken_at("2025-03-04T05:06:07.1234567Z").isoformat() == "2025-03-04T05:06:07.123456+00:00"
     assert parse_taken_at("2025-03-04T07:06:07+02:00") == parse_taken_at("2025-03-04T05:06:07Z")
+
+
+@pytest.mark.parametrize(
+    ("ahead", "said"),
+    [
+        (timedelta(days=3, hours=5), "3 days"),
+        (timedelta(days=2), "2 days"),
+        (timedelta(days=2) - timedelta(seconds=1), "47 hours"),
+        (timedelta(hours=2), "2 hours"),
+        (timedelta(hours=2) - timedelta(seconds=1), "119 minutes"),
+    ],
+)
+def test_a_clock_ahead_is_said_in_the_largest_whole_unit(ahead: timedelta, said: str) -> None:
+    document = good(taken_at=NOW + ahead)
+    assert rejection(json.dumps(document)).message == (
+        f"taken_at: {document['taken_at']} is {said} ahead of central's clock (at most 5 minutes allowed); "
+        "fix the host's clock (NTP)"
+    )
+
+
+def put(document: dict[str, Any], path: str, value: int) -> dict[str, Any]:
+    node: Any = document
+    *parents, last = path.split(".")
+    for part in parents:
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    node[int(last) if isinstance(node, list) else last] = value
+    return document
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        (
+            "host.pid_max", PID_MAX_LIMIT + 1,
+            "host.pid_max: 4194305 is greater than Linux's PID_MAX_LIMIT (4194304)",
+        ),
+        ("host.pids_in_use", 2**31, "host.pids_in_use: 2147483648 is greater than 2147483647 (2147483647)"),
+        ("process_counts.zombies", 2**31, "process_counts.zombies: 2147483648 is greater than 2147483647 "
+                                          "(2147483647)"),
+        ("gpus.0.index", 2**31, "gpus[0].index: 2147483648 is greater than 2147483647 (2147483647)"),
+        ("processes.0.uid", 2**31, "processes[0].uid: 2147483648 is greater than 2147483647 (2147483647)"),
+    ],
+)
+def test_a_number_the_database_cannot_hold_is_named_with_its_limit(
+    path: str, value: int, message: str
+) -> None:
+    document = put(good(processes=[proc(10)], gpus=[gpu(0)]), path, value)
+    assert rejection(json.dumps(document)).message == message
+
+
+@pytest.mark.parametrize(("payload", "got"), [("true", "a boolean"), ("1.5", "a number")])
+def test_a_payload_that_is_not_an_object_says_what_it_is(payload: str, got: str) -> None:
+    assert rejection(payload).message == f"snapshot must be a JSON object, got {got}"
+
+
+def test_an_oversized_payload_says_both_sizes_and_what_to_do() -> None:
+    text = json.dumps(good())
+    limit = len(text) // 2
+    with override_settings(GPUADMIN_SNAPSHOT_MAX_BYTES=limit):
+        assert rejection(text).message == (
+            f"snapshot is {human_bytes(len(text))}, over the limit of {human_bytes(limit)} "
+            "(GPUADMIN_SNAPSHOT_MAX_BYTES); run the probe without --all, or raise the limit"
+        )
