@@ -68,6 +68,7 @@ GROUPS: dict[str, Group] = {
             "tests/kills/test_decisions.py",
             "tests/kills/test_decision_records.py",
             "tests/kills/test_requesting.py",
+            "tests/kills/test_pages.py",  # may_decide / may_cancel decide the buttons
         ),
     ),
     "chain": Group(
