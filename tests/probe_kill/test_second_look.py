@@ -1,4 +1,4 @@
-"""The second look (identity._look_again): when the uid or command line differs, /proc is
+"""The first and second look of identity.observe (the second: identity._look_again): when the uid or command line differs, /proc is
 read again, and the target is blamed only if the PID still holds the same live process.
 
 What the second read can find is arranged with real processes: the look is called with
@@ -10,6 +10,7 @@ exit, and anything REFUSED as a refusal (executor.verified_alive).
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 from gpuadmin.probe import procfs
-from gpuadmin.probe.kill.identity import Seen, _look_again
+from gpuadmin.probe.kill.identity import Seen, _look_again, observe
 from gpuadmin.probe.kill.order import Target
 from gpuadmin.probe.kill.protocol import Refusal
 from tests.probe_kill.helpers import Processes, target_for, wait_until
@@ -107,3 +108,41 @@ def test_the_same_live_process_is_refused_with_what_differed(
     assert seen.refusal is Refusal.IDENTITY_CHANGED
     assert seen.detail == detail
     assert seen.stat == seen_first
+
+
+# The first look (observe): the label it gives decides, before a signal, whether the executor
+# reports the target's exit (a REUSED PID whose pidfd says it exited) or a refusal.
+
+
+def test_a_pid_that_now_has_another_start_time_is_seen_as_reused(processes: Processes) -> None:
+    newcomer = processes.start("trainer.py")
+    target = Target(**{**target_for(newcomer.pid), "start_time_ticks": newcomer.start_time_ticks - 1})
+    boot_id = procfs.read_boot_id()
+
+    seen = observe(target, order_boot_id=boot_id, host_boot_id=boot_id)
+
+    assert seen.seen is Seen.REUSED
+    assert seen.refusal is Refusal.IDENTITY_CHANGED
+    assert seen.stat is not None and seen.stat.start_time_ticks == newcomer.start_time_ticks
+    assert seen.detail == (
+        f"identity changed: PID {newcomer.pid} now has start time {newcomer.start_time_ticks}, "
+        f"the target had {target.start_time_ticks} (the PID was reused by another process)"
+    )
+
+
+def test_a_kernel_thread_is_seen_as_refused_and_named() -> None:
+    kernel_threads = [
+        pid
+        for pid in (int(entry) for entry in os.listdir("/proc") if entry.isdigit())
+        if (stat := procfs.read_stat(pid)) is not None and stat.kernel_thread and pid > 2
+    ]
+    if not kernel_threads:
+        pytest.skip("no kernel thread visible (a PID namespace hides them)")
+    target = Target(**target_for(kernel_threads[0]))
+    boot_id = procfs.read_boot_id()
+
+    seen = observe(target, order_boot_id=boot_id, host_boot_id=boot_id)
+
+    assert (seen.seen, seen.refusal) == (Seen.REFUSED, Refusal.KERNEL_THREAD)
+    assert seen.stat is not None and seen.stat.pid == target.pid
+    assert seen.detail == f"PID {target.pid} ({seen.stat.comm}) is a kernel thread"
