@@ -1,5 +1,6 @@
-"""The first and second look of identity.observe (the second: identity._look_again): when the uid or command line differs, /proc is
-read again, and the target is blamed only if the PID still holds the same live process.
+"""identity.observe's labels, first look and second. The second (identity._look_again):
+when the uid or command line differs, /proc is read again, and the target is blamed only
+if the PID still holds the same live process.
 
 What the second read can find is arranged with real processes: the look is called with
 the first read's fields and a target that the second read then contradicts (a PID
