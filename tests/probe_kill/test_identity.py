@@ -14,12 +14,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 
 import pytest
 
 from gpuadmin.probe import procfs
-from gpuadmin.probe.kill.identity import Seen, _look_again, observe
+from gpuadmin.probe.kill.identity import Seen, _look_again, describe_parent, observe, protected_pids
 from gpuadmin.probe.kill.order import Target
 from gpuadmin.probe.kill.protocol import Refusal
 from tests.probe_kill.helpers import Processes, target_for, wait_until
@@ -147,3 +148,91 @@ def test_a_kernel_thread_is_seen_as_refused_and_named() -> None:
     assert (seen.seen, seen.refusal) == (Seen.REFUSED, Refusal.KERNEL_THREAD)
     assert seen.stat is not None and seen.stat.pid == target.pid
     assert seen.detail == f"PID {target.pid} ({seen.stat.comm}) is a kernel thread"
+
+
+def test_an_order_for_another_boot_is_refused_before_reading_proc() -> None:
+    target = Target(pid=1, start_time_ticks=1, uid=0, user="root", name="init", cmdline_sha256="0" * 64)
+
+    seen = observe(target, order_boot_id="boot-a", host_boot_id="boot-b")
+
+    assert (seen.seen, seen.refusal, seen.stat) == (Seen.REFUSED, Refusal.IDENTITY_CHANGED, None)
+    assert seen.detail == (
+        "identity changed: the order is for boot boot-a, this host runs boot boot-b "
+        "(rebooted since, or another host)"
+    )
+
+
+def test_the_target_itself_is_alive_and_its_fields_come_back(processes: Processes) -> None:
+    trainer = processes.start("trainer.py")
+    boot_id = procfs.read_boot_id()
+
+    seen = observe(Target(**target_for(trainer.pid)), order_boot_id=boot_id, host_boot_id=boot_id)
+
+    assert (seen.seen, seen.refusal) == (Seen.ALIVE, None)
+    assert seen.stat is not None and seen.stat.start_time_ticks == trainer.start_time_ticks
+
+
+def test_a_changed_claim_on_the_same_live_process_is_refused_with_the_first_read(
+    processes: Processes,
+) -> None:
+    trainer = processes.start("trainer.py")
+    boot_id = procfs.read_boot_id()
+    target = Target(**{**target_for(trainer.pid), "uid": 4242})
+
+    seen = observe(target, order_boot_id=boot_id, host_boot_id=boot_id)
+
+    assert (seen.seen, seen.refusal) == (Seen.REFUSED, Refusal.IDENTITY_CHANGED)
+    assert seen.detail == f"identity changed: uid is {os.getuid()}, the target had 4242"
+    assert seen.stat is not None and seen.stat.pid == trainer.pid
+
+
+def test_a_pid_with_no_process_is_gone(child: subprocess.Popen[bytes]) -> None:
+    target = Target(**target_for(child.pid))
+    child.kill()
+    child.wait(timeout=30)
+    boot_id = procfs.read_boot_id()
+
+    seen = observe(target, order_boot_id=boot_id, host_boot_id=boot_id)
+
+    assert (seen.seen, seen.refusal, seen.stat) == (Seen.GONE, None, None)
+    # Its parent, named in a zombie's refusal, is just a number once it has gone too.
+    assert describe_parent(child.pid) == str(child.pid)
+
+
+def test_a_thread_id_is_refused_as_not_a_process() -> None:
+    started = threading.Event()
+    stop = threading.Event()
+    thread = threading.Thread(target=lambda: (started.set(), stop.wait(30)))
+    thread.start()
+    try:
+        started.wait(30)
+        assert thread.native_id is not None
+        target = Target(**target_for(thread.native_id))
+        boot_id = procfs.read_boot_id()
+
+        seen = observe(target, order_boot_id=boot_id, host_boot_id=boot_id)
+    finally:
+        stop.set()
+        thread.join(30)
+
+    assert (seen.seen, seen.refusal) == (Seen.REFUSED, Refusal.NOT_A_PROCESS)
+    assert seen.stat is not None and seen.stat.pid == thread.native_id
+    assert seen.detail.startswith(f"{thread.native_id} is a thread of process {os.getpid()}, not a process")
+
+
+def test_protected_pids_are_init_the_agent_and_its_ancestors_named() -> None:
+    protected = protected_pids()
+
+    assert protected[1] == (
+        Refusal.PID_1, "PID 1 is init (in a container, the whole container); never signalled"
+    )
+    assert protected[os.getpid()] == (Refusal.AGENT, f"PID {os.getpid()} is the agent itself")
+    parent = first_read(os.getppid())
+    if os.getppid() != 1:
+        assert protected[os.getppid()] == (
+            Refusal.AGENT_ANCESTOR,
+            f"PID {os.getppid()} ({parent.comm}) is an ancestor of the agent; "
+            "killing it would take the agent down",
+        )
+    assert 0 not in protected
+    assert all(pid > 0 for pid in protected)
