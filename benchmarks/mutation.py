@@ -104,7 +104,12 @@ def mutmut_config(group: Group, timeout_multiplier: float) -> str:
     )
 
 
-def run_group(name: str, group: Group, workdir: Path, max_children: int, timeout_multiplier: float) -> dict:
+def run_group(
+    name: str, group: Group, workdir: Path, *, max_children: int, timeout_multiplier: float,
+    only: list[str] | None = None,
+) -> dict:
+    """Mutate the group's modules and run its tests on each mutant (only the mutants named in
+    ``only``, when given), in a fresh copy of the tree; the counts and each mutant not killed."""
     copy = workdir / name
     if copy.exists():
         shutil.rmtree(copy)
@@ -121,7 +126,7 @@ def run_group(name: str, group: Group, workdir: Path, max_children: int, timeout
     started = time.monotonic()
     with log.open("w") as out:
         subprocess.run(
-            [sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children)],
+            [sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children), *(only or [])],
             cwd=copy, env=env, stdout=out, stderr=subprocess.STDOUT, check=False,
         )
     seconds = time.monotonic() - started
@@ -131,7 +136,7 @@ def run_group(name: str, group: Group, workdir: Path, max_children: int, timeout
     ).stdout
     statuses: dict[str, str] = {}
     for line in listing.splitlines():
-        if match := STATUS_LINE.match(line):
+        if (match := STATUS_LINE.match(line)) and (only is None or match.group(1) in only):
             statuses[match.group(1)] = match.group(2)
     if not statuses or set(statuses.values()) == {"not checked"}:
         # mutmut stopped before testing any mutant: usually the tests failed without mutants.
@@ -158,6 +163,20 @@ def run_group(name: str, group: Group, workdir: Path, max_children: int, timeout
     }
 
 
+def retest(before: dict, again: dict) -> dict:
+    """The earlier run's result with the verdicts of its retested mutants replaced."""
+    counts = dict(before["counts"])
+    for shown in before["not_killed"].values():
+        status = shown.splitlines()[0].rsplit(": ", 1)[-1] if shown else "survived"
+        counts[status] -= 1
+    for status, count in again["counts"].items():
+        counts[status] = counts.get(status, 0) + count
+    counts = {status: count for status, count in counts.items() if count}
+    seconds = before["seconds"] + again["seconds"]
+    retested = sum(again["counts"].values())
+    return {**again, "counts": counts, "score": score(counts), "seconds": seconds, "retested": retested}
+
+
 def score(counts: dict[str, int]) -> float | None:
     """mutmut's score: killed (a test failed, or the mutant hung) over all mutants the tests reached."""
     killed = counts.get("killed", 0) + counts.get("timeout", 0)
@@ -175,6 +194,11 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("var/mutation.json"), help="results (JSON)")
     parser.add_argument("--max-children", type=int, default=1, help="mutants run at once (default 1)")
     parser.add_argument("--timeout-multiplier", type=float, default=4.0)
+    parser.add_argument(
+        "--retest", action="store_true",
+        help="run only the mutants that --out says were not killed (after adding tests); "
+        "the others keep their verdict",
+    )
     args = parser.parse_args()
     if args.list:
         for name, group in GROUPS.items():
@@ -190,7 +214,16 @@ def main() -> int:
         results = json.loads(args.out.read_text())
     for name in args.groups or GROUPS:
         print(f"== {name}: mutating {' '.join(GROUPS[name].modules)} (copy in {workdir / name})", flush=True)
-        result = run_group(name, GROUPS[name], workdir, args.max_children, args.timeout_multiplier)
+        if args.retest and name in results:
+            result = retest(results[name], run_group(
+                name, GROUPS[name], workdir, max_children=args.max_children,
+                timeout_multiplier=args.timeout_multiplier, only=sorted(results[name]["not_killed"]),
+            ))
+        else:
+            result = run_group(
+                name, GROUPS[name], workdir, max_children=args.max_children,
+                timeout_multiplier=args.timeout_multiplier,
+            )
         results[name] = result
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(results, indent=2, sort_keys=True))
