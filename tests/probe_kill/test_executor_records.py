@@ -1,0 +1,100 @@
+"""What the executor writes about each target: the summary rebuilt from an interrupted
+delivery's journal, the answer to a repeat delivery, and why a target outlived the plan."""
+
+from __future__ import annotations
+
+import os
+import signal
+from datetime import UTC, datetime, timedelta
+
+from gpuadmin.probe import procfs
+from gpuadmin.probe.journal import Journal, JournalEntry
+from gpuadmin.probe.kill import execute_order, validate_order
+from gpuadmin.probe.kill.executor import _summary_from_journal
+from tests.probe_kill.helpers import Processes, Reports, make_order, target_for, wait_until
+
+
+def hand_target(pid: int) -> dict[str, object]:
+    return {"pid": pid, "start_time_ticks": pid * 10, "uid": 1000, "user": f"u{pid}", "name": f"p{pid}",
+            "cmdline_sha256": "ab" * 32}
+
+
+def test_an_interrupted_delivery_is_summed_up_per_target_from_its_journal() -> None:
+    order = validate_order(make_order([hand_target(pid) for pid in (101, 102, 103, 104)]))
+    entry = JournalEntry("r", claim={}, events=[
+        {"event": "started", "seq": 1},
+        {"event": "signal_sent", "seq": 2, "pid": 101, "signal": "SIGINT", "method": "pidfd"},
+        {"event": "signal_sent", "seq": 3, "pid": 101, "signal": "SIGTERM", "method": "pidfd"},
+        {"event": "target_exited", "seq": 4, "pid": 101, "detail": "exited after SIGTERM"},
+        {"event": "signal_sent", "seq": 5, "pid": 102, "signal": "SIGKILL", "method": "kill"},
+        {"event": "target_survived", "seq": 6, "pid": 102, "detail": "still alive"},
+        {"event": "refused", "seq": 7, "pid": 103},
+        {"event": "signal_sent", "seq": 8, "pid": 999, "signal": "SIGINT", "method": "pidfd"},  # not a target
+    ])
+
+    summaries = _summary_from_journal(order, entry)
+
+    unknown = "unknown: the delivery stopped before recording an outcome"
+    assert summaries == [
+        {"pid": 101, "start_time_ticks": 1010, "user": "u101", "name": "p101", "outcome": "exited",
+         "signals_sent": ["SIGINT", "SIGTERM"], "method": "pidfd", "detail": "exited after SIGTERM"},
+        {"pid": 102, "start_time_ticks": 1020, "user": "u102", "name": "p102", "outcome": "survived",
+         "signals_sent": ["SIGKILL"], "method": "kill", "detail": "still alive"},
+        {"pid": 103, "start_time_ticks": 1030, "user": "u103", "name": "p103", "outcome": "refused",
+         "signals_sent": [], "method": None, "detail": ""},
+        {"pid": 104, "start_time_ticks": 1040, "user": "u104", "name": "p104", "outcome": None,
+         "signals_sent": [], "method": None, "detail": unknown},
+    ]
+
+
+def test_a_repeat_of_a_finished_order_answers_its_result_again_and_says_so(
+    processes: Processes, journal: Journal
+) -> None:
+    trainer = processes.start("trainer.py")
+    expired = make_order([target_for(trainer.pid)], deadline=datetime.now(UTC) - timedelta(seconds=1))
+    first = execute_order(expired, journal=journal, report=Reports())
+    reports = Reports()
+
+    again = execute_order(expired, journal=journal, report=reports)
+
+    assert reports == [again]
+    assert again["detail"] == f"{first['detail']}; repeat delivery, nothing executed"
+    assert again["duplicate"] is True and first["duplicate"] is False
+    changed = ("detail", "duplicate", "answered_at")
+    assert {key: value for key, value in again.items() if key not in changed} == {
+        key: value for key, value in first.items() if key not in changed
+    }
+    assert datetime.fromisoformat(again["answered_at"]) >= datetime.fromisoformat(first["at"])
+
+
+def test_a_target_that_ignores_the_last_signal_survives_with_its_state(
+    processes: Processes, journal: Journal
+) -> None:
+    trainer = processes.start("trainer.py", "SIGTERM=ignore")
+    order = make_order([target_for(trainer.pid)], plan=[{"signal": "SIGTERM", "grace_seconds": 0.2}])
+
+    result = execute_order(order, journal=journal, report=Reports())
+
+    assert result["result"] == "unkillable"
+    (summary,) = result["targets"]
+    assert summary["outcome"] == "survived"
+    assert summary["detail"] == "still alive 0.2 s after SIGTERM, the last step; state S"
+
+
+def test_a_stopped_target_survives_and_the_detail_says_it_is_stopped(
+    processes: Processes, journal: Journal
+) -> None:
+    trainer = processes.start("trainer.py")
+    os.kill(trainer.pid, signal.SIGSTOP)
+    wait_until(lambda: getattr(procfs.read_stat(trainer.pid), "state", None) == "T", what="it to stop")
+    reports = Reports()
+    order = make_order([target_for(trainer.pid)], plan=[{"signal": "SIGTERM", "grace_seconds": 0.2}])
+
+    result = execute_order(order, journal=journal, report=reports)
+
+    (survived,) = reports.of("target_survived", trainer.pid)
+    assert survived["state"] == "T"
+    assert result["targets"][0]["detail"] == (
+        "still alive 0.2 s after SIGTERM, the last step; "
+        "stopped (state T): catchable signals wait until it is continued"
+    )
