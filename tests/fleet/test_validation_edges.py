@@ -14,6 +14,7 @@ from gpuadmin.fleet.validation import (
     INT64_MAX,
     MAX_CLOCK_AHEAD,
     PID_MAX_LIMIT,
+    json_path,
     parse_snapshot,
     parse_taken_at,
 )
@@ -126,3 +127,43 @@ def test_an_oversized_payload_says_both_sizes_and_what_to_do() -> None:
             f"snapshot is {human_bytes(len(text))}, over the limit of {human_bytes(limit)} "
             "(GPUADMIN_SNAPSHOT_MAX_BYTES); run the probe without --all, or raise the limit"
         )
+
+
+def test_a_payload_with_nan_keeps_the_host_name() -> None:
+    text = json.dumps(good()).replace('"pid_max": ', '"pid_max": NaN, "was": ', 1)
+    error = rejection(text)
+    assert error.message.startswith("snapshot is not valid JSON: ")
+    assert error.host_name == "gpu07"
+
+
+@pytest.mark.parametrize(
+    "host", ["gpu07", {"name": 7}, {"name": "bad name;rm"}], ids=["not-an-object", "not-text", "not-a-name"]
+)
+def test_a_rejection_without_a_readable_host_name_names_none(host: object) -> None:
+    document = good()
+    document["host"] = host
+    error = rejection(json.dumps(document))
+    assert error.host_name == ""
+
+
+def test_a_gpu_listed_twice_names_both_entries() -> None:
+    document = good(gpus=[gpu(0), gpu(1), gpu(2)])
+    document["gpus"][2]["uuid"] = document["gpus"][1]["uuid"]
+    uuid = json.dumps(document["gpus"][1]["uuid"])
+    message = rejection(json.dumps(document)).message
+    assert message == f"gpus[2].uuid: GPU {uuid} is listed twice (also gpus[1])"
+    document = good(gpus=[gpu(0), gpu(1), gpu(2)])
+    document["gpus"][2]["index"] = 1
+    message = rejection(json.dumps(document)).message
+    assert message == "gpus[2].index: GPU index 1 is listed twice (also gpus[1])"
+
+
+def test_json_path_keeps_a_key_with_capitals_dotted() -> None:
+    assert json_path(["host", "Name_2"]) == "host.Name_2"
+
+
+def test_an_unmatched_process_on_an_unknown_gpu_is_named() -> None:
+    document = good(unmatched=[{"pid": 99, "gpu_uuid": "GPU-ghost", "used_memory_bytes": 1}])
+    assert rejection(json.dumps(document)).message == (
+        'unmatched_gpu_processes[0].gpu_uuid: GPU "GPU-ghost" is not in gpus'
+    )
