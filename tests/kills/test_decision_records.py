@@ -72,6 +72,10 @@ def test_a_sigkill_only_plan_points_at_the_field_that_allows_it(lab, requester, 
     with pytest.raises(services.BadInput) as refused:
         services.approve(kill_request.pk, approver)
     assert refused.value.extra == {"field": "allow_sigkill_only"}
+    assert str(refused.value) == (
+        "this plan starts with SIGKILL (no chance to save a checkpoint); approve it only by "
+        'explicitly allowing "SIGKILL only", or reject it'
+    )
 
 
 def test_a_decision_on_a_closed_request_says_its_state(lab, requester, approver):
@@ -84,7 +88,10 @@ def test_a_decision_on_a_closed_request_says_its_state(lab, requester, approver)
     with pytest.raises(services.Conflict) as refused:
         services.cancel(kill_request.pk, requester)
     assert refused.value.extra == {"status": Status.REJECTED}
-    assert str(refused.value).startswith(f"request #{kill_request.pk} is rejected; ")
+    assert str(refused.value) == (
+        f"request #{kill_request.pk} is rejected; "
+        "only pending or approved (not yet sent) requests can be cancelled"
+    )
 
 
 def test_a_second_approval_says_who_approved_and_the_state_now(lab, requester, approver, sent):
@@ -106,3 +113,55 @@ def test_approving_an_expired_request_says_it_expired(lab, requester, approver, 
     with pytest.raises(services.Conflict) as refused:
         services.approve(kill_request.pk, approver, now=timezone.now() + timedelta(seconds=3601))
     assert refused.value.extra == {"status": Status.EXPIRED}
+
+
+def test_a_sent_order_cannot_be_cancelled_and_the_refusal_says_it_is_approved(
+    lab, requester, approver, sent, approve_committed
+):
+    kill_request = file(requester, 4600)
+    approve_committed(kill_request, approver)
+    with pytest.raises(services.Conflict) as refused:
+        services.cancel(kill_request.pk, approver)
+    assert refused.value.extra == {"status": Status.APPROVED}
+
+
+def test_who_sees_which_decision_buttons(lab, requester, approver, sent, approve_committed):
+    from gpuadmin.accounts.roles import Role
+    from tests.people import make_person
+
+    stranger = make_person("otto", Role.REQUESTER)
+    pending = file(requester, 4600)
+    assert [services.may_decide(pending, person) for person in (requester, approver, stranger)] == [
+        False, True, False
+    ]
+    assert [services.may_cancel(pending, person) for person in (requester, approver, stranger)] == [
+        True, True, False
+    ]
+    approve_committed(pending, approver)
+    sent_order = refreshed(pending)
+    assert not services.may_decide(sent_order, approver)
+    assert not services.may_cancel(sent_order, approver) and not services.may_cancel(sent_order, requester)
+
+
+def test_refused_deciders_are_told_what_they_may_not_do(lab, requester, settings):
+    from gpuadmin.accounts.roles import Role
+    from tests.people import make_person
+
+    kill_request = file(requester, 4600)
+    with pytest.raises(services.NotAllowed) as refused:
+        services.reject(kill_request.pk, requester, "mine")
+    assert str(refused.value) == "Only an approver can reject a kill request."
+    both = make_person("bo", Role.REQUESTER, Role.APPROVER)
+    own = file(both, 4120)
+    with pytest.raises(services.NotAllowed) as refused:
+        services.reject(own.pk, both, "mine")
+    assert str(refused.value) == (
+        f"You filed request #{own.pk}; a different approver must reject it "
+        "(a one-admin lab may set GPUADMIN_ALLOW_SELF_APPROVAL=1). You can cancel it instead."
+    )
+
+
+def test_an_unknown_request_is_not_found_by_number(db, approver):
+    with pytest.raises(services.NotFound) as missing:
+        services.approve(987654, approver)
+    assert str(missing.value) == "no kill request #987654"
