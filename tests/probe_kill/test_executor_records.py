@@ -3,9 +3,13 @@ delivery's journal, the answer to a repeat delivery, and why a target outlived t
 
 from __future__ import annotations
 
+import errno
 import os
+import re
 import signal
 from datetime import UTC, datetime, timedelta
+
+import pytest
 
 from gpuadmin.probe import procfs
 from gpuadmin.probe.journal import Journal, JournalEntry
@@ -98,3 +102,65 @@ def test_a_stopped_target_survives_and_the_detail_says_it_is_stopped(
         "still alive 0.2 s after SIGTERM, the last step; "
         "stopped (state T): catchable signals wait until it is continued"
     )
+
+
+def test_a_pidfd_that_cannot_be_opened_is_a_signal_error_never_a_kill_fallback(
+    processes: Processes, journal: Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """EMFILE (the agent out of file descriptors) stands for any failure other than "no such
+    process" or "no pidfds on this kernel": the target is refused, not signalled by PID."""
+    trainer = processes.start("trainer.py")
+
+    def out_of_descriptors(_pid: int, _flags: int = 0) -> int:
+        raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+
+    monkeypatch.setattr(os, "pidfd_open", out_of_descriptors)
+    reports = Reports()
+
+    result = execute_order(make_order([target_for(trainer.pid)]), journal=journal, report=reports)
+
+    (refused,) = reports.of("refused", trainer.pid)
+    assert (refused["reason"], refused["error"]) == ("signal_error", "EMFILE")
+    assert refused["detail"] == f"refused: could not open a pidfd: {os.strerror(errno.EMFILE)}"
+    assert reports.of("signal_sent") == [] and trainer.signals() == []
+    assert result["result"] == "failed"
+
+
+def test_a_signal_the_kernel_refuses_is_a_signal_error_with_its_code(
+    processes: Processes, journal: Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trainer = processes.start("trainer.py")
+
+    def refused_by_the_kernel(_pidfd: int, _signum: int, *_args: object) -> None:
+        raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+
+    monkeypatch.setattr(signal, "pidfd_send_signal", refused_by_the_kernel)
+    reports = Reports()
+
+    result = execute_order(make_order([target_for(trainer.pid)]), journal=journal, report=reports)
+
+    (refused,) = reports.of("refused", trainer.pid)
+    assert (refused["reason"], refused["error"]) == ("signal_error", "EINVAL")
+    assert refused["detail"] == f"refused: could not send SIGINT: {os.strerror(errno.EINVAL)}"
+    assert result["result"] == "failed" and result["targets"][0]["outcome"] == "failed"
+    assert trainer.alive() and trainer.signals() == []
+
+
+def test_an_exit_says_after_which_signal_how_long_after_and_who_must_reap_it(
+    processes: Processes, journal: Journal
+) -> None:
+    trainer = processes.start("trainer.py")  # exits on SIGINT; its parent, this process, reaps it later
+    reports = Reports()
+
+    execute_order(make_order([target_for(trainer.pid)]), journal=journal, report=reports)
+
+    (exited,) = reports.of("target_exited", trainer.pid)
+    assert exited["signal"] == "SIGINT"
+    assert exited["parent_pid"] == os.getpid()
+    after = re.fullmatch(
+        rf"exited, not yet reaped by parent {os.getpid()} \(.+\) "
+        r"\(after SIGINT, (\d+\.\d\d) s after it was sent\)",
+        exited["detail"],
+    )
+    assert after is not None, exited["detail"]
+    assert 0 <= float(after.group(1)) < 60  # a duration since the signal, not a clock reading
