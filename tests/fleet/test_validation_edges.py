@@ -116,7 +116,9 @@ def test_a_number_the_database_cannot_hold_is_named_with_its_limit(
 
 @pytest.mark.parametrize(("payload", "got"), [("true", "a boolean"), ("1.5", "a number")])
 def test_a_payload_that_is_not_an_object_says_what_it_is(payload: str, got: str) -> None:
-    assert rejection(payload).message == f"snapshot must be a JSON object, got {got}"
+    error = rejection(payload)
+    assert error.message == f"snapshot must be a JSON object, got {got}"
+    assert error.host_name == ""
 
 
 def test_an_oversized_payload_says_both_sizes_and_what_to_do() -> None:

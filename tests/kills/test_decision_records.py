@@ -165,3 +165,19 @@ def test_an_unknown_request_is_not_found_by_number(db, approver):
     with pytest.raises(services.NotFound) as missing:
         services.approve(987654, approver)
     assert str(missing.value) == "no kill request #987654"
+
+
+def test_a_running_request_cannot_be_cancelled_and_is_not_called_unsent(
+    lab, requester, approver, sent, approve_committed
+):
+    from gpuadmin.kills.models import KillRequest
+
+    kill_request = file(requester, 4600)
+    approve_committed(kill_request, approver)
+    KillRequest.objects.filter(pk=kill_request.pk).update(status=Status.RUNNING)
+    with pytest.raises(services.Conflict) as refused:
+        services.cancel(kill_request.pk, approver)
+    assert str(refused.value) == (
+        f"request #{kill_request.pk} is running; "
+        "only pending or approved (not yet sent) requests can be cancelled"
+    )
