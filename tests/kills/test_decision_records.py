@@ -39,6 +39,7 @@ def test_a_rejection_without_a_reason_points_at_the_reason_field(lab, requester,
     with pytest.raises(services.BadInput) as refused:
         services.reject(file(requester, 4600).pk, approver, "")
     assert refused.value.extra == {"field": "reason"}
+    assert str(refused.value) == "a rejection needs a reason, for the requester and the audit log"
 
 
 def test_an_approver_may_cancel_a_request_someone_else_filed(lab, requester, approver):
