@@ -81,7 +81,7 @@ def test_a_target_that_ignores_the_last_signal_survives_with_its_state(
 
     assert result["result"] == "unkillable"
     (summary,) = result["targets"]
-    assert summary["outcome"] == "survived"
+    assert (summary["outcome"], summary["state"]) == ("survived", "S")
     assert summary["detail"] == "still alive 0.2 s after SIGTERM, the last step; state S"
 
 
@@ -97,7 +97,7 @@ def test_a_stopped_target_survives_and_the_detail_says_it_is_stopped(
     result = execute_order(order, journal=journal, report=reports)
 
     (survived,) = reports.of("target_survived", trainer.pid)
-    assert survived["state"] == "T"
+    assert (survived["state"], survived["signal"]) == ("T", "SIGTERM")
     assert result["targets"][0]["detail"] == (
         "still alive 0.2 s after SIGTERM, the last step; "
         "stopped (state T): catchable signals wait until it is continued"
@@ -121,6 +121,7 @@ def test_a_pidfd_that_cannot_be_opened_is_a_signal_error_never_a_kill_fallback(
 
     (refused,) = reports.of("refused", trainer.pid)
     assert (refused["reason"], refused["error"]) == ("signal_error", "EMFILE")
+    assert result["targets"][0]["reason"] == "signal_error"
     assert refused["detail"] == f"refused: could not open a pidfd: {os.strerror(errno.EMFILE)}"
     assert reports.of("signal_sent") == [] and trainer.signals() == []
     assert result["result"] == "failed"
@@ -164,3 +165,44 @@ def test_an_exit_says_after_which_signal_how_long_after_and_who_must_reap_it(
     )
     assert after is not None, exited["detail"]
     assert 0 <= float(after.group(1)) < 60  # a duration since the signal, not a clock reading
+
+
+def test_a_repeat_that_differs_or_follows_a_dead_delivery_says_so_exactly(
+    processes: Processes, journal: Journal
+) -> None:
+    trainer = processes.start("trainer.py")
+    interrupted = make_order([target_for(trainer.pid)])
+    writer = journal.claim(interrupted["request_id"], {"claimed_at": "earlier"})
+    assert writer is not None
+    writer.close()  # claimed, never finished: the agent died mid-way
+
+    answer = execute_order(interrupted, journal=journal, report=Reports())
+    assert answer["detail"] == (
+        "an earlier delivery claimed this order at earlier and never finished (the agent stopped "
+        "mid-way); nothing executed now"
+    )
+    again = execute_order(interrupted, journal=journal, report=Reports())
+    assert again["detail"] == f"{answer['detail']}; repeat delivery, nothing executed"
+
+    expired = make_order([target_for(trainer.pid)], deadline=datetime.now(UTC) - timedelta(seconds=1))
+    first = execute_order(expired, journal=journal, report=Reports())
+    changed = {**expired, "approved_by": "someone else"}
+    differing = execute_order(changed, journal=journal, report=Reports())
+    assert differing["detail"] == (
+        f"{first['detail']}; repeat delivery, nothing executed (note: this delivery's content differs "
+        "from the order recorded under this request id)"
+    )
+    assert trainer.alive() and trainer.signals() == []
+
+
+def test_a_signal_sent_without_pidfds_says_which_step_and_how(
+    processes: Processes, journal: Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trainer = processes.start("trainer.py")  # exits on SIGINT
+    monkeypatch.delattr(os, "pidfd_open")
+    reports = Reports()
+
+    execute_order(make_order([target_for(trainer.pid)]), journal=journal, report=reports)
+
+    (sent,) = reports.of("signal_sent", trainer.pid)
+    assert sent["detail"] == "sent SIGINT (step 1 of 3; grace 1 s); via kill(), pidfds unavailable"
