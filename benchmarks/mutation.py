@@ -208,7 +208,9 @@ def main() -> int:
     parser.add_argument("groups", nargs="*", help=f"groups to run (default: all): {', '.join(GROUPS)}")
     parser.add_argument("--list", action="store_true", help="print the groups and exit")
     parser.add_argument("--workdir", type=Path, help="where the copies go (default: a new temporary folder)")
-    parser.add_argument("--out", type=Path, default=Path("var/mutation.json"), help="results (JSON)")
+    parser.add_argument(
+        "--out", type=Path, default=ROOT / "benchmarks/results/mutation.json", help="results (JSON)"
+    )
     parser.add_argument("--max-children", type=int, default=1, help="mutants run at once (default 1)")
     parser.add_argument("--timeout-multiplier", type=float, default=4.0)
     parser.add_argument(
