@@ -1,7 +1,9 @@
 # gpuadmin: two commands.
 #   make run    install into .venv, migrate, start web + worker + scheduler on http://127.0.0.1:$(PORT)
-#   make test   install, ruff check, the whole suite on SQLite, the database tests again on PostgreSQL
-# Also: make lint, make clean. Variables: PORT (default 8000), PYTHON (default python3), PYTEST_ARGS.
+#   make test   install, ruff check, mypy, the whole suite on SQLite, the database tests again on
+#               PostgreSQL, then the coverage of both (subprocesses included) against its floor
+# Also: make lint (ruff + mypy), make clean. Variables: PORT (default 8000), PYTHON (default python3),
+# PYTEST_ARGS (a subset: its coverage is reported, the floor is not applied).
 
 PYTHON ?= python3
 VENV := .venv
@@ -20,16 +22,26 @@ run: $(INSTALLED)
 	exec $(VENV_PYTHON) -m gpuadmin.run
 
 # Both database runs happen even when the first fails, so one CI run shows everything.
+# Coverage: every process writes its own data file under COVERAGE_FILE's folder (absolute,
+# so processes started elsewhere write there too); [tool.coverage] in pyproject.toml has
+# the rest, the floor (fail_under) included.
+COVERAGE_DATA := $(CURDIR)/build/coverage
+COVERAGE := COVERAGE_FILE=$(COVERAGE_DATA)/.coverage $(VENV_PYTHON) -m coverage
 test: $(INSTALLED)
 	$(VENV_PYTHON) -m ruff check .
-	@status=0; \
-	echo "== pytest on SQLite"; $(VENV_PYTHON) -m pytest $(PYTEST_ARGS) || status=$$?; \
-	echo "== database tests on PostgreSQL"; $(VENV_PYTHON) tests/with_postgres.py || status=$$?; \
+	$(VENV_PYTHON) -m mypy
+	@status=0; rm -rf $(COVERAGE_DATA); mkdir -p $(COVERAGE_DATA); \
+	echo "== pytest on SQLite"; $(COVERAGE) run -m pytest $(PYTEST_ARGS) || status=$$?; \
+	echo "== database tests on PostgreSQL"; $(COVERAGE) run tests/with_postgres.py || status=$$?; \
+	echo "== coverage of both runs, subprocesses included"; \
+	$(COVERAGE) combine --quiet && \
+	$(COVERAGE) report $(if $(PYTEST_ARGS),--fail-under=0) || status=$$?; \
 	if [ $$status -ne 0 ]; then echo "make test: FAILED (see above)" >&2; fi; \
 	exit $$status
 
 lint: $(INSTALLED)
 	$(VENV_PYTHON) -m ruff check .
+	$(VENV_PYTHON) -m mypy
 
 venv: $(VENV_PYTHON)
 

@@ -90,7 +90,7 @@ else:
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": DATA_DIR / data_dir.SQLITE_DATABASE,
+            "NAME": str(DATA_DIR / data_dir.SQLITE_DATABASE),
             "OPTIONS": {
                 # WAL lets the web process read while a worker writes; IMMEDIATE
                 # takes the write lock at BEGIN so two writers queue instead of

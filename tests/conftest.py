@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import TypeVar
@@ -151,3 +152,15 @@ def redis_server() -> Iterator[services.RedisServer]:
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[services.PostgresServer]:
     yield from _serve(services.postgres_server)
+
+
+@pytest.fixture
+def host_in_another_time_zone(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The process's local time zone is UTC+05:30 (a POSIX TZ string needs no tz database)."""
+    monkeypatch.setenv("TZ", "XST-05:30")
+    time.tzset()
+    try:
+        yield
+    finally:
+        monkeypatch.undo()
+        time.tzset()

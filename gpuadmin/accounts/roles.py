@@ -9,7 +9,8 @@ Every role implies viewer; a superuser holds all three.
 
 from __future__ import annotations
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+# User: the project's user model (settings name no AUTH_USER_MODEL); roles read its groups.
+from django.contrib.auth.models import AnonymousUser, User
 from django.db import models
 
 
@@ -19,7 +20,7 @@ class Role(models.TextChoices):
     APPROVER = "approver", "Approver"
 
 
-def role_names(user: AbstractBaseUser | AnonymousUser | None) -> set[str]:
+def role_names(user: User | AnonymousUser | None) -> set[str]:
     if user is None or not user.is_authenticated or not user.is_active:
         return set()
     if user.is_superuser:
@@ -30,9 +31,9 @@ def role_names(user: AbstractBaseUser | AnonymousUser | None) -> set[str]:
         cached = set(user.groups.filter(name__in=Role.values).values_list("name", flat=True))
         if cached:
             cached.add(Role.VIEWER.value)
-        user._gpuadmin_roles = cached
+        user._gpuadmin_roles = cached  # type: ignore[attr-defined]  # a cache, not a model field
     return cached
 
 
-def has_role(user: AbstractBaseUser | AnonymousUser | None, role: Role | str) -> bool:
+def has_role(user: User | AnonymousUser | None, role: Role | str) -> bool:
     return str(role) in role_names(user)

@@ -37,7 +37,7 @@ class AuditEventList(APIView):
                 {"detail": "Invalid filter values.", "errors": form.errors.get_json_data()}, status=400
             )
         paginator = AuditPagination()
-        page = paginator.paginate_queryset(events, request, view=self)
+        page = paginator.paginate_queryset(events, request, view=self) or []  # None: no pagination
         return paginator.get_paginated_response([event_as_dict(e) for e in described(page)])
 
 

@@ -39,7 +39,8 @@ class AuditFilterForm(forms.Form):
         )
 
     def clean(self) -> dict[str, Any]:
-        cleaned = super().clean()
+        super().clean()
+        cleaned = self.cleaned_data  # what Form.clean returns; typed as possibly None
         start, end = cleaned.get("from"), cleaned.get("to")
         if start and end and start > end:
             self.add_error("to", "The end date is before the start date.")

@@ -25,8 +25,7 @@ import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from django.contrib.auth.base_user import AbstractBaseUser
-from django.contrib.auth.models import AnonymousUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.db import connections, router, transaction
 from django.utils import timezone
 
@@ -70,7 +69,7 @@ def _lock_chain(using: str) -> None:
 def record(
     action: Action | str,
     *,
-    actor: AbstractBaseUser | AnonymousUser | None = None,
+    actor: User | AnonymousUser | None = None,
     kill_request_id: int | None = None,
     host_name: str = "",
     requester_name: str = "",

@@ -42,7 +42,8 @@ class AppendOnlyError(Exception):
 # What the log records: what central did to a kill request, and, in between,
 # every event the agent reported, with the words and labels of the kill protocol
 # (gpuadmin/probe/kill/protocol.py), so a new event is added there only.
-Action = models.TextChoices(
+# mypy reads the functional enum API only for enum's own classes, not Django's Choices.
+Action = models.TextChoices(  # type: ignore[call-overload]
     "Action",
     [
         ("REQUESTED", ("requested", "Requested")),

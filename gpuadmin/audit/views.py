@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
@@ -22,7 +23,7 @@ from gpuadmin.audit.filters import filtered_events
 from gpuadmin.audit.models import AuditEvent
 from gpuadmin.audit.sentences import described
 from gpuadmin.audit.stories import request_groups, stories_for
-from gpuadmin.web.htmx import vary_on_htmx, wants_fragment
+from gpuadmin.web.htmx import HtmxHttpRequest, vary_on_htmx, wants_fragment
 
 EVENTS_PER_PAGE = 50
 REQUESTS_PER_PAGE = 20
@@ -36,7 +37,7 @@ REQUESTS_VIEW = "requests"
 @require_GET
 @vary_on_htmx()
 @role_required(Role.VIEWER)
-def audit_log(request: HttpRequest) -> HttpResponse:
+def audit_log(request: HtmxHttpRequest) -> HttpResponseBase:
     if request.GET.get("format") == "csv":
         return _csv_response(request)
     form, events = filtered_events(request.GET)
@@ -74,7 +75,7 @@ def audit_event(request: HttpRequest, sequence: int) -> HttpResponse:
 
 @require_GET
 @role_required(Role.VIEWER)
-def audit_export_csv(request: HttpRequest) -> HttpResponse:
+def audit_export_csv(request: HttpRequest) -> StreamingHttpResponse:
     return _csv_response(request)
 
 

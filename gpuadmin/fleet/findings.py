@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from fractions import Fraction
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 
@@ -56,8 +56,9 @@ PID_USAGE_CRITICAL_RATIO = Fraction(95, 100)
 _PIDS_LISTED_MAX = 10
 _DETAIL_PIDS_MAX = 100
 _COMMAND_SHOWN_MAX_CHARS = 60
-_TITLE_MAX_CHARS = Finding._meta.get_field("title").max_length
-_REMEDY_MAX_CHARS = Finding._meta.get_field("remedy").max_length
+# CharFields, so always set (the field type says int | None for all fields).
+_TITLE_MAX_CHARS = cast(int, Finding._meta.get_field("title").max_length)
+_REMEDY_MAX_CHARS = cast(int, Finding._meta.get_field("remedy").max_length)
 _KEY_MAX_CHARS = Finding._meta.get_field("key").max_length
 
 
@@ -310,8 +311,8 @@ def pid_exhaustion(document: dict[str, Any], trees: list[ZombieTree]) -> list[Fi
     if usage <= Fraction(str(settings.GPUADMIN_PID_USAGE_WARN_RATIO)):
         return []
     culprit = ""
-    if trees and trees[0].parent is not None:
-        top = trees[0]
+    top = trees[0] if trees else None
+    if top is not None and top.parent is not None:
         culprit = (
             f" Most zombies ({len(top.zombies)}) are under {_clean(top.parent.name)} (pid {top.parent_pid})."
         )

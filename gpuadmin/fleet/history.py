@@ -109,16 +109,16 @@ def record_process_lives(
     for row in mattering:
         key = (boot_id, row.pid, row.start_time_ticks)
         lives[key] = _extended(known.get(key), row, host=host, boot_id=boot_id, taken_at=taken_at)
-    gone_ids = []
+    gone_ids: list[int] = []
     for key, life in known.items():
         if key in lives or life.gone_at is not None:
             continue
-        row = in_snapshot.get(key)
-        if row is None:
+        current = in_snapshot.get(key)
+        if current is None:
             gone_ids.append(life.pk)
         else:
             # Still alive, no longer matters by itself (e.g. freed its memory): keep it current.
-            lives[key] = _extended(life, row, host=host, boot_id=boot_id, taken_at=taken_at)
+            lives[key] = _extended(life, current, host=host, boot_id=boot_id, taken_at=taken_at)
 
     if lives:
         ProcessLife.objects.bulk_create(

@@ -67,6 +67,8 @@ class Host(models.Model):
     last_probe_sent_at = models.DateTimeField(null=True, blank=True)
 
     objects = HostQuerySet.as_manager()
+    # Only on hosts loaded by HostQuerySet.for_listing (its Prefetch's to_attr).
+    present_gpus: list[Gpu]
 
     class Meta:
         ordering = ["name"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 
+from celery import Task
 from django.db import DatabaseError
 
 from gpuadmin.celery import CENTRAL_QUEUE, app
@@ -34,7 +35,7 @@ INGEST_RETRY_BACKOFF_MAX_SECONDS = 300
     retry_jitter=True,
     max_retries=INGEST_MAX_RETRIES,
 )
-def ingest_snapshot_task(self, snapshot_json: str) -> str | None:
+def ingest_snapshot_task(self: Task, snapshot_json: str) -> str | None:
     """Store one snapshot sent by an agent; return its host name (None when rejected)."""
     try:
         return ingest_snapshot(snapshot_json).name

@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.utils import timezone
@@ -86,7 +86,9 @@ def supported_schema_versions() -> tuple[int, ...]:
     """The versions central accepts: the schema file's schema_version enum, so that
     the file stays the one place a version is added (an older agent keeps working
     while hosts are upgraded one by one)."""
-    return tuple(snapshot_validator().schema["properties"]["schema_version"]["enum"])
+    # jsonschema types a schema as bool | Mapping; ours is the object in SCHEMA_PATH.
+    schema = cast(dict[str, Any], snapshot_validator().schema)
+    return tuple(schema["properties"]["schema_version"]["enum"])
 
 
 def parse_snapshot(payload: str | bytes, *, now: datetime | None = None) -> dict[str, Any]:

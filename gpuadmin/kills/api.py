@@ -81,7 +81,7 @@ def kill_requests(request: Request) -> Response:
                 start_time_ticks=body.get("start_time_ticks"),
                 include_descendants=_bool(body.get("include_descendants", False), "include_descendants"),
                 plan=body.get("plan"),
-                reason=body.get("reason") if isinstance(body.get("reason"), str) else "",
+                reason=reason if isinstance(reason := body.get("reason"), str) else "",
             )
         except KillError as error:
             return _error(error)

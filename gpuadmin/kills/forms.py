@@ -43,7 +43,8 @@ class KillRequestForm(forms.Form):
         return [(self[f"signal_{n}"], self[f"grace_{n}"]) for n in range(1, plans.MAX_STEPS + 1)]
 
     def clean(self) -> dict[str, Any]:
-        cleaned = super().clean()
+        super().clean()
+        cleaned = self.cleaned_data  # what Form.clean returns; typed as possibly None
         raw: list[dict[str, Any]] = []
         for number in range(1, plans.MAX_STEPS + 1):
             signal = cleaned.get(f"signal_{number}")

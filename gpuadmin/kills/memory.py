@@ -75,13 +75,13 @@ def release(base: dict, later: dict[str, Any]) -> Release:
     expected_per_gpu: dict[str, int] = {}
     freed_per_gpu: dict[str, int] = {}
     still_holding: list[str] = []
-    for ident, per_gpu in base.get("targets", {}).items():
+    for ident, held_per_gpu in base.get("targets", {}).items():
         pid, start = (int(part) for part in ident.split(":"))
         row = None if rebooted else rows.get(pid)
         alive = row is not None and row.start_time_ticks == start
-        for uuid, used in per_gpu.items():
+        for uuid, used in held_per_gpu.items():
             expected_per_gpu[uuid] = expected_per_gpu.get(uuid, 0) + used
-            still = alive and bool(row.gpu_memory_bytes.get(uuid))
+            still = alive and row is not None and bool(row.gpu_memory_bytes.get(uuid))
             if still:
                 if ident not in still_holding:
                     still_holding.append(ident)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import secrets
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeAlias
 
 from django.conf import settings
 from django.db import models
@@ -70,7 +70,8 @@ class KillRequestQuerySet(models.QuerySet):
 
 
 class KillRequest(models.Model):
-    Status = Status
+    # An alias (KillRequest.Status.PENDING), so that annotations in this class body may name it.
+    Status: TypeAlias = Status
 
     host = models.ForeignKey(Host, on_delete=models.PROTECT, related_name="kill_requests")
     # Part of the order's request id ("<pk>-<key>"): the agent's journal answers a
@@ -199,7 +200,7 @@ class KillRequest(models.Model):
         )
 
     @property
-    def approved_at(self):
+    def approved_at(self) -> datetime | None:
         return self.decided_at if self.approved_by_name else None
 
     @property
@@ -273,7 +274,8 @@ class KillStep(models.Model):
     """One event the agent reported; stored once per (request, seq) however often it arrives."""
 
     # The words and labels are the protocol's; a new event is added there.
-    Event = models.TextChoices(
+    # mypy reads the functional enum API only for enum's own classes, not Django's Choices.
+    Event = models.TextChoices(  # type: ignore[call-overload]
         "Event", protocol.Event.members(), module=__name__, qualname="KillStep.Event"
     )
 

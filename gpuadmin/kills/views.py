@@ -24,7 +24,7 @@ from gpuadmin.kills.forms import KillRequestForm
 from gpuadmin.kills.models import KillRequest
 from gpuadmin.kills.services import KillError, NotFound
 from gpuadmin.kills.states import OPEN, RELEASING, Status
-from gpuadmin.web.htmx import HTMX_STOP_POLLING, vary_on_htmx, wants_fragment
+from gpuadmin.web.htmx import HTMX_STOP_POLLING, HtmxHttpRequest, vary_on_htmx, wants_fragment
 
 TIMELINE_POLL_SECONDS = 2
 RECENT_FINAL_SHOWN = 50
@@ -166,7 +166,7 @@ def _preview_context(request: HttpRequest, params: Any) -> dict[str, Any]:
 @require_http_methods(["GET", "POST"])
 @role_required(Role.REQUESTER)
 @vary_on_htmx()
-def kill_request_new(request: HttpRequest) -> HttpResponse:
+def kill_request_new(request: HtmxHttpRequest) -> HttpResponse:
     if request.method == "POST":
         form = KillRequestForm(request.POST)
         context = _preview_context(request, request.POST)
@@ -203,7 +203,7 @@ def _plan_bounds() -> dict[str, int]:
     return {"min": plans.MIN_GRACE_SECONDS, "max": plans.MAX_GRACE_SECONDS, "steps": plans.MAX_STEPS}
 
 
-def _decided(request: HttpRequest, pk: int, action: str, do: Any) -> HttpResponse:
+def _decided(request: HtmxHttpRequest, pk: int, action: str, do: Any) -> HttpResponse:
     """Run one decision; answer htmx with the re-rendered row, a browser with a redirect."""
     error = notice = ""
     try:
@@ -224,7 +224,7 @@ def _decided(request: HttpRequest, pk: int, action: str, do: Any) -> HttpRespons
 
 @require_POST
 @role_required(Role.APPROVER)
-def kill_request_approve(request: HttpRequest, pk: int) -> HttpResponse:
+def kill_request_approve(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     allow = request.POST.get("allow_sigkill_only") in ("on", "true", "1")
     return _decided(request, pk, "approved",
                     lambda: services.approve(pk, request.user, allow_sigkill_only=allow))
@@ -232,13 +232,13 @@ def kill_request_approve(request: HttpRequest, pk: int) -> HttpResponse:
 
 @require_POST
 @role_required(Role.APPROVER)
-def kill_request_reject(request: HttpRequest, pk: int) -> HttpResponse:
+def kill_request_reject(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     return _decided(request, pk, "rejected",
                     lambda: services.reject(pk, request.user, request.POST.get("reason", "")))
 
 
 @require_POST
 @role_required(Role.VIEWER)  # the requester or any approver; the service decides
-def kill_request_cancel(request: HttpRequest, pk: int) -> HttpResponse:
+def kill_request_cancel(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     return _decided(request, pk, "cancelled",
                     lambda: services.cancel(pk, request.user, request.POST.get("reason", "")))

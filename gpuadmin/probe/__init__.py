@@ -11,6 +11,12 @@ from __future__ import annotations
 
 __all__ = ["ProbeConfig", "take_snapshot"]
 
+# typing.TYPE_CHECKING without importing typing (see above); type checkers read the names here.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gpuadmin.probe.config import ProbeConfig
+    from gpuadmin.probe.snapshot import take_snapshot
+
 
 def __getattr__(name: str) -> object:
     if name == "take_snapshot":

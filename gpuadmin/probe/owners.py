@@ -128,7 +128,7 @@ class Owner:
     def replace(self, **changes: object) -> Owner:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         values.update(changes)
-        return Owner(**values)  # type: ignore[arg-type]
+        return Owner(**values)
 
 
 # --- the pure part: /proc/<pid>/cgroup -> owner ----------------------------------------

@@ -13,6 +13,7 @@ from typing import Any
 
 from django.http import HttpRequest
 from django.views.decorators.vary import vary_on_headers
+from django_htmx.middleware import HtmxDetails
 
 # htmx stops polling an element when its request is answered with this status.
 HTMX_STOP_POLLING = 286
@@ -21,7 +22,14 @@ HTMX_STOP_POLLING = 286
 PAGE_OR_FRAGMENT_HEADERS = ("HX-Request", "HX-History-Restore-Request")
 
 
-def wants_fragment(request: HttpRequest) -> bool:
+class HtmxHttpRequest(HttpRequest):
+    """The type of a request that went through django_htmx's HtmxMiddleware (in
+    settings.MIDDLEWARE for every request): views that read ``request.htmx`` take this."""
+
+    htmx: HtmxDetails
+
+
+def wants_fragment(request: HtmxHttpRequest) -> bool:
     """True when htmx will swap the answer into part of a page.
 
     False for a browser's page load, and for htmx's history restore: going
@@ -30,11 +38,10 @@ def wants_fragment(request: HttpRequest) -> bool:
     ``HX-History-Restore-Request`` and puts the answer in place of the whole
     body, so it must get the whole page.
     """
-    htmx = getattr(request, "htmx", None)
-    return bool(htmx) and not htmx.history_restore_request
+    return bool(request.htmx) and not request.htmx.history_restore_request
 
 
-def fragment_target(request: HttpRequest) -> str | None:
+def fragment_target(request: HtmxHttpRequest) -> str | None:
     """The id of the element a fragment request targets (``HX-Target``); None for a page."""
     return request.htmx.target if wants_fragment(request) else None
 

@@ -22,7 +22,13 @@ from gpuadmin.accounts.roles import Role, has_role
 from gpuadmin.fleet.models import Host, LatestSnapshot
 from gpuadmin.fleet.probes import probe_now
 from gpuadmin.web.host_tables import SORT_DESCENDING_BY_DEFAULT, ProcessQuery, host_tables
-from gpuadmin.web.htmx import HTMX_STOP_POLLING, fragment_target, vary_on_htmx, wants_fragment
+from gpuadmin.web.htmx import (
+    HTMX_STOP_POLLING,
+    HtmxHttpRequest,
+    fragment_target,
+    vary_on_htmx,
+    wants_fragment,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +48,7 @@ def _host_gone(request: HttpRequest, name: str) -> HttpResponse:
 @require_GET
 @role_required(Role.VIEWER)
 @vary_on_htmx()
-def fleet(request: HttpRequest) -> HttpResponse:
+def fleet(request: HtmxHttpRequest) -> HttpResponse:
     context = {"hosts": list(Host.objects.for_listing()), "poll_seconds": _poll_seconds()}
     if wants_fragment(request):
         return render(request, "web/_fleet_hosts.html", context)
@@ -52,7 +58,7 @@ def fleet(request: HttpRequest) -> HttpResponse:
 @require_GET
 @role_required(Role.VIEWER)
 @vary_on_htmx("HX-Target")
-def host_detail(request: HttpRequest, name: str) -> HttpResponse:
+def host_detail(request: HtmxHttpRequest, name: str) -> HttpResponse:
     host = Host.objects.for_listing().named(name)
     if host is None:
         if wants_fragment(request):

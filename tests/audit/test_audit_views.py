@@ -14,8 +14,8 @@ from django.urls import reverse
 from gpuadmin.audit import log
 from gpuadmin.audit.chain import HASHED_FIELDS
 from gpuadmin.audit.models import Action, AuditEvent
-from tests.audit.conftest import audit_table, tamper
-from tests.kills.story import REASON, finished_kill
+from tests.audit.helpers import audit_table, tamper
+from tests.kills.helpers import REASON, finished_kill
 
 pytestmark = pytest.mark.django_db
 

@@ -13,7 +13,7 @@ from gpuadmin.audit.models import Action, AuditEvent
 from gpuadmin.audit.sentences import describe, described, sentence_text
 from gpuadmin.probe.kill.protocol import Outcome, Refusal, Result
 from gpuadmin.web.templatetags.gpuadmin_format import audit_sentence
-from tests.kills.story import EXIT_DETAIL, PID, REASON, finished_kill
+from tests.kills.helpers import EXIT_DETAIL, REASON, STORY_PID, finished_kill
 
 pytestmark = pytest.mark.django_db
 
@@ -66,7 +66,8 @@ def test_a_finished_kill_reads_as_its_story(requester, approver):
         "memory_released",
     ]
     assert said["requested"] == (
-        f"rick requested #{number}: kill pid {PID} python (alice) on gpu01, holding 10 GiB of GPU memory: "
+        f"rick requested #{number}: kill pid {STORY_PID} python (alice) on gpu01, "
+        "holding 10 GiB of GPU memory: "
         f"“{REASON}” — plan {plan}"
     )
     assert said["approved"].startswith(
@@ -74,8 +75,8 @@ def test_a_finished_kill_reads_as_its_story(requester, approver):
     assert re.fullmatch(rf"central sent the order of #{number} to gpu01; it must start by \S+Z",
                         said["dispatched"])
     assert said["started"].startswith(f"gpu01 started #{number} — executing 3 steps")
-    assert said["signal_sent"] == f"gpu01 sent SIGINT to PID {PID} python (alice)"
-    assert said["target_exited"] == f"PID {PID} python (alice) exited after SIGINT — {EXIT_DETAIL}"
+    assert said["signal_sent"] == f"gpu01 sent SIGINT to PID {STORY_PID} python (alice)"
+    assert said["target_exited"] == f"PID {STORY_PID} python (alice) exited after SIGINT — {EXIT_DETAIL}"
     assert said["finished"].startswith(f"#{number} succeeded: 1 of 1 target gone")
     assert re.fullmatch(
         rf"10 GiB of GPU memory back on gpu01 after #{number} \(GPU 0: 10 GiB\), "

@@ -10,7 +10,7 @@ import pytest
 from playwright.sync_api import expect
 
 from gpuadmin.audit.models import Action, AuditEvent
-from tests.kills.story import PID, REASON, finished_kill
+from tests.kills.helpers import REASON, STORY_PID, finished_kill
 
 # The live server reads in its own thread what the test wrote: committed data. serialized_rollback
 # puts back the roles (groups) a migration made, which the flush at the end removes.
@@ -31,7 +31,8 @@ def test_a_finished_kill_reads_as_a_story(open_page, screenshot, requester, appr
     expect(sentences).to_have_count(8)
     row = page.locator(f"#audit-event-{approved.sequence}")
     expect(row).to_contain_text(f"april approved #{number} (requested by rick: {REASON})")
-    expect(page.locator("#audit-results")).to_contain_text(f"gpu01 sent SIGINT to PID {PID} python (alice)")
+    results = page.locator("#audit-results")
+    expect(results).to_contain_text(f"gpu01 sent SIGINT to PID {STORY_PID} python (alice)")
     expect(page.locator("#audit-results")).to_contain_text(f"#{number} succeeded: 1 of 1 target gone")
     expect(page.locator("#audit-results")).to_contain_text("10 GiB of GPU memory back on gpu01")
     expect(page.locator(".audit-verify-ok")).to_contain_text("Chain verifies")

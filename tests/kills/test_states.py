@@ -51,3 +51,16 @@ def test_every_allowed_transition_changes_the_status():
 
 def test_the_table_covers_every_status():
     assert set(TRANSITIONS) == set(Status)
+
+
+def test_a_refused_transition_says_both_states_in_words():
+    with pytest.raises(InvalidTransition) as refused:
+        request_in(Status.PENDING).transition(Status.RUNNING)
+    assert str(refused.value) == "a request that is pending approval cannot become running"
+    assert (refused.value.current, refused.value.wanted) == (Status.PENDING, Status.RUNNING)
+
+
+def test_a_transition_out_of_a_final_state_says_it_is_final():
+    with pytest.raises(InvalidTransition) as refused:
+        request_in(Status.REJECTED).transition(Status.APPROVED)
+    assert str(refused.value) == "the request is already rejected; that is final"

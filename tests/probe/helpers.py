@@ -25,6 +25,7 @@ import pytest
 from gpuadmin.probe import procfs
 from gpuadmin.probe.config import ProbeConfig
 from gpuadmin.probe.snapshot import take_snapshot
+from tests.environment import without_coverage
 
 WORKLOADS = str(Path(__file__).with_name("programs") / "workloads.py")
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "gpuadmin" / "probe" / "snapshot.schema.json"
@@ -108,7 +109,7 @@ class Processes:
     def start(self, kind: str, *args: str | bytes, new_session: bool = False) -> Started:
         command: Sequence[str | bytes] = [sys.executable, WORKLOADS, kind, *args]
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   start_new_session=new_session)
+                                   start_new_session=new_session, env=without_coverage())
         self.started.append(process)
         assert process.stdout is not None
         line = process.stdout.readline()

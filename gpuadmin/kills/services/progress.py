@@ -10,7 +10,7 @@ status only moves forward along the transition table.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, cast
 
 from django.db import transaction
 
@@ -184,7 +184,8 @@ def _refused(kill_request: KillRequest, target: KillTarget | None, step: KillSte
 def _finished(kill_request: KillRequest, target: KillTarget | None, step: KillStep,
               event: dict[str, Any]) -> None:
     result = event.get("result")
-    status = RESULT_STATUS.get(result) if isinstance(result, str) else None
+    # A str finds its StrEnum key (same hash, equal); an unknown word finds None.
+    status = RESULT_STATUS.get(cast(Result, result)) if isinstance(result, str) else None
     detail = step.detail
     if result == Result.INTERRUPTED:
         detail = f"interrupted on the host: {detail}"

@@ -25,11 +25,12 @@ import atexit
 import contextlib
 import os
 from collections.abc import Callable, Collection
+from functools import partial
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 from gpuadmin.probe.gpus import Gpu, GpuProcess, GpuState, MigInstance, join_reasons, unavailable
-from gpuadmin.probe.gpus.nvml_records import Listing, choose_listing, list_processes
+from gpuadmin.probe.gpus.nvml_records import Listing, ProcessRecord, choose_listing, list_processes
 
 BACKEND = "nvml"
 PROCESS_LISTS = ("Compute", "Graphics", "MPSCompute")
@@ -170,7 +171,7 @@ def _open() -> ModuleType:
     except ImportError as exc:
         raise NvmlUnavailable("nvidia-ml-py (pynvml) is not installed") from exc
     if _session is pynvml and _session_pid == os.getpid():
-        return pynvml
+        return cast(ModuleType, pynvml)
     if _session is not None and _session_pid == os.getpid():
         close()  # another pynvml module object than the one initialised (tests swap it)
     # A forked child (a worker pool process) must not use its parent's session: start its own.
@@ -179,12 +180,13 @@ def _open() -> ModuleType:
     # Whatever a broken driver install throws, the process half of the snapshot must still go out.
     except Exception as exc:
         code = getattr(exc, "value", None)
-        raise NvmlUnavailable(_INIT_REASONS.get(code) or f"NVML initialisation failed: {exc}") from exc
+        reason = _INIT_REASONS.get(code) if isinstance(code, int) else None
+        raise NvmlUnavailable(reason or f"NVML initialisation failed: {exc}") from exc
     _session, _session_pid = pynvml, os.getpid()
     if not _shutdown_registered:
         atexit.register(close)
         _shutdown_registered = True
-    return pynvml
+    return cast(ModuleType, pynvml)
 
 
 def close() -> None:
@@ -260,7 +262,7 @@ def _read_device(calls: NvmlCalls, index: int, listings: Listings) -> tuple[Gpu,
     # Consumer GPUs and drivers before MIG say NotSupported: that is "MIG off", not a problem.
     mig_mode = calls.call(f"{where} MIG mode", "nvmlDeviceGetMigMode", handle,
                           quiet=(NVML_ERROR_NOT_SUPPORTED,), optional=True)
-    mig_on = bool(mig_mode) and mig_mode[0] == NVML_DEVICE_MIG_ENABLE
+    mig_on = bool(mig_mode and mig_mode[0] == NVML_DEVICE_MIG_ENABLE)
     instances: tuple[MigInstance, ...] | None = None
     if mig_on:
         # The parent handle lists processes only with privileges (and then all instances mixed),
@@ -317,6 +319,10 @@ def _read_mig_devices(calls: NvmlCalls, where: str, handle: Any, parent_uuid: st
     return tuple(instances), holders
 
 
+def _list_with(calls: NvmlCalls, listing: Listing, handle: Any) -> list[ProcessRecord]:
+    return list_processes(calls.c_function(listing.function), listing.record, handle, calls.nvml.NVMLError)
+
+
 def _processes_on(calls: NvmlCalls, where: str, handle: Any, gpu_uuid: str, listings: Listings, *,
                   instance: tuple[int | None, int | None] = (None, None)) -> list[GpuProcess]:
     holders: list[GpuProcess] = []
@@ -330,9 +336,7 @@ def _processes_on(calls: NvmlCalls, where: str, handle: Any, gpu_uuid: str, list
             continue
         records = calls.attempt(
             what,
-            lambda listing=listing: list_processes(
-                calls.c_function(listing.function), listing.record, handle, calls.nvml.NVMLError
-            ),
+            partial(_list_with, calls, listing, handle),
             # No MPS server on this GPU is the usual case, not news for every snapshot.
             quiet=(NVML_ERROR_NOT_SUPPORTED,) if mps else (),
         )

@@ -408,7 +408,8 @@ def _summary_from_journal(order: Order, entry: JournalEntry) -> list[dict[str, A
         Event.TARGET_SURVIVED: Outcome.SURVIVED.value,
         Event.REFUSED: Outcome.REFUSED.value,
     }
-    summaries = {
+    # One JSON object per target, as finished_event sends it (values of several types).
+    summaries: dict[int, dict[str, Any]] = {
         target.pid: {
             "pid": target.pid,
             "start_time_ticks": target.start_time_ticks,

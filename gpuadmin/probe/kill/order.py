@@ -11,9 +11,9 @@ required and checked.
 from __future__ import annotations
 
 import re
-import signal
 from dataclasses import dataclass
 from datetime import datetime
+from signal import Signals
 from typing import Any
 
 from gpuadmin.probe.kill.protocol import ACCEPTED_ORDER_VERSIONS, REQUEST_ID_PATTERN, SIGNALS
@@ -42,8 +42,9 @@ class PlanStep:
     signal: str
     grace_seconds: float
 
+    # Signals, not signal.Signals: in this class body `signal` is the field above.
     @property
-    def signum(self) -> signal.Signals:
+    def signum(self) -> Signals:
         return SIGNALS[self.signal]
 
 

@@ -180,8 +180,11 @@ class ParsedEvent:
     @property
     def result(self) -> Result | None:
         """The result of a "finished" event; None when absent or not a word of this protocol."""
+        value = self.raw.get("result")
+        if not isinstance(value, str):
+            return None
         try:
-            return Result(self.raw.get("result"))
+            return Result(value)
         except ValueError:
             return None
 
@@ -207,7 +210,9 @@ def parse_event(raw: Any) -> ParsedEvent:
     if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
         raise BadEvent(f"'seq' must be a non-negative integer; got {seq!r}")
     try:
-        kind = Event(raw.get("event"))
+        # A look-up by value goes through the enum's metaclass; mypy reads the
+        # members' two-argument __new__ into the call instead.
+        kind = Event(raw.get("event"))  # type: ignore[call-arg,arg-type]
     except ValueError:
         raise BadEvent(f"unknown event {raw.get('event')!r}") from None
     return ParsedEvent(request_id=request_id, seq=seq, event=kind, at=_parse_time(raw.get("at")), raw=raw)

@@ -21,6 +21,7 @@ from typing import Any
 
 from gpuadmin.probe import procfs
 from gpuadmin.probe.kill.protocol import ORDER_VERSION
+from tests.environment import without_coverage
 
 PROGRAMS = Path(__file__).parent / "programs"
 READY_TIMEOUT_SECONDS = 15.0
@@ -121,7 +122,8 @@ class Processes:
     def start(self, program: str, *args: str, ready_file: str = "ready") -> Program:
         workdir = self.base / f"{program.removesuffix('.py')}-{len(self.programs)}"
         workdir.mkdir()
-        popen = subprocess.Popen([sys.executable, str(PROGRAMS / program), str(workdir), *args])
+        popen = subprocess.Popen([sys.executable, str(PROGRAMS / program), str(workdir), *args],
+                                 env=without_coverage())
         started = Program(popen, workdir)
         self.programs.append(started)
         wait_until(

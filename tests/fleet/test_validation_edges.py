@@ -1,0 +1,171 @@
+"""The snapshot checks at their edges: values exactly at a limit pass, one past it fails, and
+a rejection keeps the host's name whatever made the payload unreadable."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.test import override_settings
+
+from gpuadmin.fleet.validation import (
+    INT64_MAX,
+    MAX_CLOCK_AHEAD,
+    PID_MAX_LIMIT,
+    json_path,
+    parse_snapshot,
+    parse_taken_at,
+)
+from gpuadmin.text import human_bytes
+from tests.factories import gpu, proc
+from tests.fleet.test_validation import NOW, good, rejection
+
+
+def test_taken_at_exactly_the_allowed_margin_ahead_is_accepted() -> None:
+    document = good(taken_at=NOW + MAX_CLOCK_AHEAD)
+    assert parse_snapshot(json.dumps(document), now=NOW)["taken_at"] == document["taken_at"]
+
+
+def test_the_largest_64_bit_integer_is_accepted_and_one_more_is_not() -> None:
+    document = good(processes=[proc(10)])
+    document["processes"][0]["rss_bytes"] = INT64_MAX
+    assert parse_snapshot(json.dumps(document), now=NOW)["processes"][0]["rss_bytes"] == INT64_MAX
+    document["processes"][0]["rss_bytes"] = INT64_MAX + 1
+    assert rejection(json.dumps(document)).message.endswith("is larger than a 64-bit integer")
+
+
+@pytest.mark.parametrize("field", ["ppid", "pgid", "sid"])
+def test_every_process_id_field_is_held_to_pid_max_limit(field: str) -> None:
+    document = good(processes=[proc(10)])
+    document["processes"][0][field] = PID_MAX_LIMIT + 1
+    assert rejection(json.dumps(document)).message.startswith(
+        f"processes[0].{field}: {PID_MAX_LIMIT + 1} is greater than Linux's PID_MAX_LIMIT"
+    )
+
+
+def test_a_payload_that_is_not_utf8_keeps_the_host_name() -> None:
+    payload = json.dumps(good()).encode()[:-20] + b"\xff\xfe"
+    error = rejection(payload)
+    assert "not UTF-8" in error.message
+    assert error.host_name == "gpu07"
+
+
+def test_a_payload_nested_too_deeply_keeps_the_host_name() -> None:
+    text = json.dumps(good())
+    payload = text[:-1] + ', "deep": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    error = rejection(payload)
+    assert error.message == "snapshot is not valid JSON: nested too deeply"
+    assert error.host_name == "gpu07"
+
+
+@pytest.mark.usefixtures("host_in_another_time_zone")
+def test_taken_at_is_read_as_utc_whatever_the_host_time_zone() -> None:
+    assert parse_taken_at("2025-03-04T05:06:07.1234567Z").isoformat() == "2025-03-04T05:06:07.123456+00:00"
+    assert parse_taken_at("2025-03-04T07:06:07+02:00") == parse_taken_at("2025-03-04T05:06:07Z")
+
+
+@pytest.mark.parametrize(
+    ("ahead", "said"),
+    [
+        (timedelta(days=3, hours=5), "3 days"),
+        (timedelta(days=2), "2 days"),
+        (timedelta(days=2) - timedelta(seconds=1), "47 hours"),
+        (timedelta(hours=2), "2 hours"),
+        (timedelta(hours=2) - timedelta(seconds=1), "119 minutes"),
+    ],
+)
+def test_a_clock_ahead_is_said_in_the_largest_whole_unit(ahead: timedelta, said: str) -> None:
+    document = good(taken_at=NOW + ahead)
+    assert rejection(json.dumps(document)).message == (
+        f"taken_at: {document['taken_at']} is {said} ahead of central's clock (at most 5 minutes allowed); "
+        "fix the host's clock (NTP)"
+    )
+
+
+def put(document: dict[str, Any], path: str, value: int) -> dict[str, Any]:
+    node: Any = document
+    *parents, last = path.split(".")
+    for part in parents:
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    node[int(last) if isinstance(node, list) else last] = value
+    return document
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        (
+            "host.pid_max", PID_MAX_LIMIT + 1,
+            "host.pid_max: 4194305 is greater than Linux's PID_MAX_LIMIT (4194304)",
+        ),
+        ("host.pids_in_use", 2**31, "host.pids_in_use: 2147483648 is greater than 2147483647 (2147483647)"),
+        ("process_counts.zombies", 2**31, "process_counts.zombies: 2147483648 is greater than 2147483647 "
+                                          "(2147483647)"),
+        ("gpus.0.index", 2**31, "gpus[0].index: 2147483648 is greater than 2147483647 (2147483647)"),
+        ("processes.0.uid", 2**31, "processes[0].uid: 2147483648 is greater than 2147483647 (2147483647)"),
+    ],
+)
+def test_a_number_the_database_cannot_hold_is_named_with_its_limit(
+    path: str, value: int, message: str
+) -> None:
+    document = put(good(processes=[proc(10)], gpus=[gpu(0)]), path, value)
+    assert rejection(json.dumps(document)).message == message
+
+
+@pytest.mark.parametrize(("payload", "got"), [("true", "a boolean"), ("1.5", "a number")])
+def test_a_payload_that_is_not_an_object_says_what_it_is(payload: str, got: str) -> None:
+    error = rejection(payload)
+    assert error.message == f"snapshot must be a JSON object, got {got}"
+    assert error.host_name == ""
+
+
+def test_an_oversized_payload_says_both_sizes_and_what_to_do() -> None:
+    text = json.dumps(good())
+    limit = len(text) // 2
+    with override_settings(GPUADMIN_SNAPSHOT_MAX_BYTES=limit):
+        assert rejection(text).message == (
+            f"snapshot is {human_bytes(len(text))}, over the limit of {human_bytes(limit)} "
+            "(GPUADMIN_SNAPSHOT_MAX_BYTES); run the probe without --all, or raise the limit"
+        )
+
+
+def test_a_payload_with_nan_keeps_the_host_name() -> None:
+    text = json.dumps(good()).replace('"pid_max": ', '"pid_max": NaN, "was": ', 1)
+    error = rejection(text)
+    assert error.message.startswith("snapshot is not valid JSON: ")
+    assert error.host_name == "gpu07"
+
+
+@pytest.mark.parametrize(
+    "host", ["gpu07", {"name": 7}, {"name": "bad name;rm"}], ids=["not-an-object", "not-text", "not-a-name"]
+)
+def test_a_rejection_without_a_readable_host_name_names_none(host: object) -> None:
+    document = good()
+    document["host"] = host
+    error = rejection(json.dumps(document))
+    assert error.host_name == ""
+
+
+def test_a_gpu_listed_twice_names_both_entries() -> None:
+    document = good(gpus=[gpu(0), gpu(1), gpu(2)])
+    document["gpus"][2]["uuid"] = document["gpus"][1]["uuid"]
+    uuid = json.dumps(document["gpus"][1]["uuid"])
+    message = rejection(json.dumps(document)).message
+    assert message == f"gpus[2].uuid: GPU {uuid} is listed twice (also gpus[1])"
+    document = good(gpus=[gpu(0), gpu(1), gpu(2)])
+    document["gpus"][2]["index"] = 1
+    message = rejection(json.dumps(document)).message
+    assert message == "gpus[2].index: GPU index 1 is listed twice (also gpus[1])"
+
+
+def test_json_path_keeps_a_key_with_capitals_dotted() -> None:
+    assert json_path(["host", "Name_2"]) == "host.Name_2"
+
+
+def test_an_unmatched_process_on_an_unknown_gpu_is_named() -> None:
+    document = good(unmatched=[{"pid": 99, "gpu_uuid": "GPU-ghost", "used_memory_bytes": 1}])
+    assert rejection(json.dumps(document)).message == (
+        'unmatched_gpu_processes[0].gpu_uuid: GPU "GPU-ghost" is not in gpus'
+    )
