@@ -174,6 +174,13 @@ GPUADMIN_PID_USAGE_WARN_RATIO = 0.8
 # Bearer token for /metrics (gpuadmin/metrics.py); unset, /metrics answers 404.
 GPUADMIN_METRICS_TOKEN = env_secret("GPUADMIN_METRICS_TOKEN")
 
+# Signatures (docs/security.md). Central signs kill orders with the key at this
+# path (made by the data dir step, or GPUADMIN_SIGNING_KEY_FILE); an agent
+# verifies them with GPUADMIN_CENTRAL_PUBLIC_KEY (or _FILE) and signs what it
+# sends with its own key in its data directory. Keys are read when used (gpuadmin/keys.py).
+GPUADMIN_SIGNING_KEY_PATH = data_dir.central_signing_key_path(DATA_DIR)
+GPUADMIN_CENTRAL_PUBLIC_KEY = env_secret("GPUADMIN_CENTRAL_PUBLIC_KEY")
+
 # Kill workflow (see gpuadmin/kills).
 GPUADMIN_ALLOW_SELF_APPROVAL = env_bool("GPUADMIN_ALLOW_SELF_APPROVAL", False)
 GPUADMIN_PENDING_EXPIRY_SECONDS = env_int("GPUADMIN_PENDING_EXPIRY_SECONDS", 3600)

@@ -21,6 +21,7 @@ from gpuadmin.kills import services
 from gpuadmin.kills.models import KillRequest
 from gpuadmin.metrics import SCRAPE_QUERIES, UNKNOWN_HOST_LABEL
 from tests.factories import GiB, gpu, proc, snapshot
+from tests.keys import enrol
 from tests.people import _fast_password_hashing  # noqa: F401 - autouse fixture
 
 TOKEN = "metrics-token-for-tests-0123456789"
@@ -38,7 +39,7 @@ def metrics_token(settings) -> str:
 def ingest(document: dict, *, received_ago: timedelta) -> None:
     received_at = timezone.now() - received_ago
     document["taken_at"] = (received_at - timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    ingest_snapshot(json.dumps(document), received_at=received_at)
+    enrol(ingest_snapshot(json.dumps(document), received_at=received_at))
 
 
 def reject(payload: str) -> None:

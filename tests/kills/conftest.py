@@ -12,6 +12,7 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from gpuadmin.fleet.models import Host, LatestSnapshot
+from tests.keys import enrol
 from tests.kills.lab import lab_snapshot
 from tests.people import _fast_password_hashing  # noqa: F401 - autouse fixture
 
@@ -29,6 +30,8 @@ def store_snapshot(document: dict[str, Any], *, received_at: datetime | None = N
     received_at = received_at or timezone.now()
     taken_at = datetime.fromisoformat(document["taken_at"])
     host, _ = Host.objects.get_or_create(name=document["host"]["name"])
+    if not host.key_accepted:
+        enrol(host)  # orders go only to hosts whose key an approver accepted
     host.last_seen_at = received_at
     host.last_snapshot_taken_at = taken_at
     host.boot_id = document["host"]["boot_id"]

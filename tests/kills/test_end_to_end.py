@@ -34,6 +34,7 @@ from tests.integration.test_snapshot_flow import (  # noqa: F401 - fixtures
     database_url_for_workers,
     start_worker,
 )
+from tests.keys import accept, install_agent_key
 from tests.kills.real import start_trainer
 from tests.people import make_person
 from tests.services import RedisServer
@@ -97,6 +98,8 @@ def test_request_approve_signal_audit_memory_released(
     write_gpus(gpus_file, {trainer.pid: 6 * GiB})
     publish_to(redis_server.url)
     prepare_data_dir(tmp_path / "agent-data")  # as on a GPU host, before its agent starts
+    install_agent_key(tmp_path / "agent-data", host_name)
+    accept(host_name)  # enrolled beforehand, with the key its agent signs with
     try:
         on_sqlite = connection.vendor == "sqlite"
         central_database = {} if on_sqlite else {"DATABASE_URL": database_url_for_workers()}

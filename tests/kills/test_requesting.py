@@ -9,7 +9,9 @@ from gpuadmin.kills import plans, services
 from gpuadmin.kills.models import KillRequest
 from gpuadmin.kills.states import Status
 from tests.factories import GiB
-from tests.kills.lab import GPU0
+from tests.keys import enrol
+from tests.kills.conftest import store_snapshot
+from tests.kills.lab import GPU0, lab_snapshot
 
 pytestmark = pytest.mark.django_db
 
@@ -111,9 +113,18 @@ def test_an_unknown_host_is_not_found(lab, requester):
         services.file_request(requester, host="gpu99", pid=4600, start_time_ticks=460000, reason="x")
 
 
+def test_a_host_whose_key_is_not_accepted_cannot_be_targeted(db, requester):
+    from gpuadmin.fleet.models import Host
+
+    store_snapshot(lab_snapshot())
+    Host.objects.filter(name="gpu01").update(key_accepted_at=None)
+    with pytest.raises(services.Refused, match="gpu01 has no accepted key yet"):
+        services.file_request(requester, host="gpu01", pid=4600, start_time_ticks=460000, reason="x")
+
+
 def test_a_host_without_snapshot_cannot_be_targeted(db, requester):
     from gpuadmin.fleet.models import Host
 
-    Host.objects.create(name="gpu02")
+    enrol(Host.objects.create(name="gpu02"))
     with pytest.raises(services.Refused, match="no snapshot from gpu02 yet"):
         services.file_request(requester, host="gpu02", pid=4600, start_time_ticks=460000, reason="x")

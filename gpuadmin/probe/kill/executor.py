@@ -40,11 +40,13 @@ from gpuadmin.probe.kill.order import Order, PlanStep, Target, validate_order
 from gpuadmin.probe.kill.protocol import (
     Event,
     Method,
+    OrderRefusal,
     Outcome,
     Refusal,
     Result,
     event_record,
     finished_event,
+    order_refused_event,
 )
 
 if TYPE_CHECKING:
@@ -379,13 +381,21 @@ def _answer_repeat(
         return None  # pruned in the meantime: the caller claims afresh
     with writer:
         entry = writer.entry
-        note = ""
         if entry.claim.get("order_sha256") not in (None, raw_sha256):
-            note = " (note: this delivery's content differs from the order recorded under this request id)"
+            # Another order under a request id already executed: refused, and
+            # never answered with the recorded result as if it were the same order.
+            refusal = order_refused_event(
+                order.request_id, at=utc_iso(clock()), reason=OrderRefusal.CONFLICT,
+                detail="this delivery's content differs from the order recorded under this request id "
+                f"(claimed at {entry.claim.get('claimed_at', '?')}); nothing executed",
+                order_sha256=raw_sha256,
+            )
+            deliver(report, refusal)
+            return refusal
         recorded = entry.finished
         if recorded is not None:
             answer = dict(recorded, duplicate=True, answered_at=utc_iso(clock()))
-            answer["detail"] = f"{recorded.get('detail', '')}; repeat delivery, nothing executed{note}"
+            answer["detail"] = f"{recorded.get('detail', '')}; repeat delivery, nothing executed"
             deliver(report, answer)
             return answer
         answer = finished_event(
@@ -395,7 +405,7 @@ def _answer_repeat(
             result=Result.INTERRUPTED,
             detail=(
                 f"an earlier delivery claimed this order at {entry.claim.get('claimed_at', '?')} and never "
-                f"finished (the agent stopped mid-way); nothing executed now{note}"
+                f"finished (the agent stopped mid-way); nothing executed now"
             ),
             targets=_summary_from_journal(order, entry),
             duplicate=True,
