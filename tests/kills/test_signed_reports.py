@@ -39,12 +39,14 @@ def assert_rejected_on_gpu01(count: int = 1) -> None:
 
 
 @pytest.mark.parametrize("forge", [
-    pytest.param(lambda r: finished(r), id="unsigned"),
+    pytest.param(finished, id="unsigned"),
     pytest.param(lambda r: signed_report(finished(r), "gpu01", key=generate_private_key()), id="another-key"),
     pytest.param(lambda r: signed_report(finished(r), "gpu02"), id="another-hosts-key-and-name"),
-    pytest.param(lambda r: signed_report(finished(r), "gpu01", key=host_key("gpu02")), id="another-hosts-key"),
+    pytest.param(lambda r: signed_report(finished(r), "gpu01", key=host_key("gpu02")),
+                 id="another-hosts-key"),
     pytest.param(lambda r: signed_report(finished(r, request_id=str(r.pk)), "gpu01"), id="bare-number"),
-    pytest.param(lambda r: signed_report(finished(r, request_id=f"{r.pk}-0123abcd"), "gpu01"), id="wrong-key"),
+    pytest.param(lambda r: signed_report(finished(r, request_id=f"{r.pk}-0123abcd"), "gpu01"),
+                 id="wrong-key"),
 ])
 def test_a_forged_report_changes_nothing_and_is_counted_shown_and_audited(approved, forge) -> None:
     accept("gpu02")
