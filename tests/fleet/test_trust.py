@@ -58,7 +58,8 @@ def test_an_accepted_host_s_snapshots_are_stored(approver) -> None:
     host = receive_snapshot(signed_snapshot(snapshot("newbox", processes=[proc(10)])))
     assert host is not None and host.latest_snapshot.document["processes"][0]["pid"] == 10
     accepted = AuditEvent.objects.get(action="host_accepted")
-    assert accepted.actor_name == approver.username and accepted.details["fingerprint"] == host.key_fingerprint
+    assert accepted.actor_name == approver.username
+    assert accepted.details["fingerprint"] == host.key_fingerprint
 
 
 @pytest.mark.parametrize(("message", "why"), [
