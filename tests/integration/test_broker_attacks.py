@@ -104,7 +104,7 @@ def test_a_broker_writer_gets_nothing(start_worker, redis_server, tmp_path: Path
         record = next(p for p in LatestSnapshot.objects.get(host__name=host_name).document["processes"]
                       if p["pid"] == trainer.pid)
         kill_request = services.file_request(requester, host=host_name, pid=trainer.pid, plan=PLAN,
-                                             start_time_ticks=record["start_time_ticks"], reason="attack test")
+                                             start_time_ticks=record["start_time_ticks"], reason="attack")
         services.approve(kill_request.pk, approver)
         wait_until("the real request to finish",
                    lambda: KillRequest.objects.get(pk=kill_request.pk).is_final, workers)
