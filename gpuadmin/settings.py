@@ -19,6 +19,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from gpuadmin import data_dir
 from gpuadmin.env import env_bool, env_int, env_secret, env_str
+from gpuadmin.probe.kill.floor import pattern_list
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = data_dir.data_dir()
@@ -187,9 +188,11 @@ GPUADMIN_PENDING_EXPIRY_SECONDS = env_int("GPUADMIN_PENDING_EXPIRY_SECONDS", 360
 GPUADMIN_APPROVED_START_DEADLINE_SECONDS = env_int("GPUADMIN_APPROVED_START_DEADLINE_SECONDS", 120)
 GPUADMIN_PROTECTED_USERS = [u for u in env_str("GPUADMIN_PROTECTED_USERS", "").split(",") if u]
 GPUADMIN_PROTECTED_UIDS = [int(u) for u in env_str("GPUADMIN_PROTECTED_UIDS", "").split(",") if u]
-GPUADMIN_PROTECTED_COMMAND_PATTERNS = [
-    p for p in env_str("GPUADMIN_PROTECTED_COMMAND_PATTERNS", "").split(",") if p
-]
+# Regular expressions searched in each target's command line and executable path: a
+# JSON list or one per line (a comma belongs to many patterns, so it separates nothing).
+GPUADMIN_PROTECTED_COMMAND_PATTERNS = pattern_list(
+    env_str("GPUADMIN_PROTECTED_COMMAND_PATTERNS", ""), "GPUADMIN_PROTECTED_COMMAND_PATTERNS"
+)
 
 # --- Celery: Redis when REDIS_URL is set, else a broker that needs no server --
 REDIS_URL = env_str("REDIS_URL")

@@ -128,3 +128,13 @@ def test_a_host_without_snapshot_cannot_be_targeted(db, requester):
     enrol(Host.objects.create(name="gpu02"))
     with pytest.raises(services.Refused, match="no snapshot from gpu02 yet"):
         services.file_request(requester, host="gpu02", pid=4600, start_time_ticks=460000, reason="x")
+
+
+def test_a_protected_pattern_matches_the_executable_too_and_may_hold_commas(db, requester, settings):
+    from tests.kills.lab import processes
+
+    settings.GPUADMIN_PROTECTED_COMMAND_PATTERNS = [r"(^|/)redis-serv{1,2}er$"]
+    record = next(p for p in processes() if p["pid"] == 4600) | {"exe": "/usr/bin/redis-server"}
+    store_snapshot(lab_snapshot(replace={4600: record}))
+    with pytest.raises(services.Refused, match="its executable /usr/bin/redis-server matches"):
+        file(requester, 4600)
