@@ -89,7 +89,7 @@ def central_signing_key_path(directory: Path) -> Path:
     return Path(named) if named else directory / CENTRAL_SIGNING_KEY
 
 
-def prepare_data_dir(directory: Path | None = None) -> list[Path]:
+def prepare_data_dir(directory: Path | None = None, *, central: bool = True) -> list[Path]:
     """Create the data directory, its secret key and its folders where missing; returns what it created.
 
     Safe to run again and from several processes at once: nothing that exists
@@ -110,7 +110,8 @@ def prepare_data_dir(directory: Path | None = None) -> list[Path]:
     key_path = directory / KEY_FILE
     if not env_secret(KEY_VARIABLE) and not key_path.exists() and _write_secret_key(key_path):
         created.append(key_path)
-    if not env_str(SIGNING_KEY_FILE_VARIABLE):
+    # A GPU host's agent (central=False) must hold no key that central's orders could be signed with.
+    if central and not env_str(SIGNING_KEY_FILE_VARIABLE):
         from gpuadmin.probe.signing import create_private_key_file
 
         signing_key_path = directory / CENTRAL_SIGNING_KEY

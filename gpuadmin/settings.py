@@ -12,6 +12,7 @@ a missing one stops here with an error that names that command.
 from __future__ import annotations
 
 import socket
+import ssl
 from pathlib import Path
 
 import dj_database_url
@@ -197,8 +198,13 @@ GPUADMIN_PROTECTED_COMMAND_PATTERNS = pattern_list(
 # --- Celery: Redis when REDIS_URL is set, else a broker that needs no server --
 REDIS_URL = env_str("REDIS_URL")
 if REDIS_URL:
+    # redis://:password@host:6379/0 carries Redis's password; rediss:// is Redis over TLS, and
+    # the server's certificate is verified against the system's CAs unless the URL says otherwise
+    # (?ssl_cert_reqs=...), which Celery would otherwise refuse to guess.
     CELERY_BROKER_URL = REDIS_URL
     CELERY_BROKER_TRANSPORT_OPTIONS: dict = {"visibility_timeout": 3600}
+    if REDIS_URL.startswith("rediss://") and "ssl_cert_reqs" not in REDIS_URL:
+        CELERY_BROKER_USE_SSL = {"ssl_cert_reqs": ssl.CERT_REQUIRED}
 else:
     CELERY_BROKER_URL = "filesystem://localhost/"  # the host part means nothing; kombu warns without one
     CELERY_BROKER_TRANSPORT_OPTIONS = {
