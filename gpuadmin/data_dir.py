@@ -5,7 +5,11 @@ and stops with an error naming ``python -m gpuadmin.data_dir`` when they are
 missing. That command (``make run`` runs it first, through
 ``gpuadmin.run``) creates the directory (0700), the secret key (0600) unless
 GPUADMIN_SECRET_KEY gives one, and the folders the embedded broker and static
-files need. Running it again changes nothing.
+files need, and central's Ed25519 signing key (0600) unless
+GPUADMIN_SIGNING_KEY_FILE names one. Running it again changes nothing.
+
+An agent's own key (``agent_signing_key``) is made by the agent on its first
+start (``gpuadmin.agent.identity``), in its own data directory.
 
 No Django here: it runs before the settings can load.
 """
@@ -23,6 +27,7 @@ from gpuadmin.env import env_secret, env_str
 BASE_DIR = Path(__file__).resolve().parent.parent
 PREPARE_COMMAND = "python -m gpuadmin.data_dir"
 KEY_VARIABLE = "GPUADMIN_SECRET_KEY"
+SIGNING_KEY_FILE_VARIABLE = "GPUADMIN_SIGNING_KEY_FILE"
 
 # What lives in the directory, relative to it (settings build their paths from these).
 KEY_FILE = "secret_key"
@@ -30,6 +35,10 @@ SQLITE_DATABASE = "gpuadmin.sqlite3"
 STATIC_ROOT = "static"
 BEAT_SCHEDULE_FILE = "celerybeat-schedule"
 AGENT_JOURNAL = "agent-journal"
+# Central's Ed25519 key, which signs every kill order (docs/security.md).
+CENTRAL_SIGNING_KEY = "central_signing_key"
+# An agent's Ed25519 key, which signs its snapshots and kill reports.
+AGENT_SIGNING_KEY = "agent_signing_key"
 # The embedded broker's folder (used when REDIS_URL is not set); gpuadmin/broker/filesystem.py
 # makes its own subfolders in it (docs/broker.md).
 BROKER = "broker"
@@ -72,7 +81,13 @@ def secret_key(directory: Path) -> str:
         ) from None
 
 
-def prepare_data_dir(directory: Path | None = None) -> list[Path]:
+def central_signing_key_path(directory: Path) -> Path:
+    """GPUADMIN_SIGNING_KEY_FILE, else the key kept in the data directory. Reads nothing."""
+    named = env_str(SIGNING_KEY_FILE_VARIABLE)
+    return Path(named) if named else directory / CENTRAL_SIGNING_KEY
+
+
+def prepare_data_dir(directory: Path | None = None, *, central: bool = True) -> list[Path]:
     """Create the data directory, its secret key and its folders where missing; returns what it created.
 
     Safe to run again and from several processes at once: nothing that exists
@@ -93,6 +108,13 @@ def prepare_data_dir(directory: Path | None = None) -> list[Path]:
     key_path = directory / KEY_FILE
     if not env_secret(KEY_VARIABLE) and not key_path.exists() and _write_secret_key(key_path):
         created.append(key_path)
+    # A GPU host's agent (central=False) must hold no key that central's orders could be signed with.
+    if central and not env_str(SIGNING_KEY_FILE_VARIABLE):
+        from gpuadmin.probe.signing import create_private_key_file
+
+        signing_key_path = directory / CENTRAL_SIGNING_KEY
+        if create_private_key_file(signing_key_path):
+            created.append(signing_key_path)
     return created
 
 

@@ -68,7 +68,7 @@ class FleetCollector:
         )
         # Host has no D-state column; its newest history row has the count.
         newest_sample = HostSample.objects.filter(host=OuterRef("pk")).order_by("-taken_at")
-        hosts = Host.objects.only("name", "last_seen_at", "zombie_count").annotate(
+        hosts = Host.objects.fleet().only("name", "last_seen_at", "zombie_count").annotate(
             uninterruptible_count=Subquery(newest_sample.values("uninterruptible_count")[:1])
         )
         now = timezone.now()

@@ -347,6 +347,11 @@ def prepare_database() -> tuple[str, Path]:
     django.setup()
     call_command("migrate", interactive=False, verbosity=1)
     call_command("ensure_admin")
+    # This box's own agent is trusted from the start: its key lies in our own data directory.
+    from gpuadmin.keys import agent_signing_key
+    from gpuadmin.probe.signing import public_key_text
+
+    call_command("accept_host", settings.GPUADMIN_HOST_NAME, public_key=public_key_text(agent_signing_key()))
     connections.close_all()  # the children open their own
     return settings.GPUADMIN_HOST_NAME, Path(settings.DATA_DIR)
 

@@ -12,6 +12,7 @@ a missing one stops here with an error that names that command.
 from __future__ import annotations
 
 import socket
+import ssl
 from pathlib import Path
 
 import dj_database_url
@@ -19,6 +20,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from gpuadmin import data_dir
 from gpuadmin.env import env_bool, env_int, env_secret, env_str
+from gpuadmin.probe.kill.floor import pattern_list
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = data_dir.data_dir()
@@ -174,21 +176,35 @@ GPUADMIN_PID_USAGE_WARN_RATIO = 0.8
 # Bearer token for /metrics (gpuadmin/metrics.py); unset, /metrics answers 404.
 GPUADMIN_METRICS_TOKEN = env_secret("GPUADMIN_METRICS_TOKEN")
 
+# Signatures (docs/security.md). Central signs kill orders with the key at this
+# path (made by the data dir step, or GPUADMIN_SIGNING_KEY_FILE); an agent
+# verifies them with GPUADMIN_CENTRAL_PUBLIC_KEY (or _FILE) and signs what it
+# sends with its own key in its data directory. Keys are read when used (gpuadmin/keys.py).
+GPUADMIN_SIGNING_KEY_PATH = data_dir.central_signing_key_path(DATA_DIR)
+GPUADMIN_CENTRAL_PUBLIC_KEY = env_secret("GPUADMIN_CENTRAL_PUBLIC_KEY")
+
 # Kill workflow (see gpuadmin/kills).
 GPUADMIN_ALLOW_SELF_APPROVAL = env_bool("GPUADMIN_ALLOW_SELF_APPROVAL", False)
 GPUADMIN_PENDING_EXPIRY_SECONDS = env_int("GPUADMIN_PENDING_EXPIRY_SECONDS", 3600)
 GPUADMIN_APPROVED_START_DEADLINE_SECONDS = env_int("GPUADMIN_APPROVED_START_DEADLINE_SECONDS", 120)
 GPUADMIN_PROTECTED_USERS = [u for u in env_str("GPUADMIN_PROTECTED_USERS", "").split(",") if u]
 GPUADMIN_PROTECTED_UIDS = [int(u) for u in env_str("GPUADMIN_PROTECTED_UIDS", "").split(",") if u]
-GPUADMIN_PROTECTED_COMMAND_PATTERNS = [
-    p for p in env_str("GPUADMIN_PROTECTED_COMMAND_PATTERNS", "").split(",") if p
-]
+# Regular expressions searched in each target's command line and executable path: a
+# JSON list or one per line (a comma belongs to many patterns, so it separates nothing).
+GPUADMIN_PROTECTED_COMMAND_PATTERNS = pattern_list(
+    env_str("GPUADMIN_PROTECTED_COMMAND_PATTERNS", ""), "GPUADMIN_PROTECTED_COMMAND_PATTERNS"
+)
 
 # --- Celery: Redis when REDIS_URL is set, else a broker that needs no server --
 REDIS_URL = env_str("REDIS_URL")
 if REDIS_URL:
+    # redis://:password@host:6379/0 carries Redis's password; rediss:// is Redis over TLS, and
+    # the server's certificate is verified against the system's CAs unless the URL says otherwise
+    # (?ssl_cert_reqs=...), which Celery would otherwise refuse to guess.
     CELERY_BROKER_URL = REDIS_URL
     CELERY_BROKER_TRANSPORT_OPTIONS: dict = {"visibility_timeout": 3600}
+    if REDIS_URL.startswith("rediss://") and "ssl_cert_reqs" not in REDIS_URL:
+        CELERY_BROKER_USE_SSL = {"ssl_cert_reqs": ssl.CERT_REQUIRED}
 else:
     # gpuadmin's own filesystem transport (gpuadmin/broker/filesystem.py,
     # docs/broker.md): kombu's, with atomic writes and crash-safe claims. It

@@ -129,18 +129,12 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: N
 Server = TypeVar("Server")
 
 
-def _missing(reason: str) -> None:
-    if services.services_required():
-        pytest.fail(f"{reason} (GPUADMIN_REQUIRE_SERVICES=1)", pytrace=False)
-    pytest.skip(reason)
-
-
 def _serve(start: Callable[[], AbstractContextManager[Server]]) -> Iterator[Server]:
     with contextlib.ExitStack() as stack:
         try:
             server = stack.enter_context(start())
         except services.ServiceMissing as exc:
-            _missing(str(exc))
+            services.missing(str(exc))
         yield server
 
 

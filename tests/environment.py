@@ -5,7 +5,8 @@ while pytest is still reading its options, before any conftest is imported.
 Every test run gets its own GPUADMIN_DATA_DIR (secret key, SQLite files, the
 filesystem broker), prepared as `make run` prepares var/, so tests never touch
 the repository's var/ or a running panel's data. REDIS_URL is dropped for the
-same reason: tests that need Redis start their own.
+same reason: tests that need Redis start their own. Agents (in process, and the
+workers tests start) pin the run's central key through GPUADMIN_CENTRAL_PUBLIC_KEY.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from gpuadmin.data_dir import prepare_data_dir
+from gpuadmin.data_dir import CENTRAL_SIGNING_KEY, prepare_data_dir
+from gpuadmin.probe.signing import load_private_key, public_key_text
 
 __all__ = ["without_coverage"]
 
@@ -34,3 +36,5 @@ os.environ["GPUADMIN_DATA_DIR"] = DATA_DIR
 os.environ.pop("REDIS_URL", None)
 atexit.register(shutil.rmtree, DATA_DIR, True)
 prepare_data_dir(Path(DATA_DIR))
+CENTRAL_KEY = load_private_key(Path(DATA_DIR) / CENTRAL_SIGNING_KEY)
+os.environ["GPUADMIN_CENTRAL_PUBLIC_KEY"] = public_key_text(CENTRAL_KEY)

@@ -40,6 +40,15 @@ def services_required() -> bool:
     return os.environ.get("GPUADMIN_REQUIRE_SERVICES") == "1"
 
 
+def missing(reason: str) -> None:
+    """A server a test needs cannot start: skip the test, or fail it under GPUADMIN_REQUIRE_SERVICES=1."""
+    import pytest
+
+    if services_required():
+        pytest.fail(f"{reason} (GPUADMIN_REQUIRE_SERVICES=1)", pytrace=False)
+    pytest.skip(reason)
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -100,14 +109,17 @@ class RedisServer:
     port: int
     process: subprocess.Popen
     directory: Path
+    password: str = ""
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        credentials = f":{self.password}@" if self.password else ""
+        return f"redis://{credentials}127.0.0.1:{self.port}/0"
 
 
 @contextlib.contextmanager
-def redis_server() -> Iterator[RedisServer]:
+def redis_server(password: str = "") -> Iterator[RedisServer]:
+    """A throwaway redis-server; with ``password``, clients must AUTH (the URL carries it)."""
     binary = find_binary("redis-server")
     directory = Path(tempfile.mkdtemp(prefix="gpuadmin-redis-"))
     port = free_port()
@@ -115,11 +127,12 @@ def redis_server() -> Iterator[RedisServer]:
     argv = [
         binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(directory),
         "--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", str(log_path),
+        *(["--requirepass", password] if password else []),
     ]
     process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True)
     try:
         wait_for_port(port, process, "redis-server", log_path)
-        yield RedisServer(port=port, process=process, directory=directory)
+        yield RedisServer(port=port, process=process, directory=directory, password=password)
     finally:
         stop_process_group(process)
         shutil.rmtree(directory, ignore_errors=True)

@@ -16,6 +16,7 @@ import pytest
 
 from gpuadmin import data_dir
 from gpuadmin.data_dir import prepare_data_dir
+from gpuadmin.probe.signing import load_private_key
 
 REPO = Path(__file__).resolve().parent.parent
 # What a process does first: load the settings and the Celery app (which reads them).
@@ -75,12 +76,16 @@ def test_the_step_creates_a_private_directory_and_key_that_settings_then_read(tm
         os.umask(old_umask)
 
     key_file = directory / data_dir.KEY_FILE
-    assert created[0] == directory and created[-1] == key_file
+    signing_key_file = directory / data_dir.CENTRAL_SIGNING_KEY
+    assert created[0] == directory and created[-2:] == [key_file, signing_key_file]
     assert mode(directory) == 0o700
     assert mode(key_file) == 0o600
+    assert mode(signing_key_file) == 0o600
+    load_private_key(signing_key_file)  # an Ed25519 key
     for name in data_dir.FOLDERS:
         assert mode(directory / name) == 0o700, name
-    assert tree(directory) == sorted([data_dir.KEY_FILE, *data_dir.FOLDERS])  # no temporary file left
+    # no temporary file left
+    assert tree(directory) == sorted([data_dir.KEY_FILE, data_dir.CENTRAL_SIGNING_KEY, *data_dir.FOLDERS])
     key = key_file.read_text()
     assert len(key) >= 50
     loaded = load_settings(directory)
@@ -91,8 +96,19 @@ def test_the_step_creates_a_private_directory_and_key_that_settings_then_read(tm
 def test_the_step_again_changes_nothing_and_keeps_the_key(tmp_path: Path) -> None:
     prepare_data_dir(tmp_path / "var")
     key = (tmp_path / "var" / data_dir.KEY_FILE).read_text()
+    signing_key = (tmp_path / "var" / data_dir.CENTRAL_SIGNING_KEY).read_bytes()
     assert prepare_data_dir(tmp_path / "var") == []
     assert (tmp_path / "var" / data_dir.KEY_FILE).read_text() == key
+    assert (tmp_path / "var" / data_dir.CENTRAL_SIGNING_KEY).read_bytes() == signing_key
+
+
+def test_the_step_writes_no_signing_key_when_the_environment_names_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("GPUADMIN_SIGNING_KEY_FILE", str(tmp_path / "elsewhere"))
+    prepare_data_dir(tmp_path / "var")
+    assert not (tmp_path / "var" / data_dir.CENTRAL_SIGNING_KEY).exists()
+    assert data_dir.central_signing_key_path(tmp_path / "var") == tmp_path / "elsewhere"
 
 
 def test_the_step_writes_no_key_file_when_the_environment_gives_the_key(

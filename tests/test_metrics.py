@@ -21,6 +21,7 @@ from gpuadmin.kills import services
 from gpuadmin.kills.models import KillRequest
 from gpuadmin.metrics import SCRAPE_QUERIES, UNKNOWN_HOST_LABEL
 from tests.factories import GiB, gpu, proc, snapshot
+from tests.keys import enrol
 
 TOKEN = "metrics-token-for-tests-0123456789"
 HOSTILE_ARGV = ["python", "--run", 'x"} 1\n# HELP evil', "--user=pid_4242"]
@@ -37,7 +38,7 @@ def metrics_token(settings) -> str:
 def ingest(document: dict, *, received_ago: timedelta) -> None:
     received_at = timezone.now() - received_ago
     document["taken_at"] = (received_at - timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    ingest_snapshot(json.dumps(document), received_at=received_at)
+    enrol(ingest_snapshot(json.dumps(document), received_at=received_at))
 
 
 def reject(payload: str) -> None:

@@ -1,5 +1,5 @@
-"""The agent's kill task: execute an approved order on this host and report
-each step to central as it happens.
+"""The agent's kill task: verify an order central signed, execute it on this
+host, and report each step to central, signed with this agent's key.
 
 Runs on the host's own queue (``host.<name>``) with the broker as its only
 connection: no database access here. The executor (``gpuadmin.probe.kill``)
@@ -11,7 +11,7 @@ being executed twice; that is what makes ``acks_late`` safe.
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,11 @@ from django.conf import settings
 
 from gpuadmin.celery import CENTRAL_QUEUE, app
 from gpuadmin.data_dir import AGENT_JOURNAL
-from gpuadmin.probe.kill.protocol import Result, finished_event, wire_time
+from gpuadmin.keys import agent_signing_key, central_public_key
+from gpuadmin.probe.kill.executor import deliver
+from gpuadmin.probe.kill.order import OrderRefused, verify_order
+from gpuadmin.probe.kill.protocol import order_refused_event, wire_time
+from gpuadmin.probe.signing import MessageKind, seal
 from gpuadmin.task_names import EXECUTE_KILL_ORDER, RECORD_KILL_PROGRESS
 
 logger = logging.getLogger(__name__)
@@ -36,37 +40,40 @@ def journal_directory() -> Path:
     return Path(settings.DATA_DIR) / AGENT_JOURNAL
 
 
+def signed_report(event: dict[str, Any]) -> dict[str, Any]:
+    """One event, naming this host, signed with this agent's key (central checks both)."""
+    return seal({**event, "host": settings.GPUADMIN_HOST_NAME}, MessageKind.KILL_REPORT, agent_signing_key())
+
+
 def report_to_central(event: dict[str, Any]) -> None:
-    app.send_task(RECORD_KILL_PROGRESS, args=[event], queue=CENTRAL_QUEUE, retry=True,
+    app.send_task(RECORD_KILL_PROGRESS, args=[signed_report(event)], queue=CENTRAL_QUEUE, retry=True,
                   retry_policy=REPORT_RETRY_POLICY)
 
 
-def _report_unreadable(order: Any, error: ValueError) -> dict[str, Any] | None:
-    """Tell central an order it sent cannot be executed, so the request closes now, not at the sweep."""
-    request_id = order.get("request_id") if isinstance(order, dict) else None
-    if not isinstance(request_id, str | int) or isinstance(request_id, bool):
-        return None
-    event = finished_event(
-        str(request_id),
-        seq=1,
-        at=wire_time(datetime.now(UTC)),
-        result=Result.REFUSED,
-        detail=f"the agent could not read the order, nothing was done: {error}"[:2000],
+def _refuse(refused: OrderRefused) -> dict[str, Any]:
+    """Nothing is signalled; central hears why (signed), and writes it to the audit log."""
+    logger.error("refused a message as a kill order (claimed request %s): %s", refused.request_id, refused)
+    event = order_refused_event(
+        refused.request_id, at=wire_time(time.time()), reason=refused.reason,
+        detail=refused.detail[:2000], order_sha256=refused.order_sha256,
     )
-    report_to_central(event)
+    deliver(report_to_central, event)
     return event
 
 
-def execute(order: Any) -> dict[str, Any] | None:
+def execute(message: Any) -> dict[str, Any] | None:
+    """Verify a delivered message as an order (before anything else), then execute it."""
     from gpuadmin.probe.journal import Journal
     from gpuadmin.probe.kill import execute_order
 
+    try:
+        order = verify_order(message, central_key=central_public_key(), host_name=settings.GPUADMIN_HOST_NAME,
+                             now=time.time())
+    except OrderRefused as refused:
+        return _refuse(refused)
     journal = Journal(journal_directory())
     try:
         return execute_order(order, journal=journal, report=report_to_central)
-    except ValueError as error:
-        logger.error("refused a malformed kill order: %s", error)
-        return _report_unreadable(order, error)
     finally:
         try:
             journal.prune(JOURNAL_KEEP_SECONDS)
@@ -75,8 +82,8 @@ def execute(order: Any) -> dict[str, Any] | None:
 
 
 @app.task(name=EXECUTE_KILL_ORDER, acks_late=True, ignore_result=True)
-def execute_kill_order(order: dict[str, Any]) -> dict[str, Any] | None:
-    finished = execute(order)
+def execute_kill_order(message: dict[str, Any]) -> dict[str, Any] | None:
+    finished = execute(message)
     if finished:
         logger.info("kill request %s: %s (%s)", finished.get("request_id"), finished.get("result"),
                     finished.get("detail"))

@@ -1,4 +1,5 @@
-"""The agent's probe: read this host with gpuadmin.probe, send the snapshot to central.
+"""The agent's probe: read this host with gpuadmin.probe, send the snapshot, signed with
+this agent's key, to central.
 
 Runs on a GPU host's own queue (``host.<name>``). It needs the broker and
 nothing else: it never opens the database, so a GPU host holds no database
@@ -7,7 +8,6 @@ credentials (an agent with an unreachable DATABASE_URL still delivers).
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
@@ -15,20 +15,22 @@ from celery.signals import worker_ready
 from django.conf import settings
 
 from gpuadmin.celery import CENTRAL_QUEUE, app, host_queue
+from gpuadmin.keys import agent_signing_key
+from gpuadmin.probe.signing import MessageKind, fingerprint, seal
 from gpuadmin.task_names import INGEST_SNAPSHOT, PROBE_HOST
 
 logger = logging.getLogger(__name__)
 
 
-def snapshot_json(host_name: str) -> str:
-    """One snapshot of this host as JSON text (schema v1), options from GPUADMIN_* variables."""
+def signed_snapshot(host_name: str) -> dict[str, Any]:
+    """One snapshot of this host, signed with this agent's key; options from GPUADMIN_* variables."""
     # Imported here so that loading the task modules (central imports them too)
     # does not load psutil and the GPU backends.
     from gpuadmin.probe import take_snapshot
     from gpuadmin.probe.config import ProbeConfig
 
     snapshot = take_snapshot(ProbeConfig.from_env(host_name=host_name))
-    return json.dumps(snapshot, separators=(",", ":"))
+    return seal(snapshot, MessageKind.SNAPSHOT, agent_signing_key())
 
 
 def snapshot_expiry_seconds() -> float:
@@ -37,16 +39,16 @@ def snapshot_expiry_seconds() -> float:
     return float(settings.GPUADMIN_PROBE_INTERVAL_SECONDS * settings.GPUADMIN_OFFLINE_AFTER_INTERVALS)
 
 
-def send_snapshot(snapshot_text: str) -> None:
-    app.send_task(INGEST_SNAPSHOT, args=[snapshot_text], queue=CENTRAL_QUEUE,
+def send_snapshot(message: dict[str, Any]) -> None:
+    app.send_task(INGEST_SNAPSHOT, args=[message], queue=CENTRAL_QUEUE,
                   expires=snapshot_expiry_seconds())
 
 
 def probe_and_send() -> int:
-    """Probe this host and send the snapshot to central; returns its size in bytes."""
-    text = snapshot_json(settings.GPUADMIN_HOST_NAME)
-    send_snapshot(text)
-    return len(text)
+    """Probe this host and send the signed snapshot to central; returns its size in bytes."""
+    message = signed_snapshot(settings.GPUADMIN_HOST_NAME)
+    send_snapshot(message)
+    return len(message["text"])  # ASCII: characters are bytes
 
 
 @app.task(name=PROBE_HOST, ignore_result=True)
@@ -87,4 +89,6 @@ def probe_on_worker_start(sender: Any = None, **kwargs: Any) -> None:
     consumed = {queue.name for queue in consumer.task_consumer.queues}
     if own_queue not in consumed:
         return  # a central-only worker: it has no host to probe
+    key = agent_signing_key()  # made now on the first start, and its fingerprint logged
+    logger.info("agent %s signs with key %s", settings.GPUADMIN_HOST_NAME, fingerprint(key))
     request_probe(settings.GPUADMIN_HOST_NAME)

@@ -25,6 +25,9 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+# The one canonical encoding, shared with the signatures on orders, snapshots and reports.
+from gpuadmin.probe.signing import canonical_json
+
 GENESIS_HASH = "0" * 64
 VERIFY_CHUNK_SIZE = 2000
 
@@ -45,11 +48,6 @@ HASHED_FIELDS = (
 )
 # What verification reads per row: the hashed fields, then the stored hash.
 VERIFY_COLUMNS = (*HASHED_FIELDS, "hash")
-
-
-def canonical_json(value: Any) -> str:
-    """The one text a JSON value hashes as: sorted keys, no whitespace, ASCII, no NaN."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
 
 
 def timestamp_text(moment: datetime) -> str:

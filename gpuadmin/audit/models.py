@@ -41,7 +41,8 @@ class AppendOnlyError(Exception):
 
 # What the log records: what central did to a kill request, and, in between,
 # every event the agent reported, with the words and labels of the kill protocol
-# (gpuadmin/probe/kill/protocol.py), so a new event is added there only.
+# (gpuadmin/probe/kill/protocol.py), so a new event is added there only; then
+# the decisions about whom to trust (host keys, messages refused: docs/security.md).
 # mypy reads the functional enum API only for enum's own classes, not Django's Choices.
 Action = models.TextChoices(  # type: ignore[call-overload]
     "Action",
@@ -54,6 +55,11 @@ Action = models.TextChoices(  # type: ignore[call-overload]
         ("DISPATCHED", ("dispatched", "Dispatched to host")),
         *kill_protocol.Event.members(),
         ("MEMORY_RELEASED", ("memory_released", "Memory released")),
+        ("REPORT_CONFLICT", ("report_conflict", "Conflicting kill report")),
+        ("HOST_KEY_OFFERED", ("host_key_offered", "Host key awaiting acceptance")),
+        ("HOST_ACCEPTED", ("host_accepted", "Host key accepted")),
+        ("HOST_KEY_FORGOTTEN", ("host_key_forgotten", "Host key forgotten")),
+        ("MESSAGE_REJECTED", ("message_rejected", "Rejected message")),
     ],
     module=__name__,
 )

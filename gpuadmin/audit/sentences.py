@@ -25,7 +25,7 @@ from django.urls import NoReverseMatch, reverse
 
 from gpuadmin.audit.models import Action, AuditEvent
 from gpuadmin.kills import plans
-from gpuadmin.probe.kill.protocol import Method, Outcome, Refusal, Result
+from gpuadmin.probe.kill.protocol import Method, OrderRefusal, Outcome, Refusal, Result
 from gpuadmin.text import human_bytes, process_state, utc_text
 from gpuadmin.web.untrusted_text import visible_text
 
@@ -63,6 +63,8 @@ REFUSAL_WORDS: dict[Refusal, str] = {
     Refusal.IDENTITY_CHANGED: "it is no longer the process that was approved",
     Refusal.PERMISSION_DENIED: "permission denied",
     Refusal.SIGNAL_ERROR: "the signal could not be sent",
+    Refusal.PROTECTED_EXECUTABLE: "its executable is on the host's protected list",
+    Refusal.UNVERIFIABLE_EXECUTABLE: "its executable could not be read to check the protected list",
 }
 
 # How an order ended, worded to follow "#n ".
@@ -73,6 +75,19 @@ RESULT_WORDS: dict[Result, str] = {
     Result.REFUSED: "was refused by the agent",
     Result.EXPIRED: "expired on the host before it started",
     Result.INTERRUPTED: "was interrupted on the host",
+}
+
+# Why the agent would not take a message as an order, worded to follow "refused an order: ".
+ORDER_REFUSAL_WORDS: dict[OrderRefusal, str] = {
+    OrderRefusal.UNSIGNED: "it was not signed",
+    OrderRefusal.BAD_SIGNATURE: "its signature is not central's",
+    OrderRefusal.NO_CENTRAL_KEY: "the agent has no central key to check it with",
+    OrderRefusal.MALFORMED: "it could not be read",
+    OrderRefusal.UNSUPPORTED_VERSION: "its version is not one the agent runs",
+    OrderRefusal.WRONG_HOST: "it is for another host",
+    OrderRefusal.EXPIRED: "it arrived after its deadline",
+    OrderRefusal.WINDOW_TOO_LONG: "its deadline is too long after its approval",
+    OrderRefusal.CONFLICT: "another order already ran under its request id",
 }
 
 # A target summary's outcome, worded to follow a count.
@@ -428,6 +443,64 @@ def _memory_released(event: AuditEvent, details: dict[str, Any], context: Senten
     return parts
 
 
+def _order_refused(event: AuditEvent, details: dict[str, Any], context: SentenceContext) -> list[Part]:
+    # Written from what the host said; the request it names may be forged (kill_request_id is
+    # set only when the id and its order key match a real request).
+    parts = [*_host(event), w(" refused ")]
+    if event.kill_request_id is not None:
+        parts += [w("the order of "), *_request(event)]
+    elif _str(details.get("claimed_request_id")):
+        parts += [w("a message naming request "), value(details["claimed_request_id"])]
+    else:
+        parts.append(w("a message as an order"))
+    try:
+        parts.append(w(f": {ORDER_REFUSAL_WORDS[OrderRefusal(details.get('reason'))]}"))
+    except ValueError:
+        if _str(details.get("reason")):
+            parts += [w(": "), value(details["reason"])]
+    return [*parts, *_agent_detail(details)]
+
+
+def _report_conflict(event: AuditEvent, details: dict[str, Any], context: SentenceContext) -> list[Part]:
+    seq = _int(details.get("seq"))
+    step = f"step {seq}" if seq is not None else "a step"
+    return [*_host(event), w(f" sent a second, different report for {step} of "), *_request(event),
+            w("; the first one stands and both are kept here")]
+
+
+def _fingerprint(details: Mapping[str, Any]) -> list[Part]:
+    return [w(" "), code(details["fingerprint"])] if _str(details.get("fingerprint")) else []
+
+
+def _host_key_offered(event: AuditEvent, details: dict[str, Any], context: SentenceContext) -> list[Part]:
+    return [*_host(event), w(" offered key"), *_fingerprint(details), w("; it waits for an approver")]
+
+
+def _host_accepted(event: AuditEvent, details: dict[str, Any], context: SentenceContext) -> list[Part]:
+    actor = [value(details["by"])] if _str(details.get("by")) else _actor(event)
+    return [*actor, w(" accepted the key"), *_fingerprint(details), w(" of "), *_host(event)]
+
+
+def _host_key_forgotten(event: AuditEvent, details: dict[str, Any], context: SentenceContext) -> list[Part]:
+    actor = [value(details["by"])] if _str(details.get("by")) else _actor(event)
+    parts = [*actor, w(" forgot the key"), *_fingerprint(details), w(" of "), *_host(event)]
+    if details.get("was_accepted") is False:
+        parts.append(w(" (never accepted)"))
+    return [*parts, w("; its next snapshot offers a key again")]
+
+
+def _message_rejected(event: AuditEvent, details: dict[str, Any], context: SentenceContext) -> list[Part]:
+    kinds = {"snapshot": "a snapshot", "kill_report": "a kill report"}
+    kind = kinds.get(_str(details.get("kind")), "a message")
+    parts = [w(f"central rejected {kind} naming "), *_host(event)]
+    if _str(details.get("reason")):
+        parts += [w(": "), note(details["reason"])]
+    count = _int(details.get("rejected_so_far"))
+    if count and count > 1:
+        parts.append(w(f" ({count} rejected so far; one event per hour is written)"))
+    return parts
+
+
 def _unknown(event: AuditEvent, details: dict[str, Any], context: SentenceContext) -> list[Part]:
     # An action no builder knows (only reachable for rows written by another version).
     parts = [*_request(event), w(f": {event.action}")]
@@ -448,6 +521,12 @@ _BUILDERS: dict[str, Builder] = {
     Action.REFUSED: _refused,
     Action.FINISHED: _finished,
     Action.MEMORY_RELEASED: _memory_released,
+    Action.ORDER_REFUSED: _order_refused,
+    Action.REPORT_CONFLICT: _report_conflict,
+    Action.HOST_KEY_OFFERED: _host_key_offered,
+    Action.HOST_ACCEPTED: _host_accepted,
+    Action.HOST_KEY_FORGOTTEN: _host_key_forgotten,
+    Action.MESSAGE_REJECTED: _message_rejected,
 }
 
 

@@ -1,9 +1,12 @@
 """Ingest: turn one snapshot from an agent into what central stores.
 
-A rejected snapshot changes nothing already stored: it leaves a
-``SnapshotRejection`` row and, when the host is known, the error on the host
-(shown on its page until a good snapshot arrives). An accepted one is stored
-in one transaction: host facts, latest document, GPUs, history, findings.
+``receive_snapshot`` takes the message as it came off the broker: signed by
+the host's own key (``gpuadmin.probe.signing``), or a rejected message
+(``fleet.trust``) that changes nothing. A rejected snapshot changes nothing
+already stored: it leaves a ``SnapshotRejection`` row and, when the host's
+accepted key signed it, the error on the host (shown on its page until a good
+snapshot arrives). An accepted one is stored in one transaction: host facts,
+latest document, GPUs, history, findings.
 """
 
 from __future__ import annotations
@@ -13,20 +16,23 @@ from datetime import datetime
 from functools import partial
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from gpuadmin.fleet import findings, history
+from gpuadmin.fleet import findings, history, trust
 from gpuadmin.fleet.models import Gpu, Host, LatestSnapshot, SnapshotRejection
 from gpuadmin.fleet.process_tree import ProcessRow, attributed_memory_bytes, gpu_holders, process_rows
 from gpuadmin.fleet.signals import snapshot_ingested
 from gpuadmin.fleet.validation import (
     INT32_MAX,
     SnapshotRejected,
+    host_name_from_text,
     parse_snapshot,
     parse_taken_at,
     payload_size_bytes,
 )
+from gpuadmin.probe.signing import BadMessage, MessageKind, open_envelope
 
 logger = logging.getLogger(__name__)
 
@@ -59,8 +65,67 @@ _GPU_UPDATE_FIELDS = [
 ]
 
 
+def receive_snapshot(message: Any, *, received_at: datetime | None = None) -> Host | None:
+    """Store a snapshot message as it came off the broker; the host, or None while it awaits acceptance.
+
+    Raises ``SnapshotRejected`` for anything not stored: not signed, signed by
+    another key than the host's (a rejected message, ``fleet.trust``), or a
+    document that does not validate.
+    """
+    received_at = received_at or timezone.now()
+    max_bytes = settings.GPUADMIN_SNAPSHOT_MAX_BYTES
+    try:
+        # Verified before it is parsed; the size limit proper is checked by parse_snapshot.
+        opened = open_envelope(message, MessageKind.SNAPSHOT, max_text_chars=4 * max_bytes)
+    except BadMessage as error:
+        claimed = _claimed_host_name(message)
+        reason = f"snapshot not signed by a host key: {error}"
+        trust.reject_message(SnapshotRejection.MessageKind.SNAPSHOT, reason, host_name=claimed,
+                             size_bytes=_message_size(message), received_at=received_at)
+        raise SnapshotRejected(reason, host_name=claimed) from None
+    try:
+        document = parse_snapshot(opened.text, now=received_at)
+    except SnapshotRejected as rejected:
+        # Only the host's own key may put an error on its page.
+        verified = bool(rejected.host_name) and trust.is_accepted_key(rejected.host_name, opened)
+        record_rejection(rejected, size_bytes=len(opened.text), received_at=received_at, on_host=verified)
+        raise
+    host_name = document["host"]["name"]
+    try:
+        host = trust.admit(host_name, opened, received_at=received_at)
+    except trust.MessageRejected as rejected:
+        trust.reject_message(SnapshotRejection.MessageKind.SNAPSHOT, rejected.reason, host_name=host_name,
+                             size_bytes=len(opened.text), received_at=received_at)
+        raise SnapshotRejected(rejected.reason, host_name=host_name) from None
+    if host is None:
+        return None  # awaiting acceptance: nothing of it is stored
+    return ingest_document(document, received_at=received_at)
+
+
+def _claimed_host_name(message: Any) -> str:
+    """The host a message that failed its signature claims to be about (it proves nothing)."""
+    text = message.get("text") if isinstance(message, dict) else message
+    return host_name_from_text(text) if isinstance(text, str | bytes) else ""
+
+
+def _message_size(message: Any) -> int:
+    text = message.get("text") if isinstance(message, dict) else message
+    return len(text) if isinstance(text, str | bytes) else 0
+
+
 def ingest_snapshot(payload: str | bytes, *, received_at: datetime | None = None) -> Host:
-    """Validate and store one snapshot; return its host. Raises ``SnapshotRejected``.
+    """Validate and store one snapshot whose sender was verified already. Raises ``SnapshotRejected``."""
+    received_at = received_at or timezone.now()
+    try:
+        document = parse_snapshot(payload, now=received_at)
+    except SnapshotRejected as rejected:
+        record_rejection(rejected, size_bytes=payload_size_bytes(payload), received_at=received_at)
+        raise
+    return ingest_document(document, received_at=received_at)
+
+
+def ingest_document(document: dict[str, Any], *, received_at: datetime) -> Host:
+    """Store one validated snapshot document; return its host.
 
     Snapshots can arrive out of order (several central workers, redelivery
     after a worker died). Only a snapshot taken after the stored latest one
@@ -70,15 +135,12 @@ def ingest_snapshot(payload: str | bytes, *, received_at: datetime | None = None
     history (they are indexed by taken_at, so a late one fills its gap in the
     charts) unless that moment is already there; a snapshot taken at the same
     instant as the latest is a redelivery and changes nothing.
-    """
-    received_at = received_at or timezone.now()
-    try:
-        document = parse_snapshot(payload, now=received_at)
-    except SnapshotRejected as rejected:
-        record_rejection(rejected, size_bytes=payload_size_bytes(payload), received_at=received_at)
-        raise
 
-    taken_at = parse_taken_at(document["taken_at"])
+    A host's clock may run ahead of central's (validation refuses more than
+    MAX_CLOCK_AHEAD): its taken_at is read as no later than its arrival, so
+    one snapshot dated ahead never makes the newer ones look late.
+    """
+    taken_at = min(parse_taken_at(document["taken_at"]), received_at)
     with transaction.atomic():
         # The lock serialises two workers ingesting the same host (PostgreSQL;
         # SQLite's IMMEDIATE transactions already serialise every writer).
@@ -105,8 +167,9 @@ def ingest_snapshot(payload: str | bytes, *, received_at: datetime | None = None
     return host
 
 
-def record_rejection(rejected: SnapshotRejected, *, size_bytes: int, received_at: datetime) -> None:
-    """Keep the refusal where people look: the rejection log and the host's page."""
+def record_rejection(rejected: SnapshotRejected, *, size_bytes: int, received_at: datetime,
+                     on_host: bool = True) -> None:
+    """Keep the refusal where people look: the rejection log and (``on_host``) the host's page."""
     logger.warning("snapshot from %s rejected: %s", rejected.host_name or "an unknown host", rejected.message)
     with transaction.atomic():
         SnapshotRejection.objects.create(
@@ -115,7 +178,7 @@ def record_rejection(rejected: SnapshotRejected, *, size_bytes: int, received_at
             size_bytes=min(size_bytes, INT32_MAX),
             error=rejected.message,
         )
-        if rejected.host_name:
+        if rejected.host_name and on_host:
             # A rejected snapshot never creates a host: anyone on a GPU host can
             # send junk, and a name alone proves nothing.
             Host.objects.filter(name=rejected.host_name).update(

@@ -22,11 +22,20 @@ from django.utils import timezone
 
 
 class HostQuerySet(models.QuerySet):
+    def awaiting_acceptance(self) -> HostQuerySet:
+        """Hosts that offered a key no approver has accepted yet (docs/security.md)."""
+        return self.exclude(public_key="").filter(key_accepted_at__isnull=True)
+
+    def fleet(self) -> HostQuerySet:
+        """Every host but those awaiting acceptance: nothing of those is fleet data."""
+        return self.exclude(pk__in=self.awaiting_acceptance().values("pk"))
+
     def for_listing(self) -> HostQuerySet:
-        """Hosts with their present GPUs and open-finding counts, in two queries.
+        """Fleet hosts with their present GPUs and open-finding counts, in two queries.
 
         Each host gets ``present_gpus`` (list, by index) and ``open_findings_<severity>``
         counts, so listing N hosts never loads a snapshot document or runs a query per host.
+        Hosts awaiting acceptance are left out (``fleet()``).
         """
         open_finding = Q(findings__resolved_at__isnull=True)
         counts = {
@@ -37,7 +46,7 @@ class HostQuerySet(models.QuerySet):
         }
         present = Prefetch("gpus", queryset=Gpu.objects.filter(present=True).order_by("index"),
                            to_attr="present_gpus")
-        return self.annotate(**counts).prefetch_related(present)
+        return self.fleet().annotate(**counts).prefetch_related(present)
 
     def named(self, name: str) -> Host | None:
         return self.filter(name=name).first()
@@ -65,6 +74,18 @@ class Host(models.Model):
     last_error_at = models.DateTimeField(null=True, blank=True)
     # When central last sent this host a probe task: hosts offline for long are probed less often.
     last_probe_sent_at = models.DateTimeField(null=True, blank=True)
+    # The host's Ed25519 key (docs/security.md, gpuadmin/fleet/trust.py): offered by its
+    # first signed snapshot, trusted once an approver accepted it. Until then nothing it
+    # sends is stored and no order is sent to it; afterwards only what this key signed counts.
+    public_key = models.CharField(max_length=100, blank=True)
+    key_fingerprint = models.CharField(max_length=80, blank=True)
+    key_offered_at = models.DateTimeField(null=True, blank=True)
+    key_accepted_at = models.DateTimeField(null=True, blank=True)
+    key_accepted_by_name = models.CharField(max_length=150, blank=True)
+    # Messages naming this host that were not signed by its accepted key (forged, altered...).
+    rejected_message_count = models.PositiveIntegerField(default=0)
+    last_rejected_message_at = models.DateTimeField(null=True, blank=True)
+    last_rejected_message_reason = models.TextField(blank=True)
 
     objects = HostQuerySet.as_manager()
     # Only on hosts loaded by HostQuerySet.for_listing (its Prefetch's to_attr).
@@ -82,6 +103,14 @@ class Host(models.Model):
             seconds=settings.GPUADMIN_PROBE_INTERVAL_SECONDS
             * settings.GPUADMIN_OFFLINE_AFTER_INTERVALS
         )
+
+    @property
+    def key_accepted(self) -> bool:
+        return bool(self.public_key) and self.key_accepted_at is not None
+
+    @property
+    def awaiting_acceptance(self) -> bool:
+        return bool(self.public_key) and self.key_accepted_at is None
 
     @property
     def is_online(self) -> bool:
@@ -246,6 +275,7 @@ class Finding(models.Model):
         PID_EXHAUSTION = "pid_exhaustion", "PIDs nearly exhausted"
         GPU_DATA_UNAVAILABLE = "gpu_data_unavailable", "GPU data unavailable"
         UNKILLABLE = "unkillable", "Process survived SIGKILL"
+        REJECTED_MESSAGES = "rejected_messages", "Messages rejected"
 
     class Severity(models.TextChoices):
         INFO = "info", "Info"
@@ -296,9 +326,17 @@ def most_severe_first(findings: list[Finding]) -> list[Finding]:
 
 
 class SnapshotRejection(models.Model):
-    """A snapshot central refused, and why. Nothing stored changes when one arrives."""
+    """A message central refused (a snapshot, or a kill report that was not its host's), and why.
+
+    Nothing stored changes when one arrives.
+    """
+
+    class MessageKind(models.TextChoices):
+        SNAPSHOT = "snapshot", "Snapshot"
+        KILL_REPORT = "kill_report", "Kill report"
 
     host_name = models.CharField(max_length=253, blank=True)
+    message_kind = models.CharField(max_length=16, choices=MessageKind.choices, default=MessageKind.SNAPSHOT)
     received_at = models.DateTimeField(default=timezone.now)
     size_bytes = models.PositiveIntegerField()
     error = models.TextField()

@@ -29,6 +29,9 @@ def probe_now(host_name: str, *, now: datetime | None = None) -> None:
 def send_due_probes(now: datetime | None = None) -> list[str]:
     """Send a probe to every known host that is due one; return their names.
 
+    Hosts awaiting acceptance get none: anyone can make up their names, and
+    accepting one asks it for a snapshot at once (``fleet.trust``).
+
     Every host is due each interval, except hosts offline for more than
     LONG_OFFLINE_AFTER, which are due once per LONG_OFFLINE_PROBE_EVERY (their
     probes still expire, so an agent that comes back runs at most one).
@@ -36,7 +39,9 @@ def send_due_probes(now: datetime | None = None) -> list[str]:
     now = now or timezone.now()
     due = [
         (host.pk, host.name)
-        for host in Host.objects.only("pk", "name", "last_seen_at", "first_seen_at", "last_probe_sent_at")
+        for host in Host.objects.fleet().only(
+            "pk", "name", "last_seen_at", "first_seen_at", "last_probe_sent_at"
+        )
         if _probe_due(host, now)
     ]
     for _, name in due:

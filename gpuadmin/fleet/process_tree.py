@@ -48,6 +48,8 @@ class ProcessRow:
     device_files: tuple[str, ...] = ()
     # Schema version 2 (gpuadmin/probe/owners.py); None in version 1 and when no owner was recognised.
     owner: dict[str, Any] | None = None
+    # The executable (/proc/<pid>/exe) as the probe read it; None when unknown or from an older agent.
+    exe: str | None = None
 
     @classmethod
     def from_document(cls, p: dict[str, Any]) -> ProcessRow:
@@ -72,6 +74,7 @@ class ProcessRow:
             gpu_memory_bytes=dict(p.get("gpu_memory_bytes", {})),
             device_files=tuple(p.get("device_files", ())),
             owner=p.get("owner"),
+            exe=p.get("exe"),
         )
 
     @property

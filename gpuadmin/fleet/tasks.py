@@ -7,12 +7,13 @@ Ingest lives in ``gpuadmin.fleet.ingest``, probe scheduling in
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from celery import Task
 from django.db import DatabaseError
 
 from gpuadmin.celery import CENTRAL_QUEUE, app
-from gpuadmin.fleet.ingest import ingest_snapshot
+from gpuadmin.fleet.ingest import receive_snapshot
 from gpuadmin.fleet.probes import send_due_probes
 from gpuadmin.fleet.validation import SnapshotRejected
 from gpuadmin.task_names import INGEST_SNAPSHOT, SCHEDULE_PROBES
@@ -35,14 +36,15 @@ INGEST_RETRY_BACKOFF_MAX_SECONDS = 300
     retry_jitter=True,
     max_retries=INGEST_MAX_RETRIES,
 )
-def ingest_snapshot_task(self: Task, snapshot_json: str) -> str | None:
-    """Store one snapshot sent by an agent; return its host name (None when rejected)."""
+def ingest_snapshot_task(self: Task, message: Any) -> str | None:
+    """Store one signed snapshot sent by an agent; return its host name (None when not stored)."""
     try:
-        return ingest_snapshot(snapshot_json).name
+        host = receive_snapshot(message)
     except SnapshotRejected as rejected:
         # Recorded by ingest (rejection log, host page); retrying cannot fix the payload.
         logger.warning("rejected a snapshot from %s: %s", rejected.host_name or "an unknown host", rejected)
         return None
+    return host.name if host is not None else None
 
 
 @app.task(name=SCHEDULE_PROBES, queue=CENTRAL_QUEUE)

@@ -38,9 +38,10 @@ START_REPORT_MARGIN = timedelta(seconds=30)
 FINISH_REPORT_MARGIN = timedelta(seconds=60)
 
 
-# An order's request id as central writes it (``KillRequest.order_request_id``);
-# a bare primary key is read too.
-ORDER_REQUEST_ID = re.compile(r"^(?P<pk>[0-9]{1,18})(?:-(?P<key>[0-9a-f]{1,32}))?$")
+# An order's request id as central writes it (``KillRequest.order_request_id``): the
+# request's number and its random order key, both required (a bare number could name
+# another request's order).
+ORDER_REQUEST_ID = re.compile(r"^(?P<pk>[0-9]{1,18})-(?P<key>[0-9a-f]{1,32})$")
 
 
 def new_order_key() -> str:
@@ -154,16 +155,16 @@ class KillRequest(models.Model):
         return f"{self.pk}-{self.order_key}"
 
     @staticmethod
-    def parse_order_request_id(value: Any) -> tuple[int, str | None]:
-        """(primary key, order key) from a reported request id: "42-3f9a0c1b2d4e", or 42 / "42" alone.
+    def parse_order_request_id(value: Any) -> tuple[int, str]:
+        """(primary key, order key) from a reported request id "42-3f9a0c1b2d4e".
 
-        Raises ValueError for anything else.
+        Raises ValueError for anything else, a bare number included.
         """
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value, None
         match = ORDER_REQUEST_ID.match(value) if isinstance(value, str) else None
         if match is None:
-            raise ValueError(f"'request_id' must be a kill request id like '42-3f9a0c1b2d4e'; got {value!r}")
+            raise ValueError(
+                f"'request_id' must be an order's request id like '42-3f9a0c1b2d4e'; got {value!r:.80}"
+            )
         return int(match["pk"]), match["key"]
 
     @property

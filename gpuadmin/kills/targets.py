@@ -160,13 +160,16 @@ def _refusals(row: ProcessRow, protection: Protection) -> Iterator[str]:
     command_line = " ".join(row.cmdline) if row.cmdline else row.name
     for pattern in protection.patterns:
         try:
-            matched = re.search(pattern, command_line)
+            in_command_line = re.search(pattern, command_line)
+            in_executable = row.exe is not None and re.search(pattern, row.exe)
         except re.error as exc:
             # Fail closed: a broken protection rule must not let everything through.
             yield f"protected command pattern {pattern!r} is not a valid regular expression ({exc})"
-            matched = None
-        if matched:
+            continue
+        if in_command_line:
             yield f"its command line matches the protected pattern {pattern!r}"
+        if in_executable:
+            yield f"its executable {row.exe} matches the protected pattern {pattern!r}"
     if row.uid is None:
         yield "its owner (uid) is unknown, so the agent could not verify it"
 

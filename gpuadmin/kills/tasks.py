@@ -33,12 +33,12 @@ WAIT_FOR_EARLIER_SECONDS = 0.1
     max_retries=10,
     ignore_result=True,
 )
-def record_kill_progress(self: Task, event: dict[str, Any]) -> int | None:
-    from gpuadmin.kills.services import EarlierStepsMissing, record_progress
+def record_kill_progress(self: Task, message: Any) -> int | None:
+    from gpuadmin.kills.services import EarlierStepsMissing, receive_report
 
     waiting = self.request.retries < WAIT_FOR_EARLIER_RETRIES
     try:
-        step = record_progress(event, wait_for_earlier=waiting)
+        step = receive_report(message, wait_for_earlier=waiting)
     except EarlierStepsMissing as exc:
         raise self.retry(
             exc=exc, countdown=WAIT_FOR_EARLIER_SECONDS, max_retries=WAIT_FOR_EARLIER_RETRIES

@@ -106,6 +106,10 @@ def describe(stat: StatFields, *, uptime_seconds: float, cmdline_max_bytes: int)
         raw = b""  # gone since the stat pass; the row still says what it was
     argv, truncated = split_cmdline(raw, cmdline_max_bytes)
     uid = read_status_uid(pid)
+    try:
+        exe: str | None = os.readlink(f"/proc/{pid}/exe").removesuffix(" (deleted)")
+    except OSError:
+        exe = None  # a kernel thread, a zombie, or another user's process without CAP_SYS_PTRACE
     start_seconds = stat.start_time_ticks / CLOCK_TICKS_PER_SECOND
     return {
         "pid": pid,
@@ -118,6 +122,7 @@ def describe(stat: StatFields, *, uptime_seconds: float, cmdline_max_bytes: int)
         "cmdline": argv,
         "cmdline_truncated": truncated,
         "cmdline_sha256": cmdline_sha256(raw),
+        "exe": exe,
         "rss_bytes": max(stat.rss_pages, 0) * PAGE_SIZE_BYTES,
         "pgid": stat.pgid if stat.pgid >= 0 else None,
         "sid": stat.sid if stat.sid >= 0 else None,

@@ -8,4 +8,5 @@ urlpatterns = [
     path("favicon.ico", views.favicon, name="favicon"),
     path("hosts/<str:name>/", views.host_detail, name="host_detail"),
     path("hosts/<str:name>/probe/", views.host_probe, name="host_probe"),
+    path("hosts/<str:name>/accept/", views.host_accept, name="host_accept"),
 ]

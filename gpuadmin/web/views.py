@@ -19,6 +19,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from gpuadmin.accounts.permissions import role_required
 from gpuadmin.accounts.roles import Role, has_role
+from gpuadmin.fleet import trust
 from gpuadmin.fleet.models import Host, LatestSnapshot
 from gpuadmin.fleet.probes import probe_now
 from gpuadmin.web.host_tables import SORT_DESCENDING_BY_DEFAULT, ProcessQuery, host_tables
@@ -49,7 +50,8 @@ def _host_gone(request: HttpRequest, name: str) -> HttpResponse:
 @role_required(Role.VIEWER)
 @vary_on_htmx()
 def fleet(request: HtmxHttpRequest) -> HttpResponse:
-    context = {"hosts": list(Host.objects.for_listing()), "poll_seconds": _poll_seconds()}
+    context = {"hosts": list(Host.objects.for_listing()), "poll_seconds": _poll_seconds(),
+               "awaiting_hosts": _awaiting_for(request)}
     if wants_fragment(request):
         return render(request, "web/_fleet_hosts.html", context)
     return render(request, "web/fleet.html", context)
@@ -63,6 +65,9 @@ def host_detail(request: HtmxHttpRequest, name: str) -> HttpResponse:
     if host is None:
         if wants_fragment(request):
             return _host_gone(request, name)
+        awaiting = next((h for h in _awaiting_for(request) if h.name == name), None)
+        if awaiting is not None:
+            return render(request, "web/host_awaiting.html", {"host": awaiting})
         raise Http404(f"No host named {name!r} has sent a snapshot.")
     gpus = list(host.present_gpus)
     query = ProcessQuery.from_params(request.GET)
@@ -84,6 +89,29 @@ def host_detail(request: HtmxHttpRequest, name: str) -> HttpResponse:
         return render(request, "web/_host_processes.html", context)
     # The poll: the tables, plus the summary (status, findings, GPU cards) out of band.
     return render(request, "web/_host_refresh.html", context)
+
+
+def _awaiting_for(request: HttpRequest) -> list[Host]:
+    """Hosts awaiting acceptance, for approvers only: they decide, and the names are not fleet data."""
+    if not has_role(request.user, Role.APPROVER):
+        return []
+    return list(Host.objects.awaiting_acceptance())
+
+
+@require_POST
+@role_required(Role.APPROVER)
+def host_accept(request: HttpRequest, name: str) -> HttpResponse:
+    """Accept the key whose fingerprint the approver saw (sent back with the form), and no other."""
+    try:
+        host = trust.accept_host(name, actor=request.user,
+                                 expected_fingerprint=request.POST.get("fingerprint", "") or "-")
+    except Host.DoesNotExist:
+        raise Http404(f"No host named {name!r}.") from None
+    except trust.KeyMismatch as error:
+        messages.error(request, f"Not accepted: {error}")
+        return redirect("host_detail", name=name)
+    messages.success(request, f"Accepted {host.name} ({host.key_fingerprint}); its snapshots count now.")
+    return redirect("host_detail", name=host.name)
 
 
 @require_POST

@@ -20,6 +20,8 @@ from kombu import Message
 
 from gpuadmin.agent import probing
 from gpuadmin.celery import CENTRAL_QUEUE, app, host_queue
+from gpuadmin.data_dir import AGENT_SIGNING_KEY
+from gpuadmin.probe.signing import MessageKind, fingerprint, load_private_key, open_envelope
 from gpuadmin.task_names import INGEST_SNAPSHOT, PROBE_HOST
 
 SCHEMA = json.loads((Path(probing.__file__).parents[1] / "probe" / "snapshot.schema.json").read_text())
@@ -57,16 +59,26 @@ def drain(queue_name: str) -> list[Message]:
             messages.append(message)
 
 
-def test_probe_host_sends_one_valid_snapshot_to_central(gpu_holder, settings) -> None:
+def test_probe_host_sends_one_valid_snapshot_signed_by_the_agent_to_central(
+    gpu_holder, settings, tmp_path
+) -> None:
     settings.GPUADMIN_HOST_NAME = "agent-unit"
+    settings.DATA_DIR = tmp_path / "agent-data"
+    settings.DATA_DIR.mkdir(mode=0o700)
     drain(CENTRAL_QUEUE)
 
     size_bytes = probing.probe_host.apply().get()
 
     [message] = [m for m in drain(CENTRAL_QUEUE) if m.headers["task"] == INGEST_SNAPSHOT]
     args, kwargs, _ = message.decode()
-    assert kwargs == {} and len(args) == 1 and len(args[0]) == size_bytes
-    snapshot = json.loads(args[0])
+    assert kwargs == {} and len(args) == 1
+    # Signed with the key the agent made in its data directory on first use (0600).
+    key_file = settings.DATA_DIR / AGENT_SIGNING_KEY
+    assert key_file.stat().st_mode & 0o777 == 0o600
+    opened = open_envelope(args[0], MessageKind.SNAPSHOT)
+    assert opened.fingerprint == fingerprint(load_private_key(key_file))
+    assert len(opened.text) == size_bytes
+    snapshot = json.loads(opened.text)
     jsonschema.validate(snapshot, SCHEMA)
     assert snapshot["host"]["name"] == "agent-unit"
     assert snapshot["gpu_backend"]["name"] == "simulated"

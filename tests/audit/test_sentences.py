@@ -11,7 +11,7 @@ from django.urls import reverse
 from gpuadmin.audit import log, sentences
 from gpuadmin.audit.models import Action, AuditEvent
 from gpuadmin.audit.sentences import describe, described, sentence_text
-from gpuadmin.probe.kill.protocol import Outcome, Refusal, Result
+from gpuadmin.probe.kill.protocol import OrderRefusal, Outcome, Refusal, Result
 from gpuadmin.web.templatetags.gpuadmin_format import audit_sentence
 from tests.kills.helpers import EXIT_DETAIL, REASON, STORY_PID, finished_kill
 
@@ -32,6 +32,12 @@ MINIMAL_DETAILS = {
     Action.REFUSED: {"pid": 1, "reason": "pid_1"},
     Action.FINISHED: {"result": "succeeded"},
     Action.MEMORY_RELEASED: {"released_bytes": 1024},
+    Action.ORDER_REFUSED: {"reason": "bad_signature", "claimed_request_id": "3-ab"},
+    Action.REPORT_CONFLICT: {"seq": 2},
+    Action.HOST_KEY_OFFERED: {"fingerprint": "SHA256:abc"},
+    Action.HOST_ACCEPTED: {"fingerprint": "SHA256:abc"},
+    Action.HOST_KEY_FORGOTTEN: {"fingerprint": "SHA256:abc", "was_accepted": True},
+    Action.MESSAGE_REJECTED: {"kind": "snapshot", "reason": "bad signature", "rejected_so_far": 3},
 }
 
 
@@ -49,6 +55,7 @@ def test_every_action_has_a_sentence(action: Action):
 
 @pytest.mark.parametrize(("words", "enum"), [
     (sentences.REFUSAL_WORDS, Refusal), (sentences.RESULT_WORDS, Result), (sentences.OUTCOME_WORDS, Outcome),
+    (sentences.ORDER_REFUSAL_WORDS, OrderRefusal),
 ])
 def test_every_protocol_word_has_words_for_people(words: dict, enum: type):
     assert set(words) == set(enum)
@@ -148,4 +155,16 @@ def test_rejections_cancellations_and_expiries_read_plainly():
         "why": "not approved before it expired", "deadline": "2026-01-02T03:04:05+00:00"})
     assert sentence_text(describe(expired)) == (
         "#5 expired: not approved before it expired (deadline 2026-01-02T03:04:05Z)"
+    )
+
+
+def test_trust_events_read_as_sentences_with_the_host_and_the_key():
+    accepted = log.record(Action.HOST_ACCEPTED, actor=None, host_name="gpu07",
+                          details={"fingerprint": "SHA256:k3y", "by": "ops"})
+    assert sentence_text(describe(accepted)) == "ops accepted the key SHA256:k3y of gpu07"
+    refused = log.record(Action.ORDER_REFUSED, host_name="gpu07",
+                         details={"reason": "wrong_host", "claimed_request_id": "9-ff",
+                                  "detail": "for gpu08"})
+    assert sentence_text(describe(refused)) == (
+        "gpu07 refused a message naming request 9-ff: it is for another host — for gpu08"
     )

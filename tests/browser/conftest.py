@@ -33,7 +33,6 @@ from django.test import Client
 from playwright.sync_api import Browser, BrowserType, Page, Playwright, sync_playwright
 
 from tests import services
-from tests.people import _fast_password_hashing  # noqa: F401 - autouse fixture
 
 CHROMIUM = Path(os.environ.get("GPUADMIN_CHROMIUM", "/usr/bin/chromium"))
 # Root in a container has no user namespaces for the sandbox; the rest keeps chromium off the network.

@@ -14,10 +14,11 @@ import pytest
 from django.db import OperationalError
 
 from gpuadmin.fleet import tasks
-from gpuadmin.fleet.models import Host, SnapshotRejection
+from gpuadmin.fleet.models import Host, LatestSnapshot, SnapshotRejection
 from gpuadmin.fleet.tasks import INGEST_MAX_RETRIES, ingest_snapshot_task, schedule_probes
 from tests.factories import proc, snapshot
 from tests.fleet.helpers import T0
+from tests.keys import accept, signed_snapshot
 
 pytestmark = pytest.mark.django_db
 
@@ -30,10 +31,19 @@ def test_schedule_probes_task_sends_and_counts(sent: list[dict[str, Any]]) -> No
     assert schedule_probes.queue == "central"
 
 
-def test_ingest_task_stores_a_good_snapshot() -> None:
+def test_ingest_task_stores_a_good_snapshot_signed_by_the_hosts_accepted_key() -> None:
+    accept("gpu01")
+    message = signed_snapshot(snapshot("gpu01", processes=[proc(10)]))
+    assert ingest_snapshot_task.apply(args=[message]).get() == "gpu01"
+    assert Host.objects.get(name="gpu01").latest_snapshot
+
+
+def test_ingest_task_stores_nothing_unsigned() -> None:
+    accept("gpu01")
     text = json.dumps(snapshot("gpu01", processes=[proc(10)]))
-    assert ingest_snapshot_task.apply(args=[text]).get() == "gpu01"
-    assert Host.objects.filter(name="gpu01").exists()
+    assert ingest_snapshot_task.apply(args=[text]).get() is None
+    assert not LatestSnapshot.objects.exists()
+    assert Host.objects.get(name="gpu01").rejected_message_count == 1
 
 
 def test_ingest_task_does_not_retry_a_rejection(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -55,7 +65,7 @@ def test_ingest_task_retries_database_errors_with_backoff(monkeypatch: pytest.Mo
         attempts.append(payload)
         raise OperationalError("could not connect to server")
 
-    monkeypatch.setattr(tasks, "ingest_snapshot", database_down)
+    monkeypatch.setattr(tasks, "receive_snapshot", database_down)
     result = ingest_snapshot_task.apply(args=["{}"])
     assert result.failed()
     assert isinstance(result.result, OperationalError)

@@ -6,8 +6,10 @@ every one at the end of the test.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import quote
 
@@ -48,3 +50,29 @@ class Worker:
             if time.monotonic() > deadline:
                 raise AssertionError(f"{self.name} not ready within {READY_TIMEOUT_SECONDS} s:\n{self.log}")
             time.sleep(0.1)
+
+
+# A simulated GPU the agents under test read (GPUADMIN_SIMULATED_GPUS_FILE).
+GPU_UUID = "GPU-e2e00000-0000-4000-8000-000000000001"
+GiB = 2**30
+TIMEOUT_SECONDS = 60
+
+
+def write_gpus(path: Path, holders: dict[int, int]) -> None:
+    path.write_text(json.dumps({
+        "gpus": [{"uuid": GPU_UUID, "name": "Simulated e2e", "memory_total_bytes": 80 * GiB,
+                  "extra_used_bytes": 0, "utilization_percent": 10}],
+        "processes": [{"pid": pid, "gpu_uuid": GPU_UUID, "used_memory_bytes": used}
+                      for pid, used in holders.items()],
+    }))
+
+
+def wait_until(what: str, check: Callable[[], object], workers: list[Worker]) -> object:
+    deadline = time.monotonic() + TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.1)
+    logs = "\n\n".join(f"--- {w.name}\n{w.log[-6000:]}" for w in workers)
+    raise AssertionError(f"timed out waiting for {what}\n{logs}")

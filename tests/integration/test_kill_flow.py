@@ -9,10 +9,7 @@ longer lists it; the next snapshot confirms the memory came back.
 
 from __future__ import annotations
 
-import json
-import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -28,41 +25,25 @@ from gpuadmin.kills import services
 from gpuadmin.kills.models import KillRequest
 from gpuadmin.kills.states import Status
 from gpuadmin.task_names import PROBE_HOST
-from tests.integration.helpers import UNREACHABLE_DATABASE, Worker, database_url_for_workers
+from tests.integration.helpers import (
+    UNREACHABLE_DATABASE,
+    GiB,
+    database_url_for_workers,
+    wait_until,
+    write_gpus,
+)
+from tests.keys import accept, install_agent_key
 from tests.kills.helpers import start_trainer
 from tests.people import make_person
 from tests.services import RedisServer
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
-GiB = 2**30
-GPU_UUID = "GPU-e2e00000-0000-4000-8000-000000000001"
-TIMEOUT_SECONDS = 60
 PLAN = [
     {"signal": "SIGINT", "grace_seconds": 1},
     {"signal": "SIGTERM", "grace_seconds": 3},
     {"signal": "SIGKILL", "grace_seconds": 3},
 ]
-
-
-def write_gpus(path: Path, holders: dict[int, int]) -> None:
-    path.write_text(json.dumps({
-        "gpus": [{"uuid": GPU_UUID, "name": "Simulated e2e", "memory_total_bytes": 80 * GiB,
-                  "extra_used_bytes": 0, "utilization_percent": 10}],
-        "processes": [{"pid": pid, "gpu_uuid": GPU_UUID, "used_memory_bytes": used}
-                      for pid, used in holders.items()],
-    }))
-
-
-def wait_until(what: str, check: Callable[[], object], workers: list[Worker]) -> object:
-    deadline = time.monotonic() + TIMEOUT_SECONDS
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.1)
-    logs = "\n\n".join(f"--- {w.name}\n{w.log[-6000:]}" for w in workers)
-    raise AssertionError(f"timed out waiting for {what}\n{logs}")
 
 
 @pytest.fixture
@@ -92,6 +73,8 @@ def test_request_approve_signal_audit_memory_released(
     write_gpus(gpus_file, {trainer.pid: 6 * GiB})
     publish_to(redis_server.url)
     prepare_data_dir(tmp_path / "agent-data")  # as on a GPU host, before its agent starts
+    install_agent_key(tmp_path / "agent-data", host_name)
+    accept(host_name)  # enrolled beforehand, with the key its agent signs with
     try:
         on_sqlite = connection.vendor == "sqlite"
         central_database = {} if on_sqlite else {"DATABASE_URL": database_url_for_workers()}

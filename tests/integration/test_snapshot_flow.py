@@ -1,4 +1,4 @@
-"""A snapshot from the probe to the host page through real servers.
+"""A snapshot from the probe to the host page through real servers, after the host's enrolment.
 
 A real redis-server, a real central Celery worker (`-Q central`, this test's
 database) and a real agent worker (`-Q host.<name>`) whose DATABASE_URL points
@@ -31,8 +31,10 @@ from django.test import Client
 from kombu import Connection
 
 from gpuadmin.celery import app, host_queue
-from gpuadmin.data_dir import prepare_data_dir
-from gpuadmin.fleet.models import Host
+from gpuadmin.data_dir import AGENT_SIGNING_KEY, prepare_data_dir
+from gpuadmin.fleet import trust
+from gpuadmin.fleet.models import Host, LatestSnapshot
+from gpuadmin.probe.signing import fingerprint, load_private_key
 from gpuadmin.task_names import PROBE_HOST
 from tests.integration.helpers import UNREACHABLE_DATABASE, Worker, database_url_for_workers
 from tests.services import RedisServer
@@ -62,6 +64,18 @@ def write_simulated_gpus(path: Path, holders: list[tuple[int, int]]) -> None:
                   "extra_used_bytes": 0, "utilization_percent": 55}],
         "processes": [{"pid": pid, "gpu_uuid": GPU_UUID, "used_memory_bytes": used} for pid, used in holders],
     }))
+
+
+def wait_for_host(host_name: str, workers: list[Worker]) -> Host:
+    """The host row once central has recorded the key its agent offered."""
+    deadline = time.monotonic() + FLOW_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        host = Host.objects.filter(name=host_name).exclude(public_key="").first()
+        if host is not None:
+            return host
+        time.sleep(0.2)
+    logs = "\n\n".join(f"--- {w.name}\n{w.log}" for w in workers)
+    raise AssertionError(f"{host_name} offered no key within {FLOW_TIMEOUT_SECONDS} s\n{logs}")
 
 
 def wait_for_snapshot(host_name: str, pids: set[int], workers: list[Worker]) -> dict:
@@ -110,7 +124,19 @@ def test_a_snapshot_goes_from_a_database_less_agent_through_redis_to_the_host_pa
     )
     workers = [central, agent]
 
-    # 1. The agent's start-up snapshot, with nobody asking.
+    # 1. The agent's start-up snapshot, with nobody asking, offers its key: the host
+    #    awaits acceptance, and nothing of the snapshot is stored or shown.
+    agent_key = load_private_key(agent_data_dir / AGENT_SIGNING_KEY)
+    host = wait_for_host(host_name, workers)
+    assert host.awaiting_acceptance and host.key_fingerprint == fingerprint(agent_key)
+    assert fingerprint(agent_key) in agent.log  # the agent logged it, for the approver to compare
+    assert not LatestSnapshot.objects.filter(host=host).exists()
+    assert host_name not in {h.name for h in Host.objects.for_listing()}
+
+    # An approver accepts the fingerprint; the next snapshot is stored.
+    trust.accept_host(host_name, actor_name="itest", expected_fingerprint=fingerprint(agent_key))
+    with Connection(redis_server.url) as broker:
+        app.send_task(PROBE_HOST, queue=host_queue(host_name), expires=30, connection=broker)
     document = wait_for_snapshot(host_name, {first.pid}, workers)
     assert document["host"]["name"] == host_name
     assert [(g["uuid"], g["memory_used_bytes"]) for g in document["gpus"]] == [(GPU_UUID, 6 * GiB)]

@@ -43,6 +43,7 @@ from gpuadmin.kills.models import KillRequest
 from gpuadmin.probe import procfs
 from tests.environment import without_coverage
 from tests.factories import BOOT_ID, GiB, gpu, proc, snapshot
+from tests.keys import enrol
 
 REASON = "job finished yesterday, memory still held"
 
@@ -73,6 +74,8 @@ def store_snapshot(document: dict[str, Any], *, received_at: datetime | None = N
     received_at = received_at or timezone.now()
     taken_at = datetime.fromisoformat(document["taken_at"])
     host, _ = Host.objects.get_or_create(name=document["host"]["name"])
+    if not host.key_accepted:
+        enrol(host)  # orders go only to hosts whose key an approver accepted
     host.last_seen_at = received_at
     host.last_snapshot_taken_at = taken_at
     host.boot_id = document["host"]["boot_id"]

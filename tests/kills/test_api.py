@@ -131,9 +131,10 @@ def test_status_and_steps_so_far(filed, viewer, approver, sent):
     from gpuadmin.kills import services
 
     client_for(approver).post(f"{URL}{filed['id']}/approve", {}, format="json")
-    services.record_progress({"request_id": filed["id"], "seq": 1, "event": "started",
+    order_id = KillRequest.objects.get(pk=filed["id"]).order_request_id
+    services.record_progress({"request_id": order_id, "seq": 1, "event": "started",
                               "at": "2030-01-01T00:00:00Z", "detail": "executing"})
-    services.record_progress({"request_id": filed["id"], "seq": 2, "event": "signal_sent", "pid": 4120,
+    services.record_progress({"request_id": order_id, "seq": 2, "event": "signal_sent", "pid": 4120,
                               "start_time_ticks": 412000, "signal": "SIGINT", "method": "pidfd",
                               "at": "2030-01-01T00:00:00.010Z", "detail": "sent SIGINT"})
     data = client_for(viewer).get(f"{URL}{filed['id']}/").json()

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timedelta
 
 import pytest
+from django.conf import settings
 from django.utils import timezone
 
 from gpuadmin.kills import services
 from gpuadmin.kills.states import Status
 from gpuadmin.probe.kill import validate_order
+from gpuadmin.probe.kill.order import verify_order
+from gpuadmin.probe.kill.protocol import ORDER_VERSION
 from gpuadmin.task_names import EXECUTE_KILL_ORDER
 from tests.kills.helpers import actions, file, refreshed
 
@@ -24,13 +28,15 @@ def approved(lab, requester, approver, sent, approve_committed):
     return refreshed(kill_request)
 
 
-def test_the_order_is_self_contained_and_valid_for_the_agent(approved, sent):
+def test_the_order_is_self_contained_signed_and_valid_for_the_agent(approved, sent):
     (name, args, options), = sent
-    order = args[0]
     assert name == EXECUTE_KILL_ORDER
     assert options["queue"] == "host.gpu01"
     assert options["expires"] == approved.start_deadline
-    assert order["order_version"] == 1
+    # The agent's own check: central's signature (the key it pins), its host, its deadline.
+    order = verify_order(args[0], central_key=settings.GPUADMIN_CENTRAL_PUBLIC_KEY, host_name="gpu01",
+                         now=time.time())
+    assert order["order_version"] == ORDER_VERSION
     assert order["request_id"] == f"{approved.pk}-{approved.order_key}"
     assert order["host"] == "gpu01"
     assert order["boot_id"] == approved.boot_id

@@ -26,10 +26,11 @@ def killed(lab, requester, approver, sent, approve_committed):
     kill_request = file(requester, 4120, include_descendants=True)
     approve_committed(kill_request, approver)
     finished_at = datetime.now(UTC)
+    order_id = refreshed(kill_request).order_request_id
 
     def report(seq: int, kind: str, pid: int | None = None, **fields: Any) -> None:
         services.record_progress({
-            "request_id": str(kill_request.pk), "seq": seq, "event": kind, "pid": pid,
+            "request_id": order_id, "seq": seq, "event": kind, "pid": pid,
             "start_time_ticks": pid * 100 if pid else None,
             "at": (finished_at - timedelta(seconds=5 - seq * 0.1)).isoformat(), **fields,
         })
@@ -114,7 +115,8 @@ def test_an_unkillable_finding_closes_when_a_snapshot_shows_the_process_gone(
         (2, "target_survived", {"pid": 4300, "start_time_ticks": 430000, "state": "D"}),
         (3, "finished", {"result": "unkillable"}),
     ]:
-        services.record_progress({"request_id": kill_request.pk, "seq": seq, "event": kind,
+        order_id = refreshed(kill_request).order_request_id
+        services.record_progress({"request_id": order_id, "seq": seq, "event": kind,
                                   "at": (at + timedelta(seconds=seq)).isoformat(), **fields})
     finding = Finding.objects.get(kind=Finding.Kind.UNKILLABLE)
     ingest_after(refreshed(kill_request), 5, lab_snapshot())

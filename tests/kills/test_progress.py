@@ -12,8 +12,10 @@ from gpuadmin.audit.models import AuditEvent
 from gpuadmin.fleet.models import Finding
 from gpuadmin.kills import services
 from gpuadmin.kills.models import KillStep
+from gpuadmin.kills.services import progress
 from gpuadmin.kills.states import Status
 from gpuadmin.probe.kill.protocol import Event
+from tests.keys import signed_report
 from tests.kills.helpers import actions, file, refreshed
 
 pytestmark = pytest.mark.django_db
@@ -192,7 +194,7 @@ def test_the_audit_log_follows_the_agent_order_when_reports_arrive_swapped(runni
     # The task run for step 2 retries (eagerly, here) while step 1 is missing;
     # step 1 arriving in between is what a second central worker does.
     calls = []
-    original = services.record_progress
+    original = progress.record_progress
 
     def record_with_step_one_arriving(ev, **kwargs):
         calls.append(ev["seq"])
@@ -200,8 +202,8 @@ def test_the_audit_log_follows_the_agent_order_when_reports_arrive_swapped(runni
             original(started)
         return original(ev, **kwargs)
 
-    monkeypatch.setattr(services, "record_progress", record_with_step_one_arriving)
-    record_kill_progress.apply(args=[sent])
+    monkeypatch.setattr(progress, "record_progress", record_with_step_one_arriving)
+    record_kill_progress.apply(args=[signed_report(sent, "gpu01")])
     assert calls == [2, 2]
     assert actions(kill_request)[-2:] == ["started", "signal_sent"]
 
@@ -210,7 +212,7 @@ def test_a_report_whose_predecessor_never_comes_is_still_recorded(running_order)
     from gpuadmin.kills.tasks import record_kill_progress
 
     kill_request, event = running_order
-    record_kill_progress.apply(args=[event(3, "signal_sent", 4121, signal="SIGINT")])
+    record_kill_progress.apply(args=[signed_report(event(3, "signal_sent", 4121, signal="SIGINT"), "gpu01")])
     assert list(KillStep.objects.filter(request=kill_request).values_list("seq", flat=True)) == [3]
 
 

@@ -12,6 +12,7 @@ from gpuadmin.kills import services
 from gpuadmin.kills.states import Status
 from gpuadmin.probe import procfs
 from tests.factories import GiB, gpu, snapshot
+from tests.keys import install_agent_key
 from tests.kills.helpers import actions, file, real_record, refreshed, start_trainer, store_snapshot
 
 pytestmark = pytest.mark.django_db
@@ -25,9 +26,13 @@ FAST_PLAN = [
 
 @pytest.fixture
 def agent_in_process(settings, tmp_path, monkeypatch, sent):
-    """Run orders through the agent's own code, reporting straight into central's service."""
+    """Run orders through the agent's own code (as host gpu01, with its accepted test key), its
+    signed reports going straight into central's receiving service."""
     settings.DATA_DIR = tmp_path / "agent-data"
-    monkeypatch.setattr(killing, "report_to_central", services.record_progress)
+    settings.GPUADMIN_HOST_NAME = "gpu01"
+    install_agent_key(settings.DATA_DIR, "gpu01")
+    monkeypatch.setattr(killing, "report_to_central",
+                        lambda event: services.receive_report(killing.signed_report(event)))
 
     def run_sent_order() -> dict:
         (order,) = sent.orders()
@@ -94,16 +99,27 @@ def test_the_same_order_delivered_twice_runs_once_and_central_records_it_once(
     assert checkpoint.read_text().startswith("saved on SIGTERM")
 
 
-@pytest.mark.usefixtures("lab", "agent_in_process")
-def test_an_order_the_agent_cannot_read_closes_the_request_at_once(
-    requester, approver, approve_committed, sent
+@pytest.mark.usefixtures("agent_in_process")
+def test_an_order_changed_in_one_byte_signals_nothing_and_the_refusal_is_audited(
+    tmp_path, requester, approver, approve_committed, sent
 ):
-    kill_request = file(requester, 4600)
-    approve_committed(kill_request, approver)
-    (order,) = sent.orders()
-    del order["plan"]
-    killing.execute(order)
-    kill_request = refreshed(kill_request)
-    assert kill_request.status == Status.REFUSED
-    assert "could not read the order" in kill_request.result_detail
-    assert "missing 'plan'" in kill_request.result_detail
+    child, _ = start_trainer(tmp_path, "ignore-sigint")
+    try:
+        store_snapshot(snapshot("gpu01", boot_id=procfs.read_boot_id(), processes=[real_record(child.pid)]))
+        kill_request = file(requester, child.pid, start=procfs.read_stat(child.pid).start_time_ticks,
+                            plan=FAST_PLAN)
+        approve_committed(kill_request, approver)
+        (message,) = sent.orders()
+        altered = dict(message, text=message["text"].replace('"SIGINT"', '"SIGKILL"'))
+
+        answer = killing.execute(altered)
+
+        assert answer["event"] == "order_refused" and answer["reason"] == "bad_signature"
+        assert child.poll() is None  # not signalled
+        assert refreshed(kill_request).status == Status.APPROVED  # the real order may still come
+        refusal = AuditEvent.objects.get(action="order_refused")
+        assert refusal.kill_request_id == kill_request.pk and refusal.host_name == "gpu01"
+        assert refusal.details["summary"].startswith("order refused by host: bad_signature")
+    finally:
+        child.kill()
+        child.wait()

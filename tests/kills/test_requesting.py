@@ -9,7 +9,8 @@ from gpuadmin.kills import plans, services
 from gpuadmin.kills.models import KillRequest
 from gpuadmin.kills.states import Status
 from tests.factories import GiB
-from tests.kills.helpers import GPU0
+from tests.keys import enrol
+from tests.kills.helpers import GPU0, lab_snapshot, store_snapshot
 
 pytestmark = pytest.mark.django_db
 
@@ -111,9 +112,28 @@ def test_an_unknown_host_is_not_found(lab, requester):
         services.file_request(requester, host="gpu99", pid=4600, start_time_ticks=460000, reason="x")
 
 
+def test_a_host_whose_key_is_not_accepted_cannot_be_targeted(db, requester):
+    from gpuadmin.fleet.models import Host
+
+    store_snapshot(lab_snapshot())
+    Host.objects.filter(name="gpu01").update(key_accepted_at=None)
+    with pytest.raises(services.Refused, match="gpu01 has no accepted key yet"):
+        services.file_request(requester, host="gpu01", pid=4600, start_time_ticks=460000, reason="x")
+
+
 def test_a_host_without_snapshot_cannot_be_targeted(db, requester):
     from gpuadmin.fleet.models import Host
 
-    Host.objects.create(name="gpu02")
+    enrol(Host.objects.create(name="gpu02"))
     with pytest.raises(services.Refused, match="no snapshot from gpu02 yet"):
         services.file_request(requester, host="gpu02", pid=4600, start_time_ticks=460000, reason="x")
+
+
+def test_a_protected_pattern_matches_the_executable_too_and_may_hold_commas(db, requester, settings):
+    from tests.kills.helpers import lab_processes
+
+    settings.GPUADMIN_PROTECTED_COMMAND_PATTERNS = [r"(^|/)redis-serv{1,2}er$"]
+    record = next(p for p in lab_processes() if p["pid"] == 4600) | {"exe": "/usr/bin/redis-server"}
+    store_snapshot(lab_snapshot(replace={4600: record}))
+    with pytest.raises(services.Refused, match="its executable /usr/bin/redis-server matches"):
+        file(requester, 4600)

@@ -46,7 +46,8 @@ def test_an_approved_request_never_started_expires(requester, approver, sent, ap
 def test_a_running_request_whose_agent_went_silent_is_failed(requester, approver, sent, approve_committed):
     kill_request = file(requester, 4600, plan=[{"signal": "SIGTERM", "grace_seconds": 20}])
     approve_committed(kill_request, approver)
-    services.record_progress({"request_id": str(kill_request.pk), "seq": 1, "event": "started",
+    order_id = refreshed(kill_request).order_request_id
+    services.record_progress({"request_id": order_id, "seq": 1, "event": "started",
                               "at": timezone.now().isoformat()})
     assert services.sweep(now=timezone.now() + timedelta(seconds=75)).failed == 0
     assert services.sweep(now=timezone.now() + timedelta(seconds=81)).failed == 1

@@ -34,10 +34,11 @@ ENQUEUE = textwrap.dedent("""
     from datetime import datetime, timedelta, timezone
     from gpuadmin.celery import app
     from gpuadmin.task_names import INGEST_SNAPSHOT
-    from tests.factories import snapshot_json
+    from tests.factories import snapshot
+    from tests.keys import signed_snapshot
     past = datetime.now(timezone.utc) - timedelta(seconds=5)
-    app.send_task(INGEST_SNAPSHOT, args=[snapshot_json(host="expired-host")], expires=past)
-    app.send_task(INGEST_SNAPSHOT, args=[snapshot_json(host="queued-host")])
+    app.send_task(INGEST_SNAPSHOT, args=[signed_snapshot(snapshot(host="expired-host"))], expires=past)
+    app.send_task(INGEST_SNAPSHOT, args=[signed_snapshot(snapshot(host="queued-host"))])
 """)
 
 
@@ -76,11 +77,13 @@ def hosts_in(env: dict[str, str]) -> dict[str, dict]:
     return {name: json.loads(document) if document else {} for name, document in rows}
 
 
-def wait_for_hosts(env: dict[str, str], names: set[str], timeout_seconds: float, run: SupervisedRun) -> dict:
+def wait_for_hosts(env: dict[str, str], names: set[str], timeout_seconds: float, run: SupervisedRun,
+                   *, known: set[str] = frozenset()) -> dict:
+    """Hosts once each of ``names`` has a stored snapshot and each of ``known`` a row."""
     deadline = time.monotonic() + timeout_seconds
     while time.monotonic() < deadline:
         hosts = hosts_in(env)
-        if names <= {name for name, document in hosts.items() if document}:
+        if names <= {name for name, document in hosts.items() if document} and known <= set(hosts):
             return hosts
         time.sleep(0.2)
     raise AssertionError(f"hosts {sorted(names)} not stored within {timeout_seconds} s:\n{run.output}")
@@ -121,7 +124,9 @@ def test_make_run_serves_probes_and_leaves_nothing_behind_on_ctrl_c(
         "processes": [{"pid": gpu_holder.pid, "gpu_uuid": GPU_UUID, "used_memory_bytes": 3 * 2**30}],
     }))
     port = free_port()
-    env = {key: value for key, value in os.environ.items() if key not in {"DATABASE_URL", "REDIS_URL"}}
+    # Not the test run's central key: the run's agent pins the key of the run's own central.
+    dropped = {"DATABASE_URL", "REDIS_URL", "GPUADMIN_CENTRAL_PUBLIC_KEY"}
+    env = {key: value for key, value in os.environ.items() if key not in dropped}
     env.update({
         "GPUADMIN_DATA_DIR": str(data_dir),
         "PORT": str(port),
@@ -153,7 +158,10 @@ def test_make_run_serves_probes_and_leaves_nothing_behind_on_ctrl_c(
         status, body = http_get(f"http://127.0.0.1:{port}/static/vendor/htmx/htmx-2.0.11.min.js")
         assert status == 200 and b"htmx" in body  # whitenoise serves static files
 
-        hosts = wait_for_hosts(env, {HOST, "queued-host"}, 60, run)
+        # This box's own agent is accepted by `make run`: its start-up snapshot is stored. A new
+        # host's signed snapshot only offers its key: a row awaiting acceptance, nothing stored.
+        hosts = wait_for_hosts(env, {HOST}, 60, run, known={"queued-host"})
+        assert hosts["queued-host"] == {}
         assert "expired-host" not in hosts, "a message past its expiry was ingested"
         document = hosts[HOST]
         assert document["gpu_backend"]["name"] == "simulated"

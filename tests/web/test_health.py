@@ -16,8 +16,8 @@ from django.test import Client
 from gpuadmin.broker.filesystem import BrokerFolders
 from gpuadmin.celery import app
 from gpuadmin.run import supervisor_state_path
+from tests.fleet.helpers import store
 from tests.services import free_port
-from tests.web.fleet_data import store
 
 pytestmark = pytest.mark.django_db
 KEYS = {"status", "web", "database", "broker", "last_snapshot_at", "last_snapshot_age_seconds",

@@ -7,7 +7,7 @@ the models directly (tests/kills/test_service_contract.py checks this).
 - filing: preview and file a request (targets from the latest snapshot)
 - decisions: approve, reject, cancel (row-locked), and who may do which now
 - dispatch: the order to the host's queue, after the approval commits
-- progress: the agent's reports, idempotent per (request, seq)
+- progress: the agent's reports, signed by its host's key, idempotent per (request, seq)
 - expiry, sweeper: expire what waited too long, re-send, give up on silent agents
 - memory_release: memory confirmed by a later snapshot
 - findings: the "unkillable" finding, opened and closed
@@ -20,7 +20,7 @@ from gpuadmin.kills.services.errors import BadInput, Conflict, KillError, NotAll
 from gpuadmin.kills.services.filing import file_request, get_host, get_request, preview
 from gpuadmin.kills.services.findings import resolve_gone_unkillable
 from gpuadmin.kills.services.memory_release import confirm_released
-from gpuadmin.kills.services.progress import EarlierStepsMissing, record_progress
+from gpuadmin.kills.services.progress import EarlierStepsMissing, receive_report, record_progress
 from gpuadmin.kills.services.sweeper import sweep
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "may_cancel",
     "may_decide",
     "preview",
+    "receive_report",
     "record_progress",
     "reject",
     "resolve_gone_unkillable",

@@ -1,6 +1,7 @@
 """Sending an approved request to its host as a self-contained kill order.
 
-The order leaves only after the approval committed (``transaction.on_commit``),
+The order is signed with central's key (``gpuadmin.keys``): agents execute
+nothing else. It leaves only after the approval committed (``transaction.on_commit``),
 so a rolled-back approval never reaches a host. ``dispatched_at`` is set once
 the broker accepted the message; the sweeper re-sends approved orders that
 never left. A second copy is harmless: the agent's journal executes a request
@@ -17,10 +18,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from gpuadmin.audit.models import Action
+from gpuadmin.keys import central_signing_key
 from gpuadmin.kills.models import KillRequest
 from gpuadmin.kills.services._audit import audit
 from gpuadmin.kills.states import Status
 from gpuadmin.probe.kill.protocol import ORDER_VERSION, wire_time
+from gpuadmin.probe.signing import MessageKind, seal
 from gpuadmin.task_names import EXECUTE_KILL_ORDER
 
 logger = logging.getLogger(__name__)
@@ -70,11 +73,17 @@ def send_order(kill_request_id: int, *, now: datetime | None = None) -> bool:
         return False
     if kill_request.start_deadline is None or kill_request.start_deadline <= now:
         return False  # too late: the sweeper expires it
+    if not kill_request.host.key_accepted:
+        # Filing refuses such hosts; a key forgotten since the approval stops the order here.
+        logger.warning("kill request %s: host %s has no accepted key; order not sent",
+                       kill_request_id, kill_request.host.name)
+        return False
     order = build_order(kill_request)
     queue = host_queue(kill_request.host.name)
     try:
+        message = seal(order, MessageKind.ORDER, central_signing_key())
         app.send_task(
-            EXECUTE_KILL_ORDER, args=[order], queue=queue, expires=kill_request.start_deadline,
+            EXECUTE_KILL_ORDER, args=[message], queue=queue, expires=kill_request.start_deadline,
             retry=True, retry_policy=PUBLISH_RETRY_POLICY,
         )
     except Exception as exc:  # any broker/transport failure: kombu, redis, socket errors

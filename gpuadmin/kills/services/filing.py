@@ -41,6 +41,13 @@ def get_request(kill_request_id: int) -> KillRequest:
 def preview(host: Host, pid: int, start_time_ticks: int, *, include_descendants: bool = False,
             now: datetime | None = None) -> targets.Preview:
     """What a request would target, from the newest snapshot; refusals and warnings included."""
+    if not host.key_accepted:
+        # No order goes to a host whose key no approver accepted: its reports could not be believed.
+        return targets.Preview(
+            host_name=host.name, snapshot_taken_at=None, boot_id="",
+            refusal=f"{host.name} has no accepted key yet: an approver accepts it on the host page "
+            "(or with manage.py accept_host) before any order can be sent to it",
+        )
     latest = LatestSnapshot.objects.for_host(host)
     if latest is None:
         return targets.Preview(

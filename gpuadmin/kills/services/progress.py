@@ -1,31 +1,50 @@
 """Recording what the agent reports, step by step.
 
+``receive_report`` takes a report as it came off the broker: it counts only
+when signed by the accepted key of the host the request is for, and names the
+request by its full order id ("42-3f9a0c1b2d4e"); anything else is a rejected
+message (``fleet.trust``) and changes nothing. A signed "order_refused" report
+(the agent did not accept something as an order) is written to the audit log
+and changes no request.
+
 Reports arrive as separate messages on the central queue, possibly twice (a
 redelivered order answers from the agent's journal) and possibly out of order
 (several central workers). So: one KillStep per (request, seq), stored under
-the request's row lock; a repeat changes nothing and writes no audit event;
-status only moves forward along the transition table.
+the request's row lock; a repeat changes nothing and writes no audit event,
+and a report for a stored (request, seq) with other content is recorded as a
+conflict; status only moves forward along the transition table.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 from typing import Any, cast
 
 from django.db import transaction
 
+from gpuadmin.audit import log
 from gpuadmin.audit.models import Action
+from gpuadmin.fleet import trust
+from gpuadmin.fleet.models import SnapshotRejection
 from gpuadmin.kills.models import KillRequest, KillStep, KillTarget
 from gpuadmin.kills.services._audit import audit
 from gpuadmin.kills.services.findings import open_unkillable
 from gpuadmin.kills.states import RESULT_STATUS, Status, can_transition
 from gpuadmin.probe.kill.protocol import BadEvent, Event, Method, ParsedEvent, Result, parse_event
+from gpuadmin.probe.signing import BadMessage, MessageKind, open_envelope
+from gpuadmin.text import clip
 
 logger = logging.getLogger(__name__)
 
 Outcome = KillTarget.Outcome
 
 DETAIL_MAX_CHARS = 4000
+# A report is one event: a few KiB, a "finished" one a summary per target.
+REPORT_MAX_CHARS = 4 * 1024 * 1024
+# Keys a repeat answer from the agent's journal adds or rewrites: not a conflict.
+_REPEAT_ANSWER_KEYS = frozenset({"duplicate", "answered_at", "detail", "host"})
 
 
 class BadReport(BadEvent):
@@ -38,15 +57,15 @@ class EarlierStepsMissing(Exception):
     audit log reads in the order things happened on the host."""
 
 
-def _request_id(value: Any) -> tuple[int, str | None]:
-    """(primary key, order key) from an order's request id: "42-3f9a0c1b2d4e", or 42 / "42" alone."""
+def _request_id(value: Any) -> tuple[int, str]:
+    """(primary key, order key) from an order's request id "42-3f9a0c1b2d4e"; a bare number is refused."""
     try:
         return KillRequest.parse_order_request_id(value)
     except ValueError as error:
         raise BadReport(str(error)) from None
 
 
-def _check(event: Any) -> tuple[ParsedEvent, int, str | None]:
+def _check(event: Any) -> tuple[ParsedEvent, int, str]:
     """The event as the protocol reads it, and the request it names (primary key, order key)."""
     parsed = parse_event(event)
     request_id, order_key = _request_id(parsed.request_id)
@@ -86,13 +105,16 @@ def record_progress(event: Any, *, wait_for_earlier: bool = False) -> KillStep |
         except KillRequest.DoesNotExist:
             logger.warning("dropped a kill progress report for unknown request #%s", request_id)
             return None
-        if order_key is not None and order_key != kill_request.order_key:
+        if order_key != kill_request.order_key:
             # An order of another request that had this number (central's database was recreated).
             logger.warning("dropped a kill progress report for request #%s: its key %r is not this request's",
                            request_id, order_key)
             return None
         seq = parsed.seq
-        if KillStep.objects.filter(request=kill_request, seq=seq).exists():
+        stored = KillStep.objects.filter(request=kill_request, seq=seq).first()
+        if stored is not None:
+            if not _same_report(stored.raw, event):
+                _record_conflict(kill_request, stored, event)
             return None
         if wait_for_earlier and KillStep.objects.filter(request=kill_request, seq__lt=seq).count() < seq - 1:
             raise EarlierStepsMissing(f"request #{request_id}: step {seq} arrived before an earlier one")
@@ -112,6 +134,30 @@ def record_progress(event: Any, *, wait_for_earlier: bool = False) -> KillStep |
         )
         _APPLY.get(parsed.event, _logged)(kill_request, target, step, event)
     return step
+
+
+def _same_report(stored: Any, received: dict[str, Any]) -> bool:
+    """Whether a report for a stored (request, seq) says the same (a repeat answer may reword its detail)."""
+    if not isinstance(stored, dict):
+        return False
+    repeat = bool(received.get("duplicate")) or bool(stored.get("duplicate"))
+    ignored = _REPEAT_ANSWER_KEYS if repeat else _REPEAT_ANSWER_KEYS - {"detail"}
+
+    def comparable(report: dict[str, Any]) -> dict[str, Any]:
+        return {key: value for key, value in report.items() if key not in ignored}
+
+    return comparable(stored) == comparable(received)
+
+
+def _record_conflict(kill_request: KillRequest, stored: KillStep, received: dict[str, Any]) -> None:
+    """Two different reports for one step: the first stays, the second is kept in the audit log."""
+    logger.warning("kill request #%s: a report for step %s differs from the stored one", kill_request.pk,
+                   stored.seq)
+    audit(Action.REPORT_CONFLICT, kill_request, details={
+        "seq": stored.seq,
+        "stored": clip(json.dumps(stored.raw, sort_keys=True, default=str), 2000),
+        "received": clip(json.dumps(received, sort_keys=True, default=str), 2000),
+    })
 
 
 def _target_details(target: KillTarget | None, step: KillStep, event: dict[str, Any]) -> dict[str, Any]:
@@ -224,3 +270,118 @@ _APPLY = {
     Event.REFUSED: _refused,
     Event.FINISHED: _finished,
 }
+
+
+# --- the broker's side: only what the host's key signed counts -------------------------
+
+
+def receive_report(message: Any, *, wait_for_earlier: bool = False) -> KillStep | None:
+    """A report as it came off the broker; stored through ``record_progress`` once its signer is checked.
+
+    Rejected (counted on the host, shown, audited; nothing else changes):
+    unsigned, altered, signed by another key than the accepted key of the host
+    the request is for, naming another host, or naming a request by a bare
+    number or with a key that is not the request's.
+    """
+    try:
+        checked = _checked_report(message)
+    except trust.MessageRejected as rejected:
+        _reject(rejected.reason, rejected.host_name, message)
+        return None
+    if checked is None:
+        return None  # an order refusal: audited, nothing to store
+    return record_progress(checked, wait_for_earlier=wait_for_earlier)
+
+
+def _checked_report(message: Any) -> dict[str, Any] | None:
+    """The event in a report its request's host signed; None for an order refusal (handled here)."""
+    try:
+        opened = open_envelope(message, MessageKind.KILL_REPORT, max_text_chars=REPORT_MAX_CHARS)
+    except BadMessage as error:
+        raise trust.MessageRejected(f"kill report not signed by a host key: {error}",
+                                    host_name=_claimed_report_host(message)) from None
+    try:
+        event = opened.body()
+    except ValueError:
+        event = None
+    if not isinstance(event, dict):
+        raise trust.MessageRejected("the signed kill report is not a JSON object")
+    claimed_host = event.get("host") if isinstance(event.get("host"), str) else ""
+    if event.get("event") == Event.ORDER_REFUSED:
+        trust.signed_by_accepted_key(claimed_host, opened)
+        _order_refused(event, claimed_host)
+        return None
+    try:
+        _parsed, request_id, order_key = _check(event)
+    except BadEvent as error:
+        raise trust.MessageRejected(f"kill report refused: {error}", host_name=claimed_host) from None
+    kill_request = KillRequest.objects.select_related("host").filter(pk=request_id).first()
+    if kill_request is None or kill_request.order_key != order_key:
+        raise trust.MessageRejected(
+            f"kill report for request {clip(str(event.get('request_id')), 80)!r}, "
+            "which central never ordered",
+            host_name=claimed_host,
+        )
+    request_host = kill_request.host.name
+    if claimed_host != request_host:
+        raise trust.MessageRejected(f"kill report for request #{request_id} (host {request_host}) names host "
+                                    f"{clip(claimed_host, 100)!r}", host_name=request_host)
+    try:
+        trust.signed_by_accepted_key(request_host, opened)
+    except trust.MessageRejected as rejected:
+        raise trust.MessageRejected(f"kill report for request #{request_id}: {rejected.reason}",
+                                    host_name=request_host) from None
+    return event
+
+
+def _order_refused(event: dict[str, Any], host_name: str) -> None:
+    """Write "order refused by host: <why>" to the audit log; no request changes (it may be forged)."""
+    claimed = event.get("request_id")
+    kill_request_id = None
+    try:
+        pk, order_key = KillRequest.parse_order_request_id(claimed)
+    except ValueError:
+        pass
+    else:
+        found = KillRequest.objects.filter(pk=pk, order_key=order_key).first()
+        kill_request_id = found.pk if found is not None else None
+    reason = clip(str(event.get("reason")), 40)
+    detail = clip(str(event.get("detail")), DETAIL_MAX_CHARS)
+    logger.warning("host %s refused an order (claimed request %r): %s: %s", host_name, claimed, reason,
+                   detail)
+    log.record(Action.ORDER_REFUSED, host_name=host_name, kill_request_id=kill_request_id, details={
+        "summary": f"order refused by host: {reason}: {clip(detail, 300)}",
+        "reason": reason,
+        "detail": detail,
+        "claimed_request_id": clip(str(claimed), 140) if claimed is not None else None,
+        "order_sha256": event.get("order_sha256") if isinstance(event.get("order_sha256"), str) else None,
+        "at": clip(str(event.get("at")), 40),
+    })
+
+
+def _claimed_report_host(message: Any) -> str:
+    """The host an unverifiable report is about: its request's host, or the name it gives (proves nothing)."""
+    body: Any = message
+    if isinstance(message, dict) and isinstance(message.get("text"), str):
+        try:
+            body = json.loads(message["text"][:REPORT_MAX_CHARS])
+        except ValueError:
+            return ""
+    if not isinstance(body, dict):
+        return ""
+    request_id = body.get("request_id")
+    number = request_id if isinstance(request_id, int) and not isinstance(request_id, bool) else None
+    if isinstance(request_id, str) and (match := re.match(r"^([0-9]{1,18})(?:-|$)", request_id)):
+        number = int(match[1])
+    if number is not None:
+        kill_request = KillRequest.objects.select_related("host").filter(pk=number).first()
+        if kill_request is not None:
+            return kill_request.host.name
+    host = body.get("host")
+    return host if isinstance(host, str) else ""
+
+
+def _reject(reason: str, host_name: str, message: Any) -> None:
+    size = len(message["text"]) if isinstance(message, dict) and isinstance(message.get("text"), str) else 0
+    trust.reject_message(SnapshotRejection.MessageKind.KILL_REPORT, reason, host_name=host_name,
+                         size_bytes=size)

@@ -34,16 +34,19 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpuadmin.probe import procfs
+from gpuadmin.probe.kill.floor import Floor
 from gpuadmin.probe.kill.identity import Observation, Seen, describe_parent, observe, protected_pids
 from gpuadmin.probe.kill.order import Order, PlanStep, Target, validate_order
 from gpuadmin.probe.kill.protocol import (
     Event,
     Method,
+    OrderRefusal,
     Outcome,
     Refusal,
     Result,
     event_record,
     finished_event,
+    order_refused_event,
     wire_time,
 )
 
@@ -105,7 +108,8 @@ def _pidfd_is_readable(pidfd: int) -> bool:
 
 
 class _Execution:
-    def __init__(self, order: Order, raw_sha256: str, *, report: Report, clock: Callable[[], float]) -> None:
+    def __init__(self, order: Order, raw_sha256: str, *, report: Report, clock: Callable[[], float],
+                 floor: Floor) -> None:
         self.order = order
         self.raw_sha256 = raw_sha256
         self._report = report
@@ -114,6 +118,7 @@ class _Execution:
         self.seq = 0
         self.tracked = [_Tracked(target) for target in order.targets]
         self.host_boot_id = procfs.read_boot_id()
+        self.floor = floor
 
     # -- events ------------------------------------------------------------
 
@@ -218,7 +223,8 @@ class _Execution:
             self.refuse(tracked, Refusal.SIGNAL_ERROR, detail, error=code)
 
     def observe(self, tracked: _Tracked) -> Observation:
-        return observe(tracked.target, order_boot_id=self.order.boot_id, host_boot_id=self.host_boot_id)
+        return observe(tracked.target, order_boot_id=self.order.boot_id, host_boot_id=self.host_boot_id,
+                       floor=self.floor)
 
     def verified_alive(self, tracked: _Tracked, step: PlanStep) -> Observation | None:
         """Re-verify a target before a signal; None (and the event written) when it must not get it."""
@@ -375,13 +381,21 @@ def _answer_repeat(
         return None  # pruned in the meantime: the caller claims afresh
     with writer:
         entry = writer.entry
-        note = ""
         if entry.claim.get("order_sha256") not in (None, raw_sha256):
-            note = " (note: this delivery's content differs from the order recorded under this request id)"
+            # Another order under a request id already executed: refused, and
+            # never answered with the recorded result as if it were the same order.
+            refusal = order_refused_event(
+                order.request_id, at=wire_time(clock()), reason=OrderRefusal.CONFLICT,
+                detail="this delivery's content differs from the order recorded under this request id "
+                f"(claimed at {entry.claim.get('claimed_at', '?')}); nothing executed",
+                order_sha256=raw_sha256,
+            )
+            deliver(report, refusal)
+            return refusal
         recorded = entry.finished
         if recorded is not None:
             answer = dict(recorded, duplicate=True, answered_at=wire_time(clock()))
-            answer["detail"] = f"{recorded.get('detail', '')}; repeat delivery, nothing executed{note}"
+            answer["detail"] = f"{recorded.get('detail', '')}; repeat delivery, nothing executed"
             deliver(report, answer)
             return answer
         answer = finished_event(
@@ -391,7 +405,7 @@ def _answer_repeat(
             result=Result.INTERRUPTED,
             detail=(
                 f"an earlier delivery claimed this order at {entry.claim.get('claimed_at', '?')} and never "
-                f"finished (the agent stopped mid-way); nothing executed now{note}"
+                f"finished (the agent stopped mid-way); nothing executed now"
             ),
             targets=_summary_from_journal(order, entry),
             duplicate=True,
@@ -441,8 +455,12 @@ def execute_order(
     journal: Journal,
     report: Report,
     clock: Callable[[], float] = time.time,
+    floor: Floor | None = None,
 ) -> dict[str, Any]:
     """Execute an approved kill order on this host; returns the "finished" event.
+
+    ``floor`` (default: from GPUADMIN_AGENT_PROTECTED_EXECUTABLES) is checked
+    on each target's executable before every signal.
 
     Raises ValueError for a malformed order (before anything is journaled or
     reported). ``report`` receives every event as it happens; an exception it
@@ -450,7 +468,8 @@ def execute_order(
     """
     parsed = validate_order(order)
     raw_sha256 = order_sha256(order)
-    execution = _Execution(parsed, raw_sha256, report=report, clock=clock)
+    execution = _Execution(parsed, raw_sha256, report=report, clock=clock,
+                           floor=floor if floor is not None else Floor.from_env())
     claim_record = {
         "request_id": parsed.request_id,
         "claimed_at": wire_time(clock()),

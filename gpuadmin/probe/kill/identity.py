@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from gpuadmin.probe import procfs
+from gpuadmin.probe.kill.floor import Floor
 from gpuadmin.probe.kill.order import Target
 from gpuadmin.probe.kill.protocol import Refusal
 
@@ -118,12 +119,14 @@ def _claim_mismatch(target: Target) -> str | None:
     return ""
 
 
-def observe(target: Target, *, order_boot_id: str, host_boot_id: str) -> Observation:
+def observe(target: Target, *, order_boot_id: str, host_boot_id: str,  # noqa: PLR0911 - one check each
+            floor: Floor | None = None) -> Observation:
     """Compare the target with what /proc shows for its PID now.
 
     The order of the checks matters: whether the PID is this process at all
     (boot, start time, process-not-thread) comes before what state it is in
-    (zombie), which comes before what it claims to be (uid, command line) —
+    (zombie), which comes before the agent's floor (its executable, read
+    while the pidfd is held) and what it claims to be (uid, command line) —
     a zombie has no command line left to compare.
     """
     if order_boot_id != host_boot_id:
@@ -140,6 +143,8 @@ def observe(target: Target, *, order_boot_id: str, host_boot_id: str) -> Observa
         return refused
     if stat.state == "Z":
         return Observation(Seen.ZOMBIE, stat)
+    if floor is not None and (protected := floor.refusal(target.pid)) is not None:
+        return Observation(Seen.REFUSED, stat, protected[0], protected[1])
     mismatch = _claim_mismatch(target)
     if mismatch == "":
         return Observation(Seen.ALIVE, stat)

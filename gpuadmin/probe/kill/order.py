@@ -1,8 +1,11 @@
-"""A kill order as the agent receives it, and its validation.
+"""A kill order as the agent receives it: its signature, and its validation.
 
 The order is a self-contained JSON document built by central after a second
-admin approved the request (docs/kill-order.md). The agent trusts nothing in
-it beyond its shape: identities are checked against /proc right before each
+admin approved the request (docs/kill-order.md), signed with central's key.
+``verify_order`` runs before anything else: only an order central signed, for
+this host, of a version this agent runs, before its deadline, with a deadline
+close to its approval, is handed on. Even then the agent trusts nothing in it
+beyond its shape: identities are checked against /proc right before each
 signal, and the protected processes are refused whatever the order says.
 Unknown keys are ignored so central can add fields; every key listed here is
 required and checked.
@@ -10,13 +13,22 @@ required and checked.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from signal import Signals
 from typing import Any
 
-from gpuadmin.probe.kill.protocol import ACCEPTED_ORDER_VERSIONS, REQUEST_ID_PATTERN, SIGNALS
+from gpuadmin.probe.kill.protocol import (
+    ACCEPTED_ORDER_VERSIONS,
+    MAX_ORDER_WINDOW_SECONDS,
+    REQUEST_ID_PATTERN,
+    SIGNALS,
+    OrderRefusal,
+)
+from gpuadmin.probe.signing import BadMessage, MessageKind, open_envelope
 
 # Outer bounds only: central applies the lab's tighter plan bounds.
 MAX_STEPS = 10
@@ -59,6 +71,7 @@ class Order:
     plan: tuple[PlanStep, ...]
     approved_by: str
     approved_at: str
+    approved_at_time: datetime
 
     def describe_plan(self) -> str:
         """'SIGINT → 10 s → SIGTERM → 20 s → SIGKILL → 30 s'"""
@@ -188,6 +201,7 @@ def validate_order(order: Any) -> Order:
             f"order: 'request_id' must be 1-128 letters, digits, '.', '_' or '-' "
             f"(starting with a letter or digit); got {request_id!r}"
         )
+    approved_at = _utc_time(order, "approved_at", "order")
     return Order(
         order_version=version,
         request_id=request_id,
@@ -197,5 +211,91 @@ def validate_order(order: Any) -> Order:
         targets=_targets(_require(order, "targets", "order")),
         plan=_plan(_require(order, "plan", "order")),
         approved_by=_text(order, "approved_by", "order"),
-        approved_at=_utc_time(order, "approved_at", "order").isoformat(),
+        approved_at=approved_at.isoformat(),
+        approved_at_time=approved_at,
     )
+
+
+# --- the signature and the checks that come before anything else ----------------
+
+# An order is a few KiB per thousand targets; anything far larger is not one.
+MAX_ORDER_TEXT_CHARS = 4 * 1024 * 1024
+
+
+class OrderRefused(Exception):
+    """A delivered message this agent does not accept as an order; nothing was done."""
+
+    def __init__(self, reason: OrderRefusal, detail: str, *, request_id: str | None = None,
+                 order_sha256: str | None = None) -> None:
+        super().__init__(f"{reason.value}: {detail}")
+        self.reason = reason
+        self.detail = detail
+        self.request_id = request_id  # as the message claims it: never trusted, only reported
+        self.order_sha256 = order_sha256
+
+
+def _claimed_request_id(message: Any) -> str | None:
+    """The request id a message claims, for the refusal report only (it proves nothing)."""
+    body = message
+    if isinstance(message, dict) and isinstance(message.get("text"), str):
+        try:
+            body = json.loads(message["text"][:MAX_ORDER_TEXT_CHARS])
+        except ValueError:
+            return None
+    value = body.get("request_id") if isinstance(body, dict) else None
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        return None
+    return str(value)[:128]
+
+
+def verify_order(message: Any, *, central_key: str | None, host_name: str, now: float) -> dict[str, Any]:
+    """The order in ``message`` once it passed every check below, or OrderRefused.
+
+    In this order: a signed envelope; signed by central's pinned key (so not
+    altered in any byte); a readable order of a version this agent runs; for
+    this host; now <= deadline; deadline - approved_at within
+    MAX_ORDER_WINDOW_SECONDS. A replay inside that window is refused by the
+    journal (same request id), outside it by the deadline.
+    """
+    claimed = _claimed_request_id(message)
+    if not central_key:
+        raise OrderRefused(OrderRefusal.NO_CENTRAL_KEY, "this agent has no central public key "
+                           "(GPUADMIN_CENTRAL_PUBLIC_KEY) to verify orders with", request_id=claimed)
+    if not isinstance(message, dict) or "sig" not in message:
+        raise OrderRefused(OrderRefusal.UNSIGNED, "not a signed order; central signs every order",
+                           request_id=claimed)
+    try:
+        opened = open_envelope(message, MessageKind.ORDER, trusted=central_key,
+                               max_text_chars=MAX_ORDER_TEXT_CHARS)
+    except BadMessage as error:
+        raise OrderRefused(OrderRefusal.BAD_SIGNATURE, str(error), request_id=claimed) from None
+    digest = hashlib.sha256(opened.text.encode("ascii")).hexdigest()
+
+    def refused(reason: OrderRefusal, detail: str) -> OrderRefused:
+        return OrderRefused(reason, detail, request_id=claimed, order_sha256=digest)
+
+    try:
+        order = opened.body()
+    except ValueError as error:
+        raise refused(OrderRefusal.MALFORMED, f"the signed text is not JSON: {error}") from None
+    version = order.get("order_version") if isinstance(order, dict) else None
+    if not _is_int(version) or version not in ACCEPTED_ORDER_VERSIONS:
+        accepted = ", ".join(str(v) for v in sorted(ACCEPTED_ORDER_VERSIONS))
+        raise refused(OrderRefusal.UNSUPPORTED_VERSION,
+                      f"order_version {version!r}; this agent runs version {accepted} only")
+    try:
+        parsed = validate_order(order)
+    except ValueError as error:
+        raise refused(OrderRefusal.MALFORMED, str(error)) from None
+    if parsed.host != host_name:
+        raise refused(OrderRefusal.WRONG_HOST,
+                      f"the order is for host {parsed.host[:253]!r}, this is {host_name!r}")
+    if now > parsed.deadline.timestamp():
+        moment = datetime.fromtimestamp(now, UTC).isoformat()
+        raise refused(OrderRefusal.EXPIRED,
+                      f"received at {moment}, after its deadline {parsed.deadline.isoformat()}")
+    window = (parsed.deadline - parsed.approved_at_time).total_seconds()
+    if window > MAX_ORDER_WINDOW_SECONDS:
+        raise refused(OrderRefusal.WINDOW_TOO_LONG, f"its deadline is {window:.0f} s after its approval; "
+                      f"an agent accepts at most {MAX_ORDER_WINDOW_SECONDS} s")
+    return order

@@ -19,9 +19,15 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Self
 
-# The order format central writes, and the ones this agent executes.
-ORDER_VERSION = 1
+# The order format central writes, and the ones this agent executes. Version 2:
+# every order is signed by central (gpuadmin/probe/signing.py); version 1 orders
+# were not, and an agent refuses them.
+ORDER_VERSION = 2
 ACCEPTED_ORDER_VERSIONS = frozenset({ORDER_VERSION})
+# An order's deadline may lie at most this long after its approval: it bounds
+# how long a captured order could be replayed at all (the journal refuses a
+# replay within it), whatever central's settings say.
+MAX_ORDER_WINDOW_SECONDS = 3600
 
 # The signals a plan may use, in escalation order.
 SIGNALS: dict[str, signal.Signals] = {
@@ -61,6 +67,10 @@ class Event(LabelledWord):
     TARGET_SURVIVED = "target_survived", "Target survived"
     REFUSED = "refused", "Refused"
     FINISHED = "finished", "Finished"
+    # Not a step of an order: the agent did not accept a message as an order at
+    # all (forged, altered, replayed, for another host...). It changes no
+    # request; central writes it to the audit log as "order refused by host".
+    ORDER_REFUSED = "order_refused", "Order refused by host"
 
 
 class Result(StrEnum):
@@ -102,6 +112,38 @@ class Refusal(StrEnum):
     IDENTITY_CHANGED = "identity_changed"
     PERMISSION_DENIED = "permission_denied"
     SIGNAL_ERROR = "signal_error"
+    # The agent's own floor (floor.py): matched on the executable it resolves itself.
+    PROTECTED_EXECUTABLE = "protected_executable"
+    UNVERIFIABLE_EXECUTABLE = "unverifiable_executable"
+
+
+class OrderRefusal(StrEnum):
+    """Why the agent did not accept a message as an order (the "reason" of an "order_refused" event)."""
+
+    UNSIGNED = "unsigned"  # not a signed envelope at all
+    BAD_SIGNATURE = "bad_signature"  # not signed by central's pinned key, or altered after signing
+    NO_CENTRAL_KEY = "no_central_key"  # this agent has no central public key to verify with
+    MALFORMED = "malformed"  # signed, but not a readable order
+    UNSUPPORTED_VERSION = "unsupported_version"
+    WRONG_HOST = "wrong_host"  # signed for another host
+    EXPIRED = "expired"  # now is past its deadline
+    WINDOW_TOO_LONG = "window_too_long"  # deadline - approved_at over MAX_ORDER_WINDOW_SECONDS
+    CONFLICT = "conflict"  # another order under a request id this agent already executed
+
+
+def order_refused_event(
+    request_id: str | None, *, at: str, reason: OrderRefusal, detail: str, order_sha256: str | None = None
+) -> dict[str, Any]:
+    """The report of a message the agent did not accept as an order; ``request_id`` only as claimed."""
+    return {
+        "request_id": request_id,
+        "seq": 0,
+        "at": at,
+        "event": Event.ORDER_REFUSED.value,
+        "reason": reason.value,
+        "detail": detail,
+        "order_sha256": order_sha256,
+    }
 
 
 def wire_time(moment: datetime | float, *, timespec: str = "auto") -> str:

@@ -134,7 +134,7 @@ def test_a_repeat_of_an_order_whose_agent_died_mid_way_is_interrupted_and_runs_n
     assert signal_spy.sent == []
 
 
-def test_a_different_order_under_a_known_request_id_is_answered_from_the_journal(
+def test_a_different_order_under_a_known_request_id_is_refused_as_a_conflict(
     processes: Processes, journal: Journal, signal_spy: SignalSpy
 ) -> None:
     trainer = processes.start("trainer.py")
@@ -145,6 +145,6 @@ def test_a_different_order_under_a_known_request_id_is_answered_from_the_journal
 
     result = execute_order(second, journal=journal, report=Reports())
 
-    assert result["result"] == "expired" and result["duplicate"] is True
+    assert result["event"] == "order_refused" and result["reason"] == "conflict"
     assert "differs from the order recorded" in result["detail"]
     assert signal_spy.sent == [] and trainer.alive()

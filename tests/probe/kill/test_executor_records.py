@@ -188,10 +188,12 @@ def test_a_repeat_that_differs_or_follows_a_dead_delivery_says_so_exactly(
     first = execute_order(expired, journal=journal, report=Reports())
     changed = {**expired, "approved_by": "someone else"}
     differing = execute_order(changed, journal=journal, report=Reports())
-    assert differing["detail"] == (
-        f"{first['detail']}; repeat delivery, nothing executed (note: this delivery's content differs "
-        "from the order recorded under this request id)"
-    )
+    # Another order under a request id already executed is refused, never answered as if the same.
+    assert first["event"] == "finished" and first["result"] == "expired"
+    assert differing["event"] == "order_refused" and differing["reason"] == "conflict"
+    assert differing["detail"].startswith(
+        "this delivery's content differs from the order recorded under this request id (claimed at "
+    ) and differing["detail"].endswith("); nothing executed")
     assert trainer.alive() and trainer.signals() == []
 
 

@@ -41,7 +41,7 @@ def test_a_missing_field_is_named_with_where_it_belongs(path: str, message: str)
     ("order", "message"),
     [
         ([], "a kill order must be a JSON object; got list"),
-        (_with("order_version", 2), "unsupported order_version 2; this agent runs version 1 only"),
+        (_with("order_version", 1), "unsupported order_version 1; this agent runs version 2 only"),
         (_with("targets", []), "'targets' must be a non-empty list"),
         (_with("plan", []), "'plan' must be a non-empty list of steps"),
         (

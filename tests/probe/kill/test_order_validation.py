@@ -11,13 +11,14 @@ import pytest
 from gpuadmin.probe.journal import Journal
 from gpuadmin.probe.kill import execute_order, validate_order
 from gpuadmin.probe.kill.order import Order, PlanStep, Target
+from gpuadmin.probe.kill.protocol import ORDER_VERSION
 
 DIGEST = "ab" * 32
 
 
 def good_order() -> dict[str, Any]:
     return {
-        "order_version": 1,
+        "order_version": ORDER_VERSION,
         "request_id": "42",
         "host": "gpu01",
         "boot_id": "6f1c1a57-2b3a-4b0e-9a43-1d2f3e4a5b6c",
@@ -94,7 +95,7 @@ _DELETE = object()
     ("order", "message"),
     [
         ([], "a kill order must be a JSON object"),
-        (_with("order_version", 2), "unsupported order_version 2"),
+        (_with("order_version", 1), "unsupported order_version 1"),
         (_with("order_version", _DELETE), "missing 'order_version'"),
         (_with("request_id", "../etc/passwd"), "'request_id' must be 1-128 letters"),
         (_with("request_id", True), "'request_id' must be"),

@@ -1,0 +1,124 @@
+"""python -m gpuadmin.agent: configured from the environment, exit 2 when something is missing;
+for real, on a password-protected redis-server, with Celery's remote control off."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from django.db import connection
+from kombu import Connection
+
+from gpuadmin.celery import app, host_queue
+from gpuadmin.fleet import trust
+from gpuadmin.fleet.models import Host, LatestSnapshot
+from gpuadmin.task_names import PROBE_HOST
+from tests import services
+from tests.integration.helpers import REPO, Worker, database_url_for_workers
+from tests.services import stop_process_group
+
+CENTRAL_KEY = os.environ["GPUADMIN_CENTRAL_PUBLIC_KEY"]
+TIMEOUT_SECONDS = 60
+
+
+def run_agent(env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gpuadmin.agent"], env=env, cwd=REPO, capture_output=True,
+                          text=True, timeout=60, check=False)
+
+
+def base_env(tmp_path: Path) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("GPUADMIN_", "REDIS_"))}
+    env.update({"GPUADMIN_HOST_NAME": "gpu07", "REDIS_URL": "redis://127.0.0.1:1/0",
+                "GPUADMIN_CENTRAL_PUBLIC_KEY": CENTRAL_KEY, "GPUADMIN_DATA_DIR": str(tmp_path / "agent")})
+    return env
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"GPUADMIN_HOST_NAME": None}, "missing GPUADMIN_HOST_NAME"),
+    ({"REDIS_URL": None}, "missing REDIS_URL"),
+    ({"GPUADMIN_CENTRAL_PUBLIC_KEY": None}, "missing GPUADMIN_CENTRAL_PUBLIC_KEY"),
+    ({"GPUADMIN_DATA_DIR": None}, "missing GPUADMIN_DATA_DIR"),
+    ({"GPUADMIN_CENTRAL_PUBLIC_KEY": "ed25519:short"}, "GPUADMIN_CENTRAL_PUBLIC_KEY"),
+    ({"GPUADMIN_CENTRAL_PUBLIC_KEY": None, "GPUADMIN_CENTRAL_PUBLIC_KEY_FILE": "/nonexistent"},
+     "cannot be read"),
+    ({"REDIS_URL": "amqp://x"}, "redis:// or rediss://"),
+    ({"GPUADMIN_AGENT_PROTECTED_EXECUTABLES": "[broken"}, "not a JSON list"),
+])
+def test_a_missing_or_wrong_setting_stops_the_agent_with_status_2(tmp_path: Path, change, message) -> None:
+    env = base_env(tmp_path)
+    for name, value in change.items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
+    done = run_agent(env)
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "agent").exists()  # nothing written before the check passed
+
+
+@pytest.fixture
+def redis_with_password() -> Iterator[services.RedisServer]:
+    with contextlib.ExitStack() as stack:
+        try:
+            server = stack.enter_context(services.redis_server(password="s3cret-pass"))
+        except services.ServiceMissing as exc:
+            services.missing(str(exc))
+        yield server
+
+
+@pytest.mark.services
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_the_agent_works_through_a_password_protected_redis_and_ignores_remote_control(
+    tmp_path: Path, redis_with_password: services.RedisServer,
+) -> None:
+    url = redis_with_password.url
+    assert ":s3cret-pass@" in url
+    host_name = f"agent-{uuid.uuid4().hex[:8]}"
+    env = base_env(tmp_path) | {"GPUADMIN_HOST_NAME": host_name, "REDIS_URL": url,
+                                "GPUADMIN_GPU_BACKEND": "none"}
+    central_env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"} | {
+        "REDIS_URL": url, "GPUADMIN_HOST_NAME": f"central-{host_name}"}
+    if connection.vendor != "sqlite":
+        central_env["DATABASE_URL"] = database_url_for_workers()
+    central = Worker("central", [sys.executable, "-m", "celery", "-A", "gpuadmin", "worker", "-Q", "central",
+                                 "-n", f"central-{host_name}@%h", "--concurrency", "1", "--loglevel", "INFO",
+                                 "--without-gossip",
+                                 "--without-mingle"], central_env, tmp_path / "central.log")
+    agent = Worker("agent", [sys.executable, "-m", "gpuadmin.agent", "--concurrency", "1"], env,
+                   tmp_path / "agent.log")
+    try:
+        central.wait_ready()
+        agent.wait_ready()
+        match = re.search(r"fingerprint (SHA256:\S+)", agent.log)
+        assert match, agent.log
+        deadline = time.monotonic() + TIMEOUT_SECONDS
+        while not Host.objects.filter(name=host_name).exclude(public_key="").exists():
+            assert time.monotonic() < deadline, agent.log + central.log
+            time.sleep(0.2)
+        trust.accept_host(host_name, actor_name="test", expected_fingerprint=match[1])
+        with Connection(url) as broker:
+            app.send_task(PROBE_HOST, queue=host_queue(host_name), expires=30, connection=broker)
+            while not LatestSnapshot.objects.filter(host__name=host_name).exists():
+                assert time.monotonic() < deadline, agent.log + central.log
+                time.sleep(0.2)
+        # A worker with remote control binds a queue to the broadcast exchange (pidbox);
+        # the agent binds none, so no broadcast command ever reaches it.
+        bindings = redis.Redis.from_url(url).smembers("_kombu.binding.celery.pidbox")
+        listening = b" ".join(bindings).decode()
+        assert f"central-{host_name}@" in listening, bindings
+        assert f"agent@{host_name}" not in listening
+        assert (tmp_path / "agent" / "agent_signing_key").stat().st_mode & 0o777 == 0o600
+        assert not (tmp_path / "agent" / "central_signing_key").exists()
+    finally:
+        for worker in (agent, central):
+            stop_process_group(worker.process)

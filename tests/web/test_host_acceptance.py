@@ -1,0 +1,55 @@
+"""Approvers see hosts awaiting acceptance and accept them on the host page; nobody else sees them."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from gpuadmin.audit.models import AuditEvent
+from gpuadmin.fleet.ingest import receive_snapshot
+from gpuadmin.fleet.models import Host
+from gpuadmin.probe.signing import fingerprint
+from tests.factories import snapshot
+from tests.keys import host_key, signed_snapshot
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def offered() -> Host:
+    receive_snapshot(signed_snapshot(snapshot("newbox")))
+    return Host.objects.get(name="newbox")
+
+
+def client_for(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_approvers_see_the_awaiting_host_and_its_fingerprint_viewers_do_not(offered, approver, viewer):
+    page = client_for(approver).get("/").content.decode()
+    assert "Hosts awaiting acceptance" in page and offered.key_fingerprint in page
+    assert "newbox" not in client_for(viewer).get("/").content.decode()
+    assert client_for(viewer).get("/hosts/newbox/").status_code == 404
+    host_page = client_for(approver).get("/hosts/newbox/").content.decode()
+    assert "awaiting acceptance" in host_page and offered.key_fingerprint in host_page
+
+
+def test_an_approver_accepts_the_key_shown(offered, approver):
+    response = client_for(approver).post("/hosts/newbox/accept/", {"fingerprint": offered.key_fingerprint})
+    assert response.status_code == 302
+    assert Host.objects.get(name="newbox").key_accepted
+    assert AuditEvent.objects.get(action="host_accepted").actor_name == approver.username
+
+
+def test_a_key_that_changed_since_the_page_was_shown_is_not_accepted(offered, approver):
+    client_for(approver).post("/hosts/newbox/accept/", {"fingerprint": fingerprint(host_key("other"))})
+    assert not Host.objects.get(name="newbox").key_accepted
+
+
+def test_only_approvers_accept(offered, viewer, requester):
+    for user in (viewer, requester):
+        response = client_for(user).post("/hosts/newbox/accept/", {"fingerprint": offered.key_fingerprint})
+        assert response.status_code == 403
+    assert not Host.objects.get(name="newbox").key_accepted
