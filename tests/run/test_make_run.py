@@ -44,8 +44,10 @@ ENQUEUE = textwrap.dedent("""
 
 ENQUEUE_AFTER_RESTART = textwrap.dedent("""
     from gpuadmin.celery import app
-    from tests.factories import snapshot_json
-    app.send_task("gpuadmin.fleet.ingest_snapshot", args=[snapshot_json(host="after-restart-host")])
+    from gpuadmin.task_names import INGEST_SNAPSHOT
+    from tests.factories import snapshot
+    from tests.keys import signed_snapshot
+    app.send_task(INGEST_SNAPSHOT, args=[signed_snapshot(snapshot(host="after-restart-host"))])
 """)
 WORKER = "worker (celery, with scheduler)"
 
@@ -185,7 +187,8 @@ def test_make_run_serves_probes_and_leaves_nothing_behind_on_ctrl_c(
         run.wait_for_line(rf"^gpuadmin: restarting {re.escape(WORKER)} \(restart 1 since start\)$", 60)
         subprocess.run([sys.executable, "-c", ENQUEUE_AFTER_RESTART], env=env, cwd=REPO, check=True,
                        timeout=60)
-        wait_for_hosts(env, {"after-restart-host"}, 90, run)  # the new worker consumes
+        # The new worker consumes it: a new host's signed snapshot makes its row (awaiting acceptance).
+        wait_for_hosts(env, set(), 90, run, known={"after-restart-host"})
         status, body = http_get(f"http://127.0.0.1:{port}/healthz")
         assert (status, json.loads(body)["supervisor_restarts"]) == (200, 1)
         running += in_groups_or_sessions({run.started_children()[WORKER]})
