@@ -1,4 +1,4 @@
-"""The audit log: one append-only, hash-chained table of kill workflow events.
+"""The audit log: one append-only, hash-chained table of kill workflow and account events.
 
 Each event copies the names it mentions (actor, host, requester, approver,
 process owners) at write time, so history stays readable after users, hosts
@@ -52,6 +52,18 @@ Action = models.TextChoices(
         ("DISPATCHED", ("dispatched", "Dispatched to host")),
         *kill_protocol.Event.members(),
         ("MEMORY_RELEASED", ("memory_released", "Memory released")),
+        # Accounts, roles, API tokens and sign-in (gpuadmin/accounts/audit_trail.py);
+        # the account concerned is details["user"].
+        ("USER_CREATED", ("user_created", "Account created")),
+        ("USER_CHANGED", ("user_changed", "Account changed")),
+        ("USER_DELETED", ("user_deleted", "Account deleted")),
+        ("ROLES_CHANGED", ("roles_changed", "Roles changed")),
+        ("TOKEN_CREATED", ("token_created", "API token created")),
+        ("TOKEN_REVOKED", ("token_revoked", "API token revoked")),
+        ("TOTP_DEVICE_ADDED", ("totp_device_added", "TOTP device added")),
+        ("TOTP_DEVICE_REMOVED", ("totp_device_removed", "TOTP device removed")),
+        ("LOGIN_LOCKED_OUT", ("login_locked_out", "Login locked out")),
+        ("REAUTHENTICATED", ("reauthenticated", "Re-authenticated to approve")),
     ],
     module=__name__,
 )

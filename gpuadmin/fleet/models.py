@@ -65,6 +65,8 @@ class Host(models.Model):
     last_error_at = models.DateTimeField(null=True, blank=True)
     # When central last sent this host a probe task: hosts offline for long are probed less often.
     last_probe_sent_at = models.DateTimeField(null=True, blank=True)
+    # When someone last pressed "probe now" for this host: at most once per probe interval.
+    probe_now_sent_at = models.DateTimeField(null=True, blank=True)
 
     objects = HostQuerySet.as_manager()
 
