@@ -223,6 +223,8 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env_str("GPUADMIN_LOG_LEVEL", "INFO")},
+    # django-axes logs every successful login at INFO; lockouts are audit events (and WARNING).
+    "loggers": {"axes": {"level": "WARNING"}},
 }
 
 # --- gpuadmin itself -------------------------------------------------------

@@ -187,21 +187,35 @@ def _locked_out(sender: Any, request: Any = None, username: str | None = None, i
     log.record(Action.LOGIN_LOCKED_OUT, details={"user": username or "", "address": ip_address or ""})
 
 
-def connect() -> None:
-    """Called once from AccountsConfig.ready()."""
+def _receivers() -> list[tuple[Any, Callable[..., None], Any, str]]:
+    """(signal, receiver, sender, dispatch uid) for every change recorded here."""
     from axes.signals import user_locked_out
     from django_otp.plugins.otp_totp.models import TOTPDevice
     from knox.models import get_token_model
 
     user_model = get_user_model()
-    uid = "gpuadmin.accounts.audit_trail"
-    pre_save.connect(_remember_before, sender=user_model, dispatch_uid=f"{uid}.before")
-    post_save.connect(_user_saved, sender=user_model, dispatch_uid=f"{uid}.user_saved")
-    post_delete.connect(_user_deleted, sender=user_model, dispatch_uid=f"{uid}.user_deleted")
-    m2m_changed.connect(_groups_changed, sender=user_model.groups.through, dispatch_uid=f"{uid}.groups")
     token_model = get_token_model()
-    post_save.connect(_token_saved, sender=token_model, dispatch_uid=f"{uid}.token_saved")
-    post_delete.connect(_token_deleted, sender=token_model, dispatch_uid=f"{uid}.token_deleted")
-    post_save.connect(_device_saved, sender=TOTPDevice, dispatch_uid=f"{uid}.device_saved")
-    post_delete.connect(_device_deleted, sender=TOTPDevice, dispatch_uid=f"{uid}.device_deleted")
-    user_locked_out.connect(_locked_out, dispatch_uid=f"{uid}.locked_out")
+    uid = "gpuadmin.accounts.audit_trail"
+    return [
+        (pre_save, _remember_before, user_model, f"{uid}.before"),
+        (post_save, _user_saved, user_model, f"{uid}.user_saved"),
+        (post_delete, _user_deleted, user_model, f"{uid}.user_deleted"),
+        (m2m_changed, _groups_changed, user_model.groups.through, f"{uid}.groups"),
+        (post_save, _token_saved, token_model, f"{uid}.token_saved"),
+        (post_delete, _token_deleted, token_model, f"{uid}.token_deleted"),
+        (post_save, _device_saved, TOTPDevice, f"{uid}.device_saved"),
+        (post_delete, _device_deleted, TOTPDevice, f"{uid}.device_deleted"),
+        (user_locked_out, _locked_out, None, f"{uid}.locked_out"),
+    ]
+
+
+def connect() -> None:
+    """Called once from AccountsConfig.ready()."""
+    for signal, receiver, sender, uid in _receivers():
+        signal.connect(receiver, sender=sender, dispatch_uid=uid)
+
+
+def disconnect() -> None:
+    """The opposite of connect(); for tests whose people need not be in the log."""
+    for signal, _receiver, sender, uid in _receivers():
+        signal.disconnect(sender=sender, dispatch_uid=uid)

@@ -86,6 +86,29 @@ class AuditEventQuerySet(models.QuerySet):
         rows = self.order_by("sequence").values_list(*VERIFY_COLUMNS).iterator(chunk_size=chunk_size)
         return check_rows(rows)
 
+    def verify_after(self, sequence: int, hash_hex: str, *, chunk_size: int = VERIFY_CHUNK_SIZE,
+                     ) -> VerifyResult:
+        """Recompute only the events after a prefix verified earlier: event ``sequence`` with ``hash_hex``.
+
+        The prefix's own rows are not read again, except event ``sequence``,
+        whose stored hash must still be ``hash_hex`` (else the log was cut or
+        rewritten from there). A change to an earlier event that kept its
+        stored hash is left to a full ``verify()`` (``manage.py verify_audit``).
+        """
+        if self.query.has_filters() or self.query.is_sliced:
+            raise ValueError("verify the whole audit log, not a filtered part of it")
+        stored = self.filter(sequence=sequence).values_list("hash", flat=True).first()
+        if stored != hash_hex:
+            what = "is missing" if stored is None else f"has another hash now ({stored[:16]}…)"
+            return VerifyResult(
+                ok=False, events=self.count(), first_bad_sequence=sequence,
+                problem=f"event {sequence}, verified earlier with hash {hash_hex[:16]}…, {what} "
+                        "(the log was cut or rewritten from there)",
+            )
+        rows = (self.filter(sequence__gt=sequence).order_by("sequence").values_list(*VERIFY_COLUMNS)
+                .iterator(chunk_size=chunk_size))
+        return check_rows(rows, after_sequence=sequence, after_hash=hash_hex)
+
     def update(self, **kwargs: Any) -> int:
         # Django's deletion collector clears the actor of a deleted user with
         # queryset.update(actor=None); that is the only update we let through.

@@ -2,7 +2,9 @@
 
 One partial (audit/_events.html) is the table both inside the full page and
 alone for an HTMX filter or page change; the chain is verified on full page
-loads only, not on every filter change.
+loads only, not on every filter change, and then only past the prefix this
+process verified before (gpuadmin/audit/verified_prefix.py says what that
+guarantees).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from gpuadmin.accounts.permissions import role_required
 from gpuadmin.accounts.roles import Role
 from gpuadmin.audit.export import csv_lines
 from gpuadmin.audit.filters import filtered_events
-from gpuadmin.audit.models import AuditEvent
+from gpuadmin.audit.verified_prefix import verify_for_page
 from gpuadmin.web.htmx import vary_on_htmx, wants_fragment
 
 EVENTS_PER_PAGE = 50
@@ -35,7 +37,9 @@ def audit_log(request: HttpRequest) -> HttpResponse:
     context = {"form": form, "page": page, "events": page.object_list}
     if wants_fragment(request):
         return render(request, "audit/_events.html", context)
-    context["verify"] = AuditEvent.objects.verify()
+    check = verify_for_page()
+    context["verify"] = check.result
+    context["verify_check"] = check
     return render(request, "audit/audit_log.html", context)
 
 

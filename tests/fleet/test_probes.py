@@ -79,6 +79,7 @@ def test_the_probe_message_itself_carries_the_expiry(monkeypatch: pytest.MonkeyP
     original = app.send_task
     with Connection("memory://") as connection:
         monkeypatch.setattr(app, "send_task", lambda *a, **kw: original(*a, connection=connection, **kw))
+        host_last_seen("gpu-mem", datetime.now(T0.tzinfo))
         before = datetime.now(T0.tzinfo)
         probe_now("gpu-mem")
         with connection.SimpleQueue("host.gpu-mem") as queue:
