@@ -12,7 +12,7 @@ from tests.factories import GiB, gpu, proc
 from tests.people import make_person
 from tests.web.fleet_data import store
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
 
 GPU = {"GPU-sim-0000": 4 * GiB}
 
