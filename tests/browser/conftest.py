@@ -42,7 +42,8 @@ PASSWORD = "correct horse battery"
 RECORD_VIOLATIONS = """
 window.__cspViolations = [];
 document.addEventListener("securitypolicyviolation", (e) => {
-  window.__cspViolations.push(`${e.violatedDirective} blocked ${e.blockedURI} (${e.sourceFile}:${e.lineNumber})`);
+  window.__cspViolations.push(
+    `${e.violatedDirective} blocked ${e.blockedURI} (${e.sourceFile}:${e.lineNumber})`);
 });
 """
 
