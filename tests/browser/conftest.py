@@ -1,8 +1,14 @@
 """Shared fixtures for the tests in a real browser (Playwright driving Debian's /usr/bin/chromium).
 
-- ``browser_type_launch_args``: pytest-playwright launches /usr/bin/chromium
-  (installed by .ci/run); no browser is ever downloaded. Without it the tests
-  skip (fail under GPUADMIN_REQUIRE_SERVICES=1, as every missing server does).
+- ``chromium_browser``: Playwright (from pytest-playwright's dependencies)
+  launches /usr/bin/chromium (installed by .ci/run); no browser is ever
+  downloaded. Without it the tests skip (fail under
+  GPUADMIN_REQUIRE_SERVICES=1, as every missing server does). It lives for one
+  module, not the session: while Playwright's sync API runs, its event loop
+  makes Django hand this thread other connection objects (asgiref's Local is
+  per context), which do not carry the test database's serialized contents
+  (for ``serialized_rollback``): they are copied over, and stopping after the
+  module gives later tests their own connections back.
 - ``guarded_page``: a page that records every Content-Security-Policy
   violation (the ``securitypolicyviolation`` event and the console), every
   script error, and every request it makes; ``guard.assert_clean()`` fails on any.
@@ -48,14 +54,38 @@ document.addEventListener("securitypolicyviolation", (e) => {
 """
 
 
-@pytest.fixture(scope="session")
-def browser_type_launch_args(browser_type_launch_args: dict[str, Any]) -> dict[str, Any]:
+@pytest.fixture(scope="module")
+def chromium_browser() -> Iterator[Any]:
     if not CHROMIUM.exists():
         reason = f"{CHROMIUM} is not installed (Debian package chromium; .ci/run installs it)"
         if services.services_required():
             pytest.fail(f"{reason} (GPUADMIN_REQUIRE_SERVICES=1)", pytrace=False)
         pytest.skip(reason)
-    return {**browser_type_launch_args, "executable_path": str(CHROMIUM), "args": CHROMIUM_ARGS}
+    from django.db import connections
+    from playwright.sync_api import sync_playwright
+
+    serialized = {alias: getattr(connections[alias], "_test_serialized_contents", None)
+                  for alias in connections}
+    with sync_playwright() as playwright:
+        for alias, contents in serialized.items():
+            if contents is not None:
+                connections[alias]._test_serialized_contents = contents
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+            connections.close_all()  # the ones opened while Playwright's loop ran
+
+
+@pytest.fixture
+def _role_groups(transactional_db: None) -> None:
+    from django.contrib.auth.models import Group
+
+    from gpuadmin.accounts.roles import Role
+
+    for role in Role:
+        Group.objects.get_or_create(name=role.value)
 
 
 @dataclass
@@ -79,14 +109,19 @@ class Guard:
 
 
 @pytest.fixture
-def guarded_page(page: Any) -> Iterator[tuple[Any, Guard]]:
+def guarded_page(chromium_browser: Any, _role_groups: None) -> Iterator[tuple[Any, Guard]]:
+    context = chromium_browser.new_context()
+    page = context.new_page()
     guard = Guard(page)
     page.add_init_script(RECORD_VIOLATIONS)
     page.on("console", lambda m: guard.console_errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: guard.page_errors.append(str(e)))
     page.on("request", lambda r: guard.requests.append(r.url))
     page.set_default_timeout(30_000)
-    yield page, guard
+    try:
+        yield page, guard
+    finally:
+        context.close()
 
 
 @pytest.fixture
