@@ -5,7 +5,9 @@ PostgreSQL server, append --events audit events with gpuadmin.audit.log.record
 (the only writer; kill-request lifecycles of eight events each, with details
 shaped like the ones the kill services write), --batch events per transaction.
 Then time AuditEvent.objects.verify() --repeats times (median) and run
-it once more under tracemalloc for the peak Python memory it allocated.
+it once more under tracemalloc for the peak Python memory it allocated, and
+time the audit page's later loads: ``verify_after`` over the newest 50 events
+(gpuadmin/audit/verified_prefix.py).
 
 It streams the table in chunks, so its peak memory should not grow
 with the number of events. Exit status 1 when the chain does not verify.
@@ -43,6 +45,10 @@ PLAN = [{"signal": "SIGINT", "grace_seconds": 30}, {"signal": "SIGTERM", "grace_
         {"signal": "SIGKILL", "grace_seconds": 10}]
 USERS = ["alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi"]
 EVENTS_PER_REQUEST = 8
+
+
+# The audit page's incremental check is timed over this many newest events.
+PAGE_NEW_EVENTS = 50
 
 
 @contextlib.contextmanager
@@ -173,6 +179,15 @@ def run(args: argparse.Namespace, database_url: str) -> int:
         began = time.perf_counter()
         result = AuditEvent.objects.verify()
         timings.append(time.perf_counter() - began)
+    # The audit page's later loads (gpuadmin/audit/verified_prefix.py): only the
+    # events after a prefix verified before, here the newest PAGE_NEW_EVENTS.
+    prefix = result.head_sequence - PAGE_NEW_EVENTS
+    prefix_hash = AuditEvent.objects.filter(sequence=prefix).values_list("hash", flat=True).get()
+    page_timings = []
+    for _ in range(args.repeats):
+        began = time.perf_counter()
+        page_result = AuditEvent.objects.verify_after(prefix, prefix_hash)
+        page_timings.append(time.perf_counter() - began)
     tracemalloc.start()
     traced = AuditEvent.objects.verify()
     _, peak_bytes = tracemalloc.get_traced_memory()
@@ -190,11 +205,14 @@ def run(args: argparse.Namespace, database_url: str) -> int:
           f"{append_seconds:10.2f}{args.events / append_seconds:12.0f}")
     print(f"{'verify, median of ' + str(args.repeats):34}{median:10.3f}{args.events / median:12.0f}")
     print(f"{'  min / max':34}{min(timings):10.3f} / {max(timings):.3f}")
+    page_median = statistics.median(page_timings)
+    print(f"{'page: ' + str(PAGE_NEW_EVENTS) + ' new events, median':34}{page_median:10.4f}")
     print(f"peak traced memory during verify: {peak_bytes / 2**20:.1f} MiB")
     print()
     head = f"{result.head_sequence} {(result.head_hash or '-')[:16]}…"
     print(f"{result.summary()} (head {head})")
-    if not (result.ok and traced.ok and result.events == args.events):
+    counts = {result.events, page_result.events}
+    if not (result.ok and traced.ok and page_result.ok and counts == {args.events}):
         print(f"FAILED: expected {args.events} events verifying OK, got {result.as_dict()}", file=sys.stderr)
         return 1
     return 0

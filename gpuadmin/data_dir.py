@@ -11,6 +11,11 @@ GPUADMIN_SIGNING_KEY_FILE names one. Running it again changes nothing.
 An agent's own key (``agent_signing_key``) is made by the agent on its first
 start (``gpuadmin.agent.identity``), in its own data directory.
 
+It also refuses a data directory that other users can read (``exposure``):
+the database holds session keys and the directory the secret key.
+Everything gpuadmin writes is private anyway (``gpuadmin.PRIVATE_UMASK``);
+this catches what was made before, or by hand.
+
 No Django here: it runs before the settings can load.
 """
 
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import stat
 import sys
 import tempfile
 from pathlib import Path
@@ -47,6 +53,9 @@ FOLDERS = (STATIC_ROOT, BROKER)
 
 DIRECTORY_MODE = 0o700
 KEY_FILE_MODE = 0o600
+# Permission bits for "other users". Group bits are allowed: a deployment may
+# give the directory to a group of its own (deploy/*.service, StateDirectoryMode).
+OTHERS_BITS = stat.S_IRWXO
 
 
 class DataDirNotPrepared(RuntimeError):
@@ -118,6 +127,27 @@ def prepare_data_dir(directory: Path | None = None, *, central: bool = True) -> 
     return created
 
 
+def exposure(directory: Path | None = None) -> str:
+    """Why other users can read into the data directory, with the command that fixes it; "" if they cannot.
+
+    Checks the directory and everything in it (it is small: the database, the
+    broker's message files, the key), without following symbolic links.
+    """
+    directory = directory or data_dir()
+    if not directory.is_dir():
+        return ""
+    exposed = [path for path in (directory, *directory.rglob("*"))
+               if not path.is_symlink() and path.lstat().st_mode & OTHERS_BITS]
+    if not exposed:
+        return ""
+    shown = ", ".join(f"{path} ({stat.filemode(path.lstat().st_mode)})" for path in exposed[:3])
+    more = f" and {len(exposed) - 3} more" if len(exposed) > 3 else ""
+    return (
+        f"other users can read the data directory: {shown}{more}. It holds the database with the "
+        f"login sessions and the secret key. Fix it with:  chmod -R go-rwx {directory}"
+    )
+
+
 def _write_secret_key(path: Path) -> bool:
     """Write a new key under a temporary name, then link it into place: no reader sees half a key."""
     fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".secret_key-")  # mode 0600
@@ -141,6 +171,10 @@ def main() -> int:
     created = prepare_data_dir(directory)
     for path in created:
         print(f"created {path}")
+    problem = exposure(directory)
+    if problem:
+        print(f"gpuadmin: {problem}", file=sys.stderr)
+        return 1
     print(f"gpuadmin data directory {directory} is ready" + ("" if created else " (nothing to create)"))
     return 0
 

@@ -39,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuadmin.data_dir import prepare_data_dir
+from gpuadmin.data_dir import exposure, prepare_data_dir
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DEFAULT_PORT = 8000
@@ -388,6 +388,8 @@ def main() -> int:
         port = port_from_env(dict(os.environ))
         check_port_free(port)
         prepare_data_dir()  # before anything loads the settings: they only read what it makes
+        if problem := exposure():
+            raise StartupError(problem)
         host_name, data_dir = prepare_database()
     except StartupError as exc:
         print(f"gpuadmin: {exc}", file=sys.stderr)

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import socket
 import ssl
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
 from gpuadmin import data_dir
@@ -44,7 +46,11 @@ INSTALLED_APPS = [
     "django.contrib.humanize",
     "django_htmx",
     "rest_framework",
-    "rest_framework.authtoken",
+    "knox",
+    "axes",
+    "django_otp",
+    "django_otp.plugins.otp_totp",
+    "csp",
     "gpuadmin.accounts",
     "gpuadmin.fleet",
     "gpuadmin.kills",
@@ -61,7 +67,12 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Who is acting, for the audit events of account changes (gpuadmin/accounts/audit_trail.py).
+    "gpuadmin.accounts.audit_trail.ActorMiddleware",
+    # Last, as django-axes asks: it turns a lockout into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "gpuadmin.urls"
@@ -108,6 +119,13 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+# django-axes counts failed logins first (and refuses a locked-out one before
+# the password is even checked), then Django checks the password.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
 ]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "fleet"
@@ -145,9 +163,55 @@ if env_bool("GPUADMIN_HTTPS", False):
     SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("GPUADMIN_HSTS_INCLUDE_SUBDOMAINS", True)
     SECURE_HSTS_PRELOAD = env_bool("GPUADMIN_HSTS_PRELOAD", True)
 
+# Login throttling (django-axes): 5 failures within 15 minutes lock that user
+# name from that address for 15 minutes after the last failure (a failure
+# while locked starts the 15 minutes again). gpuadmin/accounts/throttling.py
+# says which address counts behind the reverse proxy.
+AXES_FAILURE_LIMIT = 5
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("GPUADMIN_LOGIN_LOCKOUT_MINUTES", 15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_LOCKOUT_CALLABLE = "gpuadmin.accounts.views.locked_out"
+AXES_CLIENT_IP_CALLABLE = "gpuadmin.accounts.throttling.client_address"
+AXES_RESET_ON_SUCCESS = True
+AXES_VERBOSE = False
+
+# Approving needs a recent authentication ("sudo mode", gpuadmin/accounts/sudo.py):
+# a login or a re-authentication no older than this; with TOTP required, that
+# re-authentication also checked a code from the approver's device.
+GPUADMIN_REAUTH_MAX_AGE_SECONDS = env_int("GPUADMIN_REAUTH_MAX_AGE_SECONDS", 15 * 60)
+GPUADMIN_REQUIRE_TOTP_FOR_APPROVAL = env_bool("GPUADMIN_REQUIRE_TOTP_FOR_APPROVAL", False)
+OTP_TOTP_ISSUER = "gpuadmin"
+
+# Content-Security-Policy (django-csp): scripts and styles from this site only,
+# nothing inline, no eval. htmx is configured to match (templates/base.html).
+# style-src has no 'unsafe-inline' either: the templates carry no style
+# attributes (the memory bars are SVG), so injected markup cannot restyle the
+# page to hide or fake a warning.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "img-src": [SELF],
+        "connect-src": [SELF],
+        "font-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [NONE],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    },
+}
+
+# API tokens (django-rest-knox): only a hash is stored, and each expires.
+GPUADMIN_API_TOKEN_DAYS = env_int("GPUADMIN_API_TOKEN_DAYS", 90)
+REST_KNOX = {
+    "TOKEN_TTL": timedelta(days=GPUADMIN_API_TOKEN_DAYS),
+    "AUTH_HEADER_PREFIX": "Token",
+}
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "knox.auth.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["gpuadmin.accounts.permissions.IsViewer"],
@@ -161,6 +225,8 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env_str("GPUADMIN_LOG_LEVEL", "INFO")},
+    # django-axes logs every successful login at INFO; lockouts are audit events (and WARNING).
+    "loggers": {"axes": {"level": "WARNING"}},
 }
 
 # --- gpuadmin itself -------------------------------------------------------

@@ -2,12 +2,15 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from gpuadmin.accounts.views import reauthenticate
 from gpuadmin.metrics import metrics_view
 from gpuadmin.web.health import healthz
 
 urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # Password again before approving ("sudo mode", gpuadmin/accounts/sudo.py).
+    path("reauthenticate/", reauthenticate, name="reauthenticate"),
     path("admin/", admin.site.urls),
     path("metrics", metrics_view, name="metrics"),  # Prometheus, bearer token (gpuadmin/metrics.py)
     path("healthz", healthz, name="healthz"),  # no login: for process managers and load balancers

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
@@ -158,3 +159,35 @@ def host_in_another_time_zone(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]
     finally:
         monkeypatch.undo()
         time.tzset()
+# --- account changes in the audit log ------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def _account_changes_unaudited_unless_marked(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Tests make people all the time; only tests marked ``account_audit`` get their audit events.
+
+    Tests of the audit log count exactly the events they write; the account
+    events themselves are tested under the marker (tests/accounts/).
+    """
+    if request.node.get_closest_marker("account_audit") or "django" not in sys.modules:
+        yield
+        return
+    from gpuadmin.accounts import audit_trail
+
+    audit_trail.disconnect()
+    try:
+        yield
+    finally:
+        audit_trail.connect()
+
+
+# --- the audit page's memory ----------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def _forget_audit_checkpoints() -> Iterator[None]:
+    """Each test's database starts over; the audit page's verified prefix (per process) must too."""
+    yield
+    verified_prefix = sys.modules.get("gpuadmin.audit.verified_prefix")
+    if verified_prefix is not None:
+        verified_prefix.forget()

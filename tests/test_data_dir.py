@@ -126,3 +126,61 @@ def test_the_documented_command_prepares_the_directory_named_by_the_environment(
     assert f"created {directory / data_dir.KEY_FILE}" in done.stdout
     assert f"gpuadmin data directory {directory} is ready" in done.stdout
     assert load_settings(directory).returncode == 0
+
+
+# --- private files ------------------------------------------------------------------------
+
+
+def test_what_gpuadmin_writes_is_readable_by_its_own_user_only(tmp_path: Path) -> None:
+    """umask 077 in every gpuadmin process: migrate writes the SQLite database (and its WAL) 0600."""
+    prepare_data_dir(tmp_path)
+    migrated = run_python(["manage.py", "migrate", "--verbosity", "0"], tmp_path, DATABASE_URL="",
+                          REDIS_URL="")
+    assert migrated.returncode == 0, migrated.stderr
+    database = tmp_path / data_dir.SQLITE_DATABASE
+    written = [p for p in tmp_path.iterdir() if p.name.startswith(database.name)]
+    assert database in written
+    assert {p.name: mode(p) for p in written} == {p.name: 0o600 for p in written}
+    assert data_dir.exposure(tmp_path) == ""
+
+
+def test_the_umask_is_set_by_importing_gpuadmin_whatever_the_caller_had(tmp_path: Path) -> None:
+    script = "import os; os.umask(0o022); import gpuadmin; print(oct(os.umask(0)))"
+    shown = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True,
+                           check=True)
+    assert shown.stdout.strip() == "0o77"
+
+
+def test_a_data_dir_others_can_read_is_refused_with_the_chmod_that_fixes_it(tmp_path: Path) -> None:
+    prepare_data_dir(tmp_path)
+    database = tmp_path / data_dir.SQLITE_DATABASE
+    database.write_bytes(b"")
+    database.chmod(0o644)  # as a SQLite file made before gpuadmin set its umask was
+    problem = data_dir.exposure(tmp_path)
+    assert f"{database} (-rw-r--r--)" in problem
+    assert problem.endswith(f"Fix it with:  chmod -R go-rwx {tmp_path}")
+    step = run_python(["-m", "gpuadmin.data_dir"], tmp_path)
+    assert step.returncode == 1
+    assert f"chmod -R go-rwx {tmp_path}" in step.stderr
+    subprocess.run(["chmod", "-R", "go-rwx", str(tmp_path)], check=True)
+    assert data_dir.exposure(tmp_path) == ""
+    assert run_python(["-m", "gpuadmin.data_dir"], tmp_path).returncode == 0
+
+
+def test_make_run_refuses_to_start_on_a_data_dir_others_can_read(tmp_path: Path) -> None:
+    from tests.services import free_port
+
+    prepare_data_dir(tmp_path)
+    tmp_path.chmod(0o755)
+    started = run_python(["-m", "gpuadmin.run"], tmp_path, PORT=str(free_port()), DATABASE_URL="",
+                         REDIS_URL="")
+    assert started.returncode == 2
+    assert f"gpuadmin: other users can read the data directory: {tmp_path} (drwxr-xr-x)" in started.stderr
+    assert f"chmod -R go-rwx {tmp_path}" in started.stderr
+    assert not (tmp_path / data_dir.SQLITE_DATABASE).exists()  # stopped before migrating
+
+
+def test_group_bits_are_allowed_for_a_deployment_that_gives_the_directory_a_group(tmp_path: Path) -> None:
+    prepare_data_dir(tmp_path)
+    tmp_path.chmod(0o750)  # deploy/*.service: StateDirectoryMode=0750
+    assert data_dir.exposure(tmp_path) == ""

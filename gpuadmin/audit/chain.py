@@ -97,13 +97,19 @@ class VerifyResult:
         return f"audit chain BROKEN at event {self.first_bad_sequence}: {self.problem}"
 
 
-def check_rows(rows: Iterable[tuple]) -> VerifyResult:
-    """Check rows (``VERIFY_COLUMNS``, ascending sequence); stop checking at the first fault, count all."""
-    expected_sequence = 1
-    previous_hash = GENESIS_HASH
-    count = 0
+def check_rows(rows: Iterable[tuple], *, after_sequence: int = 0, after_hash: str = GENESIS_HASH,
+               ) -> VerifyResult:
+    """Check rows (``VERIFY_COLUMNS``, ascending sequence); stop checking at the first fault, count all.
+
+    By default the rows are the whole log. Given a prefix already verified
+    (``after_sequence`` events, the last with hash ``after_hash``), the rows
+    are the events after it and must link onto it; the count includes the prefix.
+    """
+    expected_sequence = after_sequence + 1
+    previous_hash = after_hash
+    count = after_sequence
     fault: tuple[int, str] | None = None
-    head: tuple[int, str] | None = None
+    head: tuple[int, str] | None = (after_sequence, after_hash) if after_sequence else None
     for row in rows:
         count += 1
         sequence, stored_hash = row[0], row[-1]

@@ -1,4 +1,4 @@
-"""The audit log: one append-only, hash-chained table of kill workflow events.
+"""The audit log: one append-only, hash-chained table of kill workflow and account events.
 
 Each event copies the names it mentions (actor, host, requester, approver,
 process owners) at write time, so history stays readable after users, hosts
@@ -60,6 +60,18 @@ Action = models.TextChoices(  # type: ignore[call-overload]
         ("HOST_ACCEPTED", ("host_accepted", "Host key accepted")),
         ("HOST_KEY_FORGOTTEN", ("host_key_forgotten", "Host key forgotten")),
         ("MESSAGE_REJECTED", ("message_rejected", "Rejected message")),
+        # Accounts, roles, API tokens and sign-in (gpuadmin/accounts/audit_trail.py);
+        # the account concerned is details["user"].
+        ("USER_CREATED", ("user_created", "Account created")),
+        ("USER_CHANGED", ("user_changed", "Account changed")),
+        ("USER_DELETED", ("user_deleted", "Account deleted")),
+        ("ROLES_CHANGED", ("roles_changed", "Roles changed")),
+        ("TOKEN_CREATED", ("token_created", "API token created")),
+        ("TOKEN_REVOKED", ("token_revoked", "API token revoked")),
+        ("TOTP_DEVICE_ADDED", ("totp_device_added", "TOTP device added")),
+        ("TOTP_DEVICE_REMOVED", ("totp_device_removed", "TOTP device removed")),
+        ("LOGIN_LOCKED_OUT", ("login_locked_out", "Login locked out")),
+        ("REAUTHENTICATED", ("reauthenticated", "Re-authenticated to approve")),
     ],
     module=__name__,
 )
@@ -81,6 +93,29 @@ class AuditEventQuerySet(models.QuerySet):
             raise ValueError("verify the whole audit log, not a filtered part of it")
         rows = self.order_by("sequence").values_list(*VERIFY_COLUMNS).iterator(chunk_size=chunk_size)
         return check_rows(rows)
+
+    def verify_after(self, sequence: int, hash_hex: str, *, chunk_size: int = VERIFY_CHUNK_SIZE,
+                     ) -> VerifyResult:
+        """Recompute only the events after a prefix verified earlier: event ``sequence`` with ``hash_hex``.
+
+        The prefix's own rows are not read again, except event ``sequence``,
+        whose stored hash must still be ``hash_hex`` (else the log was cut or
+        rewritten from there). A change to an earlier event that kept its
+        stored hash is left to a full ``verify()`` (``manage.py verify_audit``).
+        """
+        if self.query.has_filters() or self.query.is_sliced:
+            raise ValueError("verify the whole audit log, not a filtered part of it")
+        stored = self.filter(sequence=sequence).values_list("hash", flat=True).first()
+        if stored != hash_hex:
+            what = "is missing" if stored is None else f"has another hash now ({stored[:16]}…)"
+            return VerifyResult(
+                ok=False, events=self.count(), first_bad_sequence=sequence,
+                problem=f"event {sequence}, verified earlier with hash {hash_hex[:16]}…, {what} "
+                        "(the log was cut or rewritten from there)",
+            )
+        rows = (self.filter(sequence__gt=sequence).order_by("sequence").values_list(*VERIFY_COLUMNS)
+                .iterator(chunk_size=chunk_size))
+        return check_rows(rows, after_sequence=sequence, after_hash=hash_hex)
 
     def update(self, **kwargs: Any) -> int:
         # Django's deletion collector clears the actor of a deleted user with

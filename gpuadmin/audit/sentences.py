@@ -497,8 +497,86 @@ def _message_rejected(event: AuditEvent, details: dict[str, Any], context: Sente
         parts += [w(": "), note(details["reason"])]
     count = _int(details.get("rejected_so_far"))
     if count and count > 1:
-        parts.append(w(f" ({count} rejected so far; one event per hour is written)"))
+        parts.append(w(f" ({count} rejected so far; at most one such event a minute is written)"))
     return parts
+
+
+# --- accounts, roles, tokens, sign-in (gpuadmin/accounts/audit_trail.py) -------------------
+# The account concerned is details["user"]; the actor is who changed it ("central" when a
+# command or a signal outside a request did).
+
+
+def _account(details: Mapping[str, Any]) -> list[Part]:
+    return [w("account "), value(details["user"])] if _str(details.get("user")) else [w("an account")]
+
+
+def _names(raw: Any) -> str:
+    return ", ".join(str(n) for n in raw) if isinstance(raw, list) else ""
+
+
+def _user_created(event: AuditEvent, details: dict[str, Any], context: SentenceContext) -> list[Part]:
+    parts = [*_actor(event), w(" created "), *_account(details)]
+    if details.get("is_superuser"):
+        parts.append(w(" (superuser)"))
+    if details.get("is_active") is False:
+        parts.append(w(" (inactive)"))
+    return parts
+
+
+def _user_changed(event: AuditEvent, details: dict[str, Any], context: SentenceContext) -> list[Part]:
+    parts = [*_actor(event), w(" changed "), *_account(details)]
+    changed = _names(details.get("changed"))
+    return [*parts, w(f": {changed}")] if changed else parts
+
+
+def _user_deleted(event: AuditEvent, details: dict[str, Any], context: SentenceContext) -> list[Part]:
+    return [*_actor(event), w(" deleted "), *_account(details)]
+
+
+def _roles_changed(event: AuditEvent, details: dict[str, Any], context: SentenceContext) -> list[Part]:
+    parts = [*_actor(event)]
+    if _names(details.get("added")):
+        parts += [w(" gave "), *_account(details), w(" the role(s) "), code(_names(details["added"]))]
+    elif _names(details.get("removed")):
+        parts += [w(" took the role(s) "), code(_names(details["removed"])), w(" from "), *_account(details)]
+    else:
+        parts += [w(" changed the roles of "), *_account(details)]
+    now = _names(details.get("roles"))
+    return [*parts, w("; now "), code(now)] if now else [*parts, w("; now no role")]
+
+
+def _token_created(event: AuditEvent, details: dict[str, Any], context: SentenceContext) -> list[Part]:
+    parts = [*_actor(event), w(" created API token "), code(_str(details.get("token")) or "?"), w(" for "),
+             *_account(details)]
+    expires = _moment(details.get("expires"))
+    return [*parts, w(", valid until "), when(expires)] if expires else [*parts, w(", without expiry")]
+
+
+def _token_revoked(event: AuditEvent, details: dict[str, Any], context: SentenceContext) -> list[Part]:
+    verb = " expired" if details.get("reason") == "expired" else " revoked"
+    return [w("API token "), code(_str(details.get("token")) or "?"), w(" of "), *_account(details), w(verb)]
+
+
+def _totp_device_added(event: AuditEvent, details: dict[str, Any], context: SentenceContext) -> list[Part]:
+    return [*_actor(event), w(" added TOTP device "), value(_str(details.get("device")) or "?"), w(" to "),
+            *_account(details)]
+
+
+def _totp_device_removed(event: AuditEvent, details: dict[str, Any], context: SentenceContext) -> list[Part]:
+    return [*_actor(event), w(" removed TOTP device "), value(_str(details.get("device")) or "?"),
+            w(" from "), *_account(details)]
+
+
+def _login_locked_out(event: AuditEvent, details: dict[str, Any], context: SentenceContext) -> list[Part]:
+    parts = [w("sign-in locked out for "), *_account(details)]
+    if _str(details.get("address")):
+        parts += [w(" from "), value(details["address"])]
+    return [*parts, w(" after too many failed attempts")]
+
+
+def _reauthenticated(event: AuditEvent, details: dict[str, Any], context: SentenceContext) -> list[Part]:
+    how = "password and TOTP code" if details.get("totp") else "password"
+    return [*_account(details), w(f" confirmed its {how} to approve")]
 
 
 def _unknown(event: AuditEvent, details: dict[str, Any], context: SentenceContext) -> list[Part]:
@@ -527,6 +605,16 @@ _BUILDERS: dict[str, Builder] = {
     Action.HOST_ACCEPTED: _host_accepted,
     Action.HOST_KEY_FORGOTTEN: _host_key_forgotten,
     Action.MESSAGE_REJECTED: _message_rejected,
+    Action.USER_CREATED: _user_created,
+    Action.USER_CHANGED: _user_changed,
+    Action.USER_DELETED: _user_deleted,
+    Action.ROLES_CHANGED: _roles_changed,
+    Action.TOKEN_CREATED: _token_created,
+    Action.TOKEN_REVOKED: _token_revoked,
+    Action.TOTP_DEVICE_ADDED: _totp_device_added,
+    Action.TOTP_DEVICE_REMOVED: _totp_device_removed,
+    Action.LOGIN_LOCKED_OUT: _login_locked_out,
+    Action.REAUTHENTICATED: _reauthenticated,
 }
 
 

@@ -3,7 +3,9 @@ filters, pages, CSV export, whether the chain verifies, and one event's raw fiel
 
 One partial (audit/_results.html) holds either view and is the region both
 inside the full page and alone for an HTMX filter, page or view change; the
-chain is verified on full page loads only, not on every filter change.
+chain is verified on full page loads only, not on every filter change, and then
+only past the prefix this process verified before (gpuadmin/audit/verified_prefix.py
+says what that guarantees).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from gpuadmin.audit.filters import filtered_events
 from gpuadmin.audit.models import AuditEvent
 from gpuadmin.audit.sentences import described
 from gpuadmin.audit.stories import request_groups, stories_for
+from gpuadmin.audit.verified_prefix import verify_for_page
 from gpuadmin.web.htmx import HtmxHttpRequest, vary_on_htmx, wants_fragment
 
 EVENTS_PER_PAGE = 50
@@ -51,7 +54,9 @@ def audit_log(request: HtmxHttpRequest) -> HttpResponseBase:
         context.update(page=page, events=described(page.object_list))
     if context["fragment"]:
         return render(request, "audit/_results.html", context)
-    context["verify"] = AuditEvent.objects.verify()
+    check = verify_for_page()
+    context["verify"] = check.result
+    context["verify_check"] = check
     return render(request, "audit/audit_log.html", context)
 
 

@@ -86,6 +86,8 @@ class Host(models.Model):
     rejected_message_count = models.PositiveIntegerField(default=0)
     last_rejected_message_at = models.DateTimeField(null=True, blank=True)
     last_rejected_message_reason = models.TextField(blank=True)
+    # When someone last pressed "probe now" for this host: at most once per probe interval.
+    probe_now_sent_at = models.DateTimeField(null=True, blank=True)
 
     objects = HostQuerySet.as_manager()
     # Only on hosts loaded by HostQuerySet.for_listing (its Prefetch's to_attr).

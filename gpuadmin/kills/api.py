@@ -13,10 +13,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from django.urls import reverse
+from knox.models import get_token_model
 from rest_framework.decorators import api_view, renderer_classes
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from gpuadmin.accounts import sudo
 from gpuadmin.api_json import AsciiJSONRenderer
 from gpuadmin.fleet.models import LatestSnapshot
 from gpuadmin.kills import changes, services
@@ -137,9 +140,36 @@ def _reason(request: Request) -> str:
     return reason if isinstance(reason, str) else ""
 
 
+def _recent_authentication_missing(request: Request, pk: int) -> Response | None:
+    """Why this approval needs a fresher authentication (gpuadmin/accounts/sudo.py), or None.
+
+    With a session: a login or re-authentication within the last 15 minutes
+    (and with TOTP when required), as on the pages. With an API token: the
+    token is the credential; when TOTP is required the body carries a current
+    code as ``totp``.
+    """
+    if isinstance(request.auth, get_token_model()):
+        if sudo.totp_required() and not sudo.check_totp(request.user, str(_body(request).get("totp") or "")):
+            message = "approving needs a current TOTP code in the body as \"totp\""
+            return Response({"error": message, "detail": message}, status=403)
+        return None
+    if sudo.recently_authenticated(request._request):
+        return None
+    message = "approving needs a recent authentication: enter your password again at reauth_url"
+    url = sudo.reauth_url(reverse("kill_request_detail", args=[pk]))
+    return Response({"error": message, "detail": message, "reauth_url": url}, status=403)
+
+
 @api_view(["POST"])
 @renderer_classes([AsciiJSONRenderer])
 def approve(request: Request, pk: str) -> Response:
+    try:
+        missing = _recent_authentication_missing(request, int(pk))
+    except KillError as error:
+        return _error(error)
+    if missing is not None:
+        return missing
+
     def decision() -> None:
         allow = _bool(_body(request).get("allow_sigkill_only", False), "allow_sigkill_only")
         services.approve(int(pk), request.user, allow_sigkill_only=allow)

@@ -14,8 +14,10 @@ from django.contrib import messages
 from django.db.models import Case, IntegerField, Value, When
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from gpuadmin.accounts import sudo
 from gpuadmin.accounts.permissions import role_required
 from gpuadmin.accounts.roles import Role, has_role
 from gpuadmin.fleet.models import Host, LatestSnapshot
@@ -225,6 +227,9 @@ def _decided(request: HtmxHttpRequest, pk: int, action: str, do: Any) -> HttpRes
 @require_POST
 @role_required(Role.APPROVER)
 def kill_request_approve(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    if not sudo.recently_authenticated(request):
+        # Password again (and a TOTP code when required), then back to this request to approve it.
+        return sudo.reauth_response(request, reverse("kill_request_detail", args=[pk]))
     allow = request.POST.get("allow_sigkill_only") in ("on", "true", "1")
     return _decided(request, pk, "approved",
                     lambda: services.approve(pk, request.user, allow_sigkill_only=allow))

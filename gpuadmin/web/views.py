@@ -21,7 +21,7 @@ from gpuadmin.accounts.permissions import role_required
 from gpuadmin.accounts.roles import Role, has_role
 from gpuadmin.fleet import trust
 from gpuadmin.fleet.models import Host, LatestSnapshot
-from gpuadmin.fleet.probes import probe_now
+from gpuadmin.fleet.probes import ProbeTooSoon, probe_now
 from gpuadmin.web.host_tables import SORT_DESCENDING_BY_DEFAULT, ProcessQuery, host_tables
 from gpuadmin.web.htmx import (
     HTMX_STOP_POLLING,
@@ -120,6 +120,8 @@ def host_probe(request: HttpRequest, name: str) -> HttpResponse:
     host = get_object_or_404(Host, name=name)
     try:
         probe_now(host.name)
+    except ProbeTooSoon as exc:
+        messages.info(request, str(exc))
     except Exception as exc:
         # The broker may be down; say so instead of a 500, and keep the page usable.
         logger.exception("could not send an on-demand probe to %s", host.name)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from django.test import Client
-from rest_framework.authtoken.models import Token
+from knox.models import AuthToken
 
 from tests.audit.helpers import FILTER_CASES, FILTER_IDS, audit_table, tamper
 
@@ -25,8 +25,8 @@ def test_anonymous_gets_401_and_no_role_gets_403(client: Client, stranger, url: 
 
 def test_a_token_is_enough(client: Client, viewer, record_events):
     record_events(1)
-    token = Token.objects.create(user=viewer)
-    response = client.get(LIST_URL, headers={"Authorization": f"Token {token.key}"})
+    _, key = AuthToken.objects.create(user=viewer)
+    response = client.get(LIST_URL, headers={"Authorization": f"Token {key}"})
     assert response.status_code == 200
     assert response.json()["count"] == 1
 

@@ -38,6 +38,16 @@ MINIMAL_DETAILS = {
     Action.HOST_ACCEPTED: {"fingerprint": "SHA256:abc"},
     Action.HOST_KEY_FORGOTTEN: {"fingerprint": "SHA256:abc", "was_accepted": True},
     Action.MESSAGE_REJECTED: {"kind": "snapshot", "reason": "bad signature", "rejected_so_far": 3},
+    Action.USER_CREATED: {"user": "ann"},
+    Action.USER_CHANGED: {"user": "ann", "changed": ["email"]},
+    Action.USER_DELETED: {"user": "ann"},
+    Action.ROLES_CHANGED: {"user": "ann", "added": ["approver"], "roles": ["approver"]},
+    Action.TOKEN_CREATED: {"user": "ann", "token": "ab12cd34"},
+    Action.TOKEN_REVOKED: {"user": "ann", "token": "ab12cd34"},
+    Action.TOTP_DEVICE_ADDED: {"user": "ann", "device": "phone"},
+    Action.TOTP_DEVICE_REMOVED: {"user": "ann", "device": "phone"},
+    Action.LOGIN_LOCKED_OUT: {"user": "ann", "address": "10.0.0.9"},
+    Action.REAUTHENTICATED: {"user": "ann", "totp": True},
 }
 
 
@@ -167,4 +177,16 @@ def test_trust_events_read_as_sentences_with_the_host_and_the_key():
                                   "detail": "for gpu08"})
     assert sentence_text(describe(refused)) == (
         "gpu07 refused a message naming request 9-ff: it is for another host — for gpu08"
+    )
+
+
+def test_account_events_name_the_account_and_what_changed():
+    roles = log.record(Action.ROLES_CHANGED, actor=None,
+                       details={"user": "ann", "added": ["approver"], "roles": ["approver", "viewer"]})
+    assert sentence_text(describe(roles)) == (
+        "central gave account ann the role(s) approver; now approver, viewer"
+    )
+    locked = log.record(Action.LOGIN_LOCKED_OUT, details={"user": "ann", "address": "10.0.0.9"})
+    assert sentence_text(describe(locked)) == (
+        "sign-in locked out for account ann from 10.0.0.9 after too many failed attempts"
     )

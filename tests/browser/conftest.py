@@ -9,6 +9,10 @@
   (a missing /favicon.ico, say) fails the test at teardown.
 - ``screenshot(page, name)``: kept under ``$GPUADMIN_TEST_ARTIFACTS`` or tests/artifacts/
   (ignored by git), named after the test and the database.
+- ``guarded_page``: ``(page, guard)``, a page that is not logged in (tests log in through the real
+  form, ``helpers.log_in``) whose ``guard`` records every Content-Security-Policy violation, script
+  error and request; ``guard.assert_clean()`` fails on any.
+- ``start_worker`` and ``publish_to`` (tests/integration/helpers.py): real Celery workers over Redis.
 
 Playwright runs for one test at a time, started after the test's database is set up and stopped
 before it is flushed: its sync API leaves an event loop marked running in the test's thread, and
@@ -33,6 +37,8 @@ from django.test import Client
 from playwright.sync_api import Browser, BrowserType, Page, Playwright, sync_playwright
 
 from tests import services
+from tests.browser.helpers import RECORD_VIOLATIONS, Guard
+from tests.integration.helpers import publish_to, start_worker  # noqa: F401 - fixtures
 
 CHROMIUM = Path(os.environ.get("GPUADMIN_CHROMIUM", "/usr/bin/chromium"))
 # Root in a container has no user namespaces for the sandbox; the rest keeps chromium off the network.
@@ -120,3 +126,22 @@ def screenshot(request: pytest.FixtureRequest) -> Callable[[Page, str], Path]:
         return path
 
     return take
+
+
+@pytest.fixture
+def guarded_page(live_server: Any, new_context: Callable[..., Any]) -> Iterator[tuple[Page, Guard]]:
+    from django.contrib.auth.models import Group
+
+    from gpuadmin.accounts.roles import Role
+
+    for role in Role:  # a transactional test starts without the groups the migrations made
+        Group.objects.get_or_create(name=role.value)
+    context = new_context(base_url=live_server.url)
+    page = context.new_page()
+    guard = Guard(page)
+    page.add_init_script(RECORD_VIOLATIONS)
+    page.on("console", lambda m: guard.console_errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda error: guard.page_errors.append(str(error)))
+    page.on("request", lambda r: guard.requests.append(r.url))
+    page.set_default_timeout(30_000)
+    yield page, guard

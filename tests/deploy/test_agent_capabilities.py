@@ -105,7 +105,8 @@ def probe_code(world_readable_dir: Path) -> Path:
 @pytest.fixture
 def device_file(world_readable_dir: Path) -> Path:
     devices = world_readable_dir / "dev"
-    devices.mkdir(mode=0o755)
+    devices.mkdir()
+    devices.chmod(0o755)  # not mkdir(mode=...): gpuadmin sets umask 077 in this process too
     device = devices / "nvidia-test0"
     device.write_text("")
     device.chmod(0o644)

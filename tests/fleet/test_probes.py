@@ -17,7 +17,7 @@ from kombu import Connection
 
 from gpuadmin.celery import app
 from gpuadmin.fleet.models import Host
-from gpuadmin.fleet.probes import probe_now, send_due_probes
+from gpuadmin.fleet.probes import ProbeTooSoon, probe_now, send_due_probes
 from gpuadmin.task_names import PROBE_HOST
 from tests.fleet.helpers import T0, at
 
@@ -75,10 +75,43 @@ def test_probe_now_sends_one_expiring_probe_and_records_it(sent: list[dict[str, 
     assert Host.objects.get().last_probe_sent_at == at(0)
 
 
+def test_probe_now_goes_at_most_once_per_probe_interval_per_host(sent: list[dict[str, Any]]) -> None:
+    host_last_seen("gpu01", at(-5))
+    host_last_seen("gpu02", at(-5))
+    interval = settings.GPUADMIN_PROBE_INTERVAL_SECONDS
+    probe_now("gpu01", now=at(0))
+    with pytest.raises(ProbeTooSoon, match=f"try again in {interval - 3} s") as refused:
+        probe_now("gpu01", now=at(3))
+    assert refused.value.seconds_left == interval - 3
+    probe_now("gpu02", now=at(3))  # another host has its own slot
+    # Scheduled probes do not use up the slot; only pressing the button does.
+    send_due_probes(at(interval - 1))
+    probe_now("gpu01", now=at(interval))
+    assert probed(sent) == ["host.gpu01", "host.gpu01", "host.gpu01", "host.gpu02", "host.gpu02"]
+
+
+def test_a_probe_now_that_could_not_be_sent_frees_the_slot(monkeypatch: pytest.MonkeyPatch,
+                                                            sent: list[dict[str, Any]]) -> None:
+    host_last_seen("gpu01", at(-5))
+
+    def broker_down(*args: Any, **kwargs: Any) -> None:
+        raise ConnectionError("broker down")
+
+    monkeypatch.setattr(app, "send_task", broker_down)
+    with pytest.raises(ConnectionError):
+        probe_now("gpu01", now=at(0))
+    assert Host.objects.get().probe_now_sent_at is None
+    monkeypatch.undo()
+    monkeypatch.setattr(app, "send_task", lambda name, *a, **kw: sent.append({"queue": kw["queue"]}))
+    probe_now("gpu01", now=at(1))
+    assert sent == [{"queue": "host.gpu01"}]
+
+
 def test_the_probe_message_itself_carries_the_expiry(monkeypatch: pytest.MonkeyPatch) -> None:
     original = app.send_task
     with Connection("memory://") as connection:
         monkeypatch.setattr(app, "send_task", lambda *a, **kw: original(*a, connection=connection, **kw))
+        host_last_seen("gpu-mem", datetime.now(T0.tzinfo))
         before = datetime.now(T0.tzinfo)
         probe_now("gpu-mem")
         with connection.SimpleQueue("host.gpu-mem") as queue:

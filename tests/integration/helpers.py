@@ -1,19 +1,29 @@
 """Helpers the integration tests share: real Celery workers in their own process groups.
 
-The `start_worker` fixture (tests/integration/conftest.py) starts them and stops
-every one at the end of the test.
+The `start_worker` fixture starts them and stops every one at the end of the test;
+`publish_to` makes this process publish to a given broker. Both are registered by
+tests/integration/conftest.py and tests/browser/conftest.py.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
+import sys
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import quote
 
+import pytest
 from django.db import connection
+from kombu import Connection
+
+from gpuadmin.celery import app
+from tests.services import RedisServer, stop_process_group
 
 REPO = Path(__file__).resolve().parents[2]
 UNREACHABLE_DATABASE = "postgresql://nobody@127.0.0.1:1/none"
@@ -76,3 +86,43 @@ def wait_until(what: str, check: Callable[[], object], workers: list[Worker]) ->
         time.sleep(0.1)
     logs = "\n\n".join(f"--- {w.name}\n{w.log[-6000:]}" for w in workers)
     raise AssertionError(f"timed out waiting for {what}\n{logs}")
+
+
+@pytest.fixture
+def start_worker(tmp_path: Path, redis_server: RedisServer) -> Iterator[Callable[..., Worker]]:
+    started: list[Worker] = []
+
+    def start(name: str, queues: str, **env_overrides: str) -> Worker:
+        env = {key: value for key, value in os.environ.items() if key != "DATABASE_URL"}
+        env.update({"REDIS_URL": redis_server.url, **env_overrides})
+        argv = [sys.executable, "-m", "celery", "-A", "gpuadmin", "worker", "-Q", queues,
+                "-n", f"{name}-{uuid.uuid4().hex[:6]}@%h", "--concurrency", "1", "--loglevel", "INFO",
+                "--without-gossip", "--without-mingle", "--without-heartbeat"]
+        worker = Worker(name, argv, env, tmp_path / f"{name}.log")
+        started.append(worker)
+        worker.wait_ready()
+        return worker
+
+    yield start
+    # Every worker process group goes, even when the test failed half-way.
+    for worker in started:
+        if worker.process.poll() is None:
+            os.killpg(worker.process.pid, signal.SIGTERM)
+    for worker in started:
+        stop_process_group(worker.process)
+
+
+@pytest.fixture
+def publish_to(monkeypatch):
+    """Make this (test) process publish to the given broker, as central's web process would."""
+
+    def _publish_to(url: str) -> None:
+        original = app.send_task
+
+        def via_broker(*args, **kwargs):
+            with Connection(url) as broker:
+                return original(*args, connection=broker, **kwargs)
+
+        monkeypatch.setattr(app, "send_task", via_broker)
+
+    return _publish_to

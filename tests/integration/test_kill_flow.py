@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 from django.db import connection
-from kombu import Connection
 
 from gpuadmin.accounts.roles import Role
 from gpuadmin.audit.models import AuditEvent
@@ -44,22 +43,6 @@ PLAN = [
     {"signal": "SIGTERM", "grace_seconds": 3},
     {"signal": "SIGKILL", "grace_seconds": 3},
 ]
-
-
-@pytest.fixture
-def publish_to(monkeypatch):
-    """Make this (test) process publish to the given broker, as central's web process would."""
-
-    def _publish_to(url: str) -> None:
-        original = app.send_task
-
-        def via_broker(*args, **kwargs):
-            with Connection(url) as broker:
-                return original(*args, connection=broker, **kwargs)
-
-        monkeypatch.setattr(app, "send_task", via_broker)
-
-    return _publish_to
 
 
 def test_request_approve_signal_audit_memory_released(

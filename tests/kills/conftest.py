@@ -4,55 +4,21 @@ the orders central sends to hosts. People with roles come from tests/people.py."
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
-from django.utils import timezone
 
-from gpuadmin.fleet.models import Host
-from gpuadmin.task_names import EXECUTE_KILL_ORDER
-from tests.kills.helpers import lab_snapshot, store_snapshot
+from tests.kills.helpers import SentTasks, lab, protect_like_the_lab, sent  # noqa: F401 - lab, sent: fixtures
 
 
 @pytest.fixture(autouse=True)
-def _lab_protections(settings) -> None:
-    settings.GPUADMIN_PROTECTED_USERS = ["postgres"]
-    settings.GPUADMIN_PROTECTED_UIDS = []
-    settings.GPUADMIN_PROTECTED_COMMAND_PATTERNS = [r"^sshd\b"]
-    settings.GPUADMIN_ALLOW_SELF_APPROVAL = False
+def _lab_protections(settings: Any) -> None:
+    protect_like_the_lab(settings)
 
 
 @pytest.fixture
-def lab(db: None) -> Host:
-    """The lab host, its latest snapshot taken a minute ago."""
-    return store_snapshot(lab_snapshot(taken_at=timezone.now() - timedelta(seconds=60)))
-
-
-class SentTasks(list):
-    """Every task central published: (name, args, kwargs)."""
-
-    def orders(self) -> list[dict[str, Any]]:
-        return [args[0] for name, args, _ in self if name == EXECUTE_KILL_ORDER]
-
-
-@pytest.fixture
-def sent(monkeypatch) -> SentTasks:
-    """Capture what central publishes instead of talking to a broker (the broker is not under test here)."""
-    from gpuadmin.celery import app
-
-    record = SentTasks()
-
-    def fake_send_task(name: str, args: Any = None, kwargs: Any = None, **options: Any) -> None:
-        record.append((name, args, options))
-
-    monkeypatch.setattr(app, "send_task", fake_send_task)
-    return record
-
-
-@pytest.fixture
-def broker_down(monkeypatch, sent: SentTasks) -> Callable[[bool], None]:
+def broker_down(monkeypatch, sent: SentTasks) -> Callable[[bool], None]:  # noqa: F811 - the fixture
     """broker_down(True) makes every publish fail as a refused connection would; sends land in ``sent``."""
     from gpuadmin.celery import app
 

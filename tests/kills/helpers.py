@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+import pytest
 from django.test import TestCase
 from django.utils import timezone
 
@@ -41,6 +42,7 @@ from gpuadmin.fleet.models import Host, LatestSnapshot
 from gpuadmin.kills import services
 from gpuadmin.kills.models import KillRequest
 from gpuadmin.probe import procfs
+from gpuadmin.task_names import EXECUTE_KILL_ORDER
 from tests.environment import without_coverage
 from tests.factories import BOOT_ID, GiB, gpu, proc, snapshot
 from tests.keys import enrol
@@ -264,3 +266,41 @@ def finished_kill(requester: Any, approver: Any) -> Story:
         ingest_snapshot(json.dumps(later), received_at=taken_at + timedelta(seconds=1))
     kill_request.refresh_from_db()
     return Story(kill_request=kill_request, orders=orders)
+
+
+# --- fixtures (registered by tests/kills/conftest.py and tests/accounts/conftest.py) -------
+
+
+def protect_like_the_lab(settings: Any) -> None:
+    """The lab's protections (a conftest applies them to every test of its directory)."""
+    settings.GPUADMIN_PROTECTED_USERS = ["postgres"]
+    settings.GPUADMIN_PROTECTED_UIDS = []
+    settings.GPUADMIN_PROTECTED_COMMAND_PATTERNS = [r"^sshd\b"]
+    settings.GPUADMIN_ALLOW_SELF_APPROVAL = False
+
+
+@pytest.fixture
+def lab(db: None) -> Host:
+    """The lab host, its latest snapshot taken a minute ago."""
+    return store_snapshot(lab_snapshot(taken_at=timezone.now() - timedelta(seconds=60)))
+
+
+class SentTasks(list):
+    """Every task central published: (name, args, kwargs)."""
+
+    def orders(self) -> list[dict[str, Any]]:
+        return [args[0] for name, args, _ in self if name == EXECUTE_KILL_ORDER]
+
+
+@pytest.fixture
+def sent(monkeypatch) -> SentTasks:
+    """Capture what central publishes instead of talking to a broker (the broker is not under test here)."""
+    from gpuadmin.celery import app
+
+    record = SentTasks()
+
+    def fake_send_task(name: str, args: Any = None, kwargs: Any = None, **options: Any) -> None:
+        record.append((name, args, options))
+
+    monkeypatch.setattr(app, "send_task", fake_send_task)
+    return record

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from knox.models import AuthToken
 from rest_framework.test import APIClient
 
 from gpuadmin.accounts.roles import Role
@@ -19,8 +20,10 @@ REASON = "job finished yesterday, memory still held"
 
 
 def client_for(user) -> APIClient:
+    """A script's client: an API token (approving with a session needs a recent login, tests/accounts)."""
     client = APIClient()
-    client.force_authenticate(user)
+    _, key = AuthToken.objects.create(user=user)
+    client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
     return client
 
 

@@ -43,12 +43,12 @@ def test_each_gpu_has_a_bar_with_its_unattributed_part(viewer_client):
     store_busy_host("gpu01")
     row = host_row(viewer_client.get(reverse("fleet")).content.decode(), "gpu01")
     # GPU 0: 28 of 80 GiB attributed (35 %), 2 GiB unattributed (2.5 %).
-    assert '<div class="bar-attributed" style="width: 35.0%"></div>' in row
-    assert '<div class="bar-unattributed" style="width: 2.5%"></div>' in row
+    assert '<rect class="bar-attributed" width="35.0%" height="100%"/>' in row
+    assert '<rect class="bar-unattributed" x="35.0%" width="2.5%" height="100%"/>' in row
     assert "30 GiB / 80 GiB" in row
     assert "(2 GiB unattributed)" in row
     # GPU 1: 8 of 80 GiB attributed.
-    assert '<div class="bar-attributed" style="width: 10.0%"></div>' in row
+    assert '<rect class="bar-attributed" width="10.0%" height="100%"/>' in row
     assert "10 GiB / 80 GiB" in row
 
 

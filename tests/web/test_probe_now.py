@@ -58,3 +58,15 @@ def test_probe_now_explains_a_broker_failure_instead_of_failing(viewer_client):
 
 def test_probe_now_for_an_unknown_host_is_404(viewer_client):
     assert viewer_client.post(URL).status_code == 404
+
+
+def test_a_second_press_within_the_interval_sends_nothing_and_says_when(viewer_client, requester_client):
+    queue = filesystem_queue()
+    store("gpu01")
+    viewer_client.post(URL)
+    before = set(queue.iterdir())
+    response = requester_client.post(URL, follow=True)  # someone else, a moment later
+    assert set(queue.iterdir()) == before
+    page = response.content.decode()
+    assert "gpu01 was asked for a probe less than" in page
+    assert "its regular probes go on meanwhile" in page

@@ -13,7 +13,7 @@ import pytest
 from gpuadmin.probe.journal import Journal
 from gpuadmin.probe.kill import execute_order
 from gpuadmin.probe.kill.floor import DEFAULT_PROTECTED_EXECUTABLES, Floor, parse_patterns
-from tests.probe.kill.helpers import Reports, make_order, target_for
+from tests.probe.kill.helpers import Reports, make_order, target_for, wait_until
 
 
 @pytest.fixture
@@ -32,6 +32,7 @@ def test_a_daemon_s_executable_is_never_signalled_whatever_its_argv(
     shutil.copy(shutil.which("sleep") or "/bin/sleep", daemon_binary)
     daemon = subprocess.Popen([str(daemon_binary), "600"])  # argv[0] could say anything
     started.append(daemon)
+    wait_until(lambda: Path(f"/proc/{daemon.pid}/exe").resolve() == daemon_binary, what="the daemon's exec")
     reports = Reports()
 
     result = execute_order(make_order([target_for(daemon.pid)]), journal=journal, report=reports)
@@ -46,6 +47,8 @@ def test_a_job_calling_itself_sshd_is_not_protected_by_its_argv(
 ) -> None:
     job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "sshd:", "/usr/sbin/sshd"])
     started.append(job)
+    # Approve the process as it is after exec: before it, the identity is the forked test runner's.
+    wait_until(lambda: b"sshd:" in Path(f"/proc/{job.pid}/cmdline").read_bytes(), what="the job's exec")
 
     result = execute_order(make_order([target_for(job.pid)]), journal=journal, report=Reports())
 

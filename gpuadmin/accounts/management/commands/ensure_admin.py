@@ -16,6 +16,8 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
+from gpuadmin.accounts.audit_trail import acting
+
 DEFAULT_ADMIN_USER = "admin"
 MIN_PASSWORD_LENGTH = 8
 
@@ -29,7 +31,7 @@ class Command(BaseCommand):
         if given_password and len(given_password) < MIN_PASSWORD_LENGTH:
             raise CommandError(f"GPUADMIN_ADMIN_PASSWORD must have at least {MIN_PASSWORD_LENGTH} characters")
         user_model = get_user_model()
-        with transaction.atomic():
+        with transaction.atomic(), acting(via="manage.py ensure_admin"):
             if user_model.objects.filter(username=name).exists():
                 self.stdout.write(f"admin account {name!r} exists; left unchanged")
                 return

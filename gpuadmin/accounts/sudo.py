@@ -1,0 +1,86 @@
+"""Approving needs a recent authentication: GitHub's "sudo mode".
+
+A login, or the password typed again on the re-authentication page
+(``accounts.views.reauthenticate``), is remembered in the session with its
+time. Approving a kill request needs one no older than
+GPUADMIN_REAUTH_MAX_AGE_SECONDS (15 minutes); an older session is sent to
+the re-authentication page, which returns to the request. A stolen session
+cookie, or a browser left logged in, therefore approves nothing without the
+password.
+
+With GPUADMIN_REQUIRE_TOTP_FOR_APPROVAL=1 a login is not enough: only a
+re-authentication that also checked a code from the approver's TOTP device
+(django-otp; ``manage.py totp_device``) counts.
+
+API approvals authenticated by a session follow the same rule (403 with
+``reauth_url``). Approvals with an API token do not: the token is itself a
+secret made on the server by someone with shell access, stored hashed and
+expiring; with TOTP required, they must carry a current code (``totp``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.signals import user_logged_in
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import reverse
+from django.utils.http import urlencode
+from django_htmx.http import HttpResponseClientRedirect
+
+SESSION_KEY = "gpuadmin_authenticated"
+
+
+def totp_required() -> bool:
+    return bool(settings.GPUADMIN_REQUIRE_TOTP_FOR_APPROVAL)
+
+
+def mark_authenticated(request: HttpRequest, *, with_totp: bool) -> None:
+    request.session[SESSION_KEY] = {"at": time.time(), "totp": with_totp}
+
+
+def seconds_since_authentication(request: HttpRequest) -> float | None:
+    """Seconds since the last login or re-authentication that counts for approving; None if none does."""
+    mark = request.session.get(SESSION_KEY) if hasattr(request, "session") else None
+    if not isinstance(mark, dict) or not isinstance(mark.get("at"), int | float):
+        return None
+    if totp_required() and not mark.get("totp"):
+        return None
+    return max(0.0, time.time() - mark["at"])
+
+
+def recently_authenticated(request: HttpRequest) -> bool:
+    age = seconds_since_authentication(request)
+    return age is not None and age <= settings.GPUADMIN_REAUTH_MAX_AGE_SECONDS
+
+
+def reauth_url(next_url: str) -> str:
+    return f"{reverse('reauthenticate')}?{urlencode({'next': next_url})}"
+
+
+def reauth_response(request: HttpRequest, next_url: str) -> HttpResponse:
+    """Send the browser to re-authenticate, then back to ``next_url`` (htmx: the whole page goes)."""
+    url = reauth_url(next_url)
+    if getattr(request, "htmx", False):
+        return HttpResponseClientRedirect(url)
+    return HttpResponseRedirect(url)
+
+
+def check_totp(user: Any, code: str) -> bool:
+    """Whether ``code`` is a current code of one of the user's confirmed TOTP devices (used once)."""
+    from django_otp import match_token
+
+    code = (code or "").strip()
+    return bool(code) and match_token(user, code) is not None
+
+
+def _on_login(sender: Any, request: HttpRequest | None = None, user: Any = None, **_: Any) -> None:
+    # A login checked the password (never a TOTP code): it counts only when TOTP is not required.
+    if request is not None and hasattr(request, "session"):
+        mark_authenticated(request, with_totp=False)
+
+
+def connect() -> None:
+    user_logged_in.connect(_on_login, dispatch_uid="gpuadmin.accounts.sudo.login")

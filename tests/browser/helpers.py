@@ -1,0 +1,86 @@
+"""Plain helpers of the browser tests: hostile command lines, the page guard, logging in and out.
+
+The fixtures that use them are in conftest.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.people import PASSWORD
+
+# --- command-line arguments that try to run script, inject markup, wake htmx, or lie on screen
+
+HOSTILE_ARGS = [
+    "<script>window.__pwned = 'script'</script>",
+    '"><img src=x onerror="window.__pwned = \'img\'">',
+    '<div hx-get="/pwned-hx-get" hx-trigger="load">get</div>',
+    "<form hx-post=/pwned-hx-post hx-trigger=load></form>",
+    "\x1b[31mRED\x1b[0m",
+    "\u202eevil.py",
+]
+# How the panel shows the control characters: as escapes, never as themselves.
+VISIBLE_CONTROLS = ["\\x1b[31mRED\\x1b[0m", "\\u202eevil.py"]
+# What a live htmx attribute from a payload would request.
+PWNED_PATHS = ("/pwned-hx-get", "/pwned-hx-post")
+
+# In the browser: no element that a payload would have made.
+NO_LIVE_PAYLOAD = """() => ({
+  scripts: [...document.scripts].filter((s) => !s.src).length,
+  images: document.querySelectorAll('img[src="x"]').length,
+  htmx: document.querySelectorAll('[hx-get^="/pwned"], [hx-post^="/pwned"]').length,
+  rlo: document.body.innerText.includes("\\u202e"),
+  esc: document.body.innerText.includes("\\u001b"),
+})"""
+CLEAN_DOM = {"scripts": 0, "images": 0, "htmx": 0, "rlo": False, "esc": False}
+
+
+# --- the page guard ---------------------------------------------------------------------
+
+# Runs before any page script: records what the Content-Security-Policy blocked.
+RECORD_VIOLATIONS = """
+window.__cspViolations = [];
+document.addEventListener("securitypolicyviolation", (e) => {
+  window.__cspViolations.push(
+    `${e.violatedDirective} blocked ${e.blockedURI} (${e.sourceFile}:${e.lineNumber})`);
+});
+"""
+
+
+@dataclass
+class Guard:
+    """What a page did that it should not have."""
+
+    page: Any
+    console_errors: list[str] = field(default_factory=list)
+    page_errors: list[str] = field(default_factory=list)
+    requests: list[str] = field(default_factory=list)
+
+    def violations(self) -> list[str]:
+        return list(self.page.evaluate("window.__cspViolations || []"))
+
+    def assert_clean(self) -> None:
+        csp_console = [m for m in self.console_errors if "Content Security Policy" in m]
+        assert self.violations() == [], "CSP violations reported"
+        assert csp_console == [], "CSP violations in the console"
+        assert self.page_errors == [], "script errors"
+        assert self.page.evaluate("window.__pwned === undefined"), "a payload ran"
+
+
+# --- logging in and out through the real forms -------------------------------------------
+
+
+def log_in(page: Any, base_url: str, username: str, password: str = PASSWORD) -> None:
+    page.goto(f"{base_url}/login/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", password)
+    with page.expect_navigation():
+        page.click("button[type=submit]")
+    assert "/login/" not in page.url, page.content()
+
+
+def log_out(page: Any) -> None:
+    with page.expect_navigation():
+        page.click("text=Log out")
+    assert page.url.endswith("/login/")
