@@ -16,7 +16,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from gpuadmin.fleet import findings, history
+from gpuadmin.fleet import findings, history, retention
 from gpuadmin.fleet.models import Gpu, Host, LatestSnapshot, SnapshotRejection
 from gpuadmin.fleet.process_tree import ProcessRow, attributed_memory_bytes, gpu_holders, process_rows
 from gpuadmin.fleet.signals import snapshot_ingested
@@ -136,6 +136,7 @@ def _store_late(host: Host, document: dict[str, Any], taken_at: datetime) -> Non
         attributed_bytes=attributed_memory_bytes(process_rows(document)),
         taken_at=taken_at,
     )
+    retention.move_back_rolled_up_until(host, taken_at)
 
 
 def _update_host(

@@ -65,6 +65,9 @@ class Host(models.Model):
     last_error_at = models.DateTimeField(null=True, blank=True)
     # When central last sent this host a probe task: hosts offline for long are probed less often.
     last_probe_sent_at = models.DateTimeField(null=True, blank=True)
+    # Samples taken before this are in the 5-minute rollups (gpuadmin/fleet/retention.py);
+    # a late snapshot older than it moves it back, so its bucket is rolled up again.
+    history_rolled_up_until = models.DateTimeField(null=True, blank=True)
 
     objects = HostQuerySet.as_manager()
 
@@ -129,6 +132,8 @@ class Gpu(models.Model):
     # False once a snapshot no longer lists this GPU (removed, or fell off the bus).
     present = models.BooleanField(default=True)
     updated_at = models.DateTimeField(default=timezone.now)
+    # Since when visible processes hold memory on it at 0% utilization (the "idle holder" finding).
+    idle_since = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["host", "index"]
@@ -206,6 +211,14 @@ class ProcessLife(models.Model):
     held_device = models.BooleanField(default=False)
     was_zombie = models.BooleanField(default=False)
     was_orphaned = models.BooleanField(default=False)
+    # The newest ProcessPoint's values: a new point is stored only when these change enough.
+    point_gpu_memory_bytes = models.BigIntegerField(null=True, blank=True)
+    point_state = models.CharField(max_length=1, blank=True)
+    # Snapshots in a row in which its GPU memory rose without falling, since when and from
+    # what (the "suspected leak" finding); a fall starts the count again.
+    memory_rising_samples = models.PositiveIntegerField(default=0)
+    memory_rising_since = models.DateTimeField(null=True, blank=True)
+    memory_rising_from_bytes = models.BigIntegerField(default=0)
 
     class Meta:
         ordering = ["-last_seen_at"]
@@ -218,6 +231,67 @@ class ProcessLife(models.Model):
 
     def __str__(self) -> str:
         return f"{self.host.name}:{self.pid} ({self.name})"
+
+
+class ProcessPoint(models.Model):
+    """A process's GPU memory and state when they changed (not every snapshot): a steady process
+    costs one point. The life's last_seen_at / last_gpu_memory_bytes / last_state end the series."""
+
+    life = models.ForeignKey(ProcessLife, on_delete=models.CASCADE, related_name="points")
+    taken_at = models.DateTimeField()
+    gpu_memory_bytes = models.BigIntegerField()
+    state = models.CharField(max_length=1)
+
+    class Meta:
+        indexes = [models.Index(fields=["life", "taken_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.life} @ {self.taken_at:%Y-%m-%d %H:%M:%S}"
+
+
+# Rollups: one row per GPU (or host) per 5-minute bucket, numbered as Unix time // 300,
+# so coarser charts group them in SQL (bucket / n) on SQLite and PostgreSQL alike.
+# The pair is the primary key: no surrogate id and no second index, which is most
+# of what a row would otherwise cost (benchmarks/history.py).
+
+
+class GpuRollup(models.Model):
+    pk = models.CompositePrimaryKey("gpu", "bucket")
+    gpu = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="rollups")
+    bucket = models.IntegerField()
+    sample_count = models.PositiveSmallIntegerField()
+    memory_used_min_bytes = models.BigIntegerField(null=True)
+    memory_used_mean_bytes = models.BigIntegerField(null=True)
+    memory_used_max_bytes = models.BigIntegerField(null=True)
+    memory_attributed_min_bytes = models.BigIntegerField()
+    memory_attributed_mean_bytes = models.BigIntegerField()
+    memory_attributed_max_bytes = models.BigIntegerField()
+    utilization_min_percent = models.PositiveSmallIntegerField(null=True)
+    utilization_mean_percent = models.FloatField(null=True)
+    utilization_max_percent = models.PositiveSmallIntegerField(null=True)
+
+    def __str__(self) -> str:
+        return f"{self.gpu} bucket {self.bucket}"
+
+
+class HostRollup(models.Model):
+    pk = models.CompositePrimaryKey("host", "bucket")
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="rollups")
+    bucket = models.IntegerField()
+    sample_count = models.PositiveSmallIntegerField()
+    zombies_min = models.PositiveIntegerField()
+    zombies_mean = models.FloatField()
+    zombies_max = models.PositiveIntegerField()
+    d_state_min = models.PositiveIntegerField()
+    d_state_mean = models.FloatField()
+    d_state_max = models.PositiveIntegerField()
+    pids_in_use_min = models.PositiveIntegerField()
+    pids_in_use_mean = models.FloatField()
+    pids_in_use_max = models.PositiveIntegerField()
+    pid_max = models.PositiveIntegerField()
+
+    def __str__(self) -> str:
+        return f"{self.host} bucket {self.bucket}"
 
 
 class FindingQuerySet(models.QuerySet):
@@ -244,6 +318,9 @@ class Finding(models.Model):
         PID_EXHAUSTION = "pid_exhaustion", "PIDs nearly exhausted"
         GPU_DATA_UNAVAILABLE = "gpu_data_unavailable", "GPU data unavailable"
         UNKILLABLE = "unkillable", "Process survived SIGKILL"
+        SUSPECTED_LEAK = "suspected_leak", "Suspected GPU memory leak"
+        IDLE_HOLDER = "idle_holder", "GPU memory held while idle"
+        PIDS_RUNNING_OUT = "pids_running_out", "PIDs running out"
 
     class Severity(models.TextChoices):
         INFO = "info", "Info"
