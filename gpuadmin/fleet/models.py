@@ -185,6 +185,13 @@ class HostSample(models.Model):
         return f"{self.host} @ {self.taken_at:%Y-%m-%d %H:%M:%S}"
 
 
+class ProcessLifeQuerySet(models.QuerySet):
+    def identified(self, host: Host, pid: int, start_time_ticks: int) -> ProcessLife | None:
+        """The life of (pid, start time) on the host; of its newest boot should both recur."""
+        lives = self.filter(host=host, pid=pid, start_time_ticks=start_time_ticks)
+        return lives.order_by("-last_seen_at").first()
+
+
 class ProcessLife(models.Model):
     """One process that mattered, from the first snapshot that saw it to the last.
 
@@ -219,6 +226,8 @@ class ProcessLife(models.Model):
     memory_rising_samples = models.PositiveIntegerField(default=0)
     memory_rising_since = models.DateTimeField(null=True, blank=True)
     memory_rising_from_bytes = models.BigIntegerField(default=0)
+
+    objects = ProcessLifeQuerySet.as_manager()
 
     class Meta:
         ordering = ["-last_seen_at"]
