@@ -24,17 +24,20 @@ probe measured.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db.models import Q
 
+from gpuadmin.fleet.findings import HistoryFacts, PidSample, Rising
 from gpuadmin.fleet.models import Gpu, GpuSample, Host, HostSample, ProcessLife, ProcessPoint
 from gpuadmin.fleet.process_tree import ProcessRow
 
 LifeKey = tuple[str, int, int]  # boot id, pid, start time in ticks
 
+# How far back the "PIDs running out" forecast looks.
+PID_TREND_SECONDS = 3600
 # Keeps each ``IN (...)`` list under SQLite's limit on bound parameters.
 _PIDS_PER_QUERY = 5000
 
@@ -270,3 +273,44 @@ def _rising(life: ProcessLife | None, memory_bytes: int) -> tuple[int, datetime 
     if memory_bytes < before:
         return 0, None, memory_bytes
     return life.memory_rising_samples, life.memory_rising_since, life.memory_rising_from_bytes
+
+
+def update_idle_since(
+    gpus_by_uuid: Mapping[str, Gpu], document: dict[str, Any], attributed_bytes: Mapping[str, int], *,
+    taken_at: datetime,
+) -> None:
+    """Keep each GPU's ``idle_since``: set when visible processes hold memory on it at 0% utilization,
+    kept while that lasts, cleared as soon as it computes again or nothing is held."""
+    changed = []
+    for g in document["gpus"]:
+        gpu = gpus_by_uuid.get(g["uuid"])
+        if gpu is None:
+            continue
+        idle = g["utilization_percent"] == 0 and attributed_bytes.get(g["uuid"], 0) > 0
+        wanted = (gpu.idle_since or taken_at) if idle else None
+        if wanted != gpu.idle_since:
+            gpu.idle_since = wanted
+            changed.append(gpu)
+    if changed:
+        Gpu.objects.bulk_update(changed, ["idle_since"])
+
+
+def findings_facts(
+    host: Host, lives: Iterable[ProcessLife], gpus: Iterable[Gpu], *, taken_at: datetime
+) -> HistoryFacts:
+    """What the history-based findings need beside the snapshot: one query (the PID trend)."""
+    trend = HostSample.objects.filter(
+        host=host, taken_at__gte=taken_at - timedelta(seconds=PID_TREND_SECONDS), taken_at__lte=taken_at
+    ).order_by("taken_at").values_list("taken_at", "pids_in_use", "zombie_count")
+    return HistoryFacts(
+        taken_at=taken_at,
+        rising={
+            (life.pid, life.start_time_ticks): Rising(
+                life.memory_rising_samples, life.memory_rising_since, life.memory_rising_from_bytes
+            )
+            for life in lives
+            if life.memory_rising_samples
+        },
+        idle_since={gpu.uuid: gpu.idle_since for gpu in gpus if gpu.idle_since is not None},
+        pid_trend=tuple(PidSample(t, pids, zombies) for t, pids, zombies in trend),
+    )

@@ -97,8 +97,11 @@ def ingest_snapshot(payload: str | bytes, *, received_at: datetime | None = None
         history.record_samples(
             host, document, gpus_by_uuid=gpus_by_uuid, attributed_bytes=attributed_bytes, taken_at=taken_at
         )
-        history.record_process_lives(host, rows, boot_id=document["host"]["boot_id"], taken_at=taken_at)
-        findings.sync_findings(host, findings.compute_findings(document), received_at)
+        history.update_idle_since(gpus_by_uuid, document, attributed_bytes, taken_at=taken_at)
+        boot_id = document["host"]["boot_id"]
+        lives = history.record_process_lives(host, rows, boot_id=boot_id, taken_at=taken_at)
+        facts = history.findings_facts(host, lives, gpus_by_uuid.values(), taken_at=taken_at)
+        findings.sync_findings(host, findings.compute_findings(document, facts), received_at)
         transaction.on_commit(
             partial(snapshot_ingested.send, sender=Host, host=host, document=document), robust=True
         )

@@ -18,7 +18,8 @@ from django.views.decorators.http import require_GET, require_POST
 
 from gpuadmin.accounts.permissions import role_required
 from gpuadmin.accounts.roles import Role, has_role
-from gpuadmin.fleet.models import Host, LatestSnapshot
+from gpuadmin.fleet import series
+from gpuadmin.fleet.models import Gpu, Host, LatestSnapshot
 from gpuadmin.fleet.probes import probe_now
 from gpuadmin.web.host_tables import SORT_DESCENDING_BY_DEFAULT, ProcessQuery, host_tables
 from gpuadmin.web.htmx import HTMX_STOP_POLLING, fragment_target, vary_on_htmx, wants_fragment
@@ -27,6 +28,7 @@ logger = logging.getLogger(__name__)
 
 # The regions of the host page an htmx request may ask for, by the id of the element it targets.
 HOST_PROCESSES_TARGET = "host-processes"
+HOST_HISTORY_TARGET = "host-history"
 
 
 def _poll_seconds() -> int:
@@ -59,6 +61,10 @@ def host_detail(request: HttpRequest, name: str) -> HttpResponse:
         raise Http404(f"No host named {name!r} has sent a snapshot.")
     gpus = list(host.present_gpus)
     query = ProcessQuery.from_params(request.GET)
+    try:
+        history_range = series.parse_range(request.GET.get("range")).name
+    except series.UnknownRange:
+        history_range = series.DEFAULT_RANGE
     kill_request_new_url = reverse("kill_request_new") if has_role(request.user, Role.REQUESTER) else None
     context = {
         "host": host,
@@ -70,13 +76,40 @@ def host_detail(request: HttpRequest, name: str) -> HttpResponse:
         "kill_request_new_url": kill_request_new_url,
         "sort_keys": list(SORT_DESCENDING_BY_DEFAULT),
         "sort_links": {key: query.sorted_by(key) for key in SORT_DESCENDING_BY_DEFAULT},
+        "history_range": history_range,
+        "history_ranges": list(series.RANGES),
+        "history_charts": history_charts(host, gpus, history_range),
     }
     if not wants_fragment(request):
         return render(request, "web/host_detail.html", context)
     if fragment_target(request) == HOST_PROCESSES_TARGET:
         return render(request, "web/_host_processes.html", context)
+    if fragment_target(request) == HOST_HISTORY_TARGET:
+        return render(request, "web/_host_history.html", context)
     # The poll: the tables, plus the summary (status, findings, GPU cards) out of band.
     return render(request, "web/_host_refresh.html", context)
+
+
+def history_charts(host: Host, gpus: list[Gpu], range_name: str) -> list[dict[str, str | None]]:
+    """The host page's charts: one per GPU, then the host's process counts (drawn by static/js/charts.js)."""
+    charts: list[dict[str, str | None]] = [
+        {
+            "kind": "gpu",
+            "gpu_uuid": gpu.uuid,
+            "title": f"GPU {gpu.index}: memory (attributed, unattributed) and utilization",
+            "csv_name": f"{host.name}-gpu{gpu.index}-{range_name}.csv",
+        }
+        for gpu in gpus
+    ]
+    charts.append(
+        {
+            "kind": "host",
+            "gpu_uuid": None,
+            "title": "Zombies, processes in D state, PIDs in use against pid_max",
+            "csv_name": f"{host.name}-processes-{range_name}.csv",
+        }
+    )
+    return charts
 
 
 @require_POST
