@@ -50,6 +50,10 @@ class ProcessPage:
     kill_requests: list[Any] = field(default_factory=list)
 
     @property
+    def csv_name(self) -> str:
+        return f"{self.host.name}-process-{self.pid}-{self.start_time_ticks}.csv"
+
+    @property
     def alive(self) -> bool:
         return self.row is not None
 

@@ -6,4 +6,9 @@ urlpatterns = [
     path("", views.fleet, name="fleet"),
     path("hosts/<str:name>/", views.host_detail, name="host_detail"),
     path("hosts/<str:name>/probe/", views.host_probe, name="host_probe"),
+    path(
+        "hosts/<str:name>/processes/<int:pid>-<int:start_time_ticks>/",
+        views.process_detail,
+        name="process_detail",
+    ),
 ]

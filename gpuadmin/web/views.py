@@ -23,6 +23,7 @@ from gpuadmin.fleet.models import Gpu, Host, LatestSnapshot
 from gpuadmin.fleet.probes import probe_now
 from gpuadmin.web.host_tables import SORT_DESCENDING_BY_DEFAULT, ProcessQuery, host_tables
 from gpuadmin.web.htmx import HTMX_STOP_POLLING, fragment_target, vary_on_htmx, wants_fragment
+from gpuadmin.web.process_page import process_page
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +89,22 @@ def host_detail(request: HttpRequest, name: str) -> HttpResponse:
         return render(request, "web/_host_history.html", context)
     # The poll: the tables, plus the summary (status, findings, GPU cards) out of band.
     return render(request, "web/_host_refresh.html", context)
+
+
+@require_GET
+@role_required(Role.VIEWER)
+def process_detail(request: HttpRequest, name: str, pid: int, start_time_ticks: int) -> HttpResponse:
+    host = get_object_or_404(Host, name=name)
+    page = process_page(host, pid, start_time_ticks)
+    if page is None:
+        raise Http404(f"{name} has no recorded process {pid} started at tick {start_time_ticks}.")
+    may_request = page.alive and has_role(request.user, Role.REQUESTER)
+    context = {
+        "host": host,
+        "page": page,
+        "kill_request_new_url": reverse("kill_request_new") if may_request else None,
+    }
+    return render(request, "web/process_detail.html", context)
 
 
 def history_charts(host: Host, gpus: list[Gpu], range_name: str) -> list[dict[str, str | None]]:
