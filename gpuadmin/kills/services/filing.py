@@ -4,6 +4,7 @@ snapshot, apply the refusal rules, and store the request with its preview.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -14,7 +15,7 @@ from django.utils import timezone
 from gpuadmin.accounts.roles import Role, has_role
 from gpuadmin.audit.models import Action
 from gpuadmin.fleet.models import Host, LatestSnapshot
-from gpuadmin.fleet.process_tree import ProcessRow
+from gpuadmin.fleet.process_tree import ProcessRow, process_rows
 from gpuadmin.kills import memory, plans, targets
 from gpuadmin.kills.models import CMDLINE_PREVIEW_ARGS, CMDLINE_PREVIEW_CHARS, KillRequest, KillTarget
 from gpuadmin.kills.services._audit import audit
@@ -31,7 +32,7 @@ def get_host(name: str) -> Host:
 
 
 def preview(host: Host, pid: int, start_time_ticks: int, *, include_descendants: bool = False,
-            now: datetime | None = None) -> targets.Preview:
+            also: Iterable[tuple[int, int]] = (), now: datetime | None = None) -> targets.Preview:
     """What a request would target, from the newest snapshot; refusals and warnings included."""
     latest = LatestSnapshot.objects.for_host(host)
     if latest is None:
@@ -39,7 +40,9 @@ def preview(host: Host, pid: int, start_time_ticks: int, *, include_descendants:
             host_name=host.name, snapshot_taken_at=None, boot_id="",
             refusal=f"there is no snapshot from {host.name} yet, so PID {pid} cannot be checked",
         )
-    result = targets.resolve(latest.document, pid, start_time_ticks, include_descendants=include_descendants)
+    result = targets.resolve(
+        latest.document, pid, start_time_ticks, include_descendants=include_descendants, also=also
+    )
     now = now or timezone.now()
     if result.ok and not host.is_online:
         age = (now - host.last_seen_at).total_seconds() if host.last_seen_at else None
@@ -110,7 +113,7 @@ def refused_error(result: targets.Preview) -> Refused:
 
 def file_request(user: Any, *, host: Host | str, pid: Any, start_time_ticks: Any, reason: str,
                  include_descendants: bool = False, plan: Any = None,
-                 now: datetime | None = None) -> KillRequest:
+                 also: Iterable[tuple[int, int]] = (), now: datetime | None = None) -> KillRequest:
     if not has_role(user, Role.REQUESTER):
         raise NotAllowed("Filing a kill request needs the requester role.")
     reason = (reason or "").strip()
@@ -126,7 +129,7 @@ def file_request(user: Any, *, host: Host | str, pid: Any, start_time_ticks: Any
     if isinstance(host, str):
         host = get_host(host)
     now = now or timezone.now()
-    result = preview(host, pid, start_time_ticks, include_descendants=include_descendants, now=now)
+    result = preview(host, pid, start_time_ticks, include_descendants=include_descendants, also=also, now=now)
     if not result.ok:
         raise refused_error(result)
     document = result.document
@@ -149,6 +152,9 @@ def file_request(user: Any, *, host: Host | str, pid: Any, start_time_ticks: Any
             pending_expires_at=now + timedelta(seconds=settings.GPUADMIN_PENDING_EXPIRY_SECONDS),
         )
         rows = result.targets
+        descendant_pids = set()
+        if include_descendants:
+            descendant_pids = {r.pid for r in targets.descendants(pid, process_rows(document))}
         base = memory.baseline(
             document, [(r.pid, r.start_time_ticks) for r in rows]
         )
@@ -156,7 +162,10 @@ def file_request(user: Any, *, host: Host | str, pid: Any, start_time_ticks: Any
         kill_request.memory_expected_release_bytes = memory.expected_bytes(base)
         kill_request.save()
         KillTarget.objects.bulk_create(
-            [_target_from_row(kill_request, row, document, is_descendant=i > 0) for i, row in enumerate(rows)]
+            [
+                _target_from_row(kill_request, row, document, is_descendant=row.pid in descendant_pids)
+                for row in rows
+            ]
         )
         audit(
             Action.REQUESTED, kill_request, actor=user,
