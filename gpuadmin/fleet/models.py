@@ -42,6 +42,10 @@ class HostQuerySet(models.QuerySet):
     def named(self, name: str) -> Host | None:
         return self.filter(name=name).first()
 
+    def worst_finding_first(self) -> list[Host]:
+        """``for_listing()`` hosts, those with the most severe open finding first, then by name."""
+        return sorted(self.for_listing(), key=lambda host: (host.worst_finding_rank, host.name))
+
 
 class Host(models.Model):
     name = models.CharField(max_length=253, unique=True)
@@ -83,6 +87,16 @@ class Host(models.Model):
             seconds=settings.GPUADMIN_PROBE_INTERVAL_SECONDS
             * settings.GPUADMIN_OFFLINE_AFTER_INTERVALS
         )
+
+    @property
+    def worst_finding_rank(self) -> int:
+        """The rank (0 = critical) of its most severe open finding; one past the last with none.
+        Needs ``for_listing()``'s counts."""
+        ranked = sorted(Finding.Severity, key=lambda s: s.rank)
+        for severity in ranked:
+            if getattr(self, f"open_findings_{severity.value}", 0):
+                return severity.rank
+        return len(ranked)
 
     @property
     def is_online(self) -> bool:

@@ -77,6 +77,8 @@ class Preview:
     refusal: str | None = None
     parent_offer: ParentOffer | None = None
     warnings: list[str] = field(default_factory=list)
+    # Targets there because they descend from the seed (not those named beside it).
+    descendant_pids: set[int] = field(default_factory=set)
     # The snapshot document it was resolved from (the digests come from there).
     document: dict[str, Any] | None = field(default=None, repr=False)
 
@@ -260,6 +262,7 @@ def resolve(document: dict[str, Any], pid: int, start_time_ticks: int, *,
                 preview.excluded.append(Excluded(pid=row.pid, name=row.name, user=row.user, why=why))
                 continue
             preview.targets.append(row)
+            preview.descendant_pids.add(row.pid)
             preview.warnings.extend(_warnings_for(row))
     _add_also(preview, rows, protection, also)
     return preview

@@ -21,6 +21,7 @@ from gpuadmin.accounts.roles import Role, has_role
 from gpuadmin.fleet import series
 from gpuadmin.fleet.models import Gpu, Host, LatestSnapshot
 from gpuadmin.fleet.probes import probe_now
+from gpuadmin.web.finding_actions import finding_view
 from gpuadmin.web.host_tables import SORT_DESCENDING_BY_DEFAULT, ProcessQuery, host_tables
 from gpuadmin.web.htmx import HTMX_STOP_POLLING, fragment_target, vary_on_htmx, wants_fragment
 from gpuadmin.web.process_page import process_page
@@ -45,7 +46,7 @@ def _host_gone(request: HttpRequest, name: str) -> HttpResponse:
 @role_required(Role.VIEWER)
 @vary_on_htmx()
 def fleet(request: HttpRequest) -> HttpResponse:
-    context = {"hosts": list(Host.objects.for_listing()), "poll_seconds": _poll_seconds()}
+    context = {"hosts": Host.objects.worst_finding_first(), "poll_seconds": _poll_seconds()}
     if wants_fragment(request):
         return render(request, "web/_fleet_hosts.html", context)
     return render(request, "web/fleet.html", context)
@@ -66,13 +67,16 @@ def host_detail(request: HttpRequest, name: str) -> HttpResponse:
         history_range = series.parse_range(request.GET.get("range")).name
     except series.UnknownRange:
         history_range = series.DEFAULT_RANGE
-    kill_request_new_url = reverse("kill_request_new") if has_role(request.user, Role.REQUESTER) else None
+    may_request = has_role(request.user, Role.REQUESTER)
+    kill_request_new_url = reverse("kill_request_new") if may_request else None
     context = {
         "host": host,
         "gpus": gpus,
         "query": query,
         "tables": host_tables(LatestSnapshot.objects.document_for(host), gpus, query),
-        "findings": host.findings.open().most_severe_first(),
+        "findings": [
+            finding_view(f, host, may_request=may_request) for f in host.findings.open().most_severe_first()
+        ],
         "poll_seconds": _poll_seconds(),
         "kill_request_new_url": kill_request_new_url,
         "sort_keys": list(SORT_DESCENDING_BY_DEFAULT),

@@ -15,7 +15,7 @@ from django.utils import timezone
 from gpuadmin.accounts.roles import Role, has_role
 from gpuadmin.audit.models import Action
 from gpuadmin.fleet.models import Host, LatestSnapshot
-from gpuadmin.fleet.process_tree import ProcessRow, process_rows
+from gpuadmin.fleet.process_tree import ProcessRow
 from gpuadmin.kills import memory, plans, targets
 from gpuadmin.kills.models import CMDLINE_PREVIEW_ARGS, CMDLINE_PREVIEW_CHARS, KillRequest, KillTarget
 from gpuadmin.kills.services._audit import audit
@@ -152,9 +152,6 @@ def file_request(user: Any, *, host: Host | str, pid: Any, start_time_ticks: Any
             pending_expires_at=now + timedelta(seconds=settings.GPUADMIN_PENDING_EXPIRY_SECONDS),
         )
         rows = result.targets
-        descendant_pids = set()
-        if include_descendants:
-            descendant_pids = {r.pid for r in targets.descendants(pid, process_rows(document))}
         base = memory.baseline(
             document, [(r.pid, r.start_time_ticks) for r in rows]
         )
@@ -163,7 +160,7 @@ def file_request(user: Any, *, host: Host | str, pid: Any, start_time_ticks: Any
         kill_request.save()
         KillTarget.objects.bulk_create(
             [
-                _target_from_row(kill_request, row, document, is_descendant=row.pid in descendant_pids)
+                _target_from_row(kill_request, row, document, is_descendant=row.pid in result.descendant_pids)
                 for row in rows
             ]
         )
