@@ -30,6 +30,8 @@ SQLITE_DATABASE = "gpuadmin.sqlite3"
 STATIC_ROOT = "static"
 BEAT_SCHEDULE_FILE = "celerybeat-schedule"
 AGENT_JOURNAL = "agent-journal"
+# Written by `make run` when GPUADMIN_GPU_BACKEND=simulated names no file (gpuadmin/run.py).
+DEMO_SIMULATED_GPUS = "simulated-gpus.json"
 # The filesystem broker's folders (used when REDIS_URL is not set).
 BROKER = "broker"
 BROKER_QUEUE = f"{BROKER}/queue"
