@@ -130,7 +130,7 @@
         {label: "PIDs in use" + suffix, scale: "pids", stroke: COLORS.pids, width: 1.5},
         {label: "pid_max", scale: "pids", stroke: COLORS.pidMax, dash: [6, 4], width: 1},
       ],
-      axes: [{}, {scale: "count"}, {scale: "pids", side: 1, grid: {show: false}, size: 70}],
+      axes: [{}, {scale: "count"}, {scale: "pids", side: 1, grid: {show: false}, size: 90}],
       scales: {count: {range: function (u, min, max) { return [0, Math.max(1, max)]; }},
                pids: {range: function (u, min, max) { return [0, Math.max(1, max)]; }}},
       markers: killMarks(payload.kill_requests),
@@ -253,12 +253,19 @@
       return;
     }
     var width = Math.max(280, canvasBox.clientWidth || figure.clientWidth || 600);
+    // The time axis spans the data and every mark (a kill filed after the last sample shows too).
+    var times = chart.data[0].concat((chart.markers || []).map(function (m) { return m.t; }));
+    var first = Math.min.apply(null, times);
+    var last = Math.max.apply(null, times);
+    if (last - first < 60) { first -= 30; last += 30; }
     var options = {
+      // Axis times in UTC, as everywhere else in the panel (the legend writes ISO 8601 with a Z).
+      tzDate: function (ts) { return uPlot.tzDate(new Date(ts * 1000), "Etc/UTC"); },
       width: width,
       height: 220,
       series: chart.series,
       axes: chart.axes,
-      scales: Object.assign({x: {time: true}}, chart.scales),
+      scales: Object.assign({x: {time: true, range: [first, last]}}, chart.scales),
       bands: chart.bands,
       cursor: {drag: {x: true, y: false}},
       legend: {live: true},
