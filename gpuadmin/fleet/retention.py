@@ -55,16 +55,17 @@ PRUNE_MAX_BATCHES = 20
 
 _GPU_ROLLUP_FIELDS = [
     "sample_count",
-    "memory_used_min_bytes",
-    "memory_used_mean_bytes",
-    "memory_used_max_bytes",
-    "memory_attributed_min_bytes",
-    "memory_attributed_mean_bytes",
-    "memory_attributed_max_bytes",
+    "memory_used_min_mib",
+    "memory_used_mean_mib",
+    "memory_used_max_mib",
+    "memory_attributed_min_mib",
+    "memory_attributed_mean_mib",
+    "memory_attributed_max_mib",
     "utilization_min_percent",
-    "utilization_mean_percent",
+    "utilization_mean_tenths_percent",
     "utilization_max_percent",
 ]
+MiB = 1024**2
 _HOST_ROLLUP_FIELDS = [
     "sample_count",
     "zombies_min",
@@ -108,6 +109,13 @@ def _int(value: float | None) -> int | None:
     return None if value is None else round(value)
 
 
+def _mib(memory: Summary) -> tuple[int | None, int | None, int | None]:
+    """(min, mean, max) in MiB: the min rounded down, the max up, so no peak is ever hidden."""
+    if memory.minimum is None or memory.mean is None or memory.maximum is None:
+        return None, None, None
+    return memory.minimum // MiB, round(memory.mean / MiB), -(-memory.maximum // MiB)
+
+
 def gpu_rollups(rows: Iterable[Sequence[Any]]) -> list[GpuRollup]:
     """Rollups of raw GPU rows ``(gpu_id, taken_at, used, attributed, utilization)``, per GPU and bucket."""
     grouped: dict[tuple[int, int], list[Sequence[Any]]] = defaultdict(list)
@@ -115,22 +123,23 @@ def gpu_rollups(rows: Iterable[Sequence[Any]]) -> list[GpuRollup]:
         grouped[(row[0], bucket_of(row[1]))].append(row)
     rollups = []
     for (gpu_id, bucket), members in grouped.items():
-        used = summarise(r[2] for r in members)
-        attributed = summarise(r[3] for r in members)
+        used_min, used_mean, used_max = _mib(summarise(r[2] for r in members))
+        attributed_min, attributed_mean, attributed_max = _mib(summarise(r[3] for r in members))
         utilization = summarise(r[4] for r in members)
+        mean_tenths = None if utilization.mean is None else round(utilization.mean * 10)
         rollups.append(
             GpuRollup(
                 gpu_id=gpu_id,
                 bucket=bucket,
                 sample_count=len(members),
-                memory_used_min_bytes=used.minimum,
-                memory_used_mean_bytes=_int(used.mean),
-                memory_used_max_bytes=used.maximum,
-                memory_attributed_min_bytes=attributed.minimum or 0,
-                memory_attributed_mean_bytes=_int(attributed.mean) or 0,
-                memory_attributed_max_bytes=attributed.maximum or 0,
+                memory_used_min_mib=used_min,
+                memory_used_mean_mib=used_mean,
+                memory_used_max_mib=used_max,
+                memory_attributed_min_mib=attributed_min or 0,
+                memory_attributed_mean_mib=attributed_mean or 0,
+                memory_attributed_max_mib=attributed_max or 0,
                 utilization_min_percent=utilization.minimum,
-                utilization_mean_percent=utilization.mean,
+                utilization_mean_tenths_percent=mean_tenths,
                 utilization_max_percent=utilization.maximum,
             )
         )

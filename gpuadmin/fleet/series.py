@@ -190,17 +190,18 @@ def _rolled_up_points(
         .annotate(group=F("bucket") / per_point)
         .values("gpu_id", "group")
         .annotate(
-            used=Max("memory_used_max_bytes"),
-            attributed=Max("memory_attributed_max_bytes"),
-            utilization=Avg("utilization_mean_percent"),
-            utilization_buckets=Count("utilization_mean_percent"),
+            used=Max("memory_used_max_mib"),
+            attributed=Max("memory_attributed_max_mib"),
+            utilization=Avg("utilization_mean_tenths_percent"),
+            utilization_buckets=Count("utilization_mean_tenths_percent"),
         )
     ):
-        utilization_sum = (
-            None if row["utilization"] is None else row["utilization"] * row["utilization_buckets"]
-        )
-        gpu_groups[(row["gpu_id"], row["group"])].add(
-            row["used"], row["attributed"], utilization_sum, row["utilization_buckets"]
+        _add_rollup(
+            gpu_groups[(row["gpu_id"], row["group"])],
+            row["used"],
+            row["attributed"],
+            row["utilization"],
+            row["utilization_buckets"],
         )
     host_groups: dict[int, dict[str, int]] = {}
     for row in (
@@ -224,12 +225,13 @@ def _rolled_up_points(
         )
     )
     for rollup in tail_gpus:
-        utilization_sum = rollup.utilization_mean_percent
-        gpu_groups[(rollup.gpu_id, rollup.bucket // per_point)].add(
-            rollup.memory_used_max_bytes,
-            rollup.memory_attributed_max_bytes,
-            utilization_sum,
-            1 if utilization_sum is not None else 0,
+        mean = rollup.utilization_mean_tenths_percent
+        _add_rollup(
+            gpu_groups[(rollup.gpu_id, rollup.bucket // per_point)],
+            rollup.memory_used_max_mib,
+            rollup.memory_attributed_max_mib,
+            mean,
+            0 if mean is None else 1,
         )
     for rollup in retention.host_rollups(
         HostSample.objects.filter(host=host, taken_at__gte=tail_start).values_list(*retention.HOST_RAW_FIELDS)
@@ -256,6 +258,18 @@ def _rolled_up_points(
         for group, counts in sorted(host_groups.items())
     ]
     return gpu_points, host_points
+
+
+def _add_rollup(
+    group: _Group, used_mib: int | None, attributed_mib: int | None, mean_tenths: float | None, buckets: int
+) -> None:
+    """Rollup columns (MiB, tenths of a percent) into a chart point (bytes, percent)."""
+    group.add(
+        None if used_mib is None else used_mib * retention.MiB,
+        None if attributed_mib is None else attributed_mib * retention.MiB,
+        None if mean_tenths is None else mean_tenths / 10 * buckets,
+        buckets,
+    )
 
 
 def _group_start(group: int, point_seconds: int) -> datetime:

@@ -33,7 +33,7 @@ MiB = 1024**2
 def varying_snapshot(seconds: int, **kwargs: Any) -> dict[str, Any]:
     """Values that differ from one snapshot to the next, so min, mean and max all differ."""
     step = seconds // 10
-    used = (1 + step % 7) * GiB + step * MiB
+    used = (1 + step % 7) * GiB + step * MiB + 4097  # not whole MiB: the rounding shows
     holder = proc(1000, gpu_memory={GPU0: used // 2})
     zombies = [proc(2000 + z, ppid=1000, state="Z") for z in range(step % 3)]
     return snapshot(
@@ -94,20 +94,21 @@ def test_rollups_have_the_min_mean_and_max_of_the_raw_samples_of_their_bucket(tw
     for key, row in expected.items():
         rollup = rollups[key]
         assert rollup.sample_count == row["n"] == 30
-        assert (rollup.memory_used_min_bytes, rollup.memory_used_max_bytes) == (
-            row["used_min"],
-            row["used_max"],
+        # MiB: the min rounded down, the max up (no peak hidden), the mean to the nearest.
+        assert (rollup.memory_used_min_mib, rollup.memory_used_max_mib) == (
+            row["used_min"] // MiB,
+            -(-row["used_max"] // MiB),
         )
-        assert rollup.memory_used_mean_bytes == round(row["used_mean"])
-        assert rollup.memory_attributed_max_bytes == row["attributed_max"]
+        assert rollup.memory_used_mean_mib == round(row["used_mean"] / MiB)
+        assert rollup.memory_attributed_max_mib == -(-row["attributed_max"] // MiB)
         assert (rollup.utilization_min_percent, rollup.utilization_max_percent) == (
             row["util_min"],
             row["util_max"],
         )
         if row["util_mean"] is None:
-            assert rollup.utilization_mean_percent is None
+            assert rollup.utilization_mean_tenths_percent is None
         else:
-            assert rollup.utilization_mean_percent == pytest.approx(row["util_mean"])
+            assert rollup.utilization_mean_tenths_percent == round(row["util_mean"] * 10)
     # The host's counts too: zombies cycle 0, 1, 2 and PIDs climb by one per snapshot.
     first = HostRollup.objects.order_by("bucket").first()
     assert first is not None
@@ -144,7 +145,7 @@ def test_a_late_snapshot_is_rolled_up_again_into_its_bucket(
     assert twenty_minutes.history_rolled_up_until == at(0)
     assert retention.roll_up(at(1260)) == 4
     rollup = GpuRollup.objects.get(gpu__index=0, bucket=retention.bucket_of(at(0)))
-    assert (rollup.sample_count, rollup.memory_used_max_bytes) == (31, 70 * GiB)
+    assert (rollup.sample_count, rollup.memory_used_max_mib) == (31, 70 * 1024)
 
 
 def test_raw_samples_go_after_the_raw_days_and_only_once_rolled_up(
