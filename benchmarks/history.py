@@ -196,6 +196,7 @@ def simulate(host_name: str, gpus: int, days: int, now: datetime, rng: random.Ra
         GpuSample.objects.bulk_create(gpu_samples, batch_size=10_000)
         HostSample.objects.bulk_create(host_samples, batch_size=10_000)
         done = retention.maintain_history(datetime.fromtimestamp(day_end + retention.SETTLE_SECONDS, UTC))
+        vacuum()  # autovacuum's part: the space of pruned rows is reused by the next day's
         print(
             f"  day {day + 1:2d}: {done.buckets_rolled_up} buckets rolled up, {done.pruned.total} pruned "
             f"({time.monotonic() - started:.0f} s)",
@@ -286,11 +287,18 @@ def time_request(client: Any, url: str, repeats: int) -> tuple[float, float, int
     return statistics.median(times), times[max(0, int(len(times) * 0.95) - 1)], size
 
 
-def table_bytes(names: list[str]) -> dict[str, int]:
+def vacuum() -> None:
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute("VACUUM ANALYZE")  # what autovacuum would have done: freed space is reused
+        cursor.execute("VACUUM ANALYZE")
+
+
+def table_bytes(names: list[str]) -> dict[str, int]:
+    from django.db import connection
+
+    vacuum()
+    with connection.cursor() as cursor:
         sizes = {}
         for name in names:
             cursor.execute("SELECT pg_total_relation_size(%s)", [name])

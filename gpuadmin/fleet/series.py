@@ -108,15 +108,16 @@ def host_history(host: Host, chart_range: Range, now: datetime) -> dict[str, Any
 def _raw_points(
     host: Host, gpus: list[Gpu], since: datetime
 ) -> tuple[dict[int, list[dict[str, Any]]], list[dict[str, Any]]]:
+    texts = _TimeTexts()
     gpu_points: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for gpu_id, taken_at, used, attributed, utilization in (
         GpuSample.objects.filter(gpu__in=gpus, taken_at__gte=since)
         .order_by("taken_at")
         .values_list(*retention.GPU_RAW_FIELDS)
     ):
-        gpu_points[gpu_id].append(_gpu_point(taken_at, used, attributed, utilization))
+        gpu_points[gpu_id].append(_gpu_point(texts[taken_at], used, attributed, utilization))
     host_points = [
-        _host_point(taken_at, zombies, d_state, pids, pid_max)
+        _host_point(texts[taken_at], zombies, d_state, pids, pid_max)
         for _, taken_at, zombies, d_state, pids, pid_max in HostSample.objects.filter(
             host=host, taken_at__gte=since
         )
@@ -126,20 +127,26 @@ def _raw_points(
     return gpu_points, host_points
 
 
-def _gpu_point(
-    t: datetime, used: int | None, attributed: int | None, utilization: float | None
-) -> dict[str, Any]:
+class _TimeTexts(dict[datetime, str]):
+    """Each moment written once: every GPU (and the host) has a point at the same moments."""
+
+    def __missing__(self, moment: datetime) -> str:
+        text = self[moment] = utc_text(moment, timespec="seconds")
+        return text
+
+
+def _gpu_point(t: str, used: int | None, attributed: int | None, utilization: float | None) -> dict[str, Any]:
     return {
-        "t": utc_text(t, timespec="seconds"),
+        "t": t,
         "memory_used_bytes": used,
         "memory_attributed_bytes": attributed,
         "utilization_percent": None if utilization is None else round(utilization, 1),
     }
 
 
-def _host_point(t: datetime, zombies: int, d_state: int, pids_in_use: int, pid_max: int) -> dict[str, Any]:
+def _host_point(t: str, zombies: int, d_state: int, pids_in_use: int, pid_max: int) -> dict[str, Any]:
     return {
-        "t": utc_text(t, timespec="seconds"),
+        "t": t,
         "zombies": zombies,
         "d_state": d_state,
         "pids_in_use": pids_in_use,
@@ -248,13 +255,18 @@ def _rolled_up_points(
         host_groups[group] = counts
 
     point_seconds = retention.BUCKET_SECONDS * per_point
+    texts = _TimeTexts()
+
+    def _group_start(group: int) -> str:
+        return texts[retention.bucket_start(group * point_seconds // retention.BUCKET_SECONDS)]
+
     gpu_points: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for (gpu_id, group), values in sorted(gpu_groups.items(), key=lambda item: item[0][1]):
         gpu_points[gpu_id].append(
-            _gpu_point(_group_start(group, point_seconds), values.used, values.attributed, values.utilization)
+            _gpu_point(_group_start(group), values.used, values.attributed, values.utilization)
         )
     host_points = [
-        _host_point(_group_start(group, point_seconds), **counts)
+        _host_point(_group_start(group), **counts)
         for group, counts in sorted(host_groups.items())
     ]
     return gpu_points, host_points
@@ -270,10 +282,6 @@ def _add_rollup(
         None if mean_tenths is None else mean_tenths / 10 * buckets,
         buckets,
     )
-
-
-def _group_start(group: int, point_seconds: int) -> datetime:
-    return retention.bucket_start(group * point_seconds // retention.BUCKET_SECONDS)
 
 
 def kill_markers(
