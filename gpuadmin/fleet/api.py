@@ -22,7 +22,7 @@ from gpuadmin.fleet.serializers import host_detail_dict, host_summary_dict
 
 
 def _host(name: str) -> Host:
-    host = Host.objects.filter(name=name).first()
+    host = Host.objects.named(name)
     if host is None:
         raise NotFound(f"No host named {name!r} has sent a snapshot.")
     return host

@@ -4,12 +4,19 @@ process page draws its process's GPU memory. Screenshots are kept (see conftest.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.utils import timezone
+
+# The shared browser fixtures (open_page, screenshot: tests/browser/conftest.py) come with issue 12's
+# branch, as does pytest-playwright in pyproject.toml; until both are here this module waits.
+if not all(importlib.util.find_spec(name) for name in ("playwright", "tests.browser.conftest")):
+    pytest.skip("the shared browser fixtures are not here yet", allow_module_level=True)
+
 from playwright.sync_api import Page, expect
 
 from gpuadmin.fleet import retention
