@@ -1,4 +1,4 @@
-"""`make run` with the simulated backend and no file: two GPUs whose memory moves, part held by the supervisor."""
+"""`make run` with the simulated backend and no file: two GPUs whose memory moves, part held by it."""
 
 from __future__ import annotations
 
