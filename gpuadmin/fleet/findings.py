@@ -426,7 +426,7 @@ def suspected_leaks(rows: dict[int, ProcessRow], facts: HistoryFacts) -> list[Fi
                     "start_time_ticks": row.start_time_ticks,
                     "user": row.user,
                     "rising_samples": rising.samples,
-                    "rising_since": utc_text(rising.since),
+                    "rising_since": utc_text(rising.since, timespec="seconds"),
                     "from_bytes": rising.from_bytes,
                     "gpu_memory_bytes": now_bytes,
                 },
@@ -471,7 +471,7 @@ def idle_holders(
                 details={
                     "gpu_uuid": gpu["uuid"],
                     "gpu_index": gpu["index"],
-                    "idle_since": utc_text(since),
+                    "idle_since": utc_text(since, timespec="seconds"),
                     "pids": [r.pid for r in holders[:_DETAIL_PIDS_MAX]],
                     "targets": [[r.pid, r.start_time_ticks] for r in holders[:_DETAIL_PIDS_MAX]],
                     "gpu_memory_bytes": held_bytes,
@@ -539,7 +539,7 @@ def pids_running_out(
                 "zombies_now": trend[-1].zombies,
                 "pids_per_hour": round(per_second * 3600, 1),
                 "pid_max": pid_max,
-                "forecast_at": utc_text(reached_at),
+                "forecast_at": utc_text(reached_at, timespec="seconds"),
             },
         )
     ]
