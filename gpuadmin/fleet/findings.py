@@ -517,9 +517,9 @@ def pids_running_out(
     if left > settings.GPUADMIN_PID_FORECAST_HORIZON_SECONDS:
         return []
     culprit = ""
-    if trees and trees[0].parent is not None:
-        top = trees[0]
-        culprit = f" Most zombies ({len(top.zombies)}) are under {describe(top.parent)}: reap or end it."
+    top_parent = trees[0].parent if trees else None
+    if top_parent is not None:
+        culprit = f" Most zombies ({len(trees[0].zombies)}) are under {describe(top_parent)}: reap or end it."
     return [
         FindingDraft(
             kind=Kind.PIDS_RUNNING_OUT,

@@ -105,8 +105,16 @@ def summarise(values: Iterable[int | None]) -> Summary:
     return Summary(min(known), sum(known) / len(known), max(known))
 
 
-def _int(value: float | None) -> int | None:
-    return None if value is None else round(value)
+@dataclass(frozen=True)
+class KnownSummary:
+    minimum: int
+    mean: float
+    maximum: int
+
+
+def _known(summary: Summary) -> KnownSummary:
+    assert summary.minimum is not None and summary.mean is not None and summary.maximum is not None
+    return KnownSummary(summary.minimum, summary.mean, summary.maximum)
 
 
 def _mib(memory: Summary) -> tuple[int | None, int | None, int | None]:
@@ -153,9 +161,10 @@ def host_rollups(rows: Iterable[Sequence[Any]]) -> list[HostRollup]:
         grouped[(row[0], bucket_of(row[1]))].append(row)
     rollups = []
     for (host_id, bucket), members in grouped.items():
-        zombies = summarise(r[2] for r in members)
-        d_state = summarise(r[3] for r in members)
-        pids = summarise(r[4] for r in members)
+        # Host counts are never null: each summary has all three values.
+        zombies = _known(summarise(r[2] for r in members))
+        d_state = _known(summarise(r[3] for r in members))
+        pids = _known(summarise(r[4] for r in members))
         rollups.append(
             HostRollup(
                 host_id=host_id,

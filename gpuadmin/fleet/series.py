@@ -240,15 +240,15 @@ def _rolled_up_points(
             mean,
             0 if mean is None else 1,
         )
-    for rollup in retention.host_rollups(
+    for host_rollup in retention.host_rollups(
         HostSample.objects.filter(host=host, taken_at__gte=tail_start).values_list(*retention.HOST_RAW_FIELDS)
     ):
-        group = rollup.bucket // per_point
+        group = host_rollup.bucket // per_point
         counts = {
-            "zombies": rollup.zombies_max,
-            "d_state": rollup.d_state_max,
-            "pids_in_use": rollup.pids_in_use_max,
-            "pid_max": rollup.pid_max,
+            "zombies": host_rollup.zombies_max,
+            "d_state": host_rollup.d_state_max,
+            "pids_in_use": host_rollup.pids_in_use_max,
+            "pid_max": host_rollup.pid_max,
         }
         if group in host_groups:
             counts = {k: max(v, host_groups[group][k]) for k, v in counts.items()}

@@ -51,10 +51,10 @@ def read(path: str | None, *, clock: Callable[[], float] = time.time) -> GpuStat
 
 def _wave(item: dict[str, Any], key: str, where: str, now: float) -> int:
     """The item's wave of amplitude ``key`` at time ``now`` (0 without one)."""
-    amplitude = _int(item, key, where, default=0)
+    amplitude: int = _int(item, key, where, default=0)
     if not amplitude:
         return 0
-    period = _int(item, "period_seconds", where, default=DEFAULT_PERIOD_SECONDS)
+    period: int = _int(item, "period_seconds", where, default=DEFAULT_PERIOD_SECONDS)
     if period == 0:
         raise SimulatedFileError(f"{where}.period_seconds: must be over 0")
     return round(amplitude * (1 - math.cos(2 * math.pi * now / period)) / 2)
