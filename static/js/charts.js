@@ -127,12 +127,13 @@
         {label: "Time", value: function (u, v) { return v === null ? "—" : isoText(v); }},
         {label: "Zombies" + suffix, scale: "count", stroke: COLORS.zombies, width: 1.5},
         {label: "D state" + suffix, scale: "count", stroke: COLORS.dState, width: 1.5},
-        {label: "PIDs in use" + suffix, scale: "pids", stroke: COLORS.pids, width: 1.5},
+        {label: "PIDs in use" + suffix + " (log scale)", scale: "pids", stroke: COLORS.pids, width: 1.5},
         {label: "pid_max", scale: "pids", stroke: COLORS.pidMax, dash: [6, 4], width: 1},
       ],
       axes: [{}, {scale: "count"}, {scale: "pids", side: 1, grid: {show: false}, size: 90}],
+      // PIDs on a log scale: a few hundred in use and a pid_max of 4 million both stay readable.
       scales: {count: {range: function (u, min, max) { return [0, Math.max(1, max)]; }},
-               pids: {range: function (u, min, max) { return [0, Math.max(1, max)]; }}},
+               pids: {distr: 3, log: 10}},
       markers: killMarks(payload.kill_requests),
     };
   }
