@@ -19,6 +19,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuadmin.settings")
 
 CENTRAL_QUEUE = "central"
 KILL_SWEEP_PERIOD_SECONDS = 5.0
+# History rollups are 5-minute buckets: rolling up at the same pace keeps charts current.
+HISTORY_MAINTENANCE_PERIOD_SECONDS = 300.0
 # A periodic task that waits longer than this share of its period is dropped:
 # the next one is already on its way, so late runs never pile up behind an
 # offline worker.
@@ -41,6 +43,11 @@ def beat_schedule(probe_interval_seconds: float) -> dict[str, dict]:
             "task": task_names.SWEEP_KILLS,
             "schedule": KILL_SWEEP_PERIOD_SECONDS,
             "options": {"expires": KILL_SWEEP_PERIOD_SECONDS * EXPIRES_SHARE_OF_PERIOD},
+        },
+        "maintain-history": {
+            "task": task_names.MAINTAIN_HISTORY,
+            "schedule": HISTORY_MAINTENANCE_PERIOD_SECONDS,
+            "options": {"expires": HISTORY_MAINTENANCE_PERIOD_SECONDS * EXPIRES_SHARE_OF_PERIOD},
         },
     }
 
@@ -69,7 +76,7 @@ app = Celery(
     include=[
         "gpuadmin.agent.probing",  # host side: probe_host
         "gpuadmin.agent.killing",  # host side: execute_kill_order
-        "gpuadmin.fleet.tasks",  # central: ingest_snapshot, schedule_probes
+        "gpuadmin.fleet.tasks",  # central: ingest_snapshot, schedule_probes, maintain_history
         "gpuadmin.kills.tasks",  # central: record_kill_progress, sweep
     ],
 )

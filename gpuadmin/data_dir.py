@@ -41,6 +41,8 @@ SQLITE_DATABASE = "gpuadmin.sqlite3"
 STATIC_ROOT = "static"
 BEAT_SCHEDULE_FILE = "celerybeat-schedule"
 AGENT_JOURNAL = "agent-journal"
+# Written by `make run` when GPUADMIN_GPU_BACKEND=simulated names no file (gpuadmin/run.py).
+DEMO_SIMULATED_GPUS = "simulated-gpus.json"
 # Central's Ed25519 key, which signs every kill order (docs/security.md).
 CENTRAL_SIGNING_KEY = "central_signing_key"
 # An agent's Ed25519 key, which signs its snapshots and kill reports.

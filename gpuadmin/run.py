@@ -35,11 +35,12 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuadmin.data_dir import exposure, prepare_data_dir
+from gpuadmin.data_dir import DEMO_SIMULATED_GPUS, data_dir, exposure, prepare_data_dir
+from gpuadmin.probe.gpus import simulated
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DEFAULT_PORT = 8000
@@ -379,6 +380,17 @@ def build_children(python: str, port: int, host_name: str, environ: dict[str, st
     return [web, worker]
 
 
+def configure_demo_gpus(environ: MutableMapping[str, str]) -> Path | None:
+    """With the simulated backend and no file named, simulate two GPUs whose memory moves over time,
+    part of it held by this supervisor (a process that lives exactly as long as ``make run``)."""
+    if environ.get("GPUADMIN_GPU_BACKEND") != "simulated" or environ.get("GPUADMIN_SIMULATED_GPUS"):
+        return None
+    path = data_dir() / DEMO_SIMULATED_GPUS
+    path.write_text(json.dumps(simulated.demo_document(os.getpid()), indent=1))
+    environ["GPUADMIN_SIMULATED_GPUS"] = str(path)
+    return path
+
+
 def main() -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuadmin.settings")
     os.environ.setdefault("GPUADMIN_GPU_BACKEND", "auto")  # this host's live data
@@ -390,7 +402,8 @@ def main() -> int:
         prepare_data_dir()  # before anything loads the settings: they only read what it makes
         if problem := exposure():
             raise StartupError(problem)
-        host_name, data_dir = prepare_database()
+        configure_demo_gpus(os.environ)
+        host_name, data_folder = prepare_database()
     except StartupError as exc:
         print(f"gpuadmin: {exc}", file=sys.stderr)
         return 2
@@ -401,7 +414,7 @@ def main() -> int:
     environ = dict(os.environ)
     children = build_children(sys.executable, port, host_name, environ)
     supervisor = Supervisor(children, environ, out=lambda line: print(line, flush=True),
-                            state_path=supervisor_state_path(data_dir))
+                            state_path=supervisor_state_path(data_folder))
     url = f"http://{BIND_ADDRESS}:{port}/"
     return supervisor.run(
         ready_url=f"{url}login/",

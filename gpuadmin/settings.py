@@ -239,6 +239,19 @@ GPUADMIN_UNATTRIBUTED_THRESHOLD_BYTES = env_int(
     "GPUADMIN_UNATTRIBUTED_THRESHOLD_BYTES", 512 * 1024 * 1024
 )
 GPUADMIN_PID_USAGE_WARN_RATIO = 0.8
+# History (gpuadmin/fleet/retention.py): raw samples are kept this many days,
+# their 5-minute rollups (min/mean/max) this many.
+GPUADMIN_HISTORY_RAW_DAYS = env_int("GPUADMIN_HISTORY_RAW_DAYS", 2)
+GPUADMIN_HISTORY_DAYS = env_int("GPUADMIN_HISTORY_DAYS", 90)
+# A process's GPU memory is stored again only when it moved by more than this (or its state changed).
+GPUADMIN_HISTORY_PROCESS_STEP_BYTES = env_int("GPUADMIN_HISTORY_PROCESS_STEP_BYTES", 64 * 1024 * 1024)
+# Findings drawn from history (gpuadmin/fleet/findings.py): a suspected leak is GPU
+# memory that rose in this many snapshots without falling; an idle holder keeps
+# GPU memory at 0% utilization this long; PIDs "run out" when the trend of the
+# last hour reaches pid_max within the horizon.
+GPUADMIN_LEAK_RISING_SAMPLES = env_int("GPUADMIN_LEAK_RISING_SAMPLES", 10)
+GPUADMIN_IDLE_HOLDER_SECONDS = env_int("GPUADMIN_IDLE_HOLDER_SECONDS", 3600)
+GPUADMIN_PID_FORECAST_HORIZON_SECONDS = env_int("GPUADMIN_PID_FORECAST_HORIZON_SECONDS", 24 * 3600)
 # Bearer token for /metrics (gpuadmin/metrics.py); unset, /metrics answers 404.
 GPUADMIN_METRICS_TOKEN = env_secret("GPUADMIN_METRICS_TOKEN")
 

@@ -96,6 +96,7 @@ OUTCOME_WORDS: dict[Outcome, str] = {
     Outcome.REFUSED: "refused",
     Outcome.FAILED: "could not be signalled",
     Outcome.SURVIVED: "survived",
+    Outcome.ASKED: "asked to reap their children",
 }
 
 

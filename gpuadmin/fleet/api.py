@@ -1,4 +1,4 @@
-"""Read-side JSON API for hosts: /api/v1/hosts/ and /api/v1/hosts/<name>/.
+"""Read-side JSON API for hosts: /api/v1/hosts/, /api/v1/hosts/<name>/, its history and its processes.
 
 Authentication and the viewer-role check come from settings.REST_FRAMEWORK
 (token or session; IsViewer), so missing credentials answer 401 and a user
@@ -8,14 +8,24 @@ queries on the models' querysets.
 
 from __future__ import annotations
 
+from django.utils import timezone
+from rest_framework import status
 from rest_framework.decorators import api_view, renderer_classes
 from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from gpuadmin.api_json import AsciiJSONRenderer
-from gpuadmin.fleet.models import Host, LatestSnapshot
+from gpuadmin.fleet import series
+from gpuadmin.fleet.models import Host, LatestSnapshot, ProcessLife
 from gpuadmin.fleet.serializers import host_detail_dict, host_summary_dict
+
+
+def _host(name: str) -> Host:
+    host = Host.objects.named(name)
+    if host is None:
+        raise NotFound(f"No host named {name!r} has sent a snapshot.")
+    return host
 
 
 @api_view(["GET"])
@@ -32,3 +42,24 @@ def host_detail(request: Request, name: str) -> Response:
         raise NotFound(f"No host named {name!r} has sent a snapshot.")
     document = LatestSnapshot.objects.document_for(host)
     return Response(host_detail_dict(host, document, host.findings.open().most_severe_first()))
+
+
+@api_view(["GET"])
+@renderer_classes([AsciiJSONRenderer])
+def host_history(request: Request, name: str) -> Response:
+    host = _host(name)
+    try:
+        chart_range = series.parse_range(request.query_params.get("range"))
+    except series.UnknownRange as error:
+        return Response({"detail": str(error), "allowed": error.allowed}, status=status.HTTP_400_BAD_REQUEST)
+    return Response(series.host_history(host, chart_range, timezone.now()))
+
+
+@api_view(["GET"])
+@renderer_classes([AsciiJSONRenderer])
+def process_detail(request: Request, name: str, pid: int, start_time_ticks: int) -> Response:
+    host = _host(name)
+    life = ProcessLife.objects.identified(host, pid, start_time_ticks)
+    if life is None:
+        raise NotFound(f"{name} has no recorded process {pid} started at tick {start_time_ticks}.")
+    return Response(series.process_history(life))

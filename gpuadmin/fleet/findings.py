@@ -6,6 +6,12 @@ database); ``sync_findings`` turns the drafts into open / refreshed / resolved
 with through its parent, an orphan through a kill request, a D-state process
 through the kernel, and memory nobody accounts for outside the process world.
 
+Three kinds need more than one snapshot: a suspected leak (a process's GPU
+memory rising snapshot after snapshot), an idle holder (GPU memory held at 0%
+utilization for long) and PIDs running out (zombies growing, with a forecast of
+when ``pid_max`` is reached). Ingest hands them ``HistoryFacts``, what history
+says next to the snapshot; the function stays pure.
+
 Titles quote command lines and user names, which any user on a GPU host
 controls: they are clipped and stripped of control and bidirectional-override
 characters here, and escaped by the templates like everything else.
@@ -17,7 +23,7 @@ import unicodedata
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from fractions import Fraction
 from typing import Any, cast
 
@@ -32,7 +38,7 @@ from gpuadmin.fleet.process_tree import (
     process_rows,
     zombie_trees,
 )
-from gpuadmin.text import clip, human_bytes
+from gpuadmin.text import clip, human_bytes, human_duration, utc_text
 
 Kind = Finding.Kind
 Severity = Finding.Severity
@@ -47,6 +53,9 @@ SNAPSHOT_KINDS = frozenset(
         Kind.UNATTRIBUTED_MEMORY,
         Kind.PID_EXHAUSTION,
         Kind.GPU_DATA_UNAVAILABLE,
+        Kind.SUSPECTED_LEAK,
+        Kind.IDLE_HOLDER,
+        Kind.PIDS_RUNNING_OUT,
     }
 )
 
@@ -60,6 +69,9 @@ _COMMAND_SHOWN_MAX_CHARS = 60
 _TITLE_MAX_CHARS = cast(int, Finding._meta.get_field("title").max_length)
 _REMEDY_MAX_CHARS = cast(int, Finding._meta.get_field("remedy").max_length)
 _KEY_MAX_CHARS = Finding._meta.get_field("key").max_length
+# The PID trend needs this much history before it forecasts anything.
+PID_TREND_MIN_SAMPLES = 6
+PID_TREND_MIN_SECONDS = 300
 
 
 @dataclass(frozen=True)
@@ -84,18 +96,53 @@ class SyncResult:
     resolved: int
 
 
-def compute_findings(document: dict[str, Any]) -> list[FindingDraft]:
-    """Every finding the snapshot supports, most urgent kinds first."""
+@dataclass(frozen=True)
+class Rising:
+    """GPU memory that rose in ``samples`` snapshots without falling, since ``since``, from ``from_bytes``."""
+
+    samples: int
+    since: datetime | None
+    from_bytes: int
+
+
+@dataclass(frozen=True)
+class PidSample:
+    taken_at: datetime
+    pids_in_use: int
+    zombies: int
+
+
+@dataclass(frozen=True)
+class HistoryFacts:
+    """What history says beside one snapshot (``history.findings_facts`` gathers it at ingest)."""
+
+    taken_at: datetime
+    # (pid, start_time_ticks) -> how its memory has been rising
+    rising: dict[tuple[int, int], Rising] = field(default_factory=dict)
+    # GPU uuid -> since when visible processes hold memory on it at 0% utilization
+    idle_since: dict[str, datetime] = field(default_factory=dict)
+    # The host's recent samples, oldest first (the last hour)
+    pid_trend: tuple[PidSample, ...] = ()
+
+
+def compute_findings(document: dict[str, Any], facts: HistoryFacts | None = None) -> list[FindingDraft]:
+    """Every finding the snapshot (and what history says beside it) supports, most urgent kinds first."""
     rows = process_rows(document)
     trees = zombie_trees(rows)
-    return [
+    drafts = [
         *gpu_data_unavailable(document),
         *orphans_holding_gpu(rows),
         *uninterruptible_holding_gpu(rows),
         *unattributed_memory(document, rows),
         *pid_exhaustion(document, trees),
-        *zombies(trees),
     ]
+    if facts is not None:
+        drafts += [
+            *pids_running_out(document, trees, facts),
+            *suspected_leaks(rows, facts),
+            *idle_holders(document, rows, facts),
+        ]
+    return [*drafts, *zombies(trees)]
 
 
 # --- the kinds ------------------------------------------------------------
@@ -125,6 +172,7 @@ def zombies(trees: Iterable[ZombieTree]) -> list[FindingDraft]:
                     "parent_start_time_ticks": parent.start_time_ticks if parent else None,
                     "parent_user": parent.user if parent else None,
                     "parent_name": parent.name if parent else None,
+                    "parent_elapsed_seconds": parent.elapsed_seconds if parent else None,
                     "zombie_count": count,
                     "zombie_pids": [z.pid for z in tree.zombies[:_DETAIL_PIDS_MAX]],
                 },
@@ -349,6 +397,165 @@ def gpu_data_unavailable(document: dict[str, Any]) -> list[FindingDraft]:
             details={"backend": backend["name"], "reason": backend["reason"]},
         )
     ]
+
+
+def suspected_leaks(rows: dict[int, ProcessRow], facts: HistoryFacts) -> list[FindingDraft]:
+    """Processes whose GPU memory rose in GPUADMIN_LEAK_RISING_SAMPLES snapshots without falling."""
+    needed = settings.GPUADMIN_LEAK_RISING_SAMPLES
+    drafts = []
+    for row in sorted(rows.values(), key=lambda r: r.pid):
+        rising = facts.rising.get((row.pid, row.start_time_ticks))
+        if rising is None or rising.samples < needed or not row.total_gpu_memory_bytes:
+            continue
+        now_bytes = row.total_gpu_memory_bytes
+        drafts.append(
+            FindingDraft(
+                kind=Kind.SUSPECTED_LEAK,
+                key=f"{row.pid}:{row.start_time_ticks}",
+                severity=Severity.WARNING,
+                title=(
+                    f"GPU memory of {describe(row)} keeps rising: {human_bytes(rising.from_bytes)} to "
+                    f"{human_bytes(now_bytes)} over {rising.samples} snapshots"
+                ),
+                remedy=(
+                    "A leak climbs, a cache plateaus: its chart on the process page tells which. If it keeps "
+                    "climbing, ask its owner to fix or restart it before the GPU runs out of memory for "
+                    "everyone; request a kill only if it must go now."
+                ),
+                details={
+                    "pid": row.pid,
+                    "start_time_ticks": row.start_time_ticks,
+                    "user": row.user,
+                    "rising_samples": rising.samples,
+                    "rising_since": utc_text(rising.since, timespec="seconds"),
+                    "from_bytes": rising.from_bytes,
+                    "gpu_memory_bytes": now_bytes,
+                },
+            )
+        )
+    return drafts
+
+
+def idle_holders(
+    document: dict[str, Any], rows: dict[int, ProcessRow], facts: HistoryFacts
+) -> list[FindingDraft]:
+    """Per GPU: memory held by visible processes at 0% utilization for GPUADMIN_IDLE_HOLDER_SECONDS."""
+    threshold = timedelta(seconds=settings.GPUADMIN_IDLE_HOLDER_SECONDS)
+    drafts = []
+    for gpu in document.get("gpus", ()):
+        since = facts.idle_since.get(gpu["uuid"])
+        if since is None or facts.taken_at - since < threshold:
+            continue
+        holders = sorted(
+            (r for r in rows.values() if (r.gpu_memory_bytes.get(gpu["uuid"]) or 0) > 0),
+            key=lambda r: (-(r.gpu_memory_bytes.get(gpu["uuid"]) or 0), r.pid),
+        )
+        if not holders:
+            continue
+        held_bytes = sum(r.gpu_memory_bytes.get(gpu["uuid"]) or 0 for r in holders)
+        others = f" and {_plural(len(holders) - 1, 'other')}" if len(holders) > 1 else ""
+        idle_for = human_duration((facts.taken_at - since).total_seconds())
+        drafts.append(
+            FindingDraft(
+                kind=Kind.IDLE_HOLDER,
+                key=gpu["uuid"],
+                severity=Severity.WARNING,
+                title=(
+                    f"GPU {gpu['index']}: {human_bytes(held_bytes)} held by {describe(holders[0])}{others} "
+                    f"at 0% utilization for {idle_for}"
+                ),
+                remedy=(
+                    "Memory nobody computes with: often a notebook kernel, a stopped debugger or a job "
+                    "waiting on input. Ask its owner to free it; if the owner is gone, request a kill of "
+                    f"{_pid_list([r.pid for r in holders])}."
+                ),
+                details={
+                    "gpu_uuid": gpu["uuid"],
+                    "gpu_index": gpu["index"],
+                    "idle_since": utc_text(since, timespec="seconds"),
+                    "pids": [r.pid for r in holders[:_DETAIL_PIDS_MAX]],
+                    "targets": [[r.pid, r.start_time_ticks] for r in holders[:_DETAIL_PIDS_MAX]],
+                    "gpu_memory_bytes": held_bytes,
+                },
+            )
+        )
+    return drafts
+
+
+def pid_forecast(trend: Iterable[PidSample], pid_max: int) -> tuple[float, datetime] | None:
+    """(PIDs per second, when pid_max is reached) from a least-squares line through the samples;
+    None when the trend is too short or not rising."""
+    samples = list(trend)
+    if len(samples) < PID_TREND_MIN_SAMPLES:
+        return None
+    t0 = samples[0].taken_at
+    xs = [(s.taken_at - t0).total_seconds() for s in samples]
+    if xs[-1] - xs[0] < PID_TREND_MIN_SECONDS:
+        return None
+    ys = [s.pids_in_use for s in samples]
+    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+    spread = sum((x - mean_x) ** 2 for x in xs)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread
+    if slope <= 0:
+        return None
+    last = samples[-1]
+    return slope, last.taken_at + timedelta(seconds=max(0, pid_max - last.pids_in_use) / slope)
+
+
+def pids_running_out(
+    document: dict[str, Any], trees: list[ZombieTree], facts: HistoryFacts
+) -> list[FindingDraft]:
+    """Zombies growing and PIDs in use rising fast enough to reach pid_max within the horizon."""
+    trend = facts.pid_trend
+    if len(trend) < 2 or trend[-1].zombies <= trend[0].zombies:
+        return []
+    pid_max = document["host"]["pid_max"]
+    forecast = pid_forecast(trend, pid_max)
+    if forecast is None:
+        return []
+    per_second, reached_at = forecast
+    left = (reached_at - facts.taken_at).total_seconds()
+    if left > settings.GPUADMIN_PID_FORECAST_HORIZON_SECONDS:
+        return []
+    culprit = ""
+    top_parent = trees[0].parent if trees else None
+    if top_parent is not None:
+        culprit = f" Most zombies ({len(trees[0].zombies)}) are under {describe(top_parent)}: reap or end it."
+    return [
+        FindingDraft(
+            kind=Kind.PIDS_RUNNING_OUT,
+            key="pids-forecast",
+            severity=Severity.CRITICAL if left < 3600 else Severity.WARNING,
+            title=(
+                f"PIDs running out: zombies grew from {trend[0].zombies:,} to {trend[-1].zombies:,}; at "
+                f"{per_second * 3600:,.0f} PIDs an hour, pid_max ({pid_max:,}) is reached in about "
+                f"{human_duration(left)} ({utc_text(reached_at, timespec='minutes')})"
+            ),
+            remedy=(
+                "When PIDs run out nothing new starts (fork fails with EAGAIN), logins included: find the "
+                f"parent that does not reap its children.{culprit}"
+            ),
+            details={
+                "zombies_from": trend[0].zombies,
+                "zombies_now": trend[-1].zombies,
+                "pids_per_hour": round(per_second * 3600, 1),
+                "pid_max": pid_max,
+                "forecast_at": utc_text(reached_at, timespec="seconds"),
+            },
+        )
+    ]
+
+
+# Where each kind's details name the processes it is about (the process page lists its findings).
+_PROCESS_DETAIL_KEYS = (("pid", "start_time_ticks"), ("parent_pid", "parent_start_time_ticks"))
+
+
+def mentions_process(details: dict[str, Any], pid: int, start_time_ticks: int) -> bool:
+    """Whether a finding's details name this process (as itself, a zombie parent or one of its targets)."""
+    for pid_key, start_key in _PROCESS_DETAIL_KEYS:
+        if details.get(pid_key) == pid and details.get(start_key) == start_time_ticks:
+            return True
+    return [pid, start_time_ticks] in (details.get("targets") or [])
 
 
 # --- storing --------------------------------------------------------------

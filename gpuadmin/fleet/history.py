@@ -6,6 +6,14 @@ D state, is an orphan) one ``ProcessLife`` for as long as it lives; ancestors
 and descendants that are in the snapshot only for context get no row, and a
 host with thousands of ordinary processes adds none at all.
 
+A life's GPU memory and state are kept as ``ProcessPoint`` rows only when
+they change: memory moved by more than ``GPUADMIN_HISTORY_PROCESS_STEP_BYTES``
+or the state letter changed. A steady process costs one point; the life's own
+``last_seen_at`` and ``last_*`` values end its series. Each life also counts
+the snapshots in a row in which its memory rose (the "suspected leak" finding).
+
+How long all this is kept, and the 5-minute rollups, are ``retention.py``'s.
+
 Everything is written in bulk: a snapshot costs a fixed handful of queries,
 whatever the number of its processes (SQLite splits big inserts into batches
 of its 999-parameter limit). All times here are the host's ``taken_at``, so a
@@ -16,16 +24,20 @@ probe measured.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db.models import Q
 
-from gpuadmin.fleet.models import Gpu, GpuSample, Host, HostSample, ProcessLife
+from gpuadmin.fleet.findings import HistoryFacts, PidSample, Rising
+from gpuadmin.fleet.models import Gpu, GpuSample, Host, HostSample, ProcessLife, ProcessPoint
 from gpuadmin.fleet.process_tree import ProcessRow
 
 LifeKey = tuple[str, int, int]  # boot id, pid, start time in ticks
 
+# How far back the "PIDs running out" forecast looks.
+PID_TREND_SECONDS = 3600
 # Keeps each ``IN (...)`` list under SQLite's limit on bound parameters.
 _PIDS_PER_QUERY = 5000
 
@@ -45,6 +57,11 @@ _LIFE_UPDATE_FIELDS = [
     "held_device",
     "was_zombie",
     "was_orphaned",
+    "point_gpu_memory_bytes",
+    "point_state",
+    "memory_rising_samples",
+    "memory_rising_since",
+    "memory_rising_from_bytes",
 ]
 
 
@@ -92,14 +109,14 @@ def has_samples_at(host: Host, taken_at: datetime) -> bool:
 
 def record_process_lives(
     host: Host, rows: Mapping[int, ProcessRow], *, boot_id: str, taken_at: datetime
-) -> None:
+) -> list[ProcessLife]:
     """Start or extend the lives of the processes in this snapshot, end those it no longer shows.
 
     Must be called with the newest snapshot of the host only (``ingest`` makes
     sure): a life absent from it is over ("gone" means it exited or stopped
     mattering and left the snapshot), and lives of an earlier boot are all over.
     A life seen again after being marked gone is reopened, keeping its first
-    sighting and its peak.
+    sighting and its peak. Returns the lives this snapshot shows, as stored.
     """
     mattering = [row for row in rows.values() if matters_by_itself(row)]
     known = _known_lives(host, boot_id, (row.pid for row in mattering))
@@ -127,8 +144,54 @@ def record_process_lives(
             unique_fields=["host", "boot_id", "pid", "start_time_ticks"],
             update_fields=_LIFE_UPDATE_FIELDS,
         )
+        _record_points(known, lives, taken_at=taken_at)
     for start in range(0, len(gone_ids), _PIDS_PER_QUERY):
         ProcessLife.objects.filter(pk__in=gone_ids[start : start + _PIDS_PER_QUERY]).update(gone_at=taken_at)
+    return list(lives.values())
+
+
+def _record_points(
+    known: Mapping[LifeKey, ProcessLife], lives: Mapping[LifeKey, ProcessLife], *, taken_at: datetime
+) -> None:
+    """A point for each life whose memory or state changed enough since its newest point."""
+    changed = [
+        (key, life) for key, life in lives.items() if _point_due(known.get(key), life)
+    ]
+    if not changed:
+        return
+    if any(life.pk is None for _, life in changed):
+        # Databases that return no ids from an upsert: read them back, once.
+        ids = _life_ids(changed[0][1].host_id, [key for key, _ in changed])
+        for key, life in changed:
+            life.pk = ids[key]
+    ProcessPoint.objects.bulk_create(
+        ProcessPoint(life_id=life.pk, taken_at=taken_at, gpu_memory_bytes=life.last_gpu_memory_bytes,
+                     state=life.last_state)
+        for _, life in changed
+    )
+
+
+def _point_due(before: ProcessLife | None, life: ProcessLife) -> bool:
+    """``life`` already carries the new point's values in point_*; ``before`` the stored ones."""
+    if before is None or before.point_gpu_memory_bytes is None:
+        return True
+    return (before.point_gpu_memory_bytes, before.point_state) != (
+        life.point_gpu_memory_bytes,
+        life.point_state,
+    )
+
+
+def _life_ids(host_id: int, keys: list[LifeKey]) -> dict[LifeKey, int]:
+    wanted = set(keys)
+    ids: dict[LifeKey, int] = {}
+    pids = sorted({pid for _, pid, _ in keys})
+    for start in range(0, len(pids), _PIDS_PER_QUERY):
+        for pk, boot_id, pid, ticks in ProcessLife.objects.filter(
+            host_id=host_id, pid__in=pids[start : start + _PIDS_PER_QUERY]
+        ).values_list("pk", "boot_id", "pid", "start_time_ticks"):
+            if (boot_id, pid, ticks) in wanted:
+                ids[(boot_id, pid, ticks)] = pk
+    return ids
 
 
 def _known_lives(host: Host, boot_id: str, pids: Iterable[int]) -> dict[LifeKey, ProcessLife]:
@@ -155,6 +218,8 @@ def _extended(
 ) -> ProcessLife:
     """A fresh (pk-less) instance with the life's merged values, for the upsert."""
     memory_bytes = row.total_gpu_memory_bytes
+    point_memory, point_state = _next_point(life, memory_bytes, row.state)
+    rising, rising_since, rising_from = _rising(life, memory_bytes)
     return ProcessLife(
         host=host,
         boot_id=boot_id,
@@ -175,4 +240,77 @@ def _extended(
         held_device=(life is not None and life.held_device) or bool(row.device_files),
         was_zombie=(life is not None and life.was_zombie) or row.is_zombie,
         was_orphaned=(life is not None and life.was_orphaned) or row.orphaned,
+        point_gpu_memory_bytes=point_memory,
+        point_state=point_state,
+        memory_rising_samples=rising,
+        memory_rising_since=rising_since,
+        memory_rising_from_bytes=rising_from,
+    )
+
+
+def _next_point(life: ProcessLife | None, memory_bytes: int, state: str) -> tuple[int, str]:
+    """The values of the life's newest point after this snapshot: new ones only on a real change."""
+    if life is None or life.point_gpu_memory_bytes is None:
+        return memory_bytes, state
+    moved = abs(memory_bytes - life.point_gpu_memory_bytes) > settings.GPUADMIN_HISTORY_PROCESS_STEP_BYTES
+    # Memory freed entirely is always a change: the chart must come back down to zero.
+    freed = memory_bytes == 0 and life.point_gpu_memory_bytes != 0
+    if moved or freed or state != life.point_state:
+        return memory_bytes, state
+    return life.point_gpu_memory_bytes, life.point_state
+
+
+def _rising(life: ProcessLife | None, memory_bytes: int) -> tuple[int, datetime | None, int]:
+    """(snapshots in a row with a rise, since when, from how much). Unchanged memory keeps the count:
+    allocators grow in steps; any fall starts it again."""
+    if life is None:
+        return 0, None, memory_bytes
+    before = life.last_gpu_memory_bytes
+    if memory_bytes > before:
+        if life.memory_rising_samples == 0:
+            return 1, life.last_seen_at, before
+        return life.memory_rising_samples + 1, life.memory_rising_since, life.memory_rising_from_bytes
+    if memory_bytes < before:
+        return 0, None, memory_bytes
+    return life.memory_rising_samples, life.memory_rising_since, life.memory_rising_from_bytes
+
+
+def update_idle_since(
+    gpus_by_uuid: Mapping[str, Gpu], document: dict[str, Any], attributed_bytes: Mapping[str, int], *,
+    taken_at: datetime,
+) -> None:
+    """Keep each GPU's ``idle_since``: set when visible processes hold memory on it at 0% utilization,
+    kept while that lasts, cleared as soon as it computes again or nothing is held."""
+    changed = []
+    for g in document["gpus"]:
+        gpu = gpus_by_uuid.get(g["uuid"])
+        if gpu is None:
+            continue
+        idle = g["utilization_percent"] == 0 and attributed_bytes.get(g["uuid"], 0) > 0
+        wanted = (gpu.idle_since or taken_at) if idle else None
+        if wanted != gpu.idle_since:
+            gpu.idle_since = wanted
+            changed.append(gpu)
+    if changed:
+        Gpu.objects.bulk_update(changed, ["idle_since"])
+
+
+def findings_facts(
+    host: Host, lives: Iterable[ProcessLife], gpus: Iterable[Gpu], *, taken_at: datetime
+) -> HistoryFacts:
+    """What the history-based findings need beside the snapshot: one query (the PID trend)."""
+    trend = HostSample.objects.filter(
+        host=host, taken_at__gte=taken_at - timedelta(seconds=PID_TREND_SECONDS), taken_at__lte=taken_at
+    ).order_by("taken_at").values_list("taken_at", "pids_in_use", "zombie_count")
+    return HistoryFacts(
+        taken_at=taken_at,
+        rising={
+            (life.pid, life.start_time_ticks): Rising(
+                life.memory_rising_samples, life.memory_rising_since, life.memory_rising_from_bytes
+            )
+            for life in lives
+            if life.memory_rising_samples
+        },
+        idle_since={gpu.uuid: gpu.idle_since for gpu in gpus if gpu.idle_since is not None},
+        pid_trend=tuple(PidSample(t, pids, zombies) for t, pids, zombies in trend),
     )

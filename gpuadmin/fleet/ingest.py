@@ -20,7 +20,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from gpuadmin.fleet import findings, history, trust
+from gpuadmin.fleet import findings, history, retention, trust
 from gpuadmin.fleet.models import Gpu, Host, LatestSnapshot, SnapshotRejection
 from gpuadmin.fleet.process_tree import ProcessRow, attributed_memory_bytes, gpu_holders, process_rows
 from gpuadmin.fleet.signals import snapshot_ingested
@@ -159,8 +159,11 @@ def ingest_document(document: dict[str, Any], *, received_at: datetime) -> Host:
         history.record_samples(
             host, document, gpus_by_uuid=gpus_by_uuid, attributed_bytes=attributed_bytes, taken_at=taken_at
         )
-        history.record_process_lives(host, rows, boot_id=document["host"]["boot_id"], taken_at=taken_at)
-        findings.sync_findings(host, findings.compute_findings(document), received_at)
+        history.update_idle_since(gpus_by_uuid, document, attributed_bytes, taken_at=taken_at)
+        boot_id = document["host"]["boot_id"]
+        lives = history.record_process_lives(host, rows, boot_id=boot_id, taken_at=taken_at)
+        facts = history.findings_facts(host, lives, gpus_by_uuid.values(), taken_at=taken_at)
+        findings.sync_findings(host, findings.compute_findings(document, facts), received_at)
         transaction.on_commit(
             partial(snapshot_ingested.send, sender=Host, host=host, document=document), robust=True
         )
@@ -199,6 +202,7 @@ def _store_late(host: Host, document: dict[str, Any], taken_at: datetime) -> Non
         attributed_bytes=attributed_memory_bytes(process_rows(document)),
         taken_at=taken_at,
     )
+    retention.move_back_rolled_up_until(host, taken_at)
 
 
 def _update_host(

@@ -51,6 +51,10 @@ class HostQuerySet(models.QuerySet):
     def named(self, name: str) -> Host | None:
         return self.filter(name=name).first()
 
+    def worst_finding_first(self) -> list[Host]:
+        """``for_listing()`` hosts, those with the most severe open finding first, then by name."""
+        return sorted(self.for_listing(), key=lambda host: (host.worst_finding_rank, host.name))
+
 
 class Host(models.Model):
     name = models.CharField(max_length=253, unique=True)
@@ -88,6 +92,9 @@ class Host(models.Model):
     last_rejected_message_reason = models.TextField(blank=True)
     # When someone last pressed "probe now" for this host: at most once per probe interval.
     probe_now_sent_at = models.DateTimeField(null=True, blank=True)
+    # Samples taken before this are in the 5-minute rollups (gpuadmin/fleet/retention.py);
+    # a late snapshot older than it moves it back, so its bucket is rolled up again.
+    history_rolled_up_until = models.DateTimeField(null=True, blank=True)
 
     objects = HostQuerySet.as_manager()
     # Only on hosts loaded by HostQuerySet.for_listing (its Prefetch's to_attr).
@@ -113,6 +120,16 @@ class Host(models.Model):
     @property
     def awaiting_acceptance(self) -> bool:
         return bool(self.public_key) and self.key_accepted_at is None
+
+    @property
+    def worst_finding_rank(self) -> int:
+        """The rank (0 = critical) of its most severe open finding; one past the last with none.
+        Needs ``for_listing()``'s counts."""
+        ranked = sorted(Finding.Severity, key=lambda s: s.rank)
+        for severity in ranked:
+            if getattr(self, f"open_findings_{severity.value}", 0):
+                return severity.rank
+        return len(ranked)
 
     @property
     def is_online(self) -> bool:
@@ -162,6 +179,8 @@ class Gpu(models.Model):
     # False once a snapshot no longer lists this GPU (removed, or fell off the bus).
     present = models.BooleanField(default=True)
     updated_at = models.DateTimeField(default=timezone.now)
+    # Since when visible processes hold memory on it at 0% utilization (the "idle holder" finding).
+    idle_since = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["host", "index"]
@@ -213,6 +232,13 @@ class HostSample(models.Model):
         return f"{self.host} @ {self.taken_at:%Y-%m-%d %H:%M:%S}"
 
 
+class ProcessLifeQuerySet(models.QuerySet):
+    def identified(self, host: Host, pid: int, start_time_ticks: int) -> ProcessLife | None:
+        """The life of (pid, start time) on the host; of its newest boot should both recur."""
+        lives = self.filter(host=host, pid=pid, start_time_ticks=start_time_ticks)
+        return lives.order_by("-last_seen_at").first()
+
+
 class ProcessLife(models.Model):
     """One process that mattered, from the first snapshot that saw it to the last.
 
@@ -239,6 +265,16 @@ class ProcessLife(models.Model):
     held_device = models.BooleanField(default=False)
     was_zombie = models.BooleanField(default=False)
     was_orphaned = models.BooleanField(default=False)
+    # The newest ProcessPoint's values: a new point is stored only when these change enough.
+    point_gpu_memory_bytes = models.BigIntegerField(null=True, blank=True)
+    point_state = models.CharField(max_length=1, blank=True)
+    # Snapshots in a row in which its GPU memory rose without falling, since when and from
+    # what (the "suspected leak" finding); a fall starts the count again.
+    memory_rising_samples = models.PositiveIntegerField(default=0)
+    memory_rising_since = models.DateTimeField(null=True, blank=True)
+    memory_rising_from_bytes = models.BigIntegerField(default=0)
+
+    objects = ProcessLifeQuerySet.as_manager()
 
     class Meta:
         ordering = ["-last_seen_at"]
@@ -251,6 +287,75 @@ class ProcessLife(models.Model):
 
     def __str__(self) -> str:
         return f"{self.host.name}:{self.pid} ({self.name})"
+
+
+class ProcessPoint(models.Model):
+    """A process's GPU memory and state when they changed (not every snapshot): a steady process
+    costs one point. The life's last_seen_at / last_gpu_memory_bytes / last_state end the series."""
+
+    life = models.ForeignKey(ProcessLife, on_delete=models.CASCADE, related_name="points")
+    taken_at = models.DateTimeField()
+    gpu_memory_bytes = models.BigIntegerField()
+    state = models.CharField(max_length=1)
+
+    class Meta:
+        indexes = [models.Index(fields=["life", "taken_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.life} @ {self.taken_at:%Y-%m-%d %H:%M:%S}"
+
+
+# Rollups: one row per GPU (or host) per 5-minute bucket, numbered as Unix time // 300,
+# so coarser charts group them in SQL (bucket / n) on SQLite and PostgreSQL alike.
+# The pair is the primary key: no surrogate id and no second index, which is most
+# of what a row would otherwise cost (benchmarks/history.py).
+
+
+class GpuRollup(models.Model):
+    """One GPU's samples in one 5-minute bucket: min, mean and max.
+
+    Memory is kept in MiB and the mean utilization in tenths of a percent: charts
+    never need finer, and it makes the row 40% smaller than bytes and a float
+    would (the bytes per host-day are what bounds the database; benchmarks/history.py).
+    The max is rounded up and the min down, so a rollup never hides a peak.
+    """
+
+    pk = models.CompositePrimaryKey("gpu", "bucket")
+    gpu = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="rollups")
+    bucket = models.IntegerField()
+    sample_count = models.PositiveSmallIntegerField()
+    memory_used_min_mib = models.IntegerField(null=True)
+    memory_used_mean_mib = models.IntegerField(null=True)
+    memory_used_max_mib = models.IntegerField(null=True)
+    memory_attributed_min_mib = models.IntegerField()
+    memory_attributed_mean_mib = models.IntegerField()
+    memory_attributed_max_mib = models.IntegerField()
+    utilization_min_percent = models.SmallIntegerField(null=True)
+    utilization_mean_tenths_percent = models.SmallIntegerField(null=True)
+    utilization_max_percent = models.SmallIntegerField(null=True)
+
+    def __str__(self) -> str:
+        return f"{self.gpu} bucket {self.bucket}"
+
+
+class HostRollup(models.Model):
+    pk = models.CompositePrimaryKey("host", "bucket")
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="rollups")
+    bucket = models.IntegerField()
+    sample_count = models.PositiveSmallIntegerField()
+    zombies_min = models.PositiveIntegerField()
+    zombies_mean = models.FloatField()
+    zombies_max = models.PositiveIntegerField()
+    d_state_min = models.PositiveIntegerField()
+    d_state_mean = models.FloatField()
+    d_state_max = models.PositiveIntegerField()
+    pids_in_use_min = models.PositiveIntegerField()
+    pids_in_use_mean = models.FloatField()
+    pids_in_use_max = models.PositiveIntegerField()
+    pid_max = models.PositiveIntegerField()
+
+    def __str__(self) -> str:
+        return f"{self.host} bucket {self.bucket}"
 
 
 class FindingQuerySet(models.QuerySet):
@@ -278,6 +383,9 @@ class Finding(models.Model):
         GPU_DATA_UNAVAILABLE = "gpu_data_unavailable", "GPU data unavailable"
         UNKILLABLE = "unkillable", "Process survived SIGKILL"
         REJECTED_MESSAGES = "rejected_messages", "Messages rejected"
+        SUSPECTED_LEAK = "suspected_leak", "Suspected GPU memory leak"
+        IDLE_HOLDER = "idle_holder", "GPU memory held while idle"
+        PIDS_RUNNING_OUT = "pids_running_out", "PIDs running out"
 
     class Severity(models.TextChoices):
         INFO = "info", "Info"

@@ -15,8 +15,9 @@ from django.db import DatabaseError
 from gpuadmin.celery import CENTRAL_QUEUE, app
 from gpuadmin.fleet.ingest import receive_snapshot
 from gpuadmin.fleet.probes import send_due_probes
+from gpuadmin.fleet.retention import maintain_history
 from gpuadmin.fleet.validation import SnapshotRejected
-from gpuadmin.task_names import INGEST_SNAPSHOT, SCHEDULE_PROBES
+from gpuadmin.task_names import INGEST_SNAPSHOT, MAINTAIN_HISTORY, SCHEDULE_PROBES
 
 logger = logging.getLogger(__name__)
 
@@ -51,3 +52,10 @@ def ingest_snapshot_task(self: Task, message: Any) -> str | None:
 def schedule_probes() -> int:
     """Send the probes that are due (run by beat every probe interval); return how many."""
     return len(send_due_probes())
+
+
+@app.task(name=MAINTAIN_HISTORY, queue=CENTRAL_QUEUE)
+def maintain_history_task() -> dict[str, int]:
+    """Roll up and prune history in bounded steps (beat, every 5 minutes); return what it did."""
+    result = maintain_history()
+    return {"buckets_rolled_up": result.buckets_rolled_up, "rows_pruned": result.pruned.total}

@@ -16,6 +16,8 @@ class KillRequestForm(forms.Form):
     host = forms.CharField(max_length=253, widget=forms.HiddenInput)
     pid = forms.IntegerField(min_value=1, widget=forms.HiddenInput)
     start = forms.IntegerField(min_value=0, widget=forms.HiddenInput)
+    # More targets beside (pid, start), as "pid:start,pid:start" (a finding's "kill all of them").
+    also = forms.CharField(required=False, max_length=4000, widget=forms.HiddenInput)
     include_descendants = forms.BooleanField(required=False, label="Include every descendant as a target")
     reason = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 3, "cols": 70, "maxlength": 2000}),
@@ -24,10 +26,10 @@ class KillRequestForm(forms.Form):
         error_messages={"required": "A reason is required: say why this process must be stopped."},
     )
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, plan_preset: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         empty = {"signal": "", "grace_seconds": None}
-        defaults = plans.default_plan() + [empty] * plans.MAX_STEPS
+        defaults = plans.preset(plan_preset) + [empty] * plans.MAX_STEPS
         grace_bounds = {"min": plans.MIN_GRACE_SECONDS, "max": plans.MAX_GRACE_SECONDS}
         for number in range(1, plans.MAX_STEPS + 1):
             initial = defaults[number - 1]
@@ -41,6 +43,12 @@ class KillRequestForm(forms.Form):
 
     def plan_rows(self) -> list[tuple[forms.BoundField, forms.BoundField]]:
         return [(self[f"signal_{n}"], self[f"grace_{n}"]) for n in range(1, plans.MAX_STEPS + 1)]
+
+    def clean_also(self) -> list[tuple[int, int]]:
+        try:
+            return parse_also(self.cleaned_data.get("also") or "")
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None
 
     def clean(self) -> dict[str, Any]:
         super().clean()
@@ -60,3 +68,14 @@ class KillRequestForm(forms.Form):
         except plans.PlanError as exc:
             self.add_error(None, f"Plan: {exc}")
         return cleaned
+
+
+def parse_also(text: str) -> list[tuple[int, int]]:
+    """``"201:20100,202:20200"`` as [(201, 20100), (202, 20200)]; ValueError naming a bad item."""
+    targets = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        pid, _, start = item.partition(":")
+        if not (pid.isdigit() and start.isdigit()):
+            raise ValueError(f"{item!r} is not pid:start")
+        targets.append((int(pid), int(start)))
+    return targets

@@ -22,6 +22,11 @@ DEFAULT_PLAN: list[dict[str, Any]] = [
     {"signal": "SIGKILL", "grace_seconds": 30},
 ]
 SIGKILL_ONLY_PLAN: list[dict[str, Any]] = [{"signal": "SIGKILL", "grace_seconds": 30}]
+# "Ask to reap": one SIGCHLD to the parent of zombies, which nothing escalates
+# (gpuadmin/probe/kill/protocol.py, docs/kill-order.md). Pages pre-fill it by name.
+REAP_PLAN_NAME = "reap"
+REAP_PLAN: list[dict[str, Any]] = [{"signal": protocol.REAP_SIGNAL, "grace_seconds": 5}]
+PRESETS: dict[str, list[dict[str, Any]]] = {REAP_PLAN_NAME: REAP_PLAN}
 
 
 class PlanError(ValueError):
@@ -30,6 +35,15 @@ class PlanError(ValueError):
 
 def default_plan() -> list[dict[str, Any]]:
     return [dict(step) for step in DEFAULT_PLAN]
+
+
+def preset(name: str | None) -> list[dict[str, Any]]:
+    """A named plan (``reap``), or the default for any other name."""
+    return [dict(step) for step in PRESETS.get(name or "", DEFAULT_PLAN)]
+
+
+def asks_to_reap(plan: list[dict[str, Any]]) -> bool:
+    return protocol.is_reap_plan([step["signal"] for step in plan])
 
 
 def is_sigkill_only(plan: list[dict[str, Any]]) -> bool:
@@ -65,6 +79,11 @@ def validate_plan(raw: Any) -> list[dict[str, Any]]:
                 f"got {grace}"
             )
         plan.append({"signal": signal, "grace_seconds": grace})
+    if len(plan) > 1 and any(step["signal"] == protocol.REAP_SIGNAL for step in plan):
+        raise PlanError(
+            f"{protocol.REAP_SIGNAL} asks a parent to reap its zombies and ends nothing: "
+            "it must be the only step"
+        )
     kills = [i for i, step in enumerate(plan) if step["signal"] == "SIGKILL"]
     if kills and kills != [len(plan) - 1]:
         raise PlanError("SIGKILL can only be the last step, once: nothing can follow it")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict, deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -77,6 +77,8 @@ class Preview:
     refusal: str | None = None
     parent_offer: ParentOffer | None = None
     warnings: list[str] = field(default_factory=list)
+    # Targets there because they descend from the seed (not those named beside it).
+    descendant_pids: set[int] = field(default_factory=set)
     # The snapshot document it was resolved from (the digests come from there).
     document: dict[str, Any] | None = field(default=None, repr=False)
 
@@ -215,8 +217,13 @@ def _warnings_for(row: ProcessRow) -> list[str]:
 
 
 def resolve(document: dict[str, Any], pid: int, start_time_ticks: int, *,
-            include_descendants: bool = False) -> Preview:
-    """The targets a request for (pid, start) would have, from one snapshot document."""
+            include_descendants: bool = False, also: Iterable[tuple[int, int]] = ()) -> Preview:
+    """The targets a request for (pid, start) would have, from one snapshot document.
+
+    ``also`` names more processes, each by (pid, start), to signal in the same
+    request (the orphans of one dead launcher); each passes the same rules as
+    the first, and one that does not is left out with the reason.
+    """
     rows = process_rows(document)
     taken_at = document_taken_at(document)
     preview = Preview(
@@ -258,5 +265,28 @@ def resolve(document: dict[str, Any], pid: int, start_time_ticks: int, *,
                 preview.excluded.append(Excluded(pid=row.pid, name=row.name, user=row.user, why=why))
                 continue
             preview.targets.append(row)
+            preview.descendant_pids.add(row.pid)
             preview.warnings.extend(_warnings_for(row))
+    _add_also(preview, rows, protection, also)
     return preview
+
+
+def _add_also(preview: Preview, rows: dict[int, ProcessRow], protection: Protection,
+              also: Iterable[tuple[int, int]]) -> None:
+    """More targets named by (pid, start), each under the same rules as the first."""
+    for pid, start in also:
+        if any(t.pid == pid for t in preview.targets):
+            continue
+        row = rows.get(pid)
+        if row is None or row.start_time_ticks != start:
+            preview.excluded.append(Excluded(
+                pid=pid, name=row.name if row else "", user=row.user if row else None,
+                why="not in the latest snapshot (it exited, or the PID was reused)",
+            ))
+            continue
+        why = _zombie_why(row) if row.is_zombie else refusal_reason(row, protection)
+        if why:
+            preview.excluded.append(Excluded(pid=row.pid, name=row.name, user=row.user, why=why))
+            continue
+        preview.targets.append(row)
+        preview.warnings.extend(_warnings_for(row))

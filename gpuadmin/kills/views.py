@@ -22,7 +22,7 @@ from gpuadmin.accounts.permissions import role_required
 from gpuadmin.accounts.roles import Role, has_role
 from gpuadmin.fleet.models import Host, LatestSnapshot
 from gpuadmin.kills import changes, plans, services
-from gpuadmin.kills.forms import KillRequestForm
+from gpuadmin.kills.forms import KillRequestForm, parse_also
 from gpuadmin.kills.models import KillRequest
 from gpuadmin.kills.services import KillError, NotFound
 from gpuadmin.kills.states import OPEN, RELEASING, Status
@@ -160,8 +160,13 @@ def _preview_context(request: HttpRequest, params: Any) -> dict[str, Any]:
         context["preview_error"] = f"No host named {host_name!r}."
         return context
     include = params.get("include_descendants") in ("on", "true", "1")
-    context.update(host=host, pid=pid, start=start, include_descendants=include,
-                   preview=services.preview(host, pid, start, include_descendants=include))
+    try:
+        also = parse_also(params.get("also", ""))
+    except ValueError as error:
+        context["preview_error"] = f"Other targets: {error}."
+        return context
+    context.update(host=host, pid=pid, start=start, include_descendants=include, also=also,
+                   preview=services.preview(host, pid, start, include_descendants=include, also=also))
     return context
 
 
@@ -180,6 +185,7 @@ def kill_request_new(request: HtmxHttpRequest) -> HttpResponse:
                     pid=form.cleaned_data["pid"],
                     start_time_ticks=form.cleaned_data["start"],
                     include_descendants=form.cleaned_data["include_descendants"],
+                    also=form.cleaned_data["also"],
                     plan=form.cleaned_data["plan"],
                     reason=form.cleaned_data["reason"],
                 )
@@ -197,7 +203,8 @@ def kill_request_new(request: HtmxHttpRequest) -> HttpResponse:
     form = KillRequestForm(initial={
         "host": request.GET.get("host", ""), "pid": context.get("pid"), "start": context.get("start"),
         "include_descendants": context.get("include_descendants", False),
-    })
+        "also": request.GET.get("also", ""),
+    }, plan_preset=request.GET.get("plan"))
     return render(request, "kills/new.html", {**context, "form": form, "plan_bounds": _plan_bounds()})
 
 

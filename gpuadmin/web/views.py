@@ -19,9 +19,10 @@ from django.views.decorators.http import require_GET, require_POST
 
 from gpuadmin.accounts.permissions import role_required
 from gpuadmin.accounts.roles import Role, has_role
-from gpuadmin.fleet import trust
-from gpuadmin.fleet.models import Host, LatestSnapshot
+from gpuadmin.fleet import series, trust
+from gpuadmin.fleet.models import Gpu, Host, LatestSnapshot
 from gpuadmin.fleet.probes import ProbeTooSoon, probe_now
+from gpuadmin.web.finding_actions import finding_view
 from gpuadmin.web.host_tables import SORT_DESCENDING_BY_DEFAULT, ProcessQuery, host_tables
 from gpuadmin.web.htmx import (
     HTMX_STOP_POLLING,
@@ -30,11 +31,13 @@ from gpuadmin.web.htmx import (
     vary_on_htmx,
     wants_fragment,
 )
+from gpuadmin.web.process_page import process_page
 
 logger = logging.getLogger(__name__)
 
 # The regions of the host page an htmx request may ask for, by the id of the element it targets.
 HOST_PROCESSES_TARGET = "host-processes"
+HOST_HISTORY_TARGET = "host-history"
 
 
 def _poll_seconds() -> int:
@@ -50,7 +53,7 @@ def _host_gone(request: HttpRequest, name: str) -> HttpResponse:
 @role_required(Role.VIEWER)
 @vary_on_htmx()
 def fleet(request: HtmxHttpRequest) -> HttpResponse:
-    context = {"hosts": list(Host.objects.for_listing()), "poll_seconds": _poll_seconds(),
+    context = {"hosts": Host.objects.worst_finding_first(), "poll_seconds": _poll_seconds(),
                "awaiting_hosts": _awaiting_for(request)}
     if wants_fragment(request):
         return render(request, "web/_fleet_hosts.html", context)
@@ -71,22 +74,34 @@ def host_detail(request: HtmxHttpRequest, name: str) -> HttpResponse:
         raise Http404(f"No host named {name!r} has sent a snapshot.")
     gpus = list(host.present_gpus)
     query = ProcessQuery.from_params(request.GET)
-    kill_request_new_url = reverse("kill_request_new") if has_role(request.user, Role.REQUESTER) else None
+    try:
+        history_range = series.parse_range(request.GET.get("range")).name
+    except series.UnknownRange:
+        history_range = series.DEFAULT_RANGE
+    may_request = has_role(request.user, Role.REQUESTER)
+    kill_request_new_url = reverse("kill_request_new") if may_request else None
     context = {
         "host": host,
         "gpus": gpus,
         "query": query,
         "tables": host_tables(LatestSnapshot.objects.document_for(host), gpus, query),
-        "findings": host.findings.open().most_severe_first(),
+        "findings": [
+            finding_view(f, host, may_request=may_request) for f in host.findings.open().most_severe_first()
+        ],
         "poll_seconds": _poll_seconds(),
         "kill_request_new_url": kill_request_new_url,
         "sort_keys": list(SORT_DESCENDING_BY_DEFAULT),
         "sort_links": {key: query.sorted_by(key) for key in SORT_DESCENDING_BY_DEFAULT},
+        "history_range": history_range,
+        "history_ranges": list(series.RANGES),
+        "history_charts": history_charts(host, gpus, history_range),
     }
     if not wants_fragment(request):
         return render(request, "web/host_detail.html", context)
     if fragment_target(request) == HOST_PROCESSES_TARGET:
         return render(request, "web/_host_processes.html", context)
+    if fragment_target(request) == HOST_HISTORY_TARGET:
+        return render(request, "web/_host_history.html", context)
     # The poll: the tables, plus the summary (status, findings, GPU cards) out of band.
     return render(request, "web/_host_refresh.html", context)
 
@@ -112,6 +127,44 @@ def host_accept(request: HttpRequest, name: str) -> HttpResponse:
         return redirect("host_detail", name=name)
     messages.success(request, f"Accepted {host.name} ({host.key_fingerprint}); its snapshots count now.")
     return redirect("host_detail", name=host.name)
+
+
+@require_GET
+@role_required(Role.VIEWER)
+def process_detail(request: HttpRequest, name: str, pid: int, start_time_ticks: int) -> HttpResponse:
+    host = get_object_or_404(Host, name=name)
+    page = process_page(host, pid, start_time_ticks)
+    if page is None:
+        raise Http404(f"{name} has no recorded process {pid} started at tick {start_time_ticks}.")
+    may_request = page.alive and has_role(request.user, Role.REQUESTER)
+    context = {
+        "host": host,
+        "page": page,
+        "kill_request_new_url": reverse("kill_request_new") if may_request else None,
+    }
+    return render(request, "web/process_detail.html", context)
+
+
+def history_charts(host: Host, gpus: list[Gpu], range_name: str) -> list[dict[str, str | None]]:
+    """The host page's charts: one per GPU, then the host's process counts (drawn by static/js/charts.js)."""
+    charts: list[dict[str, str | None]] = [
+        {
+            "kind": "gpu",
+            "gpu_uuid": gpu.uuid,
+            "title": f"GPU {gpu.index}: memory (attributed, unattributed) and utilization",
+            "csv_name": f"{host.name}-gpu{gpu.index}-{range_name}.csv",
+        }
+        for gpu in gpus
+    ]
+    charts.append(
+        {
+            "kind": "host",
+            "gpu_uuid": None,
+            "title": "Zombies, processes in D state, PIDs in use against pid_max",
+            "csv_name": f"{host.name}-processes-{range_name}.csv",
+        }
+    )
+    return charts
 
 
 @require_POST

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gpuadmin.fleet.models import GpuSample, Host, HostSample, ProcessLife
+from gpuadmin.fleet.models import GpuSample, Host, HostSample, ProcessLife, ProcessPoint
 from tests.factories import GiB, gpu, proc, snapshot
 from tests.fleet.helpers import T0, at
 
@@ -189,3 +189,44 @@ def test_lives_of_other_hosts_are_left_alone(ingest: Callable[..., Host]) -> Non
     ingest(snapshot("gpu01", processes=[], gpus=[gpu(0, used=0)], taken_at=at(10)))
     assert ProcessLife.objects.get(host__name="gpu01").gone_at == at(10)
     assert ProcessLife.objects.get(host__name="gpu02").gone_at is None
+
+
+def _holder_at(seconds: float, memory: int, *, state: str = "R") -> dict[str, Any]:
+    return snapshot(
+        "gpu01",
+        processes=[proc(1000, state=state, gpu_memory={GPU0: memory})],
+        gpus=[gpu(0, used=memory)],
+        taken_at=at(seconds),
+    )
+
+
+def test_a_steady_process_costs_one_point_and_changes_add_points(
+    ingest: Callable[..., Host], settings: Any
+) -> None:
+    settings.GPUADMIN_HISTORY_PROCESS_STEP_BYTES = 64 * 1024**2
+    memories = [GiB, GiB, GiB + 10 * 1024**2, GiB, 2 * GiB, 2 * GiB]
+    for i, memory in enumerate(memories):
+        ingest(_holder_at(i * 10, memory))
+    ingest(_holder_at(60, 2 * GiB, state="D"))
+    ingest(_holder_at(70, 0, state="D"))
+    points = list(
+        ProcessPoint.objects.order_by("taken_at").values_list("taken_at", "gpu_memory_bytes", "state")
+    )
+    # A 10 MiB wobble is no change; a 1 GiB step, a new state and memory freed are.
+    assert points == [(at(0), GiB, "R"), (at(40), 2 * GiB, "R"), (at(60), 2 * GiB, "D"), (at(70), 0, "D")]
+    life = ProcessLife.objects.get()
+    assert (life.point_gpu_memory_bytes, life.point_state, life.last_seen_at) == (0, "D", at(70))
+
+
+def test_a_life_counts_the_snapshots_its_memory_rose_in_until_it_falls(ingest: Callable[..., Host]) -> None:
+    for i, memory in enumerate([1, 2, 2, 3, 4]):
+        ingest(_holder_at(i * 10, memory * GiB))
+    life = ProcessLife.objects.get()
+    assert (life.memory_rising_samples, life.memory_rising_since, life.memory_rising_from_bytes) == (
+        3,
+        at(0),
+        GiB,
+    )
+    ingest(_holder_at(50, 3 * GiB))
+    life.refresh_from_db()
+    assert (life.memory_rising_samples, life.memory_rising_since) == (0, None)

@@ -134,3 +134,28 @@ def test_a_missing_file_or_none_configured_is_a_reason_not_a_crash(tmp_path: Pat
     assert absent["reason"] == f"simulated GPU file {missing}: No such file or directory"
     assert unset["available"] is False
     assert "GPUADMIN_SIMULATED_GPUS" in unset["reason"]
+
+
+def test_waves_move_memory_and_utilization_over_time(tmp_path: Path) -> None:
+    from gpuadmin.probe.gpus import simulated
+
+    path = write(tmp_path / "waves.json", {
+        "gpus": [{"uuid": "GPU-w", "memory_total_bytes": 80 * GiB, "extra_used_bytes": GiB,
+                  "extra_wave_bytes": 2 * GiB, "utilization_percent": 10, "utilization_wave_percent": 95,
+                  "period_seconds": 100}],
+        "processes": [{"pid": 7, "gpu_uuid": "GPU-w", "used_memory_bytes": 4 * GiB, "wave_bytes": 8 * GiB,
+                       "period_seconds": 100}],
+    })
+
+    def at(t: float) -> tuple[int | None, int | None, int | None]:
+        state = simulated.read(path, clock=lambda: t)
+        gpu, process = state.gpus[0], state.processes[0]
+        return gpu.memory_used_bytes, gpu.utilization_percent, process.used_memory_bytes
+
+    assert at(0) == (5 * GiB, 10, 4 * GiB)  # a wave starts at its trough
+    assert at(50) == (15 * GiB, 100, 12 * GiB)  # and peaks half a period later (utilization capped at 100)
+    assert at(25) == (10 * GiB, 57, 8 * GiB)  # 10 + 95 / 2, rounded
+    assert at(100) == at(0)
+    broken = write(tmp_path / "broken.json",
+                   {"gpus": [{"uuid": "G", "extra_wave_bytes": 1, "period_seconds": 0}]})
+    assert "period_seconds: must be over 0" in (simulated.read(broken).reason or "")

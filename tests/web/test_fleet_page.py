@@ -120,3 +120,13 @@ def test_fifty_hosts_take_a_fixed_number_of_queries(viewer_client, django_assert
     page = response.content.decode()
     assert page.count('<tr class="host-online"') == 50
     assert page.count('class="bar-attributed"') == 100
+
+
+def test_hosts_are_ordered_by_their_worst_open_finding(viewer_client):
+    store("a-quiet")  # nothing wrong
+    store("b-critical", processes=[proc(10, ppid=1, orphaned=True, pgid=9, sid=9,
+                                        gpu_memory={"GPU-sim-0000": GiB})], gpus=[gpu(0, used=GiB)])
+    store("c-info", processes=[proc(20, name="p"), proc(21, ppid=20, state="Z")])
+    store("d-warning", gpus=[gpu(0, used=10 * GiB)])  # unattributed memory
+    page = viewer_client.get(reverse("fleet")).content.decode()
+    assert re.findall(r'data-host="([^"]+)"', page) == ["b-critical", "d-warning", "c-info", "a-quiet"]

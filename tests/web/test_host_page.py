@@ -66,7 +66,7 @@ def test_holders_table_lists_gpu_memory_and_device_file_holders_biggest_first(vi
     assert "<div>GPU 0: 20 GiB</div>" in row
     assert '<td class="mono" title="sleeping">S</td>' in row
     assert ">3 h 12 min</td>" in row
-    assert '100 <span class="mono">launch</span>' in row  # parent pid + name
+    assert '>100</a> <span class="mono">launch</span>' in row  # parent pid (a link to its page) + name
     assert '<span class="cmdline">python train.py --lr 3e-4</span>' in row
     device_row = row_of(table, 103)
     assert '<div class="muted">/dev/nvidia0</div>' in device_row
@@ -128,7 +128,8 @@ def test_sort_links_keep_the_filter_and_toggle_the_order(viewer_client, busy):
 def test_zombie_trees_group_zombies_under_their_parent(viewer_client, busy):
     zombies = section(page_of(viewer_client), "host-zombies")
     tree = re.search(r'data-parent-pid="300">.*?</details>', zombies, re.S).group(0)
-    assert 'Parent 300 <span class="mono">leaky-parent</span>' in tree
+    assert re.search(r'Parent <a class="process-link" href="/hosts/gpu01/processes/300-\d+/">300</a> '
+                     r'<span class="mono">leaky-parent</span>', tree)
     assert re.search(r"\(\s*dave\s*\)", tree)
     assert '<span class="zombie-count">5 zombies</span>' in tree
     assert '<div class="cmdline">leaky-parent --forks 5</div>' in tree

@@ -4,6 +4,7 @@ snapshot, apply the refusal rules, and store the request with its preview.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -39,7 +40,7 @@ def get_request(kill_request_id: int) -> KillRequest:
 
 
 def preview(host: Host, pid: int, start_time_ticks: int, *, include_descendants: bool = False,
-            now: datetime | None = None) -> targets.Preview:
+            also: Iterable[tuple[int, int]] = (), now: datetime | None = None) -> targets.Preview:
     """What a request would target, from the newest snapshot; refusals and warnings included."""
     if not host.key_accepted:
         # No order goes to a host whose key no approver accepted: its reports could not be believed.
@@ -54,7 +55,9 @@ def preview(host: Host, pid: int, start_time_ticks: int, *, include_descendants:
             host_name=host.name, snapshot_taken_at=None, boot_id="",
             refusal=f"there is no snapshot from {host.name} yet, so PID {pid} cannot be checked",
         )
-    result = targets.resolve(latest.document, pid, start_time_ticks, include_descendants=include_descendants)
+    result = targets.resolve(
+        latest.document, pid, start_time_ticks, include_descendants=include_descendants, also=also
+    )
     now = now or timezone.now()
     if result.ok and not host.is_online:
         age = (now - host.last_seen_at).total_seconds() if host.last_seen_at else None
@@ -125,7 +128,7 @@ def refused_error(result: targets.Preview) -> Refused:
 
 def file_request(user: Any, *, host: Host | str, pid: Any, start_time_ticks: Any, reason: str,
                  include_descendants: bool = False, plan: Any = None,
-                 now: datetime | None = None) -> KillRequest:
+                 also: Iterable[tuple[int, int]] = (), now: datetime | None = None) -> KillRequest:
     if not has_role(user, Role.REQUESTER):
         raise NotAllowed("Filing a kill request needs the requester role.")
     reason = (reason or "").strip()
@@ -141,7 +144,7 @@ def file_request(user: Any, *, host: Host | str, pid: Any, start_time_ticks: Any
     if isinstance(host, str):
         host = get_host(host)
     now = now or timezone.now()
-    result = preview(host, pid, start_time_ticks, include_descendants=include_descendants, now=now)
+    result = preview(host, pid, start_time_ticks, include_descendants=include_descendants, also=also, now=now)
     if not result.ok:
         raise refused_error(result)
     document = result.document
@@ -171,7 +174,10 @@ def file_request(user: Any, *, host: Host | str, pid: Any, start_time_ticks: Any
         kill_request.memory_expected_release_bytes = memory.expected_bytes(base)
         kill_request.save()
         KillTarget.objects.bulk_create(
-            [_target_from_row(kill_request, row, document, is_descendant=i > 0) for i, row in enumerate(rows)]
+            [
+                _target_from_row(kill_request, row, document, is_descendant=row.pid in result.descendant_pids)
+                for row in rows
+            ]
         )
         audit(
             Action.REQUESTED, kill_request, actor=user,

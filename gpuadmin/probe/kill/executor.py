@@ -327,7 +327,24 @@ class _Execution:
         self.emit(Event.TARGET_SURVIVED, tracked, signal=last_step.signal, state=state, detail=detail)
         tracked.close()
 
+    def ask_to_reap(self) -> None:
+        """A reap plan: one SIGCHLD to each target, a pause for it to act, and nothing more, ever."""
+        step = self.order.plan[0]
+        for tracked in self.alive():
+            self.send(tracked, step, 1)
+        self.wait(step.grace_seconds)
+        for tracked in self.alive():
+            tracked.outcome = Outcome.ASKED
+            tracked.detail = (
+                f"asked to reap its children with {step.signal}; still running, as meant "
+                "(the next snapshot shows whether its zombies are gone)"
+            )
+            tracked.close()
+
     def escalate(self) -> None:
+        if self.order.asks_to_reap:
+            self.ask_to_reap()
+            return
         for step_number, step in enumerate(self.order.plan, start=1):
             for tracked in self.alive():
                 self.send(tracked, step, step_number)
@@ -348,6 +365,8 @@ class _Execution:
             return Result.FAILED, f"{failed} of {total} targets could not be signalled ({tally})"
         if counts[Outcome.REFUSED] == total:
             return Result.REFUSED, f"all {total} targets refused; nothing was signalled"
+        if asked := counts[Outcome.ASKED]:
+            return Result.SUCCEEDED, f"asked {asked} of {total} targets to reap their children ({tally})"
         return Result.SUCCEEDED, f"every target not refused is gone ({tally})"
 
     def finish(self, result: Result, detail: str) -> dict[str, Any]:

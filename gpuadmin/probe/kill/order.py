@@ -24,9 +24,11 @@ from typing import Any
 from gpuadmin.probe.kill.protocol import (
     ACCEPTED_ORDER_VERSIONS,
     MAX_ORDER_WINDOW_SECONDS,
+    REAP_SIGNAL,
     REQUEST_ID_PATTERN,
     SIGNALS,
     OrderRefusal,
+    is_reap_plan,
 )
 from gpuadmin.probe.signing import BadMessage, MessageKind, open_envelope
 
@@ -72,6 +74,11 @@ class Order:
     approved_by: str
     approved_at: str
     approved_at_time: datetime
+
+    @property
+    def asks_to_reap(self) -> bool:
+        """A plan of one SIGCHLD: ask the targets to reap their children; nothing is meant to end."""
+        return is_reap_plan([step.signal for step in self.plan])
 
     def describe_plan(self) -> str:
         """'SIGINT → 10 s → SIGTERM → 20 s → SIGKILL → 30 s'"""
@@ -159,6 +166,8 @@ def _plan(raw: Any) -> tuple[PlanStep, ...]:
     if len(raw) > MAX_STEPS:
         raise ValueError(f"'plan' has {len(raw)} steps; at most {MAX_STEPS}")
     plan = tuple(_step(step, number) for number, step in enumerate(raw, start=1))
+    if len(plan) > 1 and any(step.signal == REAP_SIGNAL for step in plan):
+        raise ValueError(f"{REAP_SIGNAL} asks a parent to reap its zombies: it must be the plan's only step")
     names = list(SIGNALS)
     for number, step in enumerate(plan, start=1):
         if step.signal == "SIGKILL" and number != len(plan):

@@ -29,12 +29,23 @@ ACCEPTED_ORDER_VERSIONS = frozenset({ORDER_VERSION})
 # replay within it), whatever central's settings say.
 MAX_ORDER_WINDOW_SECONDS = 3600
 
-# The signals a plan may use, in escalation order.
+# The signals a plan may use: the three that end a process, in escalation order,
+# then SIGCHLD, which ends nothing. A plan of one SIGCHLD step "asks to reap": it
+# nudges a parent that left zombies behind to wait() for them. It never
+# escalates and is never combined with the others; a target still running
+# after it is what was meant (outcome "asked"), not a survivor.
 SIGNALS: dict[str, signal.Signals] = {
     "SIGINT": signal.SIGINT,
     "SIGTERM": signal.SIGTERM,
     "SIGKILL": signal.SIGKILL,
+    "SIGCHLD": signal.SIGCHLD,
 }
+REAP_SIGNAL = "SIGCHLD"
+
+
+def is_reap_plan(signal_names: list[str]) -> bool:
+    """Whether a plan (its signals, in order) asks to reap rather than to end."""
+    return signal_names == [REAP_SIGNAL]
 
 # A request id names the agent's journal file, so it must be a safe file name
 # (no '/', no leading '.'); orders are validated against the same rule.
@@ -91,6 +102,7 @@ class Outcome(StrEnum):
     REFUSED = "refused"
     FAILED = "failed"
     SURVIVED = "survived"
+    ASKED = "asked"  # a reap plan's target: signalled, and left running as meant
 
 
 class Method(StrEnum):

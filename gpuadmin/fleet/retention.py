@@ -1,0 +1,322 @@
+"""Keeping history bounded: 5-minute rollups of the raw samples, and pruning.
+
+Raw ``GpuSample`` / ``HostSample`` rows (one per snapshot) are summarised into
+``GpuRollup`` / ``HostRollup`` rows, one per GPU (host) per 5-minute bucket,
+with the bucket's min, mean and max. Raw rows are kept
+``GPUADMIN_HISTORY_RAW_DAYS``, and only once rolled up; rollups, process
+histories and resolved findings ``GPUADMIN_HISTORY_DAYS``.
+
+``maintain_history`` (the periodic task ``gpuadmin.fleet.maintain_history``)
+does both in bounded steps, each in its own short transaction, and never takes
+the host row lock that ingest holds: a long catch-up cannot stall snapshots.
+Each host remembers how far it is rolled up (``Host.history_rolled_up_until``);
+a late snapshot older than that moves it back (``ingest``), and the next run
+rolls its bucket up again (rollups are upserted, so that is idempotent).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import models, transaction
+from django.db.models import Min, Q
+from django.utils import timezone
+
+from gpuadmin.fleet.models import (
+    Finding,
+    GpuRollup,
+    GpuSample,
+    Host,
+    HostRollup,
+    HostSample,
+    ProcessLife,
+    ProcessPoint,
+    SnapshotRejection,
+)
+
+logger = logging.getLogger(__name__)
+
+BUCKET_SECONDS = 300
+# A bucket is rolled up once this long has passed after its end: snapshots are
+# stamped by the host and reach central a little later.
+SETTLE_SECONDS = 60
+# At most this many buckets per host per run (one day): a central that was down for a week
+# catches up over a few runs instead of in one long one.
+MAX_BUCKETS_PER_HOST_PER_RUN = 288
+# Rows deleted per statement, and statements per kind per run.
+PRUNE_BATCH_ROWS = 5000
+PRUNE_MAX_BATCHES = 20
+
+_GPU_ROLLUP_FIELDS = [
+    "sample_count",
+    "memory_used_min_mib",
+    "memory_used_mean_mib",
+    "memory_used_max_mib",
+    "memory_attributed_min_mib",
+    "memory_attributed_mean_mib",
+    "memory_attributed_max_mib",
+    "utilization_min_percent",
+    "utilization_mean_tenths_percent",
+    "utilization_max_percent",
+]
+MiB = 1024**2
+_HOST_ROLLUP_FIELDS = [
+    "sample_count",
+    "zombies_min",
+    "zombies_mean",
+    "zombies_max",
+    "d_state_min",
+    "d_state_mean",
+    "d_state_max",
+    "pids_in_use_min",
+    "pids_in_use_mean",
+    "pids_in_use_max",
+    "pid_max",
+]
+
+
+def bucket_of(moment: datetime) -> int:
+    """The 5-minute bucket a moment falls in: Unix seconds // 300."""
+    return int(moment.timestamp()) // BUCKET_SECONDS
+
+
+def bucket_start(bucket: int) -> datetime:
+    return datetime.fromtimestamp(bucket * BUCKET_SECONDS, tz=UTC)
+
+
+@dataclass(frozen=True)
+class Summary:
+    minimum: int | None
+    mean: float | None
+    maximum: int | None
+
+
+def summarise(values: Iterable[int | None]) -> Summary:
+    """Min, mean and max of the values that are known (None when none is)."""
+    known = [v for v in values if v is not None]
+    if not known:
+        return Summary(None, None, None)
+    return Summary(min(known), sum(known) / len(known), max(known))
+
+
+@dataclass(frozen=True)
+class KnownSummary:
+    minimum: int
+    mean: float
+    maximum: int
+
+
+def _known(summary: Summary) -> KnownSummary:
+    assert summary.minimum is not None and summary.mean is not None and summary.maximum is not None
+    return KnownSummary(summary.minimum, summary.mean, summary.maximum)
+
+
+def _mib(memory: Summary) -> tuple[int | None, int | None, int | None]:
+    """(min, mean, max) in MiB: the min rounded down, the max up, so no peak is ever hidden."""
+    if memory.minimum is None or memory.mean is None or memory.maximum is None:
+        return None, None, None
+    return memory.minimum // MiB, round(memory.mean / MiB), -(-memory.maximum // MiB)
+
+
+def gpu_rollups(rows: Iterable[Sequence[Any]]) -> list[GpuRollup]:
+    """Rollups of raw GPU rows ``(gpu_id, taken_at, used, attributed, utilization)``, per GPU and bucket."""
+    grouped: dict[tuple[int, int], list[Sequence[Any]]] = defaultdict(list)
+    for row in rows:
+        grouped[(row[0], bucket_of(row[1]))].append(row)
+    rollups = []
+    for (gpu_id, bucket), members in grouped.items():
+        used_min, used_mean, used_max = _mib(summarise(r[2] for r in members))
+        attributed_min, attributed_mean, attributed_max = _mib(summarise(r[3] for r in members))
+        utilization = summarise(r[4] for r in members)
+        mean_tenths = None if utilization.mean is None else round(utilization.mean * 10)
+        rollups.append(
+            GpuRollup(
+                gpu_id=gpu_id,
+                bucket=bucket,
+                sample_count=len(members),
+                memory_used_min_mib=used_min,
+                memory_used_mean_mib=used_mean,
+                memory_used_max_mib=used_max,
+                memory_attributed_min_mib=attributed_min or 0,
+                memory_attributed_mean_mib=attributed_mean or 0,
+                memory_attributed_max_mib=attributed_max or 0,
+                utilization_min_percent=utilization.minimum,
+                utilization_mean_tenths_percent=mean_tenths,
+                utilization_max_percent=utilization.maximum,
+            )
+        )
+    return rollups
+
+
+def host_rollups(rows: Iterable[Sequence[Any]]) -> list[HostRollup]:
+    """Rollups of raw host rows ``(host_id, taken_at, zombies, d_state, pids_in_use, pid_max)``."""
+    grouped: dict[tuple[int, int], list[Sequence[Any]]] = defaultdict(list)
+    for row in rows:
+        grouped[(row[0], bucket_of(row[1]))].append(row)
+    rollups = []
+    for (host_id, bucket), members in grouped.items():
+        # Host counts are never null: each summary has all three values.
+        zombies = _known(summarise(r[2] for r in members))
+        d_state = _known(summarise(r[3] for r in members))
+        pids = _known(summarise(r[4] for r in members))
+        rollups.append(
+            HostRollup(
+                host_id=host_id,
+                bucket=bucket,
+                sample_count=len(members),
+                zombies_min=zombies.minimum,
+                zombies_mean=zombies.mean,
+                zombies_max=zombies.maximum,
+                d_state_min=d_state.minimum,
+                d_state_mean=d_state.mean,
+                d_state_max=d_state.maximum,
+                pids_in_use_min=pids.minimum,
+                pids_in_use_mean=pids.mean,
+                pids_in_use_max=pids.maximum,
+                pid_max=max(r[5] for r in members),
+            )
+        )
+    return rollups
+
+
+GPU_RAW_FIELDS = ("gpu_id", "taken_at", "memory_used_bytes", "memory_attributed_bytes", "utilization_percent")
+HOST_RAW_FIELDS = ("host_id", "taken_at", "zombie_count", "uninterruptible_count", "pids_in_use", "pid_max")
+
+
+def roll_up_host(host: Host, start: datetime, end: datetime) -> int:
+    """Upsert the rollups of the host's raw samples taken in [start, end); return how many buckets."""
+    gpu_rows = GpuSample.objects.filter(gpu__host=host, taken_at__gte=start, taken_at__lt=end).values_list(
+        *GPU_RAW_FIELDS
+    )
+    host_rows = HostSample.objects.filter(host=host, taken_at__gte=start, taken_at__lt=end).values_list(
+        *HOST_RAW_FIELDS
+    )
+    gpus = gpu_rollups(gpu_rows)
+    hosts = host_rollups(host_rows)
+    with transaction.atomic():
+        if gpus:
+            GpuRollup.objects.bulk_create(
+                gpus, update_conflicts=True, unique_fields=["gpu", "bucket"], update_fields=_GPU_ROLLUP_FIELDS
+            )
+        if hosts:
+            HostRollup.objects.bulk_create(
+                hosts,
+                update_conflicts=True,
+                unique_fields=["host", "bucket"],
+                update_fields=_HOST_ROLLUP_FIELDS,
+            )
+    return len(hosts)
+
+
+def roll_up(now: datetime, *, max_buckets: int = MAX_BUCKETS_PER_HOST_PER_RUN) -> int:
+    """Roll up every host's complete buckets, at most ``max_buckets`` per host; return buckets written."""
+    complete_before = bucket_start(bucket_of(now - timedelta(seconds=SETTLE_SECONDS)))
+    written = 0
+    for host_id, stored in Host.objects.values_list("pk", "history_rolled_up_until"):
+        until = stored
+        if until is None:
+            first = HostSample.objects.filter(host_id=host_id).aggregate(first=Min("taken_at"))["first"]
+            if first is None:
+                continue
+            until = bucket_start(bucket_of(first))
+        end = min(complete_before, until + timedelta(seconds=BUCKET_SECONDS * max_buckets))
+        if end <= until:
+            continue
+        written += roll_up_host(Host(pk=host_id), until, end)
+        # Only if no late snapshot moved it back meanwhile; then the next run starts from there.
+        unchanged = (
+            Q(history_rolled_up_until__isnull=True) if stored is None else Q(history_rolled_up_until=stored)
+        )
+        Host.objects.filter(unchanged, pk=host_id).update(history_rolled_up_until=end)
+    return written
+
+
+def move_back_rolled_up_until(host: Host, taken_at: datetime) -> None:
+    """A late snapshot landed in an already rolled-up bucket: roll that bucket up again next run."""
+    if host.history_rolled_up_until is not None and taken_at < host.history_rolled_up_until:
+        host.history_rolled_up_until = bucket_start(bucket_of(taken_at))
+        Host.objects.filter(pk=host.pk).update(history_rolled_up_until=host.history_rolled_up_until)
+
+
+@dataclass(frozen=True)
+class PruneResult:
+    gpu_samples: int
+    host_samples: int
+    gpu_rollups: int
+    host_rollups: int
+    process_lives: int
+    process_points: int
+    findings: int
+    rejections: int
+
+    @property
+    def total(self) -> int:
+        return sum(vars(self).values())
+
+
+def _delete_in_batches(queryset: models.QuerySet, *, batch_rows: int, max_batches: int) -> int:
+    """Delete what ``queryset`` selects, ``batch_rows`` at a time, each batch its own statement."""
+    deleted = 0
+    for _ in range(max_batches):
+        keys = list(queryset.values_list("pk", flat=True)[:batch_rows])
+        if not keys:
+            break
+        queryset.model.objects.filter(pk__in=keys).delete()
+        deleted += len(keys)
+        if len(keys) < batch_rows:
+            break
+    return deleted
+
+
+def prune(
+    now: datetime, *, batch_rows: int = PRUNE_BATCH_ROWS, max_batches: int = PRUNE_MAX_BATCHES
+) -> PruneResult:
+    """Delete what is past its keeping time, at most max_batches x batch_rows rows of each kind."""
+    raw_cutoff = now - timedelta(days=settings.GPUADMIN_HISTORY_RAW_DAYS)
+    cutoff = now - timedelta(days=settings.GPUADMIN_HISTORY_DAYS)
+    batches = {"batch_rows": batch_rows, "max_batches": max_batches}
+    gpu_samples = host_samples = 0
+    for host_id, until in Host.objects.filter(history_rolled_up_until__isnull=False).values_list(
+        "pk", "history_rolled_up_until"
+    ):
+        # Raw rows go only once rolled up, whatever their age.
+        keep_after = min(raw_cutoff, until)
+        gpu_samples += _delete_in_batches(
+            GpuSample.objects.filter(gpu__host_id=host_id, taken_at__lt=keep_after), **batches
+        )
+        host_samples += _delete_in_batches(
+            HostSample.objects.filter(host_id=host_id, taken_at__lt=keep_after), **batches
+        )
+    oldest_bucket = bucket_of(cutoff)
+    return PruneResult(
+        gpu_samples=gpu_samples,
+        host_samples=host_samples,
+        gpu_rollups=_delete_in_batches(GpuRollup.objects.filter(bucket__lt=oldest_bucket), **batches),
+        host_rollups=_delete_in_batches(HostRollup.objects.filter(bucket__lt=oldest_bucket), **batches),
+        process_points=_delete_in_batches(ProcessPoint.objects.filter(taken_at__lt=cutoff), **batches),
+        process_lives=_delete_in_batches(ProcessLife.objects.filter(gone_at__lt=cutoff), **batches),
+        findings=_delete_in_batches(Finding.objects.filter(resolved_at__lt=cutoff), **batches),
+        rejections=_delete_in_batches(SnapshotRejection.objects.filter(received_at__lt=cutoff), **batches),
+    )
+
+
+@dataclass(frozen=True)
+class MaintenanceResult:
+    buckets_rolled_up: int
+    pruned: PruneResult
+
+
+def maintain_history(now: datetime | None = None) -> MaintenanceResult:
+    """One run of the periodic task: roll up what is complete, then prune what is past keeping."""
+    now = now or timezone.now()
+    buckets = roll_up(now)
+    pruned = prune(now)
+    if buckets or pruned.total:
+        logger.info("history: %d buckets rolled up, %d rows pruned (%s)", buckets, pruned.total, pruned)
+    return MaintenanceResult(buckets_rolled_up=buckets, pruned=pruned)

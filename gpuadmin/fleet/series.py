@@ -1,0 +1,367 @@
+"""History as chart series: what the charts and the JSON API read.
+
+A range names how far back a chart looks and at what resolution:
+
+- ``1h``: the raw samples (one per snapshot);
+- ``24h``, ``7d``, ``30d``: the 5-minute rollups (``retention.py``), grouped in
+  SQL into 5-minute, 30-minute and 2-hour points, so that a chart never gets
+  more than a few hundred points per GPU. Memory and host counts are then the
+  group's maximum (a spike stays visible), utilization the mean of its
+  5-minute means. Samples not yet rolled up (the last few minutes, or all of
+  them before the first rollup run) are summarised the same way on the fly.
+
+Times are written with ``gpuadmin.text.utc_text`` (ISO 8601, UTC, "Z"); points
+run oldest first. Kill requests reach us through ``Host.kill_requests`` (the
+kills app's reverse relation), so the fleet app never imports the kills app.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Avg, Count, F, Max
+from django.urls import reverse
+
+from gpuadmin.fleet import retention
+from gpuadmin.fleet.models import Gpu, GpuRollup, GpuSample, Host, HostRollup, HostSample, ProcessLife
+from gpuadmin.text import utc_text
+
+
+@dataclass(frozen=True)
+class Range:
+    name: str
+    seconds: int
+    # None: raw samples; else how many 5-minute buckets make one point.
+    buckets_per_point: int | None
+
+
+RANGES: dict[str, Range] = {
+    r.name: r
+    for r in (
+        Range("1h", 3600, None),
+        Range("24h", 24 * 3600, 1),
+        Range("7d", 7 * 24 * 3600, 6),
+        Range("30d", 30 * 24 * 3600, 24),
+    )
+}
+DEFAULT_RANGE = "24h"
+# Rollups: memory and host counts are the maximum (a spike stays visible), utilization the mean.
+ROLLUP_AGGREGATION = {"memory": "max", "utilization": "mean", "host_counts": "max"}
+# A process that changes all the time still gets a bounded series: its newest points.
+PROCESS_POINTS_MAX = 10_000
+KILL_MARKERS_MAX = 500
+
+
+class UnknownRange(ValueError):
+    def __init__(self, given: str) -> None:
+        super().__init__(f"range must be one of {', '.join(RANGES)}; got {given!r}")
+        self.allowed = list(RANGES)
+
+
+def parse_range(given: str | None) -> Range:
+    if given is None or given == "":
+        return RANGES[DEFAULT_RANGE]
+    try:
+        return RANGES[given]
+    except KeyError:
+        raise UnknownRange(given) from None
+
+
+def host_history(host: Host, chart_range: Range, now: datetime) -> dict[str, Any]:
+    """The history API's payload for one host over ``chart_range`` ending at ``now``."""
+    since = now - timedelta(seconds=chart_range.seconds)
+    gpus = list(host.gpus.filter(present=True).order_by("index"))
+    if chart_range.buckets_per_point is None:
+        resolution = int(settings.GPUADMIN_PROBE_INTERVAL_SECONDS)
+        gpu_points, host_points = _raw_points(host, gpus, since)
+        aggregation = None
+    else:
+        resolution = retention.BUCKET_SECONDS * chart_range.buckets_per_point
+        gpu_points, host_points = _rolled_up_points(host, gpus, since, chart_range.buckets_per_point)
+        aggregation = ROLLUP_AGGREGATION
+    return {
+        "range": chart_range.name,
+        "resolution_seconds": resolution,
+        "aggregation": aggregation,
+        "from": utc_text(since),
+        "to": utc_text(now),
+        "gpus": [
+            {
+                "uuid": gpu.uuid,
+                "index": gpu.index,
+                "name": gpu.name,
+                "memory_total_bytes": gpu.memory_total_bytes,
+                "points": gpu_points.get(gpu.pk, []),
+            }
+            for gpu in gpus
+        ],
+        "host": {"name": host.name, "points": host_points},
+        "kill_requests": kill_markers(host, since=since),
+    }
+
+
+def _raw_points(
+    host: Host, gpus: list[Gpu], since: datetime
+) -> tuple[dict[int, list[dict[str, Any]]], list[dict[str, Any]]]:
+    texts = _TimeTexts()
+    gpu_points: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for gpu_id, taken_at, used, attributed, utilization in (
+        GpuSample.objects.filter(gpu__in=gpus, taken_at__gte=since)
+        .order_by("taken_at")
+        .values_list(*retention.GPU_RAW_FIELDS)
+    ):
+        gpu_points[gpu_id].append(_gpu_point(texts[taken_at], used, attributed, utilization))
+    host_points = [
+        _host_point(texts[taken_at], zombies, d_state, pids, pid_max)
+        for _, taken_at, zombies, d_state, pids, pid_max in HostSample.objects.filter(
+            host=host, taken_at__gte=since
+        )
+        .order_by("taken_at")
+        .values_list(*retention.HOST_RAW_FIELDS)
+    ]
+    return gpu_points, host_points
+
+
+class _TimeTexts(dict[datetime, str]):
+    """Each moment written once: every GPU (and the host) has a point at the same moments."""
+
+    def __missing__(self, moment: datetime) -> str:
+        text = self[moment] = utc_text(moment, timespec="seconds")
+        return text
+
+
+def _gpu_point(t: str, used: int | None, attributed: int | None, utilization: float | None) -> dict[str, Any]:
+    return {
+        "t": t,
+        "memory_used_bytes": used,
+        "memory_attributed_bytes": attributed,
+        "utilization_percent": None if utilization is None else round(utilization, 1),
+    }
+
+
+def _host_point(t: str, zombies: int, d_state: int, pids_in_use: int, pid_max: int) -> dict[str, Any]:
+    return {
+        "t": t,
+        "zombies": zombies,
+        "d_state": d_state,
+        "pids_in_use": pids_in_use,
+        "pid_max": pid_max,
+    }
+
+
+@dataclass
+class _Group:
+    """One chart point being assembled from 5-minute summaries (stored and on-the-fly)."""
+
+    used: int | None = None
+    attributed: int | None = None
+    utilization_sum: float = 0.0
+    utilization_buckets: int = 0
+
+    def add(
+        self, used: int | None, attributed: int | None, utilization_sum: float | None, buckets: int
+    ) -> None:
+        self.used = _max(self.used, used)
+        self.attributed = _max(self.attributed, attributed)
+        if utilization_sum is not None:
+            self.utilization_sum += utilization_sum
+            self.utilization_buckets += buckets
+
+    @property
+    def utilization(self) -> float | None:
+        return self.utilization_sum / self.utilization_buckets if self.utilization_buckets else None
+
+
+def _max(a: int | None, b: int | None) -> int | None:
+    if a is None:
+        return b
+    return a if b is None else max(a, b)
+
+
+def _rolled_up_points(
+    host: Host, gpus: list[Gpu], since: datetime, per_point: int
+) -> tuple[dict[int, list[dict[str, Any]]], list[dict[str, Any]]]:
+    first_bucket = retention.bucket_of(since)
+    rolled_until = host.history_rolled_up_until
+    stored_end = retention.bucket_of(rolled_until) if rolled_until else first_bucket
+
+    gpu_groups: dict[tuple[int, int], _Group] = defaultdict(_Group)
+    # Integer division groups buckets in SQL on both databases (bucket is an integer column).
+    for row in (
+        GpuRollup.objects.filter(gpu__in=gpus, bucket__gte=first_bucket, bucket__lt=stored_end)
+        .annotate(group=F("bucket") / per_point)
+        .values("gpu_id", "group")
+        .annotate(
+            used=Max("memory_used_max_mib"),
+            attributed=Max("memory_attributed_max_mib"),
+            utilization=Avg("utilization_mean_tenths_percent"),
+            utilization_buckets=Count("utilization_mean_tenths_percent"),
+        )
+    ):
+        _add_rollup(
+            gpu_groups[(row["gpu_id"], row["group"])],
+            row["used"],
+            row["attributed"],
+            row["utilization"],
+            row["utilization_buckets"],
+        )
+    host_groups: dict[int, dict[str, int]] = {}
+    for row in (
+        HostRollup.objects.filter(host=host, bucket__gte=first_bucket, bucket__lt=stored_end)
+        .annotate(group=F("bucket") / per_point)
+        .values("group")
+        .annotate(
+            zombies=Max("zombies_max"),
+            d_state=Max("d_state_max"),
+            pids_in_use=Max("pids_in_use_max"),
+            pid_max=Max("pid_max"),
+        )
+    ):
+        host_groups[row["group"]] = {k: row[k] for k in ("zombies", "d_state", "pids_in_use", "pid_max")}
+
+    # What is not rolled up yet: summarised here exactly as the rollup task would.
+    tail_start = max(since, retention.bucket_start(stored_end))
+    tail_gpus = retention.gpu_rollups(
+        GpuSample.objects.filter(gpu__in=gpus, taken_at__gte=tail_start).values_list(
+            *retention.GPU_RAW_FIELDS
+        )
+    )
+    for rollup in tail_gpus:
+        mean = rollup.utilization_mean_tenths_percent
+        _add_rollup(
+            gpu_groups[(rollup.gpu_id, rollup.bucket // per_point)],
+            rollup.memory_used_max_mib,
+            rollup.memory_attributed_max_mib,
+            mean,
+            0 if mean is None else 1,
+        )
+    for host_rollup in retention.host_rollups(
+        HostSample.objects.filter(host=host, taken_at__gte=tail_start).values_list(*retention.HOST_RAW_FIELDS)
+    ):
+        group = host_rollup.bucket // per_point
+        counts = {
+            "zombies": host_rollup.zombies_max,
+            "d_state": host_rollup.d_state_max,
+            "pids_in_use": host_rollup.pids_in_use_max,
+            "pid_max": host_rollup.pid_max,
+        }
+        if group in host_groups:
+            counts = {k: max(v, host_groups[group][k]) for k, v in counts.items()}
+        host_groups[group] = counts
+
+    point_seconds = retention.BUCKET_SECONDS * per_point
+    texts = _TimeTexts()
+
+    def _group_start(group: int) -> str:
+        return texts[retention.bucket_start(group * point_seconds // retention.BUCKET_SECONDS)]
+
+    gpu_points: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for (gpu_id, group), values in sorted(gpu_groups.items(), key=lambda item: item[0][1]):
+        gpu_points[gpu_id].append(
+            _gpu_point(_group_start(group), values.used, values.attributed, values.utilization)
+        )
+    host_points = [
+        _host_point(_group_start(group), **counts)
+        for group, counts in sorted(host_groups.items())
+    ]
+    return gpu_points, host_points
+
+
+def _add_rollup(
+    group: _Group, used_mib: int | None, attributed_mib: int | None, mean_tenths: float | None, buckets: int
+) -> None:
+    """Rollup columns (MiB, tenths of a percent) into a chart point (bytes, percent)."""
+    group.add(
+        None if used_mib is None else used_mib * retention.MiB,
+        None if attributed_mib is None else attributed_mib * retention.MiB,
+        None if mean_tenths is None else mean_tenths / 10 * buckets,
+        buckets,
+    )
+
+
+def kill_markers(
+    host: Host, *, since: datetime | None = None, life: ProcessLife | None = None
+) -> list[dict[str, Any]]:
+    """Kill requests on the host (since ``since``), or against one process life: marks on the time axis."""
+    requests = host.kill_requests.all()
+    if since is not None:
+        requests = requests.filter(requested_at__gte=since)
+    if life is not None:
+        requests = requests.filter(
+            targets__pid=life.pid,
+            targets__start_time_ticks=life.start_time_ticks,
+            targets__boot_id=life.boot_id,
+        )
+    rows = requests.order_by("-requested_at").values_list("pk", "status", "requested_at", "finished_at")
+    return [
+        {
+            "id": pk,
+            "status": status,
+            "t": utc_text(requested_at, timespec="seconds"),
+            "finished_at": utc_text(finished_at, timespec="seconds"),
+            "url": reverse("kill_request_detail", args=[pk]),
+        }
+        for pk, status, requested_at, finished_at in reversed(list(rows.distinct()[:KILL_MARKERS_MAX]))
+    ]
+
+
+def process_points(life: ProcessLife) -> list[dict[str, Any]]:
+    """The life's stored points, oldest first, ended by its last sighting."""
+    newest = list(
+        life.points.order_by("-taken_at").values_list("taken_at", "gpu_memory_bytes", "state")[
+            :PROCESS_POINTS_MAX
+        ]
+    )
+    points = [
+        {"t": utc_text(t, timespec="seconds"), "gpu_memory_bytes": memory, "state": state}
+        for t, memory, state in reversed(newest)
+    ]
+    if not newest or newest[0][0] < life.last_seen_at:
+        points.append(
+            {
+                "t": utc_text(life.last_seen_at, timespec="seconds"),
+                "gpu_memory_bytes": life.last_gpu_memory_bytes,
+                "state": life.last_state,
+            }
+        )
+    return points
+
+
+def state_changes(points: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The points at which the state letter changed (the first one included)."""
+    changes: list[dict[str, Any]] = []
+    for point in points:
+        if not changes or changes[-1]["state"] != point["state"]:
+            changes.append({"t": point["t"], "state": point["state"]})
+    return changes
+
+
+def process_history(life: ProcessLife) -> dict[str, Any]:
+    """The process API's payload: identity, who, when, the GPU memory series and kill requests."""
+    points = process_points(life)
+    return {
+        "host": life.host.name,
+        "pid": life.pid,
+        "start_time_ticks": life.start_time_ticks,
+        "boot_id": life.boot_id,
+        "ppid": life.ppid,
+        "uid": life.uid,
+        "user": life.user or None,
+        "name": life.name,
+        "cmdline": life.cmdline,
+        "container_id": life.container_id or None,
+        "first_seen_at": utc_text(life.first_seen_at),
+        "last_seen_at": utc_text(life.last_seen_at),
+        "gone_at": utc_text(life.gone_at),
+        "state": life.last_state,
+        "gpu_memory_bytes": life.last_gpu_memory_bytes,
+        "peak_gpu_memory_bytes": life.peak_gpu_memory_bytes,
+        "points": points,
+        "state_changes": state_changes(points),
+        "kill_requests": kill_markers(life.host, life=life),
+    }

@@ -1,0 +1,366 @@
+/* gpuadmin charts: history from the JSON API, drawn with uPlot.
+ *
+ * No inline script anywhere: the pages describe each chart with data-
+ * attributes and this file (loaded with <script src defer>) finds them.
+ *
+ *   <section data-history-src="/api/v1/hosts/gpu01/history/?range=24h">
+ *     <figure data-chart="gpu" data-gpu-uuid="GPU-...">   used, attributed, unattributed (stacked) + utilization
+ *     <figure data-chart="host">                          zombies, D state, PIDs in use vs pid_max
+ *   <figure data-chart="process" data-src="/api/v1/hosts/gpu01/processes/4120-412000/">
+ *
+ * Each figure holds .chart-canvas (the plot), .chart-table (its numbers as a
+ * table, filled on first open) and a.chart-csv (the same numbers as CSV).
+ * Kill requests become marks on the time axis that link to the request.
+ * htmx swaps in a new section when the range changes; htmx.onLoad runs init
+ * on the new content, so nothing reloads the page.
+ */
+(function () {
+  "use strict";
+
+  var GiB = 1024 * 1024 * 1024;
+  var COLORS = {
+    attributed: "#3b7dd8",
+    unattributed: "#e0922f",
+    used: "#1d232b",
+    utilization: "#2e7d32",
+    zombies: "#b3261e",
+    dState: "#8a5a00",
+    pids: "#1f5fa8",
+    pidMax: "#5b6572",
+    kill: "#b3261e",
+    state: "#6b6f76",
+  };
+
+  function seconds(iso) {
+    return Date.parse(iso) / 1000;
+  }
+
+  function isoText(unixSeconds) {
+    return new Date(unixSeconds * 1000).toISOString().replace(".000Z", "Z");
+  }
+
+  function bytesText(value) {
+    if (value === null || value === undefined) return "—";
+    var units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    var i = 0;
+    var v = value;
+    while (Math.abs(v) >= 1024 && i < units.length - 1) {
+      v /= 1024;
+      i += 1;
+    }
+    return (i === 0 ? String(v) : v.toFixed(v >= 100 ? 0 : 1)) + " " + units[i];
+  }
+
+  function plainText(value) {
+    return value === null || value === undefined ? "—" : String(value);
+  }
+
+  function percentText(value) {
+    return value === null || value === undefined ? "—" : value.toFixed(1) + "%";
+  }
+
+  /* --- what each chart shows: columns (for table and CSV) and uPlot series --- */
+
+  function gpuChart(gpu, payload) {
+    var pts = gpu.points;
+    var xs = pts.map(function (p) { return seconds(p.t); });
+    var attributed = pts.map(function (p) { return p.memory_attributed_bytes; });
+    var used = pts.map(function (p) { return p.memory_used_bytes; });
+    var unattributed = pts.map(function (p) {
+      if (p.memory_used_bytes === null) return null;
+      return Math.max(0, p.memory_used_bytes - p.memory_attributed_bytes);
+    });
+    // Stacked: the attributed band, then unattributed on top of it, whose top is "used".
+    var stackTop = pts.map(function (p, i) {
+      return p.memory_used_bytes === null ? null : attributed[i] + unattributed[i];
+    });
+    var utilization = pts.map(function (p) { return p.utilization_percent; });
+    var suffix = payload.aggregation ? " (" + payload.aggregation.memory + ")" : "";
+    return {
+      title: "GPU " + gpu.index,
+      columns: [
+        {name: "t", values: xs, text: isoText},
+        {name: "memory_used_bytes", values: used, text: plainText},
+        {name: "memory_attributed_bytes", values: attributed, text: plainText},
+        {name: "memory_unattributed_bytes", values: unattributed, text: plainText},
+        {name: "utilization_percent", values: utilization, text: plainText},
+      ],
+      data: [xs, attributed, stackTop, utilization],
+      series: [
+        {label: "Time", value: function (u, v) { return v === null ? "—" : isoText(v); }},
+        {label: "Attributed" + suffix, scale: "bytes", stroke: COLORS.attributed, fill: COLORS.attributed + "66",
+         value: function (u, v) { return bytesText(v); }},
+        {label: "Used = attributed + unattributed" + suffix, scale: "bytes", stroke: COLORS.unattributed,
+         value: function (u, v) { return bytesText(v); }},
+        {label: "Utilization" + (payload.aggregation ? " (" + payload.aggregation.utilization + ")" : ""),
+         scale: "%", stroke: COLORS.utilization, width: 1.5, value: function (u, v) { return percentText(v); }},
+      ],
+      bands: [{series: [2, 1], fill: COLORS.unattributed + "55"}],
+      axes: [
+        {},
+        {scale: "bytes", values: function (u, ticks) { return ticks.map(bytesText); }, size: 70},
+        {scale: "%", side: 1, grid: {show: false}, values: function (u, ticks) {
+          return ticks.map(function (t) { return t + "%"; }); }},
+      ],
+      scales: {bytes: {range: [0, Math.max(gpu.memory_total_bytes || 0, Math.max.apply(null, used.concat([GiB])))]},
+               "%": {range: [0, 100]}},
+      markers: killMarks(payload.kill_requests),
+    };
+  }
+
+  function hostChart(host, payload) {
+    var pts = host.points;
+    var xs = pts.map(function (p) { return seconds(p.t); });
+    var col = function (key) { return pts.map(function (p) { return p[key]; }); };
+    var suffix = payload.aggregation ? " (" + payload.aggregation.host_counts + ")" : "";
+    return {
+      title: "Processes",
+      columns: [
+        {name: "t", values: xs, text: isoText},
+        {name: "zombies", values: col("zombies"), text: plainText},
+        {name: "d_state", values: col("d_state"), text: plainText},
+        {name: "pids_in_use", values: col("pids_in_use"), text: plainText},
+        {name: "pid_max", values: col("pid_max"), text: plainText},
+      ],
+      data: [xs, col("zombies"), col("d_state"), col("pids_in_use"), col("pid_max")],
+      series: [
+        {label: "Time", value: function (u, v) { return v === null ? "—" : isoText(v); }},
+        {label: "Zombies" + suffix, scale: "count", stroke: COLORS.zombies, width: 1.5},
+        {label: "D state" + suffix, scale: "count", stroke: COLORS.dState, width: 1.5},
+        {label: "PIDs in use" + suffix + " (log scale)", scale: "pids", stroke: COLORS.pids, width: 1.5},
+        {label: "pid_max", scale: "pids", stroke: COLORS.pidMax, dash: [6, 4], width: 1},
+      ],
+      axes: [{}, {scale: "count"}, {scale: "pids", side: 1, grid: {show: false}, size: 90}],
+      // PIDs on a log scale: a few hundred in use and a pid_max of 4 million both stay readable.
+      scales: {count: {range: function (u, min, max) { return [0, Math.max(1, max)]; }},
+               pids: {distr: 3, log: 10}},
+      markers: killMarks(payload.kill_requests),
+    };
+  }
+
+  function processChart(payload) {
+    var pts = payload.points;
+    var xs = pts.map(function (p) { return seconds(p.t); });
+    var memory = pts.map(function (p) { return p.gpu_memory_bytes; });
+    var states = pts.map(function (p) { return p.state; });
+    var marks = killMarks(payload.kill_requests).concat(
+      payload.state_changes.map(function (c) {
+        return {t: seconds(c.t), label: "state " + c.state, title: "state " + c.state + " since " + c.t,
+                color: COLORS.state};
+      }));
+    return {
+      title: "GPU memory",
+      columns: [
+        {name: "t", values: xs, text: isoText},
+        {name: "gpu_memory_bytes", values: memory, text: plainText},
+        {name: "state", values: states, text: plainText},
+      ],
+      data: [xs, memory],
+      series: [
+        {label: "Time", value: function (u, v) { return v === null ? "—" : isoText(v); }},
+        {label: "GPU memory", scale: "bytes", stroke: COLORS.attributed, fill: COLORS.attributed + "44",
+         paths: uPlot.paths.stepped({align: 1}), value: function (u, v) { return bytesText(v); }},
+      ],
+      axes: [{}, {scale: "bytes", values: function (u, ticks) { return ticks.map(bytesText); }, size: 70}],
+      scales: {bytes: {range: function (u, min, max) { return [0, Math.max(GiB, max)]; }}},
+      markers: marks,
+    };
+  }
+
+  function killMarks(requests) {
+    return (requests || []).map(function (k) {
+      return {t: seconds(k.t), label: "kill #" + k.id, title: "kill request #" + k.id + " (" + k.status + ") at " + k.t,
+              href: k.url, color: COLORS.kill};
+    });
+  }
+
+  /* --- markers: lines on the canvas, links over them --- */
+
+  function markersPlugin(marks) {
+    function place(u) {
+      var layer = u.over.querySelector(".chart-marks");
+      if (!layer) {
+        layer = document.createElement("div");
+        layer.className = "chart-marks";
+        u.over.appendChild(layer);
+      }
+      layer.textContent = "";
+      marks.forEach(function (m) {
+        var x = u.valToPos(m.t, "x");
+        if (x < 0 || x > u.over.clientWidth) return;
+        var el = document.createElement(m.href ? "a" : "span");
+        el.className = "chart-mark";
+        if (m.href) el.href = m.href;
+        el.title = m.title;
+        el.textContent = m.label;
+        el.style.left = x + "px";
+        el.style.borderColor = m.color;
+        el.style.color = m.color;
+        layer.appendChild(el);
+      });
+    }
+    return {hooks: {ready: [place], setScale: [place], setSize: [place]}};
+  }
+
+  /* --- table and CSV --- */
+
+  function csvCell(text) {
+    return /[",\n]/.test(text) ? '"' + text.replace(/"/g, '""') + '"' : text;
+  }
+
+  function csvText(chart) {
+    var lines = [chart.columns.map(function (c) { return c.name; }).join(",")];
+    var rows = chart.columns[0].values.length;
+    for (var i = 0; i < rows; i += 1) {
+      lines.push(chart.columns.map(function (c) {
+        var v = c.values[i];
+        return csvCell(v === null || v === undefined ? "" : (c.name === "t" ? isoText(v) : String(v)));
+      }).join(","));
+    }
+    return lines.join("\n") + "\n";
+  }
+
+  function fillTable(container, chart) {
+    var table = document.createElement("table");
+    table.className = "data chart-numbers-table small";
+    var head = table.createTHead().insertRow();
+    chart.columns.forEach(function (c) {
+      var th = document.createElement("th");
+      th.textContent = c.name;
+      head.appendChild(th);
+    });
+    var body = table.createTBody();
+    var rows = chart.columns[0].values.length;
+    for (var i = 0; i < rows; i += 1) {
+      var tr = body.insertRow();
+      chart.columns.forEach(function (c) {
+        tr.insertCell().textContent = c.text(c.values[i]);
+      });
+    }
+    container.textContent = "";
+    container.appendChild(table);
+  }
+
+  /* --- drawing --- */
+
+  function draw(figure, chart) {
+    var canvasBox = figure.querySelector(".chart-canvas");
+    if (!canvasBox) return;
+    canvasBox.textContent = "";
+    if (chart.columns[0].values.length === 0) {
+      canvasBox.textContent = "No samples in this range yet.";
+      canvasBox.classList.add("chart-empty");
+      figure.setAttribute("data-chart-state", "empty");
+      return;
+    }
+    var width = Math.max(280, canvasBox.clientWidth || figure.clientWidth || 600);
+    // The time axis spans the data and every mark (a kill filed after the last sample shows too).
+    var times = chart.data[0].concat((chart.markers || []).map(function (m) { return m.t; }));
+    var first = Math.min.apply(null, times);
+    var last = Math.max.apply(null, times);
+    if (last - first < 60) { first -= 30; last += 30; }
+    var options = {
+      // Axis times in UTC, as everywhere else in the panel (the legend writes ISO 8601 with a Z).
+      tzDate: function (ts) { return uPlot.tzDate(new Date(ts * 1000), "Etc/UTC"); },
+      width: width,
+      height: 220,
+      series: chart.series,
+      axes: chart.axes,
+      scales: Object.assign({x: {time: true, range: [first, last]}}, chart.scales),
+      bands: chart.bands,
+      cursor: {drag: {x: true, y: false}},
+      legend: {live: true},
+      plugins: [markersPlugin(chart.markers || [])],
+    };
+    var plot = new uPlot(options, chart.data, canvasBox);
+    figure.setAttribute("data-chart-state", "drawn");
+    figure.setAttribute("data-points", String(chart.columns[0].values.length));
+    figure._plot = plot;
+
+    var csv = figure.querySelector("a.chart-csv");
+    if (csv) {
+      if (csv.href && csv.href.indexOf("blob:") === 0) URL.revokeObjectURL(csv.href);
+      csv.href = URL.createObjectURL(new Blob([csvText(chart)], {type: "text/csv"}));
+    }
+    var details = figure.querySelector("details.chart-numbers");
+    var tableBox = figure.querySelector(".chart-table");
+    if (details && tableBox) {
+      var filled = false;
+      var fill = function () {
+        if (details.open && !filled) {
+          fillTable(tableBox, chart);
+          filled = true;
+        }
+      };
+      details.addEventListener("toggle", fill);
+      fill();
+    }
+  }
+
+  function failed(figures, message) {
+    figures.forEach(function (figure) {
+      var box = figure.querySelector(".chart-canvas");
+      if (box) box.textContent = message;
+      figure.setAttribute("data-chart-state", "error");
+    });
+  }
+
+  function fetchJson(url) {
+    return fetch(url, {credentials: "same-origin", headers: {Accept: "application/json"}}).then(function (r) {
+      if (!r.ok) throw new Error("the history API answered " + r.status);
+      return r.json();
+    });
+  }
+
+  function initHistory(section) {
+    var figures = Array.prototype.slice.call(section.querySelectorAll("figure[data-chart]"));
+    fetchJson(section.getAttribute("data-history-src")).then(function (payload) {
+      var byUuid = {};
+      payload.gpus.forEach(function (g) { byUuid[g.uuid] = g; });
+      figures.forEach(function (figure) {
+        var kind = figure.getAttribute("data-chart");
+        if (kind === "gpu") {
+          var gpu = byUuid[figure.getAttribute("data-gpu-uuid")];
+          if (gpu) draw(figure, gpuChart(gpu, payload));
+        } else if (kind === "host") {
+          draw(figure, hostChart(payload.host, payload));
+        }
+      });
+    }).catch(function (error) { failed(figures, "Could not load the history: " + error.message); });
+  }
+
+  function initProcess(figure) {
+    fetchJson(figure.getAttribute("data-src")).then(function (payload) {
+      draw(figure, processChart(payload));
+    }).catch(function (error) { failed([figure], "Could not load the history: " + error.message); });
+  }
+
+  function init(root) {
+    if (typeof uPlot === "undefined") return;
+    var scope = root && root.querySelectorAll ? root : document;
+    var sections = Array.prototype.slice.call(scope.querySelectorAll("[data-history-src]"));
+    if (scope.matches && scope.matches("[data-history-src]")) sections.push(scope);
+    sections.forEach(initHistory);
+    var processes = Array.prototype.slice.call(scope.querySelectorAll("figure[data-chart='process'][data-src]"));
+    if (scope.matches && scope.matches("figure[data-chart='process'][data-src]")) processes.push(scope);
+    processes.forEach(initProcess);
+  }
+
+  // Resize with the window: uPlot draws at a fixed size.
+  var resizeTimer = null;
+  window.addEventListener("resize", function () {
+    clearTimeout(resizeTimer);
+    resizeTimer = setTimeout(function () {
+      document.querySelectorAll("figure[data-chart]").forEach(function (figure) {
+        var box = figure.querySelector(".chart-canvas");
+        if (figure._plot && box) figure._plot.setSize({width: Math.max(280, box.clientWidth), height: 220});
+      });
+    }, 150);
+  });
+
+  if (window.htmx && window.htmx.onLoad) {
+    window.htmx.onLoad(init);  // the first page load and every swapped-in fragment
+  } else {
+    document.addEventListener("DOMContentLoaded", function () { init(document); });
+  }
+})();

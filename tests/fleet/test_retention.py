@@ -1,0 +1,207 @@
+"""Retention: 5-minute rollups match the raw samples they summarise, pruning keeps the database bounded."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db.models import Avg, Count, Max, Min
+
+from gpuadmin.fleet import retention
+from gpuadmin.fleet.models import (
+    Finding,
+    GpuRollup,
+    GpuSample,
+    Host,
+    HostRollup,
+    HostSample,
+    ProcessLife,
+    ProcessPoint,
+)
+from gpuadmin.fleet.tasks import maintain_history_task
+from tests.factories import GiB, gpu, proc, snapshot
+from tests.fleet.helpers import at
+
+pytestmark = pytest.mark.django_db
+
+GPU0 = "GPU-sim-0000"
+MiB = 1024**2
+
+
+def varying_snapshot(seconds: int, **kwargs: Any) -> dict[str, Any]:
+    """Values that differ from one snapshot to the next, so min, mean and max all differ."""
+    step = seconds // 10
+    used = (1 + step % 7) * GiB + step * MiB + 4097  # not whole MiB: the rounding shows
+    holder = proc(1000, gpu_memory={GPU0: used // 2})
+    zombies = [proc(2000 + z, ppid=1000, state="Z") for z in range(step % 3)]
+    return snapshot(
+        "gpu01",
+        processes=[holder, *zombies],
+        gpus=[
+            gpu(0, used=used, utilization_percent=(step * 13) % 101),
+            gpu(1, used=step, utilization_percent=None),
+        ],
+        taken_at=at(seconds),
+        pids_in_use=500 + step,
+        **kwargs,
+    )
+
+
+@pytest.fixture
+def twenty_minutes(ingest: Callable[..., Host]) -> Host:
+    """Snapshots every 10 s for 20 minutes (four 5-minute buckets, 30 samples each)."""
+    host = None
+    for seconds in range(0, 1200, 10):
+        host = ingest(varying_snapshot(seconds))
+    assert host is not None
+    return host
+
+
+def raw_buckets(host: Host) -> dict[tuple[int, int], dict[str, Any]]:
+    """The same summaries computed by the database from the raw rows, bucket by bucket."""
+    expected = {}
+    for bucket in range(retention.bucket_of(at(0)), retention.bucket_of(at(1200))):
+        start = retention.bucket_start(bucket)
+        rows = (
+            GpuSample.objects.filter(
+                gpu__host=host, taken_at__gte=start, taken_at__lt=start + timedelta(minutes=5)
+            )
+            .values("gpu__index")
+            .annotate(
+                n=Count("id"),
+                used_min=Min("memory_used_bytes"),
+                used_mean=Avg("memory_used_bytes"),
+                used_max=Max("memory_used_bytes"),
+                attributed_max=Max("memory_attributed_bytes"),
+                util_min=Min("utilization_percent"),
+                util_mean=Avg("utilization_percent"),
+                util_max=Max("utilization_percent"),
+            )
+        )
+        for row in rows:
+            expected[(row["gpu__index"], bucket)] = row
+    return expected
+
+
+def test_rollups_have_the_min_mean_and_max_of_the_raw_samples_of_their_bucket(twenty_minutes: Host) -> None:
+    expected = raw_buckets(twenty_minutes)
+    assert retention.roll_up(at(1200 + 60)) == 4
+    rollups = {(r.gpu.index, r.bucket): r for r in GpuRollup.objects.select_related("gpu")}
+    assert rollups.keys() == expected.keys()
+    assert len(rollups) == 8
+    for key, row in expected.items():
+        rollup = rollups[key]
+        assert rollup.sample_count == row["n"] == 30
+        # MiB: the min rounded down, the max up (no peak hidden), the mean to the nearest.
+        assert (rollup.memory_used_min_mib, rollup.memory_used_max_mib) == (
+            row["used_min"] // MiB,
+            -(-row["used_max"] // MiB),
+        )
+        assert rollup.memory_used_mean_mib == round(row["used_mean"] / MiB)
+        assert rollup.memory_attributed_max_mib == -(-row["attributed_max"] // MiB)
+        assert (rollup.utilization_min_percent, rollup.utilization_max_percent) == (
+            row["util_min"],
+            row["util_max"],
+        )
+        if row["util_mean"] is None:
+            assert rollup.utilization_mean_tenths_percent is None
+        else:
+            assert rollup.utilization_mean_tenths_percent == round(row["util_mean"] * 10)
+    # The host's counts too: zombies cycle 0, 1, 2 and PIDs climb by one per snapshot.
+    first = HostRollup.objects.order_by("bucket").first()
+    assert first is not None
+    assert (first.zombies_min, first.zombies_max, first.zombies_mean) == (0, 2, pytest.approx(1.0))
+    assert (first.pids_in_use_min, first.pids_in_use_max) == (500, 529)
+    assert first.pid_max == 4194304
+
+
+def test_a_bucket_is_rolled_up_only_once_it_is_complete(twenty_minutes: Host) -> None:
+    # At 12:19:59 + settle, the bucket 12:15-12:20 is still open.
+    assert retention.roll_up(at(1199)) == 3
+    twenty_minutes.refresh_from_db()
+    assert twenty_minutes.history_rolled_up_until == at(900)
+    assert retention.roll_up(at(1199)) == 0
+    assert retention.roll_up(at(1200 + retention.SETTLE_SECONDS)) == 1
+
+
+def test_a_run_rolls_up_a_bounded_number_of_buckets_and_the_next_one_continues(twenty_minutes: Host) -> None:
+    now = at(1200 + 60)
+    assert retention.roll_up(now, max_buckets=3) == 3
+    assert retention.roll_up(now, max_buckets=3) == 1
+    assert retention.roll_up(now, max_buckets=3) == 0
+    assert GpuRollup.objects.count() == 8
+
+
+def test_a_late_snapshot_is_rolled_up_again_into_its_bucket(
+    twenty_minutes: Host, ingest: Callable[..., Host]
+) -> None:
+    retention.roll_up(at(1260))
+    late = varying_snapshot(5)
+    late["gpus"][0]["memory_used_bytes"] = 70 * GiB
+    ingest(late, received_after_seconds=1300)
+    twenty_minutes.refresh_from_db()
+    assert twenty_minutes.history_rolled_up_until == at(0)
+    assert retention.roll_up(at(1260)) == 4
+    rollup = GpuRollup.objects.get(gpu__index=0, bucket=retention.bucket_of(at(0)))
+    assert (rollup.sample_count, rollup.memory_used_max_mib) == (31, 70 * 1024)
+
+
+def test_raw_samples_go_after_the_raw_days_and_only_once_rolled_up(
+    twenty_minutes: Host, settings: Any
+) -> None:
+    settings.GPUADMIN_HISTORY_RAW_DAYS = 2
+    later = at(0) + timedelta(days=2, minutes=10)
+    # Nothing is rolled up yet: old as they are, the raw rows stay.
+    assert retention.prune(later).gpu_samples == 0
+    assert GpuSample.objects.count() == 240
+    retention.roll_up(at(1260))
+    pruned = retention.prune(later)
+    # Older than two days at 12:10 on day 3: the first ten minutes, 60 snapshots.
+    assert (pruned.gpu_samples, pruned.host_samples) == (120, 60)
+    assert HostSample.objects.order_by("taken_at").first().taken_at == at(600)  # type: ignore[union-attr]
+    assert GpuRollup.objects.count() == 8
+
+
+def test_rollups_lives_points_and_findings_go_after_the_history_days(
+    twenty_minutes: Host, ingest: Callable[..., Host], settings: Any
+) -> None:
+    settings.GPUADMIN_HISTORY_DAYS = 90
+    ingest(snapshot("gpu01", processes=[], gpus=[gpu(0), gpu(1)], taken_at=at(1200)))
+    retention.roll_up(at(1300))
+    assert ProcessLife.objects.filter(gone_at=at(1200)).count() == 3  # the holder and two zombies
+    assert ProcessPoint.objects.exists()
+    assert Finding.objects.filter(resolved_at__isnull=False).exists()
+
+    pruned = retention.prune(at(1200) + timedelta(days=90, minutes=1))
+    assert pruned.gpu_rollups == 8
+    assert pruned.process_lives == 3
+    assert not GpuRollup.objects.exists()
+    assert not ProcessLife.objects.exists()
+    assert not ProcessPoint.objects.exists()
+    assert not Finding.objects.filter(resolved_at__isnull=False).exists()
+    assert Host.objects.filter(name="gpu01").exists()
+
+
+def test_pruning_deletes_in_bounded_batches(twenty_minutes: Host) -> None:
+    retention.roll_up(at(1260))
+    later = at(0) + timedelta(days=30)
+    pruned = retention.prune(later, batch_rows=7, max_batches=3)
+    assert pruned.host_samples == 21
+    assert HostSample.objects.count() == 120 - 21
+    while retention.prune(later, batch_rows=7, max_batches=3).total:
+        pass
+    assert not HostSample.objects.exists()
+    assert not GpuSample.objects.exists()
+
+
+def test_the_periodic_task_rolls_up_and_prunes(twenty_minutes: Host, settings: Any) -> None:
+    settings.GPUADMIN_HISTORY_RAW_DAYS = 0
+    result = maintain_history_task.apply().get()
+    # It runs "now", after T0: every bucket is complete, and no raw row is younger than zero days.
+    assert result["buckets_rolled_up"] == 4
+    assert result["rows_pruned"] == 240 + 120
+    assert GpuRollup.objects.count() == 8
+    assert not GpuSample.objects.exists()
+    assert maintain_history_task.queue == "central"
