@@ -189,3 +189,15 @@ def test_lives_of_other_hosts_are_left_alone(ingest: Callable[..., Host]) -> Non
     ingest(snapshot("gpu01", processes=[], gpus=[gpu(0, used=0)], taken_at=at(10)))
     assert ProcessLife.objects.get(host__name="gpu01").gone_at == at(10)
     assert ProcessLife.objects.get(host__name="gpu02").gone_at is None
+
+
+def test_a_life_keeps_the_owner_of_its_process(ingest: Callable[..., Host]) -> None:
+    job = {"kind": "slurm_job", "job_id": "4242", "step": "0", "uid": 1000}
+    ingest(snapshot("gpu01", processes=[proc(7, gpu_memory={GPU0: GiB}, owner=job)],
+                    gpus=[gpu(0, used=GiB)], taken_at=at(0)))
+    ingest(snapshot("gpu01", processes=[proc(8, gpu_memory={GPU0: GiB})], gpus=[gpu(0, used=GiB)],
+                    taken_at=at(10)))
+    lives = {life.pid: life for life in ProcessLife.objects.all()}
+    assert lives[7].owner == job
+    assert lives[7].gone_at is not None  # the owner outlives the process in history
+    assert lives[8].owner is None
