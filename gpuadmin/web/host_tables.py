@@ -85,7 +85,8 @@ class ProcessTableRow:
     @property
     def member_users(self) -> list[str]:
         """The members' users as shown (a container may run processes of several)."""
-        return sorted({visible_text(m.process.user) for m in self.members if m.process.user}, key=str.casefold)
+        users = {visible_text(m.process.user) for m in self.members if m.process.user}
+        return sorted(users, key=str.casefold)
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,9 @@ class ProcessQuery:
         return bool(self.user or self.gpu or self.text or self.owner)
 
     def params(self) -> dict[str, str]:
-        values = {"user": self.user, "gpu": self.gpu, "q": self.text, "owner": self.owner, "group": self.group}
+        values = {
+            "user": self.user, "gpu": self.gpu, "q": self.text, "owner": self.owner, "group": self.group,
+        }
         if self.sort != DEFAULT_SORT:
             values["sort"] = self.sort
         if self.page != 1:

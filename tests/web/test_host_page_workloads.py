@@ -100,8 +100,8 @@ def test_grouping_after_filtering_counts_only_the_matching_members(viewer_client
 
 
 def test_the_poll_keeps_the_grouping(viewer_client, lab_host):
-    html = viewer_client.get(URL, {"group": "workload"}, headers={"HX-Request": "true",
-                                                                   "HX-Target": "host-tables"}).content.decode()
+    headers = {"HX-Request": "true", "HX-Target": "host-tables"}
+    html = viewer_client.get(URL, {"group": "workload"}, headers=headers).content.decode()
     assert set(groups(html)) == {JOB, CONTAINER}
 
 
