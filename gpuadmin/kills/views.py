@@ -144,22 +144,27 @@ def kill_request_timeline(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 def _preview_context(request: HttpRequest, params: Any) -> dict[str, Any]:
-    """The preview for ?host&pid&start (and include_descendants), or why there is none."""
+    """The preview for ?host&pid&start (and include_descendants) or ?host&workload, or why there is none."""
     context: dict[str, Any] = {"preview": None, "preview_error": ""}
     host_name = params.get("host", "")
-    try:
-        pid = int(params.get("pid", ""))
-        start = int(params.get("start", ""))
-    except ValueError:
-        context["preview_error"] = "Choose a process from a host page: this form needs host, pid and start."
-        return context
+    workload = params.get("workload", "")
+    pid = start = None
+    if not workload:
+        try:
+            pid = int(params.get("pid", ""))
+            start = int(params.get("start", ""))
+        except ValueError:
+            context["preview_error"] = (
+                "Choose a process from a host page: this form needs host, pid and start."
+            )
+            return context
     host = Host.objects.filter(name=host_name).first()
     if host is None:
         context["preview_error"] = f"No host named {host_name!r}."
         return context
-    include = params.get("include_descendants") in ("on", "true", "1")
-    context.update(host=host, pid=pid, start=start, include_descendants=include,
-                   preview=services.preview(host, pid, start, include_descendants=include))
+    include = not workload and params.get("include_descendants") in ("on", "true", "1")
+    context.update(host=host, pid=pid, start=start, workload=workload, include_descendants=include,
+                   preview=services.preview(host, pid, start, include_descendants=include, workload=workload))
     return context
 
 
@@ -177,6 +182,7 @@ def kill_request_new(request: HttpRequest) -> HttpResponse:
                     host=form.cleaned_data["host"],
                     pid=form.cleaned_data["pid"],
                     start_time_ticks=form.cleaned_data["start"],
+                    workload=form.cleaned_data["workload"],
                     include_descendants=form.cleaned_data["include_descendants"],
                     plan=form.cleaned_data["plan"],
                     reason=form.cleaned_data["reason"],
@@ -194,6 +200,7 @@ def kill_request_new(request: HttpRequest) -> HttpResponse:
         return render(request, "kills/_preview.html", context)
     form = KillRequestForm(initial={
         "host": request.GET.get("host", ""), "pid": context.get("pid"), "start": context.get("start"),
+        "workload": context.get("workload", ""),
         "include_descendants": context.get("include_descendants", False),
     })
     return render(request, "kills/new.html", {**context, "form": form, "plan_bounds": _plan_bounds()})
