@@ -19,6 +19,9 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuadmin.settings")
 
 CENTRAL_QUEUE = "central"
 KILL_SWEEP_PERIOD_SECONDS = 5.0
+EXPIRY_WARNING_PERIOD_SECONDS = 60.0
+# Sending from a web request after its commit: a broker that is down costs this little, never a hang.
+SEND_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
 # A periodic task that waits longer than this share of its period is dropped:
 # the next one is already on its way, so late runs never pile up behind an
 # offline worker.
@@ -41,6 +44,11 @@ def beat_schedule(probe_interval_seconds: float) -> dict[str, dict]:
             "task": task_names.SWEEP_KILLS,
             "schedule": KILL_SWEEP_PERIOD_SECONDS,
             "options": {"expires": KILL_SWEEP_PERIOD_SECONDS * EXPIRES_SHARE_OF_PERIOD},
+        },
+        "warn-expiring-requests": {
+            "task": task_names.WARN_EXPIRING_REQUESTS,
+            "schedule": EXPIRY_WARNING_PERIOD_SECONDS,
+            "options": {"expires": EXPIRY_WARNING_PERIOD_SECONDS * EXPIRES_SHARE_OF_PERIOD},
         },
     }
 
@@ -71,8 +79,14 @@ app = Celery(
         "gpuadmin.agent.killing",  # host side: execute_kill_order
         "gpuadmin.fleet.tasks",  # central: ingest_snapshot, schedule_probes
         "gpuadmin.kills.tasks",  # central: record_kill_progress, sweep
+        "gpuadmin.notify.tasks",  # central: kill_event, deliver, warn_expiring
     ],
 )
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.conf.task_routes = (route_task,)
 app.conf.beat_schedule = beat_schedule(settings.GPUADMIN_PROBE_INTERVAL_SECONDS)
+
+
+def send_central(name: str, *args: object) -> None:
+    """Queue a central task by name, with a short publish retry (callers may be web requests)."""
+    app.send_task(name, args=list(args), retry=True, retry_policy=SEND_RETRY_POLICY)

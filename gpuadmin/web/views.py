@@ -20,6 +20,7 @@ from gpuadmin.accounts.permissions import role_required
 from gpuadmin.accounts.roles import Role, has_role
 from gpuadmin.fleet.models import Host, LatestSnapshot
 from gpuadmin.fleet.probes import probe_now
+from gpuadmin.notify.directory import Directory
 from gpuadmin.web.host_tables import SORT_DESCENDING_BY_DEFAULT, ProcessQuery, host_tables
 from gpuadmin.web.htmx import HTMX_STOP_POLLING, fragment_target, vary_on_htmx, wants_fragment
 
@@ -64,7 +65,9 @@ def host_detail(request: HttpRequest, name: str) -> HttpResponse:
         "host": host,
         "gpus": gpus,
         "query": query,
-        "tables": host_tables(LatestSnapshot.objects.document_for(host), gpus, query),
+        "tables": host_tables(
+            LatestSnapshot.objects.document_for(host), gpus, query, Directory.for_host(host).name_of_row
+        ),
         "findings": host.findings.open().most_severe_first(),
         "poll_seconds": _poll_seconds(),
         "kill_request_new_url": kill_request_new_url,

@@ -54,13 +54,19 @@ class SentTasks(list):
 
 @pytest.fixture
 def sent(monkeypatch) -> SentTasks:
-    """Capture what central publishes instead of talking to a broker (the broker is not under test here)."""
+    """Capture what central publishes instead of talking to a broker (the broker is not under test here).
+
+    Notification tasks (``gpuadmin.notify.*``, queued after each change commits) are left out:
+    tests/notify covers them, and the workflow's tests count orders.
+    """
     from gpuadmin.celery import app
+    from gpuadmin.task_names import NOTIFY_KILL_EVENT
 
     record = SentTasks()
 
     def fake_send_task(name: str, args: Any = None, kwargs: Any = None, **options: Any) -> None:
-        record.append((name, args, options))
+        if name != NOTIFY_KILL_EVENT:
+            record.append((name, args, options))
 
     monkeypatch.setattr(app, "send_task", fake_send_task)
     return record
