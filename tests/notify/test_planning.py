@@ -129,7 +129,8 @@ def test_approvers_are_warned_once_before_a_request_expires(lab, people, request
     assert plan_expiry_warnings(ten_minutes_before) == []
 
 
-def test_the_event_is_queued_only_after_the_change_commits(lab, people, requester, approver, monkeypatch,
+@pytest.mark.usefixtures("lab", "people")
+def test_the_event_is_queued_only_after_the_change_commits(requester, monkeypatch,
                                                            django_capture_on_commit_callbacks):
     from gpuadmin.celery import app
 
