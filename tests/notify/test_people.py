@@ -24,7 +24,8 @@ def gpu07(db) -> Host:
     return store("gpu07", gpus=[gpu(0, used=4 * GiB)], processes=[
         proc(10, uid=1000, user="alice", gpu_memory={"GPU-sim-0000": GiB}),
         proc(11, uid=1001, user=None, gpu_memory={"GPU-sim-0000": GiB}),
-        proc(12, uid=1002, user="jobuser", owner=slurm_owner("77", uid=1002), gpu_memory={"GPU-sim-0000": GiB}),
+        proc(12, uid=1002, user="jobuser", owner=slurm_owner("77", uid=1002),
+             gpu_memory={"GPU-sim-0000": GiB}),
     ])
 
 
