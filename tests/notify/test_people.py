@@ -119,3 +119,30 @@ def test_a_dry_run_stores_nothing(gpu07, viewer, tmp_path, capsys):
 ])
 def test_people_and_notifications_have_admin_pages(admin_client, page):
     assert admin_client.get(reverse(page)).status_code == 200
+
+
+def test_a_person_chooses_what_they_receive_on_their_preferences_page(viewer, viewer_client, inbox):
+    url = reverse("notification_preferences")
+    assert viewer_client.get(url).status_code == 200
+    response = viewer_client.post(url, {
+        "email": "vera@lab.example", "notification_urls": f"  {inbox.url('vera')}  \n\n",
+        "notify_my_requests": "on",
+    })
+    assert response.status_code == 302
+    vera = Person.objects.get(user=viewer)
+    assert vera.email == "vera@lab.example"
+    assert vera.notification_urls == inbox.url("vera")
+    assert (vera.notify_requests_to_approve, vera.notify_my_requests, vera.notify_my_processes) == (
+        False, True, False
+    )
+
+
+def test_a_url_apprise_cannot_use_is_refused(viewer_client):
+    response = viewer_client.post(reverse("notification_preferences"),
+                                  {"email": "", "notification_urls": "nosuchservice://x"})
+    assert response.status_code == 400
+    assert "Not a notification URL Apprise understands" in response.content.decode()
+
+
+def test_the_preferences_page_needs_a_login(client):
+    assert client.get(reverse("notification_preferences")).status_code == 302

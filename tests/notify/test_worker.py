@@ -38,7 +38,7 @@ def wait_until(what: str, check: Callable[[], object], worker: Worker) -> object
     raise AssertionError(f"timed out waiting for {what}\n{worker.log[-6000:]}")
 
 
-def test_a_new_request_reaches_the_approver_and_a_failing_hook_is_retried(
+def test_a_new_request_reaches_the_approver_and_a_failing_hook_is_retried(  # noqa: PLR0917 - fixtures
     lab, requester, approver, inbox, start_worker, redis_server: RedisServer, publish_to,  # noqa: F811
 ):
     person("April", user=approver, urls=f"{inbox.url('ok')}\n{inbox.url('fail')}")
