@@ -51,6 +51,7 @@ class Person(models.Model):
 
     def apprise_urls(self) -> list[str]:
         """Every destination of this person: the email (through Django's email backend) and each URL."""
+        # Imported here: agents load every app's models, and need not import Apprise.
         from gpuadmin.notify.delivery import email_url
 
         urls = [email_url(self.email)] if self.email else []
