@@ -21,6 +21,9 @@ CENTRAL_QUEUE = "central"
 KILL_SWEEP_PERIOD_SECONDS = 5.0
 # History rollups are 5-minute buckets: rolling up at the same pace keeps charts current.
 HISTORY_MAINTENANCE_PERIOD_SECONDS = 300.0
+EXPIRY_WARNING_PERIOD_SECONDS = 60.0
+# Sending from a web request after its commit: a broker that is down costs this little, never a hang.
+SEND_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
 # A periodic task that waits longer than this share of its period is dropped:
 # the next one is already on its way, so late runs never pile up behind an
 # offline worker.
@@ -48,6 +51,11 @@ def beat_schedule(probe_interval_seconds: float) -> dict[str, dict]:
             "task": task_names.MAINTAIN_HISTORY,
             "schedule": HISTORY_MAINTENANCE_PERIOD_SECONDS,
             "options": {"expires": HISTORY_MAINTENANCE_PERIOD_SECONDS * EXPIRES_SHARE_OF_PERIOD},
+        },
+        "warn-expiring-requests": {
+            "task": task_names.WARN_EXPIRING_REQUESTS,
+            "schedule": EXPIRY_WARNING_PERIOD_SECONDS,
+            "options": {"expires": EXPIRY_WARNING_PERIOD_SECONDS * EXPIRES_SHARE_OF_PERIOD},
         },
     }
 
@@ -78,8 +86,14 @@ app = Celery(
         "gpuadmin.agent.killing",  # host side: execute_kill_order
         "gpuadmin.fleet.tasks",  # central: ingest_snapshot, schedule_probes, maintain_history
         "gpuadmin.kills.tasks",  # central: record_kill_progress, sweep
+        "gpuadmin.notify.tasks",  # central: kill_event, deliver, warn_expiring
     ],
 )
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.conf.task_routes = (route_task,)
 app.conf.beat_schedule = beat_schedule(settings.GPUADMIN_PROBE_INTERVAL_SECONDS)
+
+
+def send_central(name: str, *args: object) -> None:
+    """Queue a central task by name, with a short publish retry (callers may be web requests)."""
+    app.send_task(name, args=list(args), retry=True, retry_policy=SEND_RETRY_POLICY)

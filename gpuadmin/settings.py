@@ -55,6 +55,7 @@ INSTALLED_APPS = [
     "gpuadmin.fleet",
     "gpuadmin.kills",
     "gpuadmin.audit",
+    "gpuadmin.notify",
     "gpuadmin.web",
 ]
 
@@ -266,6 +267,24 @@ GPUADMIN_CENTRAL_PUBLIC_KEY = env_secret("GPUADMIN_CENTRAL_PUBLIC_KEY")
 GPUADMIN_ALLOW_SELF_APPROVAL = env_bool("GPUADMIN_ALLOW_SELF_APPROVAL", False)
 GPUADMIN_PENDING_EXPIRY_SECONDS = env_int("GPUADMIN_PENDING_EXPIRY_SECONDS", 3600)
 GPUADMIN_APPROVED_START_DEADLINE_SECONDS = env_int("GPUADMIN_APPROVED_START_DEADLINE_SECONDS", 120)
+# --- Notifications (gpuadmin/notify) ---------------------------------------------
+# Links in messages point here (the panel as people reach it).
+GPUADMIN_BASE_URL = env_str("GPUADMIN_BASE_URL", "http://localhost:8000")
+# Approvers are warned once when a pending request has this long left.
+GPUADMIN_NOTIFY_EXPIRY_WARNING_SECONDS = env_int("GPUADMIN_NOTIFY_EXPIRY_WARNING_SECONDS", 600)
+# A failed delivery is tried again this many times, waiting this long, then twice as long each time.
+GPUADMIN_NOTIFY_RETRIES = env_int("GPUADMIN_NOTIFY_RETRIES", 4)
+GPUADMIN_NOTIFY_RETRY_SECONDS = env_int("GPUADMIN_NOTIFY_RETRY_SECONDS", 30)
+# Email goes through Django's backend (Apprise's djangomail:// plugin, gpuadmin/notify/delivery.py).
+EMAIL_BACKEND = env_str("GPUADMIN_EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = env_str("GPUADMIN_EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("GPUADMIN_EMAIL_PORT", 25)
+EMAIL_HOST_USER = env_str("GPUADMIN_EMAIL_USER")
+EMAIL_HOST_PASSWORD = env_secret("GPUADMIN_EMAIL_PASSWORD")
+EMAIL_USE_TLS = env_bool("GPUADMIN_EMAIL_STARTTLS", False)
+EMAIL_TIMEOUT = 10
+DEFAULT_FROM_EMAIL = env_str("GPUADMIN_EMAIL_FROM", "gpuadmin@localhost")
+
 GPUADMIN_PROTECTED_USERS = [u for u in env_str("GPUADMIN_PROTECTED_USERS", "").split(",") if u]
 GPUADMIN_PROTECTED_UIDS = [int(u) for u in env_str("GPUADMIN_PROTECTED_UIDS", "").split(",") if u]
 # Regular expressions searched in each target's command line and executable path: a

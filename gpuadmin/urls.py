@@ -21,5 +21,6 @@ urlpatterns = [
     # Pages.
     path("kills/", include("gpuadmin.kills.urls")),
     path("audit/", include("gpuadmin.audit.urls")),
+    path("notifications/", include("gpuadmin.notify.urls")),
     path("", include("gpuadmin.web.urls")),
 ]

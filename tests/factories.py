@@ -99,3 +99,15 @@ def snapshot(host: str = "gpu01", *, processes: list[dict[str, Any]] | None = No
 
 def snapshot_json(*args: Any, **kwargs: Any) -> str:
     return json.dumps(snapshot(*args, **kwargs))
+
+
+def slurm_owner(job_id: str = "4242", step: str = "0", uid: int | None = 1000) -> dict[str, Any]:
+    """The owner block of a Slurm job step's process (docs/snapshot.md, `owner`)."""
+    return {"kind": "slurm_job", "job_id": job_id, "step": step, "uid": uid}
+
+
+def container_owner(container_id: str, name: str | None = "trainer", runtime: str = "docker",
+                    image: str | None = "pytorch/pytorch:2.3") -> dict[str, Any]:
+    """The owner block of a container's process; pass it with ``container_id=`` to ``proc``."""
+    return {"kind": "container", "runtime": runtime, "container_id": container_id,
+            "container_name": name, "image": image}

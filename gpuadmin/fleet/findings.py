@@ -32,12 +32,14 @@ from django.conf import settings
 from gpuadmin.fleet.models import Finding, Host
 from gpuadmin.fleet.process_tree import (
     ProcessRow,
+    Workload,
     ZombieTree,
     attributed_memory_bytes,
     orphans,
     process_rows,
     zombie_trees,
 )
+from gpuadmin.probe.owners import SLURM_JOB
 from gpuadmin.text import clip, human_bytes, human_duration, utc_text
 
 Kind = Finding.Kind
@@ -63,6 +65,7 @@ ZOMBIES_WARNING_COUNT = 10
 ZOMBIES_CRITICAL_COUNT = 1000
 PID_USAGE_CRITICAL_RATIO = Fraction(95, 100)
 _PIDS_LISTED_MAX = 10
+_CONTAINERS_LISTED_MAX = 3
 _DETAIL_PIDS_MAX = 100
 _COMMAND_SHOWN_MAX_CHARS = 60
 # CharFields, so always set (the field type says int | None for all fields).
@@ -316,13 +319,20 @@ def unattributed_memory(document: dict[str, Any], rows: dict[int, ProcessRow]) -
             continue
         index = gpu["index"]
         pids = sorted(unmatched[gpu["uuid"]])
+        suspects = hidden_container_suspects(rows, index)
         if pids:
-            where = (
-                f"The GPU reports {_pid_list(pids)}, which this host's /proc does not show: "
-                "find the container (another PID namespace) that runs them."
-            )
+            where = f"The GPU reports {_pid_list(pids)}, which this host's /proc does not show"
         else:
-            where = "No process on this host accounts for it: look for a container in another PID namespace."
+            where = "No process on this host accounts for it"
+        if suspects:
+            where += (
+                f": look in {_workload_list(suspects)}, whose processes hold the GPU's device files "
+                "but show no memory (the driver lists them under their container's PID namespace)."
+            )
+        elif pids:
+            where += ": find the container (another PID namespace) that runs them."
+        else:
+            where += ": look for a container in another PID namespace."
         total_bytes = gpu["memory_total_bytes"]
         critical = bool(total_bytes) and unattributed_bytes * 2 > total_bytes
         drafts.append(
@@ -345,10 +355,43 @@ def unattributed_memory(document: dict[str, Any], rows: dict[int, ProcessRow]) -
                     "memory_attributed_bytes": attributed[gpu["uuid"]],
                     "memory_unattributed_bytes": unattributed_bytes,
                     "unmatched_pids": pids[:_DETAIL_PIDS_MAX],
+                    "suspect_containers": [{"key": w.key, "label": w.label} for w in suspects],
                 },
             )
         )
     return drafts
+
+
+def hidden_container_suspects(rows: dict[int, ProcessRow], gpu_index: int) -> list[Workload]:
+    """Containers and pods that may hold a GPU's unattributed memory, by what the snapshot shows.
+
+    The evidence: a process the host sees in a container or pod holds this GPU's device file
+    (``/dev/nvidia<index>``, or only the shared ``nvidiactl``/``nvidia-uvm`` files, which name no GPU)
+    yet no GPU memory is attributed to it. A CUDA process holds its GPU's device files; when the
+    driver reports its memory under a PID the host's /proc does not have (its container's PID
+    namespace), that memory is what nobody accounts for. An agent that cannot read those processes'
+    open files (no CAP_SYS_PTRACE) sees no device files and names no container.
+    """
+    own_device = f"/dev/nvidia{gpu_index}"
+    found: dict[str, Workload] = {}
+    for row in rows.values():
+        workload = row.workload
+        if workload is None or workload.kind == SLURM_JOB or not row.device_files:
+            continue
+        if row.total_gpu_memory_bytes:
+            continue
+        numbered = [f for f in row.device_files if f.removeprefix("/dev/nvidia").isdigit()]
+        if numbered and own_device not in numbered:
+            continue
+        found[workload.key] = workload
+    return sorted(found.values(), key=lambda w: (w.label.casefold(), w.key))
+
+
+def _workload_list(workloads: list[Workload]) -> str:
+    listed = workloads[:_CONTAINERS_LISTED_MAX]
+    shown = ", ".join(_clean(clip(w.label, _COMMAND_SHOWN_MAX_CHARS)) for w in listed)
+    more = len(workloads) - _CONTAINERS_LISTED_MAX
+    return shown + (f" and {more} more" if more > 0 else "")
 
 
 def pid_exhaustion(document: dict[str, Any], trees: list[ZombieTree]) -> list[FindingDraft]:

@@ -255,6 +255,8 @@ class ProcessLife(models.Model):
     name = models.CharField(max_length=256, blank=True)
     cmdline = models.JSONField(default=list)
     container_id = models.CharField(max_length=128, blank=True)
+    # The snapshot's owner block (job, container, pod, unit), as last seen; null when none was recognised.
+    owner = models.JSONField(null=True, blank=True)
     first_seen_at = models.DateTimeField()
     last_seen_at = models.DateTimeField()
     # Set by the first snapshot of the same boot that no longer has this process.

@@ -17,6 +17,7 @@ from gpuadmin.probe.owners import (
     SLURM_JOB,
     SYSTEM_SERVICE,
     USER_SERVICE,
+    WORKLOAD_KINDS,
 )
 
 ZOMBIE = "Z"
@@ -97,6 +98,11 @@ class ProcessRow:
         return ", ".join(f"{key} {self.owner[key]}" for key in keys if self.owner.get(key) is not None)
 
     @property
+    def workload(self) -> Workload | None:
+        """The Slurm job, container or pod this process runs in (None for units, sessions, no owner)."""
+        return workload_of(self.owner)
+
+    @property
     def total_gpu_memory_bytes(self) -> int:
         return sum(v for v in self.gpu_memory_bytes.values() if v)
 
@@ -142,6 +148,61 @@ _OWNER_LABELS: dict[str, Callable[[dict[str, Any]], str]] = {
     USER_SERVICE: lambda o: f"user unit {o.get('unit')}",
     SYSTEM_SERVICE: lambda o: f"unit {o.get('unit')}",
 }
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What an admin acts on as one: a Slurm job (all its steps), a container, a Kubernetes pod.
+
+    ``key`` names it on one host ("slurm_job:4242", "container:<64 hex>", "kubernetes_pod:<uid>"):
+    the host page's filter and grouping and a kill request for "every process of" it use it.
+    """
+
+    kind: str
+    id: str
+    label: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}:{self.id}"
+
+
+# The owner field that names each workload kind (a job's steps are one job).
+_WORKLOAD_ID_FIELDS = {SLURM_JOB: "job_id", CONTAINER: "container_id", KUBERNETES_POD: "pod_uid"}
+assert set(_WORKLOAD_ID_FIELDS) == set(WORKLOAD_KINDS)
+
+
+def workload_of(owner: dict[str, Any] | None) -> Workload | None:
+    """The workload of an owner block; None when it names none (or lacks the field that would)."""
+    if not owner or owner.get("kind") not in _WORKLOAD_ID_FIELDS:
+        return None
+    kind = owner["kind"]
+    workload_id = owner.get(_WORKLOAD_ID_FIELDS[kind])
+    if not workload_id:
+        return None
+    if kind == SLURM_JOB:
+        label = f"job {workload_id}"
+    elif kind == KUBERNETES_POD:
+        # The pod, not one of its containers: a pod's containers are acted on together.
+        label = _pod_label({**owner, "container_name": None, "container_id": None})
+    else:
+        label = _container_label(owner)
+    return Workload(kind=kind, id=str(workload_id), label=label)
+
+
+def parse_workload_key(key: str) -> tuple[str, str] | None:
+    """(kind, id) of a key made by ``Workload.key``; None for anything else."""
+    kind, _, workload_id = key.partition(":")
+    if kind not in _WORKLOAD_ID_FIELDS or not workload_id:
+        return None
+    return kind, workload_id
+
+
+def workload_members(rows: dict[int, ProcessRow], key: str) -> list[ProcessRow]:
+    """Every process of the snapshot in the workload ``key``, by pid."""
+    return sorted(
+        (r for r in rows.values() if r.workload is not None and r.workload.key == key), key=lambda r: r.pid
+    )
 
 
 @dataclass(frozen=True)

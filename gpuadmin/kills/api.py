@@ -83,6 +83,7 @@ def kill_requests(request: Request) -> Response:
                 pid=body.get("pid"),
                 start_time_ticks=body.get("start_time_ticks"),
                 include_descendants=_bool(body.get("include_descendants", False), "include_descendants"),
+                workload=body.get("workload") or "",
                 plan=body.get("plan"),
                 reason=reason if isinstance(reason := body.get("reason"), str) else "",
             )
@@ -108,10 +109,14 @@ def kill_request_preview(request: Request) -> Response:
     params = request.query_params
     try:
         host = services.get_host(params.get("host", ""))
-        result = services.preview(
-            host, _int(params.get("pid"), "pid"), _int(params.get("start_time_ticks"), "start_time_ticks"),
-            include_descendants=_bool(params.get("include_descendants"), "include_descendants"),
-        )
+        if workload := params.get("workload", ""):
+            result = services.preview(host, None, None, workload=workload)
+        else:
+            result = services.preview(
+                host, _int(params.get("pid"), "pid"),
+                _int(params.get("start_time_ticks"), "start_time_ticks"),
+                include_descendants=_bool(params.get("include_descendants"), "include_descendants"),
+            )
     except KillError as error:
         return _error(error)
     return Response(preview_dict(result))

@@ -14,8 +14,10 @@ SIGNAL_CHOICES = [("", "—")] + [(s, s) for s in plans.SIGNALS]
 
 class KillRequestForm(forms.Form):
     host = forms.CharField(max_length=253, widget=forms.HiddenInput)
-    pid = forms.IntegerField(min_value=1, widget=forms.HiddenInput)
-    start = forms.IntegerField(min_value=0, widget=forms.HiddenInput)
+    # One process (pid + start), or every process of a workload (a key such as "slurm_job:4242").
+    pid = forms.IntegerField(min_value=1, required=False, widget=forms.HiddenInput)
+    start = forms.IntegerField(min_value=0, required=False, widget=forms.HiddenInput)
+    workload = forms.CharField(max_length=100, required=False, widget=forms.HiddenInput)
     # More targets beside (pid, start), as "pid:start,pid:start" (a finding's "kill all of them").
     also = forms.CharField(required=False, max_length=4000, widget=forms.HiddenInput)
     include_descendants = forms.BooleanField(required=False, label="Include every descendant as a target")
@@ -53,6 +55,8 @@ class KillRequestForm(forms.Form):
     def clean(self) -> dict[str, Any]:
         super().clean()
         cleaned = self.cleaned_data  # what Form.clean returns; typed as possibly None
+        if not cleaned.get("workload") and (cleaned.get("pid") is None or cleaned.get("start") is None):
+            self.add_error(None, "Choose a process (or a job or container) from a host page.")
         raw: list[dict[str, Any]] = []
         for number in range(1, plans.MAX_STEPS + 1):
             signal = cleaned.get(f"signal_{number}")

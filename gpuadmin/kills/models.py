@@ -22,6 +22,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from gpuadmin.fleet.models import Host
+from gpuadmin.fleet.process_tree import owner_label
 from gpuadmin.kills import plans
 from gpuadmin.kills.states import ACTIVE, FINAL, Status, check_transition
 from gpuadmin.probe.kill import protocol
@@ -90,6 +91,10 @@ class KillRequest(models.Model):
     reason = models.TextField()
     plan = models.JSONField(default=plans.default_plan)
     include_descendants = models.BooleanField(default=False)
+    # "Every process of job J / container C / pod P on this host": the workload's key
+    # (process_tree.Workload.key) and label as filed; blank for a request for one process.
+    workload = models.CharField(max_length=100, blank=True)
+    workload_label = models.CharField(max_length=300, blank=True)
     # The snapshot the targets were resolved from, and the host's boot then.
     snapshot_taken_at = models.DateTimeField()
     boot_id = models.CharField(max_length=64)
@@ -244,6 +249,8 @@ class KillTarget(models.Model):
     # Per GPU uuid, as the request's snapshot showed it.
     gpu_memory_bytes = models.JSONField(default=dict)
     is_descendant = models.BooleanField(default=False)
+    # The snapshot's owner block (job, container, pod, unit) when the request was filed.
+    owner = models.JSONField(null=True, blank=True)
     outcome = models.CharField(max_length=20, choices=Outcome.choices, default=Outcome.PENDING)
     outcome_detail = models.TextField(blank=True)
     last_signal = models.CharField(max_length=8, blank=True)
@@ -265,6 +272,10 @@ class KillTarget(models.Model):
     def command_line(self) -> str:
         text = " ".join(self.cmdline) if self.cmdline else f"[{self.name}]"
         return text + (" …" if self.cmdline_truncated else "")
+
+    @property
+    def owner_label(self) -> str:
+        return owner_label(self.owner)
 
     @property
     def is_gone(self) -> bool:

@@ -26,6 +26,7 @@ def target_dict(target: KillTarget) -> dict[str, Any]:
         "state": target.state,
         "gpu_memory_bytes": target.gpu_memory_bytes,
         "is_descendant": target.is_descendant,
+        "owner": target.owner,
         "outcome": target.outcome,
         "outcome_detail": target.outcome_detail,
         "last_signal": target.last_signal or None,
@@ -58,6 +59,10 @@ def kill_request_dict(kill_request: KillRequest, *, steps: bool = False,
         "reason": kill_request.reason,
         "plan": kill_request.plan,
         "include_descendants": kill_request.include_descendants,
+        "workload": (
+            {"key": kill_request.workload, "label": kill_request.workload_label}
+            if kill_request.workload else None
+        ),
         "snapshot_taken_at": utc_text(kill_request.snapshot_taken_at),
         "boot_id": kill_request.boot_id,
         "warnings": kill_request.warnings,
@@ -106,6 +111,9 @@ def preview_dict(preview: Preview) -> dict[str, Any]:
         "refusal": preview.refusal,
         "parent_offer": preview.parent_offer.as_dict() if preview.parent_offer else None,
         "warnings": preview.warnings,
+        "workload": (
+            {"key": preview.workload.key, "label": preview.workload.label} if preview.workload else None
+        ),
         "targets": [
             {
                 "pid": row.pid,
@@ -117,7 +125,8 @@ def preview_dict(preview: Preview) -> dict[str, Any]:
                 "state": row.state,
                 "cmdline": list(row.cmdline),
                 "gpu_memory_bytes": row.gpu_memory_bytes,
-                "is_descendant": i > 0,
+                "owner": row.owner,
+                "is_descendant": i > 0 and preview.workload is None,
             }
             for i, row in enumerate(preview.targets)
         ],

@@ -18,7 +18,13 @@ from typing import Any
 
 from django.conf import settings
 
-from gpuadmin.fleet.process_tree import ProcessRow, process_rows
+from gpuadmin.fleet.process_tree import (
+    ProcessRow,
+    Workload,
+    parse_workload_key,
+    process_rows,
+    workload_members,
+)
 from gpuadmin.fleet.validation import document_taken_at
 
 
@@ -81,6 +87,8 @@ class Preview:
     descendant_pids: set[int] = field(default_factory=set)
     # The snapshot document it was resolved from (the digests come from there).
     document: dict[str, Any] | None = field(default=None, repr=False)
+    # Set for "every process of job J / container C / pod P on this host" (resolve_workload).
+    workload: Workload | None = None
 
     @property
     def ok(self) -> bool:
@@ -290,3 +298,44 @@ def _add_also(preview: Preview, rows: dict[int, ProcessRow], protection: Protect
             continue
         preview.targets.append(row)
         preview.warnings.extend(_warnings_for(row))
+
+
+def resolve_workload(document: dict[str, Any], workload_key: str) -> Preview:
+    """Every process of one Slurm job, container or pod in the snapshot, each an exact target.
+
+    The same rules as for one process apply to each member: a refused member (PID 1 of the
+    container, a protected user, the agent) or a zombie is listed as excluded, and the rest are
+    targets. Children outside the workload are not added: the cgroup, not the process tree,
+    says what belongs to it.
+    """
+    rows = process_rows(document)
+    taken_at = document_taken_at(document)
+    preview = Preview(
+        host_name=document.get("host", {}).get("name", ""),
+        snapshot_taken_at=taken_at,
+        boot_id=document.get("host", {}).get("boot_id", ""),
+        document=document,
+    )
+    when = f"taken at {taken_at:%Y-%m-%d %H:%M:%S} UTC" if taken_at else "of this host"
+    if parse_workload_key(workload_key) is None:
+        preview.refusal = f"{workload_key!r} names no job, container or pod"
+        return preview
+    members = workload_members(rows, workload_key)
+    if not members:
+        preview.refusal = f"no process of {workload_key} is in the latest snapshot ({when})"
+        return preview
+    preview.workload = members[0].workload
+    protection = Protection.for_document(document, rows)
+    for row in members:
+        why = _zombie_why(row) if row.is_zombie else refusal_reason(row, protection)
+        if why:
+            preview.excluded.append(Excluded(pid=row.pid, name=row.name, user=row.user, why=why))
+            continue
+        preview.targets.append(row)
+        preview.warnings.extend(_warnings_for(row))
+    if not preview.targets:
+        assert preview.workload is not None
+        preview.refusal = f"every process of {preview.workload.label} is refused (see the excluded list)"
+    else:
+        preview.seed = preview.targets[0]
+    return preview

@@ -146,27 +146,33 @@ def kill_request_timeline(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 def _preview_context(request: HttpRequest, params: Any) -> dict[str, Any]:
-    """The preview for ?host&pid&start (and include_descendants), or why there is none."""
+    """The preview for ?host&pid&start (and include_descendants) or ?host&workload, or why there is none."""
     context: dict[str, Any] = {"preview": None, "preview_error": ""}
     host_name = params.get("host", "")
-    try:
-        pid = int(params.get("pid", ""))
-        start = int(params.get("start", ""))
-    except ValueError:
-        context["preview_error"] = "Choose a process from a host page: this form needs host, pid and start."
-        return context
+    workload = params.get("workload", "")
+    pid = start = None
+    if not workload:
+        try:
+            pid = int(params.get("pid", ""))
+            start = int(params.get("start", ""))
+        except ValueError:
+            context["preview_error"] = (
+                "Choose a process from a host page: this form needs host, pid and start."
+            )
+            return context
     host = Host.objects.filter(name=host_name).first()
     if host is None:
         context["preview_error"] = f"No host named {host_name!r}."
         return context
-    include = params.get("include_descendants") in ("on", "true", "1")
+    include = not workload and params.get("include_descendants") in ("on", "true", "1")
     try:
         also = parse_also(params.get("also", ""))
     except ValueError as error:
         context["preview_error"] = f"Other targets: {error}."
         return context
-    context.update(host=host, pid=pid, start=start, include_descendants=include, also=also,
-                   preview=services.preview(host, pid, start, include_descendants=include, also=also))
+    context.update(host=host, pid=pid, start=start, workload=workload, include_descendants=include, also=also,
+                   preview=services.preview(host, pid, start, include_descendants=include, also=also,
+                                            workload=workload))
     return context
 
 
@@ -184,6 +190,7 @@ def kill_request_new(request: HtmxHttpRequest) -> HttpResponse:
                     host=form.cleaned_data["host"],
                     pid=form.cleaned_data["pid"],
                     start_time_ticks=form.cleaned_data["start"],
+                    workload=form.cleaned_data["workload"],
                     include_descendants=form.cleaned_data["include_descendants"],
                     also=form.cleaned_data["also"],
                     plan=form.cleaned_data["plan"],
@@ -202,6 +209,7 @@ def kill_request_new(request: HtmxHttpRequest) -> HttpResponse:
         return render(request, "kills/_preview.html", context)
     form = KillRequestForm(initial={
         "host": request.GET.get("host", ""), "pid": context.get("pid"), "start": context.get("start"),
+        "workload": context.get("workload", ""),
         "include_descendants": context.get("include_descendants", False),
         "also": request.GET.get("also", ""),
     }, plan_preset=request.GET.get("plan"))

@@ -6,13 +6,15 @@ sort come from query parameters (``ProcessQuery``) so a filtered view is a
 link that can be shared, and the HTMX refresh asks for the same thing again.
 The table is paged (``PROCESS_PAGE_ROWS``, Django's ``Paginator``) after
 filtering and sorting: a host with thousands of holders would otherwise
-re-render and resend all of them on every poll.
+re-render and resend all of them on every poll. With ``group=workload`` the
+processes of one Slurm job, container or pod collapse into one row that
+carries its members and their summed memory (``ProcessTableRow.members``).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlencode
@@ -22,6 +24,7 @@ from django.core.paginator import Page, Paginator
 from gpuadmin.fleet.models import Gpu
 from gpuadmin.fleet.process_tree import (
     ProcessRow,
+    Workload,
     ZombieTree,
     gpu_holders,
     orphans,
@@ -34,6 +37,9 @@ from gpuadmin.web.untrusted_text import visible_text
 SORT_DESCENDING_BY_DEFAULT = {"memory": True, "pid": False, "user": False, "age": True}
 DEFAULT_SORT = "memory"
 TEXT_FILTER_MAX_CHARS = 200
+# A workload key is "<kind>:<id>"; ids are at most a few dozen characters (a 64-hex container id).
+OWNER_FILTER_MAX_CHARS = 100
+GROUP_BY_WORKLOAD = "workload"
 PROCESS_PAGE_ROWS = 100
 # Longer digit strings are out of range anyway, and int() of a huge one is slow or refused.
 PAGE_PARAM_MAX_DIGITS = 9
@@ -48,9 +54,39 @@ class GpuMemory:
 
 @dataclass(frozen=True)
 class ProcessTableRow:
+    """One process, or (``members`` not empty) a workload's processes collapsed into one row.
+
+    A collapsed row shows its biggest member as ``process`` and the members' memory summed per GPU.
+    """
+
     process: ProcessRow
     parent: ProcessRow | None
     gpu_memory: tuple[GpuMemory, ...]
+    person: str = ""  # who the user is (gpuadmin.notify's directory), "" when nobody is mapped
+    members: tuple[ProcessTableRow, ...] = ()
+    expand_link: str = ""  # for a collapsed row: the query string listing its members one by one
+
+    @property
+    def workload(self) -> Workload | None:
+        return self.process.workload
+
+    @property
+    def total_gpu_memory_bytes(self) -> int:
+        return sum(m.memory_bytes for m in self.gpu_memory if m.memory_bytes)
+
+    @property
+    def is_group(self) -> bool:
+        return bool(self.members)
+
+    @property
+    def member_pids(self) -> list[int]:
+        return [m.process.pid for m in self.members]
+
+    @property
+    def member_users(self) -> list[str]:
+        """The members' users as shown (a container may run processes of several)."""
+        users = {visible_text(m.process.user) for m in self.members if m.process.user}
+        return sorted(users, key=str.casefold)
 
 
 @dataclass(frozen=True)
@@ -64,6 +100,8 @@ class ProcessQuery:
     user: str = ""  # as shown (untrusted_text.visible_text), so no raw control character reaches a page
     gpu: str = ""  # a GPU index, as text ("0"), or "" for all
     text: str = ""
+    owner: str = ""  # a workload key (process_tree.Workload.key), or "" for all
+    group: str = ""  # GROUP_BY_WORKLOAD collapses each workload into one row
     sort: str = DEFAULT_SORT
     page: int = 1
 
@@ -73,10 +111,14 @@ class ProcessQuery:
         if sort.removeprefix("-") not in SORT_DESCENDING_BY_DEFAULT:
             sort = DEFAULT_SORT
         gpu = params.get("gpu", "").strip()
+        owner = params.get("owner", "").strip()
         return cls(
             user=params.get("user", "").strip(),
             gpu=gpu if gpu.isdigit() else "",
             text=params.get("q", "").strip()[:TEXT_FILTER_MAX_CHARS],
+            # Compared with keys the probe's owners make; anything longer or odd matches nothing anyway.
+            owner=owner if len(owner) <= OWNER_FILTER_MAX_CHARS and owner.isprintable() else "",
+            group=GROUP_BY_WORKLOAD if params.get("group") == GROUP_BY_WORKLOAD else "",
             sort=sort,
             page=_page_param(params.get("page", "")),
         )
@@ -92,10 +134,12 @@ class ProcessQuery:
 
     @property
     def is_filtered(self) -> bool:
-        return bool(self.user or self.gpu or self.text)
+        return bool(self.user or self.gpu or self.text or self.owner)
 
     def params(self) -> dict[str, str]:
-        values = {"user": self.user, "gpu": self.gpu, "q": self.text}
+        values = {
+            "user": self.user, "gpu": self.gpu, "q": self.text, "owner": self.owner, "group": self.group,
+        }
         if self.sort != DEFAULT_SORT:
             values["sort"] = self.sort
         if self.page != 1:
@@ -159,6 +203,7 @@ class HostTables:
     orphans: list[ProcessTableRow]
     has_snapshot: bool
     mig_instances: dict[str, list[MigInstanceRow]] = field(default_factory=dict)  # GPU uuid -> MIG devices
+    workloads: list[Workload] = field(default_factory=list)  # every job/container/pod holding a GPU
 
 
 def mig_instance_rows(document: dict[str, Any]) -> dict[str, list[MigInstanceRow]]:
@@ -186,12 +231,57 @@ def _gpu_labels(gpus: Iterable[Gpu]) -> dict[str, str]:
     return {g.uuid: f"GPU {g.index}" for g in gpus}
 
 
-def _table_row(row: ProcessRow, rows: Mapping[int, ProcessRow], labels: Mapping[str, str]) -> ProcessTableRow:
-    gpu_memory = tuple(
+# Who a process's user is, for the "person" beside the user; "" when nobody is mapped.
+PersonOf = Callable[[ProcessRow], str]
+
+
+def _nobody(row: ProcessRow) -> str:
+    return ""
+
+
+def _gpu_memory(per_gpu: Mapping[str, int | None], labels: Mapping[str, str]) -> tuple[GpuMemory, ...]:
+    return tuple(
         GpuMemory(label=labels.get(uuid, uuid), uuid=uuid, memory_bytes=used)
-        for uuid, used in sorted(row.gpu_memory_bytes.items(), key=lambda item: labels.get(item[0], item[0]))
+        for uuid, used in sorted(per_gpu.items(), key=lambda item: labels.get(item[0], item[0]))
     )
-    return ProcessTableRow(process=row, parent=rows.get(row.ppid), gpu_memory=gpu_memory)
+
+
+def _table_row(row: ProcessRow, rows: Mapping[int, ProcessRow], labels: Mapping[str, str],
+               person_of: PersonOf = _nobody) -> ProcessTableRow:
+    return ProcessTableRow(
+        process=row, parent=rows.get(row.ppid), gpu_memory=_gpu_memory(row.gpu_memory_bytes, labels),
+        person=person_of(row),
+    )
+
+
+def group_by_workload(rows: list[ProcessTableRow], labels: Mapping[str, str],
+                      query: ProcessQuery | None = None) -> list[ProcessTableRow]:
+    """Each workload's rows as one row with their memory summed per GPU; rows without one stay alone.
+
+    A workload with a single process stays a plain row: there is nothing to collapse.
+    """
+    by_key: dict[str, list[ProcessTableRow]] = {}
+    for row in rows:
+        workload = row.workload
+        by_key.setdefault(workload.key if workload else f"pid:{row.process.pid}", []).append(row)
+    grouped = []
+    for members in by_key.values():
+        workload = members[0].workload
+        if len(members) == 1 or workload is None:
+            grouped.append(members[0])
+            continue
+        per_gpu: Counter[str] = Counter()
+        for member in members:
+            for memory in member.gpu_memory:
+                per_gpu[memory.uuid] += memory.memory_bytes or 0
+        biggest = max(members, key=lambda m: (m.total_gpu_memory_bytes, -m.process.pid))
+        grouped.append(replace(
+            biggest, gpu_memory=_gpu_memory(per_gpu, labels),
+            members=tuple(sorted(members, key=lambda m: m.process.pid)),
+            expand_link=urlencode(replace(query or ProcessQuery(), owner=workload.key,
+                                          group="", page=1).params()),
+        ))
+    return grouped
 
 
 def _matches(row: ProcessTableRow, query: ProcessQuery, gpu_uuid: str | None) -> bool:
@@ -200,12 +290,14 @@ def _matches(row: ProcessTableRow, query: ProcessQuery, gpu_uuid: str | None) ->
         return False
     if query.gpu and (gpu_uuid is None or gpu_uuid not in process.gpu_memory_bytes):
         return False
+    if query.owner and (process.workload is None or process.workload.key != query.owner):
+        return False
     if query.text:
         needle = query.text.casefold()
         # Searched as shown: a command line with an ESC in it is found by typing "\x1b".
         haystack = [
             process.command_line, process.name, process.user, str(process.pid),
-            process.container_id, *process.device_files,
+            process.container_id, process.owner_label, row.person, *process.device_files,
         ]
         if not any(needle in visible_text(part).casefold() for part in haystack):
             return False
@@ -215,7 +307,7 @@ def _matches(row: ProcessTableRow, query: ProcessQuery, gpu_uuid: str | None) ->
 def _sort_value(row: ProcessTableRow, key: str) -> tuple[Any, ...]:
     process = row.process
     if key == "memory":
-        return (process.total_gpu_memory_bytes,)
+        return (row.total_gpu_memory_bytes,)
     if key == "user":
         return ((process.user or "").casefold(),)
     if key == "age":
@@ -227,20 +319,26 @@ def _sort_value(row: ProcessTableRow, key: str) -> tuple[Any, ...]:
 def filter_and_sort(
     rows: list[ProcessTableRow], query: ProcessQuery, gpus: Iterable[Gpu]
 ) -> list[ProcessTableRow]:
+    gpus = list(gpus)
     gpu_uuid = next((g.uuid for g in gpus if str(g.index) == query.gpu), None) if query.gpu else None
     kept = [r for r in rows if _matches(r, query, gpu_uuid)]
+    if query.group == GROUP_BY_WORKLOAD:
+        # Filter first, then collapse: a group's total is the memory of the members shown.
+        kept = group_by_workload(kept, _gpu_labels(gpus), query)
     # Stable sorts: pid first as the tie-breaker, then the chosen key.
     kept.sort(key=lambda r: r.process.pid)
     kept.sort(key=lambda r: _sort_value(r, query.sort_key), reverse=query.descending)
     return kept
 
 
-def host_tables(document: dict[str, Any] | None, gpus: list[Gpu], query: ProcessQuery) -> HostTables:
+def host_tables(document: dict[str, Any] | None, gpus: list[Gpu], query: ProcessQuery,
+                person_of: PersonOf = _nobody) -> HostTables:
     if document is None:
         return HostTables([], _page([], query), None, None, 0, [], [], 0, [], has_snapshot=False)
     rows = process_rows(document)
     labels = _gpu_labels(gpus)
-    holders = [_table_row(r, rows, labels) for r in gpu_holders(rows)]
+    holders = [_table_row(r, rows, labels, person_of) for r in gpu_holders(rows)]
+    workloads = {r.workload.key: r.workload for r in holders if r.workload}
     trees = zombie_trees(rows)
     matching = filter_and_sort(holders, query, gpus)
     page = _page(matching, query)
@@ -253,7 +351,8 @@ def host_tables(document: dict[str, Any] | None, gpus: list[Gpu], query: Process
         users=sorted({visible_text(r.process.user) for r in holders if r.process.user}, key=str.casefold),
         zombie_trees=trees,
         zombie_count=sum(len(t.zombies) for t in trees),
-        orphans=[_table_row(r, rows, labels) for r in orphans(rows)],
+        orphans=[_table_row(r, rows, labels, person_of) for r in orphans(rows)],
         has_snapshot=True,
         mig_instances=mig_instance_rows(document),
+        workloads=sorted(workloads.values(), key=lambda w: (w.kind, w.label.casefold(), w.id)),
     )

@@ -22,6 +22,7 @@ from gpuadmin.accounts.roles import Role, has_role
 from gpuadmin.fleet import series, trust
 from gpuadmin.fleet.models import Gpu, Host, LatestSnapshot
 from gpuadmin.fleet.probes import ProbeTooSoon, probe_now
+from gpuadmin.notify.directory import Directory
 from gpuadmin.web.finding_actions import finding_view
 from gpuadmin.web.host_tables import SORT_DESCENDING_BY_DEFAULT, ProcessQuery, host_tables
 from gpuadmin.web.htmx import (
@@ -84,7 +85,9 @@ def host_detail(request: HtmxHttpRequest, name: str) -> HttpResponse:
         "host": host,
         "gpus": gpus,
         "query": query,
-        "tables": host_tables(LatestSnapshot.objects.document_for(host), gpus, query),
+        "tables": host_tables(
+            LatestSnapshot.objects.document_for(host), gpus, query, Directory.for_host(host).name_of_row
+        ),
         "findings": [
             finding_view(f, host, may_request=may_request) for f in host.findings.open().most_severe_first()
         ],

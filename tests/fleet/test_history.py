@@ -230,3 +230,15 @@ def test_a_life_counts_the_snapshots_its_memory_rose_in_until_it_falls(ingest: C
     ingest(_holder_at(50, 3 * GiB))
     life.refresh_from_db()
     assert (life.memory_rising_samples, life.memory_rising_since) == (0, None)
+
+
+def test_a_life_keeps_the_owner_of_its_process(ingest: Callable[..., Host]) -> None:
+    job = {"kind": "slurm_job", "job_id": "4242", "step": "0", "uid": 1000}
+    ingest(snapshot("gpu01", processes=[proc(7, gpu_memory={GPU0: GiB}, owner=job)],
+                    gpus=[gpu(0, used=GiB)], taken_at=at(0)))
+    ingest(snapshot("gpu01", processes=[proc(8, gpu_memory={GPU0: GiB})], gpus=[gpu(0, used=GiB)],
+                    taken_at=at(10)))
+    lives = {life.pid: life for life in ProcessLife.objects.all()}
+    assert lives[7].owner == job
+    assert lives[7].gone_at is not None  # the owner outlives the process in history
+    assert lives[8].owner is None

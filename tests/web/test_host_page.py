@@ -247,8 +247,9 @@ def test_a_host_without_a_stored_snapshot_still_has_a_page(viewer_client):
 
 def test_the_host_page_takes_a_fixed_number_of_queries(viewer_client, busy, django_assert_max_num_queries):
     page_of(viewer_client)  # warm the session
-    # session, user, groups; host with finding counts, its GPUs, its snapshot, its open findings.
-    with django_assert_max_num_queries(7):
+    # session, user, groups; host with finding counts, its GPUs, its snapshot, its open findings,
+    # the accounts that say who its users are.
+    with django_assert_max_num_queries(8):
         page_of(viewer_client)
 
 

@@ -1,16 +1,22 @@
 """Audit events about one kill request, with the names the log copies filled in.
 
 Private to the services: every change they make is logged by them, inside the
-transaction that makes it, so the log and the request never disagree.
+transaction that makes it, so the log and the request never disagree. Once that
+transaction commits, ``signals.kill_request_event`` tells other apps (notifications)
+what happened: the one place the workflow announces itself.
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
+
+from django.db import transaction
 
 from gpuadmin.audit import log
 from gpuadmin.audit.models import Action
 from gpuadmin.kills.models import KillRequest
+from gpuadmin.kills.signals import kill_request_event
 
 
 def audit(action: Action, kill_request: KillRequest, *, actor: Any = None,
@@ -28,3 +34,7 @@ def audit(action: Action, kill_request: KillRequest, *, actor: Any = None,
         ),
         details=details or {},
     )
+    transaction.on_commit(partial(
+        kill_request_event.send_robust, sender=KillRequest, kill_request_id=kill_request.pk,
+        action=str(action),
+    ))

@@ -39,9 +39,14 @@ def get_request(kill_request_id: int) -> KillRequest:
         raise NotFound(f"no kill request #{kill_request_id}") from None
 
 
-def preview(host: Host, pid: int, start_time_ticks: int, *, include_descendants: bool = False,
-            also: Iterable[tuple[int, int]] = (), now: datetime | None = None) -> targets.Preview:
-    """What a request would target, from the newest snapshot; refusals and warnings included."""
+def preview(host: Host, pid: int | None, start_time_ticks: int | None, *, include_descendants: bool = False,
+            also: Iterable[tuple[int, int]] = (), workload: str = "",
+            now: datetime | None = None) -> targets.Preview:
+    """What a request would target, from the newest snapshot; refusals and warnings included.
+
+    With ``workload`` (a key such as "slurm_job:4242"), every process of that job, container or
+    pod; otherwise the process (pid, start_time_ticks) and those named in ``also``.
+    """
     if not host.key_accepted:
         # No order goes to a host whose key no approver accepted: its reports could not be believed.
         return targets.Preview(
@@ -51,13 +56,18 @@ def preview(host: Host, pid: int, start_time_ticks: int, *, include_descendants:
         )
     latest = LatestSnapshot.objects.for_host(host)
     if latest is None:
+        what = workload or f"PID {pid}"
         return targets.Preview(
             host_name=host.name, snapshot_taken_at=None, boot_id="",
-            refusal=f"there is no snapshot from {host.name} yet, so PID {pid} cannot be checked",
+            refusal=f"there is no snapshot from {host.name} yet, so {what} cannot be checked",
         )
-    result = targets.resolve(
-        latest.document, pid, start_time_ticks, include_descendants=include_descendants, also=also
-    )
+    if workload:
+        result = targets.resolve_workload(latest.document, workload)
+    else:
+        assert pid is not None and start_time_ticks is not None
+        result = targets.resolve(
+            latest.document, pid, start_time_ticks, include_descendants=include_descendants, also=also
+        )
     now = now or timezone.now()
     if result.ok and not host.is_online:
         age = (now - host.last_seen_at).total_seconds() if host.last_seen_at else None
@@ -98,6 +108,7 @@ def _target_from_row(kill_request: KillRequest, row: ProcessRow, document: dict[
         state=row.state,
         gpu_memory_bytes={uuid: used for uuid, used in row.gpu_memory_bytes.items() if used is not None},
         is_descendant=is_descendant,
+        owner=row.owner,
     )
 
 
@@ -126,15 +137,24 @@ def refused_error(result: targets.Preview) -> Refused:
     return Refused(result.refusal or "nothing to signal", **extra)
 
 
-def file_request(user: Any, *, host: Host | str, pid: Any, start_time_ticks: Any, reason: str,
-                 include_descendants: bool = False, plan: Any = None,
-                 also: Iterable[tuple[int, int]] = (), now: datetime | None = None) -> KillRequest:
+def file_request(user: Any, *, host: Host | str, pid: Any = None, start_time_ticks: Any = None, reason: str,
+                 include_descendants: bool = False, also: Iterable[tuple[int, int]] = (), workload: Any = "",
+                 plan: Any = None, now: datetime | None = None) -> KillRequest:
+    """File a request for one process (``pid`` + ``start_time_ticks``, its descendants when asked,
+    and those named in ``also``), or for every process of ``workload`` (a job/container/pod key)."""
     if not has_role(user, Role.REQUESTER):
         raise NotAllowed("Filing a kill request needs the requester role.")
     reason = (reason or "").strip()
     if not reason:
         raise BadInput("a reason is required: say why this process must be stopped", field="reason")
-    for name, value in (("pid", pid), ("start_time_ticks", start_time_ticks)):
+    workload = workload or ""
+    if not isinstance(workload, str):
+        raise BadInput(f"workload must be a key such as 'slurm_job:4242'; got {workload!r}", field="workload")
+    also = tuple(also)
+    if workload and (pid is not None or include_descendants or also):
+        raise BadInput("name either a workload or a process (pid, start_time_ticks), not both",
+                       field="workload")
+    for name, value in () if workload else (("pid", pid), ("start_time_ticks", start_time_ticks)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise BadInput(f"{name} must be a non-negative integer; got {value!r}", field=name)
     try:
@@ -144,7 +164,8 @@ def file_request(user: Any, *, host: Host | str, pid: Any, start_time_ticks: Any
     if isinstance(host, str):
         host = get_host(host)
     now = now or timezone.now()
-    result = preview(host, pid, start_time_ticks, include_descendants=include_descendants, also=also, now=now)
+    result = preview(host, pid, start_time_ticks, include_descendants=include_descendants, also=also,
+                     workload=workload, now=now)
     if not result.ok:
         raise refused_error(result)
     document = result.document
@@ -160,6 +181,8 @@ def file_request(user: Any, *, host: Host | str, pid: Any, start_time_ticks: Any
             reason=reason,
             plan=plan,
             include_descendants=include_descendants,
+            workload=result.workload.key if result.workload else "",
+            workload_label=result.workload.label if result.workload else "",
             snapshot_taken_at=result.snapshot_taken_at or now,
             boot_id=result.boot_id,
             warnings=result.warnings,
@@ -185,7 +208,13 @@ def file_request(user: Any, *, host: Host | str, pid: Any, start_time_ticks: Any
                 "reason": reason,
                 "plan": plan,
                 "include_descendants": include_descendants,
-                "targets": [{"pid": r.pid, "start_time_ticks": r.start_time_ticks} for r in rows],
+                # Who the processes belonged to, as the snapshot said: the job, container or pod.
+                "workload": (
+                    {"key": result.workload.key, "label": result.workload.label} if result.workload else None
+                ),
+                "targets": [
+                    {"pid": r.pid, "start_time_ticks": r.start_time_ticks, "owner": r.owner} for r in rows
+                ],
                 "excluded": [e.as_dict() for e in result.excluded],
                 "warnings": result.warnings,
                 "gpu_memory_bytes": kill_request.memory_expected_release_bytes,

@@ -1,0 +1,199 @@
+"""Who is told what about a kill request, and the delivery of each message with its record.
+
+Two steps, each run by a central Celery task (``tasks.py``), never by a web request:
+
+1. ``plan_for_event`` (after a kill request's audit event) and ``plan_expiry_warnings`` (from
+   beat) decide the recipients and write one queued ``Notification`` per destination. A
+   redelivered task adds nothing (one row per request, event, role and URL).
+2. ``deliver`` sends one queued notification through Apprise and records the result: sent,
+   or the error and, on the last attempt, failed. A failure touches nothing but its own row.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from gpuadmin.accounts.roles import Role
+from gpuadmin.audit.models import Action
+from gpuadmin.kills.models import KillRequest, KillTarget
+from gpuadmin.kills.states import Status
+from gpuadmin.notify import messages
+from gpuadmin.notify.delivery import send, shown_url
+from gpuadmin.notify.directory import Directory
+from gpuadmin.notify.models import Notification, Person
+
+logger = logging.getLogger(__name__)
+
+Event = Notification.Event
+RoleOf = Notification.Role
+
+# The audit actions that someone hears about; every other one (each signal step...) is silent.
+NOTIFYING_ACTIONS = frozenset({
+    Action.REQUESTED, Action.APPROVED, Action.REJECTED, Action.CANCELLED, Action.EXPIRED, Action.FINISHED,
+})
+
+
+class DeliveryFailed(Exception):
+    """A delivery attempt failed and another one is due (the task retries)."""
+
+
+def _draft(kill_request: KillRequest, event: str, role: str, person: Person,
+           text: tuple[str, str]) -> list[Notification]:
+    subject, body = text
+    return [
+        Notification(
+            kill_request=kill_request, event=event, role=role, person=person, recipient_name=person.name,
+            url=url, destination=shown_url(url), subject=subject[:300], body=body,
+        )
+        for url in person.apprise_urls()
+    ]
+
+
+def _approvers(kill_request: KillRequest) -> list[Person]:
+    """People who may approve it and want to hear about requests (not its requester)."""
+    users = get_user_model().objects.filter(
+        Q(is_superuser=True) | Q(groups__name=Role.APPROVER), is_active=True, person__isnull=False,
+        person__notify_requests_to_approve=True,
+    )
+    if kill_request.requested_by_id and not settings.GPUADMIN_ALLOW_SELF_APPROVAL:
+        users = users.exclude(pk=kill_request.requested_by_id)
+    return list(Person.objects.filter(user__in=users).distinct())
+
+
+def _requester(kill_request: KillRequest) -> Person | None:
+    person = Person.objects.filter(user_id=kill_request.requested_by_id).first() \
+        if kill_request.requested_by_id else None
+    return person if person is not None and person.notify_my_requests else None
+
+
+def _owners(kill_request: KillRequest) -> list[tuple[Person, list[KillTarget]]]:
+    """The people whose processes are targets, each with their targets (not the requester)."""
+    targets = list(kill_request.targets.all())
+    directory = Directory.for_host(kill_request.host)
+    by_pk = {a.person.pk: a.person for a in directory.accounts}
+    found = []
+    for person_pk, theirs in directory.people_for(targets).items():
+        person = by_pk[person_pk]
+        is_requester = person.user_id is not None and person.user_id == kill_request.requested_by_id
+        if not person.notify_my_processes or is_requester:
+            continue  # a requester stopping their own processes knows
+        found.append((person, theirs))
+    return found
+
+
+def _drafts_for(kill_request: KillRequest, action: str) -> list[Notification]:
+    drafts: list[Notification] = []
+    owners_event: str | None = None
+    owner_text: Callable[[KillRequest, list[KillTarget]], tuple[str, str]] | None = None
+    requester = _requester(kill_request)
+    if action == Action.REQUESTED:
+        for person in _approvers(kill_request):
+            drafts += _draft(kill_request, Event.WAITING, RoleOf.APPROVER, person,
+                             messages.waiting(kill_request))
+        owners_event, owner_text = Event.KILL_REQUESTED, messages.kill_requested
+    elif action == Action.APPROVED:
+        if requester:
+            drafts += _draft(kill_request, Event.APPROVED, RoleOf.REQUESTER, requester,
+                             messages.decided(kill_request))
+    elif kill_request.is_final:
+        # Rejected, cancelled (by someone else), expired, or the agent's (or sweeper's) "finished".
+        cancelled_by_requester = (
+            kill_request.status == Status.CANCELLED
+            and kill_request.closed_by_id == kill_request.requested_by_id
+        )
+        if requester and not cancelled_by_requester:
+            if kill_request.status == Status.REJECTED:
+                drafts += _draft(kill_request, Event.REJECTED, RoleOf.REQUESTER, requester,
+                                 messages.decided(kill_request))
+            else:
+                drafts += _draft(kill_request, Event.FINISHED, RoleOf.REQUESTER, requester,
+                                 messages.finished(kill_request))
+        owners_event, owner_text = Event.KILL_ENDED, messages.kill_ended
+    if owners_event and owner_text:
+        for person, theirs in _owners(kill_request):
+            drafts += _draft(kill_request, owners_event, RoleOf.PROCESS_OWNER, person,
+                             owner_text(kill_request, theirs))
+    return drafts
+
+
+def _store(drafts: Iterable[Notification]) -> list[int]:
+    """Write the drafts (once: a repeat adds nothing) and return the queued ones' ids."""
+    drafts = list(drafts)
+    if not drafts:
+        return []
+    Notification.objects.bulk_create(drafts, ignore_conflicts=True)
+    keys = Q()
+    for d in drafts:
+        keys |= Q(kill_request=d.kill_request, event=d.event, role=d.role, url=d.url)
+    return list(Notification.objects.filter(keys, status=Notification.Status.QUEUED, attempts=0)
+                .values_list("pk", flat=True))
+
+
+def plan_for_event(kill_request_id: int, action: str) -> list[int]:
+    """The notifications a kill request's audit event calls for, stored queued; their ids."""
+    if action not in NOTIFYING_ACTIONS:
+        return []
+    kill_request = (KillRequest.objects.select_related("host").prefetch_related("targets")
+                    .filter(pk=kill_request_id).first())
+    if kill_request is None:
+        return []
+    return _store(_drafts_for(kill_request, action))
+
+
+def plan_expiry_warnings(now: datetime | None = None) -> list[int]:
+    """Warn approvers of pending requests that expire within GPUADMIN_NOTIFY_EXPIRY_WARNING_SECONDS.
+
+    Once per request: a request that already has its warnings is skipped.
+    """
+    now = now or timezone.now()
+    soon = now + timedelta(seconds=settings.GPUADMIN_NOTIFY_EXPIRY_WARNING_SECONDS)
+    expiring = (KillRequest.objects.filter(status=Status.PENDING, pending_expires_at__gt=now,
+                                           pending_expires_at__lte=soon)
+                .exclude(notifications__event=Event.EXPIRING)
+                .select_related("host").prefetch_related("targets"))
+    ids: list[int] = []
+    for kill_request in expiring:
+        ids += _store(
+            n for person in _approvers(kill_request)
+            for n in _draft(kill_request, Event.EXPIRING, RoleOf.APPROVER, person,
+                            messages.expiring(kill_request))
+        )
+    return ids
+
+
+def deliver(notification_id: int, *, last_attempt: bool = True, now: datetime | None = None) -> bool:
+    """Send one queued notification; True when sent (or no longer queued).
+
+    A failure is recorded (attempts, the error); on the last attempt the notification is failed,
+    before that ``DeliveryFailed`` asks the caller to try again later.
+    """
+    with transaction.atomic():
+        notification = Notification.objects.select_for_update().filter(pk=notification_id).first()
+        if notification is None or notification.status != Notification.Status.QUEUED:
+            return True
+    # The network call is outside any transaction: a slow service holds no lock.
+    outcome = send(notification.url, notification.subject, notification.body)
+    now = now or timezone.now()
+    update: dict[str, object] = {"attempts": notification.attempts + 1}
+    if outcome.ok:
+        update.update(status=Notification.Status.SENT, finished_at=now, last_error="")
+    else:
+        update["last_error"] = outcome.error
+        if last_attempt:
+            update.update(status=Notification.Status.FAILED, finished_at=now)
+    Notification.objects.filter(pk=notification_id, status=Notification.Status.QUEUED).update(**update)
+    if outcome.ok:
+        return True
+    logger.warning("notification %s to %s failed (attempt %s): %s", notification_id,
+                   notification.destination, update["attempts"], outcome.error)
+    if not last_attempt:
+        raise DeliveryFailed(outcome.error)
+    return False

@@ -1,0 +1,53 @@
+"""One message to one destination through Apprise: a real local HTTP server, Django's email backend."""
+
+from __future__ import annotations
+
+from django.core import mail
+
+from gpuadmin.notify.delivery import email_url, send, shown_url
+
+
+def test_a_json_webhook_receives_the_title_and_body(inbox):
+    outcome = send(inbox.url("ok"), "Kill request #3 waits", "alice's train.py holds 10 GiB")
+    assert outcome.ok, outcome.error
+    (message,) = inbox.received
+    assert message["title"] == "Kill request #3 waits"
+    assert message["message"] == "alice's train.py holds 10 GiB"
+
+
+def test_an_email_address_goes_through_djangos_email_backend(settings):
+    settings.DEFAULT_FROM_EMAIL = "gpuadmin@lab.example"
+    outcome = send(email_url("alice+gpu@lab.example"), "Your request was approved", "by april")
+    assert outcome.ok, outcome.error
+    (message,) = mail.outbox
+    assert message.to == ["alice+gpu@lab.example"]
+    assert message.subject == "Your request was approved"
+    assert message.body.strip() == "by april"
+    assert message.from_email == "gpuadmin@lab.example"
+
+
+def test_a_failing_endpoint_is_reported_with_the_services_answer(inbox):
+    outcome = send(inbox.url("fail"), "t", "b")
+    assert not outcome.ok
+    assert "500" in outcome.error
+    assert inbox.failed_attempts == 1
+
+
+def test_a_failing_email_backend_is_reported(settings):
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", 9  # discard port: nothing listens
+    outcome = send(email_url("alice@lab.example"), "t", "b")
+    assert not outcome.ok
+    assert outcome.error
+
+
+def test_a_url_apprise_does_not_know_is_a_failure_not_an_exception():
+    outcome = send("nosuchservice://x", "t", "b")
+    assert not outcome.ok
+    assert "not a notification URL" in outcome.error
+
+
+def test_the_shown_form_masks_secrets(inbox):
+    shown = shown_url(f"json://hook:s3cr3t-token@127.0.0.1:{inbox.server_port}/ok")
+    assert "s3cr3t-token" not in shown
+    assert "127.0.0.1" in shown
