@@ -68,7 +68,7 @@ class ActorMiddleware:
 
 def record(action: Action, user_name: str, **details: Any) -> None:
     actor = _actor.get() or Actor(None, "unknown")
-    who = actor.user if actor.user is not None and actor.user.is_authenticated else None
+    who: Any = actor.user if actor.user is not None and actor.user.is_authenticated else None
     log.record(action, actor=who, details={"user": user_name, "via": actor.via, **details})
 
 

@@ -168,6 +168,8 @@ class AuditEvent(models.Model):
     hash = models.CharField(max_length=64)
 
     objects = AuditEventManager()
+    # Set by gpuadmin.audit.sentences.described for display (a tuple of its Parts); never stored.
+    sentence: tuple[Any, ...]
 
     class Meta:
         ordering = ["sequence"]

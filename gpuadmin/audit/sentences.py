@@ -385,7 +385,7 @@ def _target_survived(event: AuditEvent, details: dict[str, Any], context: Senten
 def _refused(event: AuditEvent, details: dict[str, Any], context: SentenceContext) -> list[Part]:
     parts = [*_host(event), w(" refused to signal "), *_target(details)]
     try:
-        parts.append(w(f": {REFUSAL_WORDS[Refusal(details.get('reason'))]}"))
+        parts.append(w(f": {REFUSAL_WORDS[Refusal(_str(details.get('reason')))]}"))
     except ValueError:
         if _str(details.get("reason")):
             parts += [w(": "), value(details["reason"])]
@@ -455,7 +455,7 @@ def _order_refused(event: AuditEvent, details: dict[str, Any], context: Sentence
     else:
         parts.append(w("a message as an order"))
     try:
-        parts.append(w(f": {ORDER_REFUSAL_WORDS[OrderRefusal(details.get('reason'))]}"))
+        parts.append(w(f": {ORDER_REFUSAL_WORDS[OrderRefusal(_str(details.get('reason')))]}"))
     except ValueError:
         if _str(details.get("reason")):
             parts += [w(": "), value(details["reason"])]

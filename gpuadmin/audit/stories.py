@@ -67,8 +67,8 @@ class RequestStory:
 
     @property
     def reason(self) -> str:
-        details = self._details_of(Action.REQUESTED) or {}
-        return details.get("reason") if isinstance(details.get("reason"), str) else ""
+        reason = (self._details_of(Action.REQUESTED) or {}).get("reason")
+        return reason if isinstance(reason, str) else ""
 
     @property
     def outcome(self) -> Status | None:
@@ -133,7 +133,7 @@ class RequestStory:
 def _finished_status(event: AuditEvent) -> Status:
     result = event.details.get("result") if isinstance(event.details, dict) else None
     try:
-        return RESULT_STATUS[Result(result)]
+        return RESULT_STATUS[Result(result if isinstance(result, str) else "")]
     except ValueError:  # the sweeper writes a status ("failed"); anything else is a failure
         return Status(result) if result in Status.values else Status.FAILED
 

@@ -48,7 +48,7 @@ def audit_log(request: HtmxHttpRequest) -> HttpResponseBase:
     context: dict = {"form": form, "view": view, "fragment": wants_fragment(request)}
     if view == REQUESTS_VIEW:
         page = Paginator(request_groups(events), REQUESTS_PER_PAGE).get_page(request.GET.get("page"))
-        context.update(page=page, stories=stories_for(page.object_list, events))
+        context.update(page=page, stories=stories_for(list(page.object_list), events))
     else:
         page = Paginator(events, EVENTS_PER_PAGE).get_page(request.GET.get("page"))
         context.update(page=page, events=described(page.object_list))

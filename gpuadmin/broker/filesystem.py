@@ -254,10 +254,12 @@ class Channel(filesystem.Channel):
         return str(self.folders.queue)
 
     # --- sending -------------------------------------------------------------
-    def _put(self, queue: str, payload: dict, **kwargs: Any) -> None:
+    # kombu's two base classes name the second argument differently (message / payload);
+    # kombu passes it by position.
+    def _put(self, queue: str, message: Any, **kwargs: Any) -> None:  # type: ignore[override]
         name = message_file_name(queue)
         try:
-            write_atomically(self.folders.incoming, self.folders.queue / name, dumps(payload).encode())
+            write_atomically(self.folders.incoming, self.folders.queue / name, dumps(message).encode())
         except OSError as exc:
             raise ChannelError(f"cannot add a message to {self.folders.queue}: {exc.strerror}") from exc
 
@@ -288,7 +290,7 @@ class Channel(filesystem.Channel):
         pending = self._pending.get(queue)
         if pending:
             return pending
-        if now - self._listed_at >= self.connection.polling_interval:
+        if now - self._listed_at >= (self.connection.polling_interval or DEFAULT_POLLING_INTERVAL_SECONDS):
             self._listed_at = now
             by_queue: dict[str, deque[str]] = {}
             for name in sorted(os.listdir(self.folders.queue)):
@@ -371,7 +373,7 @@ class Channel(filesystem.Channel):
 
     def basic_get(self, queue: str, no_ack: bool = False, **kwargs: Any) -> Any:
         message = super().basic_get(queue, no_ack=no_ack, **kwargs)
-        if message is not None and no_ack:
+        if message is not None and no_ack and message.delivery_tag is not None:
             self.forget_claim(message.delivery_tag)
         return message
 
@@ -387,7 +389,7 @@ class Channel(filesystem.Channel):
         return self.folders.control
 
     def get_table(self, exchange: str) -> list:
-        path = self._exchange_file(exchange)
+        path = self._exchange_file(exchange)  # type: ignore[attr-defined]  # kombu's, not in its stubs
         try:
             raw = path.read_bytes()
         except FileNotFoundError:
@@ -410,13 +412,13 @@ class Channel(filesystem.Channel):
 
     def _stored_table(self, exchange: str) -> list:
         """The table as stored (an unreadable one counts as empty: it is about to be rewritten)."""
-        path = self._exchange_file(exchange)
+        path = self._exchange_file(exchange)  # type: ignore[attr-defined]  # kombu's, not in its stubs
         try:
             return [filesystem.exchange_queue_t(*row) for row in loads(path.read_bytes())]
         except (FileNotFoundError, ValueError, TypeError):
             return []
 
-    def _queue_bind(self, exchange: str, routing_key: str, pattern: str, queue: str) -> None:
+    def _queue_bind(self, exchange: str, routing_key: str, pattern: str | None, queue: str) -> None:
         binding = filesystem.exchange_queue_t(routing_key or "", pattern or "", queue or "")
         self._update_table(exchange, lambda rows: rows if binding in rows else [binding, *rows])
 
@@ -428,7 +430,7 @@ class Channel(filesystem.Channel):
 
     def _update_table(self, exchange: str, change: Callable[[list], list]) -> None:
         """Read, change and rewrite one exchange table, one writer at a time; readers need no lock."""
-        path = self._exchange_file(exchange)
+        path = self._exchange_file(exchange)  # type: ignore[attr-defined]  # kombu's, not in its stubs
         try:
             with self._control_lock():
                 rows = self._stored_table(exchange)
@@ -463,13 +465,14 @@ class Transport(filesystem.Transport):
         # kombu keeps declared bindings in one state per process and skips
         # writing a binding it remembers; a process that talks to two broker
         # folders (or to one made again) must not take one's for the other's.
-        root = str(BrokerFolders.from_options(client.transport_options).root)
+        root = str(BrokerFolders.from_options(client.transport_options or {}).root)
         self.state = _STATE_BY_FOLDER.setdefault(root, virtual.BrokerState())
 
     def establish_connection(self) -> Any:
         # Connecting checks that the broker's folders are there and writable,
         # so a health check or a sender learns of a broken broker at once.
-        folders = BrokerFolders.from_options(self.client.transport_options)
+        assert self.client is not None  # kombu sets it before connecting
+        folders = BrokerFolders.from_options(self.client.transport_options or {})
         try:
             folders.create()
             if not os.access(folders.queue, os.W_OK | os.X_OK):

@@ -28,7 +28,8 @@ def email_url(address: str) -> str:
     return f"{EMAIL_SCHEMA}://{quote(local, safe='')}@{domain}"
 
 
-@apprise_plugin(on=EMAIL_SCHEMA, name="Django email backend")
+# Apprise's decorator carries no types; the function keeps its own.
+@apprise_plugin(on=EMAIL_SCHEMA, name="Django email backend")  # type: ignore[untyped-decorator]
 def _send_through_django(body: str, title: str, notify_type: str, meta: dict[str, Any],
                          *args: Any, **kwargs: Any) -> bool:
     address = f"{unquote(meta.get('user') or '')}@{meta.get('host') or ''}"

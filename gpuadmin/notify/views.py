@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import messages
+from django.contrib.auth.models import User
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
@@ -33,6 +34,7 @@ class PreferencesForm(forms.ModelForm):
 @role_required(Role.VIEWER)
 def preferences(request: HttpRequest) -> HttpResponse:
     user = request.user
+    assert isinstance(user, User)  # role_required let only a signed-in person through
     person = Person.objects.filter(user=user).first() or Person(
         user=user, name=user.get_full_name() or user.get_username(), email=user.email
     )

@@ -306,7 +306,8 @@ def _checked_report(message: Any) -> dict[str, Any] | None:
         event = None
     if not isinstance(event, dict):
         raise trust.MessageRejected("the signed kill report is not a JSON object")
-    claimed_host = event.get("host") if isinstance(event.get("host"), str) else ""
+    named_host = event.get("host")
+    claimed_host = named_host if isinstance(named_host, str) else ""
     if event.get("event") == Event.ORDER_REFUSED:
         trust.signed_by_accepted_key(claimed_host, opened)
         _order_refused(event, claimed_host)

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from signal import Signals
-from typing import Any
+from typing import Any, cast
 
 from gpuadmin.probe.kill.protocol import (
     ACCEPTED_ORDER_VERSIONS,
@@ -307,4 +307,4 @@ def verify_order(message: Any, *, central_key: str | None, host_name: str, now: 
     if window > MAX_ORDER_WINDOW_SECONDS:
         raise refused(OrderRefusal.WINDOW_TOO_LONG, f"its deadline is {window:.0f} s after its approval; "
                       f"an agent accepts at most {MAX_ORDER_WINDOW_SECONDS} s")
-    return order
+    return cast(dict[str, Any], order)  # validate_order accepted it: a JSON object
