@@ -22,6 +22,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from gpuadmin import data_dir
 from gpuadmin.env import env_bool, env_int, env_secret, env_str
+from gpuadmin.probe.budget import DEFAULT_SNAPSHOT_MAX_BYTES
 from gpuadmin.probe.kill.floor import pattern_list
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -235,7 +236,9 @@ GPUADMIN_HOST_NAME = env_str("GPUADMIN_HOST_NAME") or socket.gethostname()
 GPUADMIN_PROBE_INTERVAL_SECONDS = env_int("GPUADMIN_PROBE_INTERVAL", 10)
 # A host with no snapshot for this many intervals shows as offline.
 GPUADMIN_OFFLINE_AFTER_INTERVALS = 3
-GPUADMIN_SNAPSHOT_MAX_BYTES = env_int("GPUADMIN_SNAPSHOT_MAX_BYTES", 8 * 1024 * 1024)
+# Central rejects a bigger snapshot; the agent reads the same variable and fits what it sends
+# under it (gpuadmin/probe/budget.py), so set it to the same value on both sides.
+GPUADMIN_SNAPSHOT_MAX_BYTES = env_int("GPUADMIN_SNAPSHOT_MAX_BYTES", DEFAULT_SNAPSHOT_MAX_BYTES)
 GPUADMIN_UNATTRIBUTED_THRESHOLD_BYTES = env_int(
     "GPUADMIN_UNATTRIBUTED_THRESHOLD_BYTES", 512 * 1024 * 1024
 )

@@ -16,21 +16,27 @@ from django.conf import settings
 
 from gpuadmin.celery import CENTRAL_QUEUE, app, host_queue
 from gpuadmin.keys import agent_signing_key
-from gpuadmin.probe.signing import MessageKind, fingerprint, seal
+from gpuadmin.probe.budget import seal_snapshot
+from gpuadmin.probe.signing import fingerprint
 from gpuadmin.task_names import INGEST_SNAPSHOT, PROBE_HOST
 
 logger = logging.getLogger(__name__)
 
 
 def signed_snapshot(host_name: str) -> dict[str, Any]:
-    """One snapshot of this host, signed with this agent's key; options from GPUADMIN_* variables."""
+    """One snapshot of this host, signed with this agent's key; options from GPUADMIN_* variables.
+
+    Cut to fit GPUADMIN_SNAPSHOT_MAX_BYTES as sent (the same variable and default
+    as central's limit): a snapshot over it would be rejected and the host would
+    drop off the panel, so what does not fit is left out and counted instead.
+    """
     # Imported here so that loading the task modules (central imports them too)
     # does not load psutil and the GPU backends.
     from gpuadmin.probe import take_snapshot
     from gpuadmin.probe.config import ProbeConfig
 
     snapshot = take_snapshot(ProbeConfig.from_env(host_name=host_name))
-    return seal(snapshot, MessageKind.SNAPSHOT, agent_signing_key())
+    return seal_snapshot(snapshot, agent_signing_key(), max_bytes=settings.GPUADMIN_SNAPSHOT_MAX_BYTES)
 
 
 def snapshot_expiry_seconds() -> float:

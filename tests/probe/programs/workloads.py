@@ -53,8 +53,9 @@ def zombie_parent(count: str) -> None:
     sleep_forever()
 
 
-def launcher(device: str, count: str) -> None:
-    """Forks workers that each hold the device file open (a torchrun-like launcher)."""
+def launcher(device: str, count: str, *_arguments: str) -> None:
+    """Forks workers that each hold the device file open (a torchrun-like launcher); extra
+    arguments only lengthen the command line, which the workers share."""
     opened_read, opened_write = os.pipe()
 
     def worker() -> None:
