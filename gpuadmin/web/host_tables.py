@@ -204,6 +204,8 @@ class HostTables:
     has_snapshot: bool
     mig_instances: dict[str, list[MigInstanceRow]] = field(default_factory=dict)  # GPU uuid -> MIG devices
     workloads: list[Workload] = field(default_factory=list)  # every job/container/pod holding a GPU
+    # Rows that mattered but the agent left out to fit the size limit (gpuadmin/probe/budget.py).
+    left_out_count: int = 0
 
 
 def mig_instance_rows(document: dict[str, Any]) -> dict[str, list[MigInstanceRow]]:
@@ -355,4 +357,5 @@ def host_tables(document: dict[str, Any] | None, gpus: list[Gpu], query: Process
         has_snapshot=True,
         mig_instances=mig_instance_rows(document),
         workloads=sorted(workloads.values(), key=lambda w: (w.kind, w.label.casefold(), w.id)),
+        left_out_count=document.get("left_out", {}).get("processes", 0),
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +22,8 @@ from kombu import Message
 from gpuadmin.agent import probing
 from gpuadmin.celery import CENTRAL_QUEUE, app, host_queue
 from gpuadmin.data_dir import AGENT_SIGNING_KEY
-from gpuadmin.probe.signing import MessageKind, fingerprint, load_private_key, open_envelope
+from gpuadmin.probe.budget import CMDLINE_TIGHT_MAX_BYTES, escaped_size, fit_snapshot
+from gpuadmin.probe.signing import MessageKind, canonical_json, fingerprint, load_private_key, open_envelope
 from gpuadmin.task_names import INGEST_SNAPSHOT, PROBE_HOST
 
 SCHEMA = json.loads((Path(probing.__file__).parents[1] / "probe" / "snapshot.schema.json").read_text())
@@ -109,3 +111,46 @@ def test_a_bad_probe_setting_fails_the_task_with_the_settings_name(monkeypatch, 
 
     with pytest.raises(ValueError, match="GPU backend must be one of"):
         probing.probe_host.apply().get()
+
+
+def test_the_agent_fits_what_it_sends_under_its_snapshot_size_limit(gpu_holder, settings, tmp_path) -> None:
+    """GPUADMIN_SNAPSHOT_MAX_BYTES, read from the agent's environment as central reads it: rows
+    beyond it are left out and counted, the GPU holder first (gpuadmin/probe/budget.py)."""
+    settings.GPUADMIN_HOST_NAME = "agent-unit"
+    settings.DATA_DIR = tmp_path / "agent-data"
+    settings.DATA_DIR.mkdir(mode=0o700)
+    zombies = [subprocess.Popen(["true"]) for _ in range(3)]  # not waited for: rows of lower rank
+    wait_for_zombies(zombies)
+    whole = json.loads(probing.signed_snapshot("agent-unit")["text"])
+    assert "left_out" not in whole  # this test process's tree fits 8 MiB whole
+    rows = {p["pid"]: p for p in whole["processes"]}
+    chain, pid = [], gpu_holder.pid
+    while pid in rows:
+        chain.append(rows[pid])
+        pid = rows[pid]["ppid"]
+    # Room for the holder's tree with short command lines, the envelope and the left_out note
+    # (450 B), not for a zombie's row as well.
+    tree = fit_snapshot({**whole, "processes": chain}, max_bytes=2**30,
+                        cmdline_row_max_bytes=CMDLINE_TIGHT_MAX_BYTES)
+    settings.GPUADMIN_SNAPSHOT_MAX_BYTES = escaped_size(canonical_json(tree)) + 450
+
+    message = probing.signed_snapshot("agent-unit")
+
+    assert len(json.dumps(message, separators=(",", ":"))) <= settings.GPUADMIN_SNAPSHOT_MAX_BYTES
+    snapshot = json.loads(open_envelope(message, MessageKind.SNAPSHOT).text)
+    jsonschema.validate(snapshot, SCHEMA)
+    pids = {p["pid"] for p in snapshot["processes"]}
+    assert gpu_holder.pid in pids
+    assert snapshot["left_out"]["processes"] == len(whole["processes"]) - len(pids) > 0
+    for zombie in zombies:
+        zombie.wait()
+
+
+def wait_for_zombies(children: list[subprocess.Popen]) -> None:
+    """Until each child has exited and waits, unreaped, as a zombie (not a timing assertion)."""
+    for child in children:
+        for _ in range(1000):
+            with open(f"/proc/{child.pid}/stat") as stat:
+                if stat.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    break
+            time.sleep(0.01)
