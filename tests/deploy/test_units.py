@@ -119,3 +119,27 @@ def test_central_units_hold_no_capability(name: str) -> None:
     assert unit["CapabilityBoundingSet"] == [""]
     assert "AmbientCapabilities" not in unit
     assert unit["User"] == ["gpuadmin"]
+
+
+def test_the_agent_unit_starts_the_agent_s_own_entry_point_and_does_not_retry_bad_settings(
+    tmp_path: Path,
+) -> None:
+    from gpuadmin.agent.__main__ import EXIT_CONFIGURATION
+
+    agent = unit_settings(REPO / "deploy" / "gpuadmin-agent.service")
+    [command] = agent["ExecStart"]
+    argv = command.split()
+    assert argv[:3] == [f"{INSTALL_ROOT}/.venv/bin/python", "-m", "gpuadmin.agent"]
+    assert "ExecStartPre" not in agent  # the agent prepares its data directory, without central's key
+    assert agent["EnvironmentFile"] == ["/etc/gpuadmin/agent.env"]
+    assert agent["RestartPreventExitStatus"] == [str(EXIT_CONFIGURATION)]
+    # The unit's own command with the unit's own variables but no agent.env: it refuses to start.
+    environment = dict(part.split("=", 1) for line in agent["Environment"] for part in line.split())
+    environment |= {"GPUADMIN_HOST_NAME": "gpu07", "GPUADMIN_DATA_DIR": str(tmp_path / "agent"),
+                    "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([str(VENV_BIN / "python"), *argv[1:]], env=environment, cwd=REPO,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == EXIT_CONFIGURATION, done.stderr
+    assert "missing REDIS_URL, GPUADMIN_CENTRAL_PUBLIC_KEY" in done.stderr
+    example = (REPO / "deploy" / "agent.env.example").read_text()
+    assert "\nGPUADMIN_CENTRAL_PUBLIC_KEY=" in example and "#GPUADMIN_CENTRAL_PUBLIC_KEY_FILE=" in example
