@@ -300,12 +300,16 @@ GPUADMIN_PROTECTED_COMMAND_PATTERNS = pattern_list(
 REDIS_URL = env_str("REDIS_URL")
 if REDIS_URL:
     # redis://:password@host:6379/0 carries Redis's password; rediss:// is Redis over TLS, and
-    # the server's certificate is verified against the system's CAs unless the URL says otherwise
-    # (?ssl_cert_reqs=...), which Celery would otherwise refuse to guess.
+    # the server's certificate is always verified (kombu alone would not verify it): against
+    # GPUADMIN_REDIS_CA_FILE when set (a lab's own CA), else the system's CAs. A URL with its
+    # own ssl_* options (?ssl_cert_reqs=required&ssl_ca_certs=/etc/gpuadmin/redis-ca.pem)
+    # is used as it is: kombu lets those replace these.
     CELERY_BROKER_URL = REDIS_URL
     CELERY_BROKER_TRANSPORT_OPTIONS: dict = {"visibility_timeout": 3600}
     if REDIS_URL.startswith("rediss://") and "ssl_cert_reqs" not in REDIS_URL:
-        CELERY_BROKER_USE_SSL = {"ssl_cert_reqs": ssl.CERT_REQUIRED}
+        CELERY_BROKER_USE_SSL: dict[str, object] = {"ssl_cert_reqs": ssl.CERT_REQUIRED}
+        if env_str("GPUADMIN_REDIS_CA_FILE"):
+            CELERY_BROKER_USE_SSL["ssl_ca_certs"] = env_str("GPUADMIN_REDIS_CA_FILE")
 else:
     # gpuadmin's own filesystem transport (gpuadmin/broker/filesystem.py,
     # docs/broker.md): kombu's, with atomic writes and crash-safe claims. It

@@ -110,32 +110,95 @@ class RedisServer:
     process: subprocess.Popen
     directory: Path
     password: str = ""
+    ca_file: Path | None = None  # set when the server speaks TLS only, with a certificate this CA signed
 
     @property
     def url(self) -> str:
+        """The broker URL as a lab writes it: rediss:// with the CA to verify against when TLS."""
         credentials = f":{self.password}@" if self.password else ""
-        return f"redis://{credentials}127.0.0.1:{self.port}/0"
+        if self.ca_file is None:
+            return f"redis://{credentials}127.0.0.1:{self.port}/0"
+        return (f"rediss://{credentials}localhost:{self.port}/0"
+                f"?ssl_cert_reqs=required&ssl_ca_certs={self.ca_file}")
 
 
 @contextlib.contextmanager
-def redis_server(password: str = "") -> Iterator[RedisServer]:
-    """A throwaway redis-server; with ``password``, clients must AUTH (the URL carries it)."""
+def redis_server(password: str = "", *, tls: bool = False) -> Iterator[RedisServer]:
+    """A throwaway redis-server; with ``password``, clients must AUTH (the URL carries it); with
+    ``tls``, it listens for TLS only, its certificate (for localhost) signed by a CA made here."""
     binary = find_binary("redis-server")
     directory = Path(tempfile.mkdtemp(prefix="gpuadmin-redis-"))
     port = free_port()
     log_path = directory / "redis.log"
+    ca_file = None
+    if tls:
+        ca_file, cert_file, key_file = make_tls_files(directory, "localhost")
+        listen = ["--port", "0", "--tls-port", str(port), "--tls-cert-file", str(cert_file),
+                  "--tls-key-file", str(key_file), "--tls-ca-cert-file", str(ca_file),
+                  "--tls-auth-clients", "no"]
+    else:
+        listen = ["--port", str(port)]
     argv = [
-        binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(directory),
+        binary, *listen, "--bind", "127.0.0.1", "--dir", str(directory),
         "--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", str(log_path),
         *(["--requirepass", password] if password else []),
     ]
     process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True)
     try:
         wait_for_port(port, process, "redis-server", log_path)
-        yield RedisServer(port=port, process=process, directory=directory, password=password)
+        yield RedisServer(port=port, process=process, directory=directory, password=password, ca_file=ca_file)
     finally:
         stop_process_group(process)
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def make_tls_files(directory: Path, host_name: str) -> tuple[Path, Path, Path]:
+    """A throwaway CA and a server certificate for ``host_name`` (and 127.0.0.1) it signed:
+    the paths of the CA's certificate, the server's certificate and its key (PEM)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+    valid_from, valid_until = now - datetime.timedelta(minutes=5), now + datetime.timedelta(days=1)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gpuadmin test CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
+          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
+          .not_valid_before(valid_from).not_valid_after(valid_until)
+          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+          .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                       content_commitment=False, key_encipherment=False,
+                                       data_encipherment=False, key_agreement=False,
+                                       encipher_only=False, decipher_only=False),
+                         critical=True)
+          .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+          .sign(ca_key, hashes.SHA256()))
+    server_key = ec.generate_private_key(ec.SECP256R1())
+    server = (x509.CertificateBuilder()
+              .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host_name)]))
+              .issuer_name(ca_name).public_key(server_key.public_key()).serial_number(x509.random_serial_number())
+              .not_valid_before(valid_from).not_valid_after(valid_until)
+              .add_extension(x509.SubjectAlternativeName([
+                  x509.DNSName(host_name), x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+              ]), critical=False)
+              .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+              .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]),
+                             critical=False)
+              .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+                             critical=False)
+              .sign(ca_key, hashes.SHA256()))
+    paths = directory / "ca.pem", directory / "server.pem", directory / "server-key.pem"
+    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    paths[1].write_bytes(server.public_bytes(serialization.Encoding.PEM))
+    paths[2].write_bytes(server_key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    paths[2].chmod(0o600)
+    return paths
 
 
 # --- PostgreSQL ----------------------------------------------------------------

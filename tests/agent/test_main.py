@@ -66,11 +66,13 @@ def test_a_missing_or_wrong_setting_stops_the_agent_with_status_2(tmp_path: Path
     assert not (tmp_path / "agent").exists()  # nothing written before the check passed
 
 
-@pytest.fixture
-def redis_with_password() -> Iterator[services.RedisServer]:
+@pytest.fixture(params=[False, True], ids=["redis", "rediss"])
+def redis_with_password(request: pytest.FixtureRequest) -> Iterator[services.RedisServer]:
+    """A password-protected redis-server; the second time over TLS only, its certificate
+    signed by a CA made for the test, which the URL names (rediss://...?ssl_ca_certs=)."""
     with contextlib.ExitStack() as stack:
         try:
-            server = stack.enter_context(services.redis_server(password="s3cret-pass"))
+            server = stack.enter_context(services.redis_server(password="s3cret-pass", tls=request.param))
         except services.ServiceMissing as exc:
             services.missing(str(exc))
         yield server
@@ -122,3 +124,52 @@ def test_the_agent_works_through_a_password_protected_redis_and_ignores_remote_c
     finally:
         for worker in (agent, central):
             stop_process_group(worker.process)
+
+
+CONNECT = """
+import os, sys
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuadmin.settings")
+from gpuadmin.celery import app
+try:
+    with app.connection_for_write() as broker:
+        broker.ensure_connection(max_retries=1, interval_start=0, interval_step=0)
+        with broker.SimpleQueue("tls-check") as queue:
+            queue.put({"over": "tls"})
+            print("connected", queue.get(timeout=10).payload)
+except Exception as error:
+    print("refused", error)
+    sys.exit(1)
+"""
+
+
+@pytest.fixture
+def redis_over_tls() -> Iterator[services.RedisServer]:
+    with contextlib.ExitStack() as stack:
+        try:
+            server = stack.enter_context(services.redis_server(password="s3cret-pass", tls=True))
+        except services.ServiceMissing as exc:
+            services.missing(str(exc))
+        yield server
+
+
+@pytest.mark.services
+def test_rediss_verifies_the_broker_s_certificate_against_the_configured_ca(
+    tmp_path: Path, redis_over_tls: services.RedisServer,
+) -> None:
+    """GPUADMIN_REDIS_CA_FILE (or ssl_ca_certs in the URL, as above) names the lab's CA; a
+    certificate another CA signed, or one the system's CAs do not know, is refused."""
+    from gpuadmin.data_dir import prepare_data_dir
+
+    other_ca, _, _ = services.make_tls_files(tmp_path, "localhost")
+    env = base_env(tmp_path) | {"REDIS_URL": f"rediss://:s3cret-pass@localhost:{redis_over_tls.port}/0"}
+    prepare_data_dir(Path(env["GPUADMIN_DATA_DIR"]), central=False)
+
+    def connect(**extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", CONNECT], env=env | extra, cwd=REPO,
+                              capture_output=True, text=True, timeout=120, check=False)
+
+    trusted = connect(GPUADMIN_REDIS_CA_FILE=str(redis_over_tls.ca_file))
+    assert trusted.returncode == 0 and "connected {'over': 'tls'}" in trusted.stdout, trusted.stderr
+    for refused in (connect(GPUADMIN_REDIS_CA_FILE=str(other_ca)), connect()):
+        assert refused.returncode == 1, refused.stdout
+        assert "CERTIFICATE_VERIFY_FAILED" in refused.stdout, refused.stdout + refused.stderr
