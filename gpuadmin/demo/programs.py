@@ -31,7 +31,7 @@ HOSTILE_ARGUMENTS = (
     "<script>alert('gpuadmin')</script>",
     "--user=\u202eroot\u202c",
     "line one\nline two\r\x07",
-    "--payload=" + "A" * 3000,
+    "--payload=" + "A" * 300,
 )
 
 
