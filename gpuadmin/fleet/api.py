@@ -30,7 +30,7 @@ def _host(name: str) -> Host:
     return host
 
 
-@extend_schema(summary="Every host of the fleet", tags=["fleet"],
+@extend_schema(summary="Every host of the fleet", tags=["fleet"], operation_id="hosts_list",
                responses={200: array_of("HostSummary"), **COMMON_ERRORS})
 @api_view(["GET"])
 @renderer_classes([AsciiJSONRenderer])

@@ -85,6 +85,7 @@ def detail_dict(kill_request: KillRequest) -> dict[str, Any]:
 
 
 @extend_schema(methods=["GET"], summary="Kill requests, newest first (at most 200)", tags=["kills"],
+               operation_id="kill_requests_list",
                parameters=[query("status", "only this status", enum=list(Status.values)),
                            query("host", "only this host")],
                responses={200: array_of("KillRequest"), **BAD_INPUT, **COMMON_ERRORS})
