@@ -178,3 +178,10 @@ def test_the_schema_page_lists_every_operation_without_script(viewer_client) -> 
 def test_the_schema_needs_a_viewer(client, stranger) -> None:
     assert client.get(reverse("api_schema")).status_code == 401
     assert client_for(stranger).get(reverse("api_schema")).status_code == 403
+
+
+def test_the_schema_is_yaml_by_default_and_json_on_request(viewer_client) -> None:
+    response = viewer_client.get(reverse("api_schema"))
+    assert response.status_code == 200 and response.content.startswith(b"openapi: 3.1.0")
+    response = viewer_client.get(reverse("api_schema"), {"format": "json"})
+    assert json.loads(response.content)["openapi"] == "3.1.0"
