@@ -1,4 +1,4 @@
-# gpuadmin: two commands.
+# gpuadmin: three commands.
 #   make run    install into .venv, migrate, start web + worker + scheduler on http://127.0.0.1:$(PORT)
 #   make demo   the same, plus real processes on simulated GPUs and synthetic hosts (data in var/demo/)
 #   make test   install, ruff check, mypy, the whole suite on SQLite, the database tests again on

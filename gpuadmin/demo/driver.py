@@ -12,8 +12,16 @@ import os
 import signal
 import sys
 import time
+from typing import Any
 
 GPU_FILE_EVERY_SECONDS = 1.0
+
+
+def drop_probe_requests(app: Any, queues: list[str]) -> None:
+    """Central asks the synthetic hosts for probes like any host; no agent consumes them, so they go here."""
+    with app.connection_for_write() as connection:
+        for queue in queues:
+            connection.default_channel.queue_purge(queue)
 
 
 def main() -> int:
@@ -24,6 +32,7 @@ def main() -> int:
     from django.conf import settings
 
     from gpuadmin.agent.probing import send_snapshot
+    from gpuadmin.celery import app, host_queue
     from gpuadmin.demo import claims, fleet, scenario
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
@@ -38,6 +47,7 @@ def main() -> int:
                 for message in fleet.signed_documents(first):
                     send_snapshot(message)
                 first = False
+                drop_probe_requests(app, [host_queue(h.name) for h in fleet.HOSTS])
             except Exception as error:  # a broker hiccup: the next round sends again
                 print(f"gpuadmin demo: could not send the synthetic hosts' snapshots: {error}", flush=True)
         time.sleep(GPU_FILE_EVERY_SECONDS)
