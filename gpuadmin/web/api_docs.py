@@ -44,7 +44,8 @@ def endpoints(schema: dict[str, Any]) -> list[dict[str, Any]]:
             body = operation.get("requestBody", {}).get("content", {}).get("application/json", {})
             found.append({
                 "method": method.upper(), "path": path, "summary": operation.get("summary", ""),
-                "parameters": [(p["name"], p["in"], p.get("description", "")) for p in operation.get("parameters", [])],
+                "parameters": [(p["name"], p["in"], p.get("description", ""))
+                               for p in operation.get("parameters", [])],
                 "request": json.dumps(body.get("schema"), indent=1) if body else "",
                 "responses": [(code, answer.get("description", ""),
                                _shape(answer.get("content", {}).get("application/json", {}).get("schema")))

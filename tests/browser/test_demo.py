@@ -54,8 +54,9 @@ def test_a_browser_walks_the_demo_and_a_kill_through_the_panel_ends_a_demo_proce
         check_page(page, guard, screenshot, "demo-host")
         shown = page.inner_text("main")
         # The findings' titles: orphans, unattributed memory, a leak, an idle holder, zombies.
-        for words in (LABEL, "simulated", "orphans of launcher", "used by no visible process", "keeps rising",
-                      "at 0% utilization", "zombies under", "<script>alert('gpuadmin')</script>", "\\x1b[31m"):
+        for words in (LABEL, "simulated", "orphans of launcher", "used by no visible process",
+                      "keeps rising", "at 0% utilization", "zombies under",
+                      "<script>alert('gpuadmin')</script>", "\\x1b[31m"):
             assert words in shown, words
 
         page.click(f'a.request-kill[href*="pid={trainer["pid"]}&"]')
