@@ -222,6 +222,6 @@ def query(name: str, description: str, *, kind: type = str,
     return OpenApiParameter(name, kind, OpenApiParameter.QUERY, description=description, enum=enum)
 
 
-def body(properties: dict[str, Schema], *, required: tuple[str, ...] = ()) -> Schema:
-    """A request body: a JSON object (extra keys are ignored by the API, so allowed here)."""
-    return {"type": "object", "properties": properties, "required": list(required)}
+def body(properties: dict[str, Schema], *, required: tuple[str, ...] = ()) -> dict[str, Schema]:
+    """A JSON request body: an object (extra keys are ignored by the API, so allowed here)."""
+    return {"application/json": {"type": "object", "properties": properties, "required": list(required)}}
