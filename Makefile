@@ -1,5 +1,6 @@
-# gpuadmin: two commands.
+# gpuadmin: three commands.
 #   make run    install into .venv, migrate, start web + worker + scheduler on http://127.0.0.1:$(PORT)
+#   make demo   the same, plus real processes on simulated GPUs and synthetic hosts (data in var/demo/)
 #   make test   install, ruff check, mypy, the whole suite on SQLite, the database tests again on
 #               PostgreSQL, then the coverage of both (subprocesses included) against its floor
 # Also: make lint (ruff + mypy), make clean. Variables: PORT (default 8000), PYTHON (default python3),
@@ -16,10 +17,13 @@ ifdef PORT
 export PORT
 endif
 
-.PHONY: run test lint clean venv
+.PHONY: run demo test lint clean venv
 
 run: $(INSTALLED)
 	exec $(VENV_PYTHON) -m gpuadmin.run
+
+demo: $(INSTALLED)
+	exec $(VENV_PYTHON) -m gpuadmin.run --demo
 
 # Both database runs happen even when the first fails, so one CI run shows everything.
 # Coverage: every process writes its own data file under COVERAGE_FILE's folder (absolute,

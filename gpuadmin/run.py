@@ -28,6 +28,7 @@ import contextlib
 import ctypes
 import errno
 import json
+import math
 import os
 import signal
 import socket
@@ -72,6 +73,11 @@ class Child:
     restarts: int = 0
     restarted_at: list[float] = field(default_factory=list)  # monotonic times, within the window
     restart_due: float | None = None  # when a dead child is to start again
+    # The demo's scenario processes (gpuadmin/demo): stopped with the signal their story needs
+    # (a trainer checkpoints on SIGINT, one ignores SIGTERM), and never restarted: a process
+    # killed through the panel stays dead, and a launcher's death leaves its orphans alone.
+    stop_signal: int = signal.SIGTERM
+    restart: bool = True
 
     @property
     def running(self) -> bool:
@@ -218,9 +224,9 @@ class Supervisor:
             if child.running:
                 # The leader first: gunicorn and Celery stop their own workers
                 # gracefully (Celery finishes the task at hand).
-                os.kill(child.pid, signal.SIGTERM)
+                os.kill(child.pid, child.stop_signal)
             else:
-                self._signal_group(child, signal.SIGTERM)
+                self._signal_group(child, child.stop_signal)
         # A second Ctrl+C means "now": skip the rest of the grace period.
         if self._wait_groups_gone(self.stop_grace_seconds, lambda: self.signals_received > signals_before):
             return
@@ -250,6 +256,10 @@ class Supervisor:
                 now = time.monotonic()
                 for child in self.children:
                     just_died = child.pid and child.exit_status is not None and child.restart_due is None
+                    if just_died and not child.restart:
+                        self.out(f"gpuadmin: {child.name} {child.describe_exit()}; not restarted")
+                        child.restart_due = math.inf  # reported once; its process group is left as it is
+                        continue
                     if just_died and not self.on_unexpected_exit(child, now):
                         return 1
                     self.restart_if_due(child, now)
@@ -391,19 +401,31 @@ def configure_demo_gpus(environ: MutableMapping[str, str]) -> Path | None:
     return path
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    demo = "--demo" in argv  # `make demo`: the scenario of gpuadmin/demo beside everything `make run` starts
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuadmin.settings")
     os.environ.setdefault("GPUADMIN_GPU_BACKEND", "auto")  # this host's live data
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     os.chdir(BASE_DIR)
+    if demo:
+        from gpuadmin.demo import scenario
+
+        scenario.configure(os.environ)
+    demo_lines: list[str] = []
     try:
         port = port_from_env(dict(os.environ))
         check_port_free(port)
         prepare_data_dir()  # before anything loads the settings: they only read what it makes
         if problem := exposure():
             raise StartupError(problem)
-        configure_demo_gpus(os.environ)
+        if demo:
+            scenario.prepare_files()
+        else:
+            configure_demo_gpus(os.environ)
         host_name, data_folder = prepare_database()
+        if demo:
+            demo_lines = scenario.prepare()
     except StartupError as exc:
         print(f"gpuadmin: {exc}", file=sys.stderr)
         return 2
@@ -413,13 +435,20 @@ def main() -> int:
     become_subreaper()
     environ = dict(os.environ)
     children = build_children(sys.executable, port, host_name, environ)
+    if demo:
+        children += scenario.children()
     supervisor = Supervisor(children, environ, out=lambda line: print(line, flush=True),
                             state_path=supervisor_state_path(data_folder))
     url = f"http://{BIND_ADDRESS}:{port}/"
-    return supervisor.run(
-        ready_url=f"{url}login/",
-        ready_message=f"gpuadmin is running at {url} (host {host_name}); press Ctrl+C to stop",
-    )
+    ready = f"gpuadmin is running at {url} (host {host_name}); press Ctrl+C to stop"
+    if demo:
+        ready = "\n".join([
+            f"gpuadmin demo is running at {url}; every GPU and process of host {host_name} is simulated",
+            f"  the scenario: {url}hosts/{host_name}/   (admin account: see above)",
+            "  demo accounts, new passwords at each start:", *demo_lines,
+            "press Ctrl+C to stop (every demo process ends with it)",
+        ])
+    return supervisor.run(ready_url=f"{url}login/", ready_message=ready)
 
 
 if __name__ == "__main__":

@@ -47,6 +47,7 @@ INSTALLED_APPS = [
     "django.contrib.humanize",
     "django_htmx",
     "rest_framework",
+    "drf_spectacular",
     "knox",
     "axes",
     "django_otp",
@@ -220,6 +221,22 @@ REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PAGINATION_CLASS": None,
     "UNAUTHENTICATED_USER": None,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+
+# The OpenAPI schema at /api/v1/schema/ (gpuadmin/api_schema.py holds the response shapes).
+SPECTACULAR_SETTINGS = {
+    "TITLE": "gpuadmin API",
+    "DESCRIPTION": "Hosts, processes, kill requests and the audit log of a gpuadmin panel (docs/api.md).",
+    "VERSION": "1",
+    "OAS_VERSION": "3.1.0",  # JSON Schema 2020-12, as the snapshot schema the processes come from
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["gpuadmin.accounts.permissions.IsViewer"],
+    "SCHEMA_PATH_PREFIX": "/api/v1",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "gpuadmin.api_schema.add_components",
+    ],
 }
 
 LOGGING = {

@@ -1,9 +1,11 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView
 
 from gpuadmin.accounts.views import reauthenticate
 from gpuadmin.metrics import metrics_view
+from gpuadmin.web.api_docs import api_docs
 from gpuadmin.web.health import healthz
 
 urlpatterns = [
@@ -18,6 +20,8 @@ urlpatterns = [
     path("api/v1/", include("gpuadmin.fleet.api_urls")),
     path("api/v1/", include("gpuadmin.kills.api_urls")),
     path("api/v1/", include("gpuadmin.audit.api_urls")),
+    path("api/v1/schema/", SpectacularAPIView.as_view(), name="api_schema"),
+    path("api/v1/docs/", api_docs, name="api_docs"),  # the schema as a page, no script (web/api_docs.py)
     # Pages.
     path("kills/", include("gpuadmin.kills.urls")),
     path("audit/", include("gpuadmin.audit.urls")),

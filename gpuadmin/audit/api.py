@@ -7,6 +7,7 @@ summaries come from processes and must not reorder a terminal showing them.
 
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -14,9 +15,10 @@ from rest_framework.views import APIView
 
 from gpuadmin.accounts.permissions import IsViewer
 from gpuadmin.api_json import AsciiJSONRenderer
+from gpuadmin.api_schema import BAD_INPUT, COMMON_ERRORS, query, ref
 from gpuadmin.audit.export import event_as_dict
 from gpuadmin.audit.filters import filtered_events
-from gpuadmin.audit.models import AuditEvent
+from gpuadmin.audit.models import Action, AuditEvent
 from gpuadmin.audit.sentences import described
 
 
@@ -30,6 +32,14 @@ class AuditEventList(APIView):
     permission_classes = [IsViewer]
     renderer_classes = [AsciiJSONRenderer]
 
+    @extend_schema(summary="Audit events, newest first, filtered as on the page", tags=["audit"], parameters=[
+        query("host", "host name"), query("requester", "who filed"), query("approver", "who approved"),
+        query("process_user", "owner of a target process"),
+        query("action", "one action", enum=list(Action.values)),
+        query("kill_request", "request number", kind=int), query("from", "first day (YYYY-MM-DD, UTC)"),
+        query("to", "last day (YYYY-MM-DD, UTC)"), query("page", "page number", kind=int),
+        query("page_size", "events per page (default 50, at most 500)", kind=int),
+    ], responses={200: ref("AuditPage"), **BAD_INPUT, **COMMON_ERRORS})
     def get(self, request: Request) -> Response:
         form, events = filtered_events(request.query_params)
         if form.errors:
@@ -45,5 +55,7 @@ class AuditVerify(APIView):
     permission_classes = [IsViewer]
     renderer_classes = [AsciiJSONRenderer]
 
+    @extend_schema(summary="Verify the whole hash chain", tags=["audit"],
+                   responses={200: ref("AuditVerification"), **COMMON_ERRORS})
     def get(self, request: Request) -> Response:
         return Response(AuditEvent.objects.verify().as_dict())

@@ -9,6 +9,7 @@ queries on the models' querysets.
 from __future__ import annotations
 
 from django.utils import timezone
+from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.decorators import api_view, renderer_classes
 from rest_framework.exceptions import NotFound
@@ -16,6 +17,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from gpuadmin.api_json import AsciiJSONRenderer
+from gpuadmin.api_schema import BAD_INPUT, COMMON_ERRORS, NOT_FOUND, array_of, query, ref
 from gpuadmin.fleet import series
 from gpuadmin.fleet.models import Host, LatestSnapshot, ProcessLife
 from gpuadmin.fleet.serializers import host_detail_dict, host_summary_dict
@@ -28,12 +30,16 @@ def _host(name: str) -> Host:
     return host
 
 
+@extend_schema(summary="Every host of the fleet", tags=["fleet"], operation_id="hosts_list",
+               responses={200: array_of("HostSummary"), **COMMON_ERRORS})
 @api_view(["GET"])
 @renderer_classes([AsciiJSONRenderer])
 def hosts(request: Request) -> Response:
     return Response([host_summary_dict(h) for h in Host.objects.for_listing()])
 
 
+@extend_schema(summary="One host: GPUs, the processes that matter, open findings", tags=["fleet"],
+               responses={200: ref("HostDetail"), **COMMON_ERRORS, **NOT_FOUND})
 @api_view(["GET"])
 @renderer_classes([AsciiJSONRenderer])
 def host_detail(request: Request, name: str) -> Response:
@@ -44,6 +50,9 @@ def host_detail(request: Request, name: str) -> Response:
     return Response(host_detail_dict(host, document, host.findings.open().most_severe_first()))
 
 
+@extend_schema(summary="A host's history for the charts", tags=["fleet"],
+               parameters=[query("range", "how far back (default 1h)", enum=list(series.RANGES))],
+               responses={200: ref("HostHistory"), **BAD_INPUT, **COMMON_ERRORS, **NOT_FOUND})
 @api_view(["GET"])
 @renderer_classes([AsciiJSONRenderer])
 def host_history(request: Request, name: str) -> Response:
@@ -55,6 +64,8 @@ def host_history(request: Request, name: str) -> Response:
     return Response(series.host_history(host, chart_range, timezone.now()))
 
 
+@extend_schema(summary="One process's recorded life", tags=["fleet"],
+               responses={200: ref("ProcessHistory"), **COMMON_ERRORS, **NOT_FOUND})
 @api_view(["GET"])
 @renderer_classes([AsciiJSONRenderer])
 def process_detail(request: Request, name: str, pid: int, start_time_ticks: int) -> Response:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.urls import reverse
+from drf_spectacular.utils import extend_schema
 from knox.models import get_token_model
 from rest_framework.decorators import api_view, renderer_classes
 from rest_framework.request import Request
@@ -21,6 +22,19 @@ from rest_framework.response import Response
 
 from gpuadmin.accounts import sudo
 from gpuadmin.api_json import AsciiJSONRenderer
+from gpuadmin.api_schema import (
+    BAD_INPUT,
+    BOOLEAN,
+    COMMON_ERRORS,
+    INTEGER,
+    NOT_FOUND,
+    STRING,
+    array_of,
+    body,
+    error,
+    query,
+    ref,
+)
 from gpuadmin.fleet.models import LatestSnapshot
 from gpuadmin.kills import changes, services
 from gpuadmin.kills.models import KillRequest
@@ -29,6 +43,8 @@ from gpuadmin.kills.services import BadInput, KillError
 from gpuadmin.kills.states import Status
 
 LIST_LIMIT = 200
+DECISION_RESPONSES = {200: ref("KillRequest"), **BAD_INPUT, **COMMON_ERRORS, **NOT_FOUND,
+                      409: error("the request's status does not allow this now")}
 
 
 def _error(error: KillError) -> Response:
@@ -68,6 +84,20 @@ def detail_dict(kill_request: KillRequest) -> dict[str, Any]:
     return kill_request_dict(kill_request, steps=True, targets_now=targets_now)
 
 
+@extend_schema(methods=["GET"], summary="Kill requests, newest first (at most 200)", tags=["kills"],
+               operation_id="kill_requests_list",
+               parameters=[query("status", "only this status", enum=list(Status.values)),
+                           query("host", "only this host")],
+               responses={200: array_of("KillRequest"), **BAD_INPUT, **COMMON_ERRORS})
+@extend_schema(methods=["POST"], summary="File a kill request (role requester)", tags=["kills"],
+               request=body({
+                   "host": STRING, "pid": INTEGER, "start_time_ticks": INTEGER,
+                   "include_descendants": BOOLEAN, "workload": STRING, "plan": {"type": "array"},
+                   "reason": STRING,
+               }, required=("host", "reason")),
+               responses={201: ref("KillRequest"), **BAD_INPUT, **COMMON_ERRORS, **NOT_FOUND,
+                          409: error("the process is already the target of an open request"),
+                          422: error("the rules refuse the target (PID 1, a zombie, protected...)")})
 @api_view(["GET", "POST"])
 @renderer_classes([AsciiJSONRenderer])
 def kill_requests(request: Request) -> Response:
@@ -102,6 +132,12 @@ def kill_requests(request: Request) -> Response:
     return Response([kill_request_dict(k) for k in found.order_by("-requested_at")[:LIST_LIMIT]])
 
 
+@extend_schema(summary="What a request would target, without filing it", tags=["kills"], parameters=[
+    query("host", "host name"), query("pid", "process id", kind=int),
+    query("start_time_ticks", "the process's start time in clock ticks", kind=int),
+    query("include_descendants", "true to list every descendant too"),
+    query("workload", "a workload key instead of a process (slurm_job:4242)"),
+], responses={200: ref("KillPreview"), **BAD_INPUT, **COMMON_ERRORS, **NOT_FOUND})
 @api_view(["GET"])
 @renderer_classes([AsciiJSONRenderer])
 def kill_request_preview(request: Request) -> Response:
@@ -122,6 +158,8 @@ def kill_request_preview(request: Request) -> Response:
     return Response(preview_dict(result))
 
 
+@extend_schema(summary="One kill request with its steps", tags=["kills"],
+               responses={200: ref("KillRequest"), **COMMON_ERRORS, **NOT_FOUND})
 @api_view(["GET"])
 @renderer_classes([AsciiJSONRenderer])
 def kill_request_detail(request: Request, pk: int) -> Response:
@@ -165,6 +203,8 @@ def _recent_authentication_missing(request: Request, pk: int) -> Response | None
     return Response({"error": message, "detail": message, "reauth_url": url}, status=403)
 
 
+@extend_schema(summary="Approve (role approver, not the requester)", tags=["kills"],
+               request=body({"allow_sigkill_only": BOOLEAN, "totp": STRING}), responses=DECISION_RESPONSES)
 @api_view(["POST"])
 @renderer_classes([AsciiJSONRenderer])
 def approve(request: Request, pk: str) -> Response:
@@ -182,12 +222,16 @@ def approve(request: Request, pk: str) -> Response:
     return _decide(int(pk), decision)
 
 
+@extend_schema(summary="Reject (role approver)", tags=["kills"], request=body({"reason": STRING}),
+               responses=DECISION_RESPONSES)
 @api_view(["POST"])
 @renderer_classes([AsciiJSONRenderer])
 def reject(request: Request, pk: str) -> Response:
     return _decide(int(pk), lambda: services.reject(int(pk), request.user, _reason(request)))
 
 
+@extend_schema(summary="Cancel (the requester, or an approver)", tags=["kills"],
+               request=body({"reason": STRING}), responses=DECISION_RESPONSES)
 @api_view(["POST"])
 @renderer_classes([AsciiJSONRenderer])
 def cancel(request: Request, pk: str) -> Response:

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -17,6 +18,33 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 HARNESS = Path(__file__).with_name("programs") / "harness.py"
 STARTED_LINE = re.compile(r"^gpuadmin: started (?P<name>.+) \(pid (?P<pid>\d+)\)$")
+
+
+HOSTS_QUERY = (
+    "SELECT h.name, s.document FROM fleet_host h LEFT JOIN fleet_latestsnapshot s ON s.host_id = h.id"
+)
+
+
+def hosts_in(env: dict[str, str]) -> dict[str, dict]:
+    """Host name -> latest snapshot document, read straight from the panel's database."""
+    if env.get("DATABASE_URL"):
+        import psycopg
+
+        with psycopg.connect(env["DATABASE_URL"]) as connection:
+            try:
+                rows = connection.execute(HOSTS_QUERY).fetchall()
+            except psycopg.errors.UndefinedTable:  # not migrated yet
+                return {}
+        return {name: document or {} for name, document in rows}  # jsonb arrives decoded
+    database = Path(env["GPUADMIN_DATA_DIR"]) / "gpuadmin.sqlite3"
+    if not database.exists():
+        return {}
+    with sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=5) as connection:
+        try:
+            rows = connection.execute(HOSTS_QUERY).fetchall()
+        except sqlite3.OperationalError:  # not migrated yet
+            return {}
+    return {name: json.loads(document) if document else {} for name, document in rows}
 
 
 @dataclass(frozen=True)

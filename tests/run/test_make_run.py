@@ -14,7 +14,6 @@ import json
 import os
 import re
 import signal
-import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -24,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.run.helpers import REPO, SupervisedRun, in_groups_or_sessions, zombies_of
+from tests.run.helpers import REPO, SupervisedRun, hosts_in, in_groups_or_sessions, zombies_of
 from tests.services import free_port
 
 HOST = "run-test"
@@ -50,33 +49,6 @@ ENQUEUE_AFTER_RESTART = textwrap.dedent("""
     app.send_task(INGEST_SNAPSHOT, args=[signed_snapshot(snapshot(host="after-restart-host"))])
 """)
 WORKER = "worker (celery, with scheduler)"
-
-
-HOSTS_QUERY = (
-    "SELECT h.name, s.document FROM fleet_host h LEFT JOIN fleet_latestsnapshot s ON s.host_id = h.id"
-)
-
-
-def hosts_in(env: dict[str, str]) -> dict[str, dict]:
-    """Host name -> latest snapshot document, read straight from the panel's database."""
-    if env.get("DATABASE_URL"):
-        import psycopg
-
-        with psycopg.connect(env["DATABASE_URL"]) as connection:
-            try:
-                rows = connection.execute(HOSTS_QUERY).fetchall()
-            except psycopg.errors.UndefinedTable:  # not migrated yet
-                return {}
-        return {name: document or {} for name, document in rows}  # jsonb arrives decoded
-    database = Path(env["GPUADMIN_DATA_DIR"]) / "gpuadmin.sqlite3"
-    if not database.exists():
-        return {}
-    with sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=5) as connection:
-        try:
-            rows = connection.execute(HOSTS_QUERY).fetchall()
-        except sqlite3.OperationalError:  # not migrated yet
-            return {}
-    return {name: json.loads(document) if document else {} for name, document in rows}
 
 
 def wait_for_hosts(env: dict[str, str], names: set[str], timeout_seconds: float, run: SupervisedRun,
