@@ -14,6 +14,9 @@ from tests.browser.helpers import VIEWPORTS, axe_violations, sideways_scroll
 from tests.kills.helpers import file, lab_snapshot, store_snapshot
 from tests.people import make_person
 
+WIDE = """() => [...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right > window.innerWidth + 1)
+  .slice(0, 8).map(e => e.tagName + '.' + e.className + '#' + e.id + ' ' + Math.round(e.getBoundingClientRect().right) + ' ' + (e.textContent||'').slice(0,40))"""
+
 pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
 
 
@@ -48,7 +51,7 @@ def survey(page: Any, screenshot: Any, viewport: str, pages: dict[str, str]) -> 
         screenshot(page, f"{name}-{viewport}")
         found = axe_violations(page)
         if wider := sideways_scroll(page):
-            found.append(f"scrolls sideways by {wider} px")
+            found.append(f"scrolls sideways by {wider} px: {page.evaluate(WIDE)}")
         if found:
             problems[name] = found
     return problems
