@@ -100,7 +100,8 @@ RUN_AXE = """async () => {
   const results = await axe.run(document, {resultTypes: ["violations"]});
   return results.violations.map((v) => ({
     id: v.id, impact: v.impact, help: v.help,
-    nodes: v.nodes.slice(0, 5).map((n) => n.target.join(" ") + ": " + n.failureSummary.split("\\n").slice(1).join(" ")),
+    nodes: v.nodes.slice(0, 5).map(
+      (n) => n.target.join(" ") + ": " + n.failureSummary.split("\\n").slice(1).join(" ")),
   }));
 }"""
 
@@ -122,10 +123,23 @@ def axe_violations(page: Any) -> list[str]:
 PAGE_WIDTH = "() => ({scroll: document.documentElement.scrollWidth, window: window.innerWidth})"
 
 
+# The elements that reach past the window's right edge (to say what made a page too wide).
+PAST_THE_EDGE = """() => [...document.querySelectorAll("body *")]
+  .filter((e) => e.getBoundingClientRect().right > window.innerWidth + 1).slice(0, 8)
+  .map((e) => `${e.tagName.toLowerCase()}.${e.className} ends at ${Math.round(e.getBoundingClientRect().right)}`)"""
+
+
 def sideways_scroll(page: Any) -> int:
     """How many CSS pixels the page is wider than its window (0: no sideways scrolling)."""
     width = page.evaluate(PAGE_WIDTH)
     return max(0, width["scroll"] - width["window"])
+
+
+def too_wide(page: Any) -> str:
+    """"" when the page fits its window; else by how much, and which elements reach past it."""
+    if wider := sideways_scroll(page):
+        return f"scrolls sideways by {wider} px: " + "; ".join(page.evaluate(PAST_THE_EDGE))
+    return ""
 
 
 PHONE = {"width": 390, "height": 844}

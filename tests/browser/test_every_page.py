@@ -1,21 +1,19 @@
-"""Every page, at a phone's width (390 × 844) and a desktop's (1920 × 1080): axe-core finds no
+"""Every page, at a phone's width (390 x 844) and a desktop's (1920 x 1080): axe-core finds no
 violation of any impact, and the page never scrolls sideways. A screenshot of each is kept
-(tests/browser/conftest.py, ``screenshot``)."""
+(tests/browser/conftest.py, ``screenshot``); a failed login is announced and marks its fields."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
+from playwright.sync_api import expect
 
 from gpuadmin.accounts.roles import Role
 from gpuadmin.kills import services
-from tests.browser.helpers import VIEWPORTS, axe_violations, sideways_scroll
+from tests.browser.helpers import VIEWPORTS, axe_violations, too_wide
 from tests.kills.helpers import file, lab_snapshot, store_snapshot
 from tests.people import make_person
-
-WIDE = """() => [...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right > window.innerWidth + 1)
-  .slice(0, 8).map(e => e.tagName + '.' + e.className + '#' + e.id + ' ' + Math.round(e.getBoundingClientRect().right) + ' ' + (e.textContent||'').slice(0,40))"""
 
 pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
 
@@ -42,19 +40,29 @@ def a_lab_with_requests() -> dict[str, str]:
     }
 
 
+def problems_of(page: Any) -> list[str]:
+    """axe's violations on the page as it is, and whether it scrolls sideways."""
+    found = axe_violations(page)
+    if wide := too_wide(page):
+        found.append(wide)
+    return found
+
+
 def survey(page: Any, screenshot: Any, viewport: str, pages: dict[str, str]) -> dict[str, list[str]]:
-    """Each page's problems (axe's violations, sideways scrolling), by name; a screenshot of each."""
+    """Each page's problems, by name; a screenshot of each."""
     problems: dict[str, list[str]] = {}
     for name, path in pages.items():
         page.goto(path)
         page.wait_for_load_state("networkidle")
         screenshot(page, f"{name}-{viewport}")
-        found = axe_violations(page)
-        if wider := sideways_scroll(page):
-            found.append(f"scrolls sideways by {wider} px: {page.evaluate(WIDE)}")
-        if found:
+        if found := problems_of(page):
             problems[name] = found
     return problems
+
+
+def report(problems: dict[str, list[str]]) -> str:
+    lines = "\n".join(f"{name}:\n  " + "\n  ".join(found) for name, found in problems.items())
+    return f"{sum(map(len, problems.values()))} problems:\n{lines}"
 
 
 @pytest.mark.parametrize("viewport", list(VIEWPORTS))
@@ -62,16 +70,30 @@ def test_every_page_passes_axe_and_fits(open_page, new_context, live_server, scr
     pages = a_lab_with_requests()
     page = open_page(make_person("anna", Role.APPROVER, Role.REQUESTER), viewport=VIEWPORTS[viewport])
     problems = survey(page, screenshot, viewport, pages)
-    # The login page, as nobody.
+
+    # The login page, as nobody; then a wrong password: announced, and the fields marked invalid.
     anonymous = new_context(base_url=live_server.url, viewport=VIEWPORTS[viewport]).new_page()
     problems.update(survey(anonymous, screenshot, viewport, {"login": "/login/"}))
     anonymous.fill("#id_username", "anna")
     anonymous.fill("#id_password", "not the password")
     with anonymous.expect_navigation():
-        anonymous.click("button[type=submit]")
-    problems.update(survey(anonymous, screenshot, viewport, {}) or {})
-    found = axe_violations(anonymous)
-    if found:
+        anonymous.keyboard.press("Enter")
+    expect(anonymous.get_by_role("alert")).to_contain_text("did not match")
+    for field in ("#id_username", "#id_password"):
+        expect(anonymous.locator(field)).to_have_attribute("aria-invalid", "true")
+        expect(anonymous.locator(field)).to_have_attribute("aria-describedby", "login-error")
+    screenshot(anonymous, f"login-failed-{viewport}")
+    if found := problems_of(anonymous):
         problems["login-failed"] = found
-    report = "\n".join(f"{name}:\n  " + "\n  ".join(lines) for name, lines in problems.items())
-    assert not problems, f"{sum(map(len, problems.values()))} problems:\n{report}"
+
+    assert not problems, report(problems)
+
+
+def test_filing_a_request_is_announced(open_page):
+    store_snapshot(lab_snapshot())
+    page = open_page(make_person("rita", Role.REQUESTER))
+    page.goto("/kills/new/?host=gpu01&pid=4300&start=430000")
+    page.get_by_label("Reason").fill("holds GPU 1 since Friday, nobody answers")
+    with page.expect_navigation():
+        page.get_by_role("button", name="File the request").click()
+    expect(page.get_by_role("status")).to_contain_text("filed; it waits for an approver")
