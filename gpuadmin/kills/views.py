@@ -100,7 +100,8 @@ def _lists_context(request: HttpRequest, *, decided: int | None = None, error: s
     def row_error(k: KillRequest) -> str:
         return error if k.pk == decided else ""
 
-    rows = [_row_context(k, request.user, documents.get(k.host_id), error=row_error(k)) for k in open_requests]
+    rows = [_row_context(k, request.user, documents.get(k.host_id), error=row_error(k))
+            for k in open_requests]
     return {
         "pending_rows": [r for r in rows if r["kr"].status == Status.PENDING],
         "active_rows": [r for r in rows if r["kr"].status != Status.PENDING],

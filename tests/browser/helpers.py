@@ -126,7 +126,8 @@ PAGE_WIDTH = "() => ({scroll: document.documentElement.scrollWidth, window: wind
 # The elements that reach past the window's right edge (to say what made a page too wide).
 PAST_THE_EDGE = """() => [...document.querySelectorAll("body *")]
   .filter((e) => e.getBoundingClientRect().right > window.innerWidth + 1).slice(0, 8)
-  .map((e) => `${e.tagName.toLowerCase()}.${e.className} ends at ${Math.round(e.getBoundingClientRect().right)}`)"""
+  .map((e) => `${e.tagName.toLowerCase()}.${e.className} ends at ${
+    Math.round(e.getBoundingClientRect().right)}`)"""
 
 
 def sideways_scroll(page: Any) -> int:

@@ -21,6 +21,8 @@ from tests.people import make_person
 pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
 
 VIEWPORT_NAMES = list(VIEWPORTS)
+# No htmx request in flight and no swap settling.
+SWAPS_DONE = "() => !document.querySelector('.htmx-request, .htmx-swapping, .htmx-settling')"
 
 
 @pytest.fixture
@@ -34,7 +36,7 @@ def wait_for_polls(page: Any, path: str, count: int = 2) -> None:
         with page.expect_response(lambda r: r.url.split("?")[0].endswith(path)
                                   and r.request.headers.get("hx-request") == "true"):
             pass
-        page.wait_for_function("() => !document.querySelector('.htmx-request, .htmx-swapping, .htmx-settling')")
+        page.wait_for_function(SWAPS_DONE)
 
 
 @pytest.mark.parametrize("viewport", VIEWPORT_NAMES)

@@ -49,7 +49,8 @@ def pids(html: str) -> list[int]:
 
 
 def groups(html: str) -> dict[str, str]:
-    return dict(re.findall(r'<tr class="workload-group" id="[^"]*" data-workload="([^"]+)">(.*?)</tr>', html, re.S))
+    rows = r'<tr class="workload-group" id="[^"]*" data-workload="([^"]+)">(.*?)</tr>'
+    return dict(re.findall(rows, html, re.S))
 
 
 def test_the_filter_offers_each_job_and_container_once(viewer_client, lab_host):
