@@ -32,6 +32,8 @@ def a_lab_with_requests() -> dict[str, str]:
         "process": "/hosts/gpu01/processes/4120-412000/",
         "kill-list": "/kills/",
         "new-request": "/kills/new/?host=gpu01&pid=4120&start=412000",
+        "new-request-workload": "/kills/new/?host=gpu01&pid=4120&start=412000&include_descendants=on",
+        "new-request-zombie": "/kills/new/?host=gpu01&pid=4200&start=420000",
         "kill-request": f"/kills/{pending.pk}/",
         "kill-request-approved": f"/kills/{approved.pk}/",
         "audit": "/audit/",
