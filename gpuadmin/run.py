@@ -357,6 +357,8 @@ def prepare_database() -> tuple[str, Path]:
 
     django.setup()
     call_command("migrate", interactive=False, verbosity=1)
+    # The hashed, compressed static files the pages name (settings.STORAGES), fresh at every start.
+    call_command("collectstatic", interactive=False, verbosity=0)
     call_command("ensure_admin")
     # This box's own agent is trusted from the start: its key lies in our own data directory.
     from gpuadmin.keys import agent_signing_key

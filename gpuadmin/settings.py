@@ -142,10 +142,22 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = DATA_DIR / data_dir.STATIC_ROOT  # made by the data dir step (WhiteNoise warns without it)
-# WhiteNoise serves static/ straight from the finders, so `make run` needs no
-# collectstatic step and can never serve a stale copy; `collectstatic` into
-# STATIC_ROOT still works for a reverse proxy.
+# Pages name each static file by a hash of its content (css/gpuadmin.3f2a….css): collectstatic
+# writes those copies and their gzip twins into STATIC_ROOT, and WhiteNoise serves them compressed
+# and cached "forever" (ten years), since a change makes a new name. `make run` (gpuadmin/run.py)
+# and the web unit run collectstatic before serving. GPUADMIN_STATIC_HASHED=0 names the files
+# as they are: the tests do (Django's live server serves from the finders, which know no
+# hashed names), and so can a developer who edits the CSS without restarting.
+# WhiteNoise also serves static/ straight from the finders (unhashed names, max-age 60).
 WHITENOISE_USE_FINDERS = True
+STATIC_HASHED = env_bool("GPUADMIN_STATIC_HASHED", True)
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage" if STATIC_HASHED
+        else "django.contrib.staticfiles.storage.StaticFilesStorage",
+    },
+}
 
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False  # htmx reads it from the page, not the cookie

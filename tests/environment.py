@@ -34,6 +34,9 @@ def without_coverage() -> dict[str, str]:
 DATA_DIR = tempfile.mkdtemp(prefix="gpuadmin-test-data-")
 os.environ["GPUADMIN_DATA_DIR"] = DATA_DIR
 os.environ.pop("REDIS_URL", None)
+# Django's live server serves static files from the finders, which know no hashed names
+# (settings.STORAGES); tests/test_static_files.py runs collectstatic and checks the hashed ones.
+os.environ["GPUADMIN_STATIC_HASHED"] = "0"
 atexit.register(shutil.rmtree, DATA_DIR, True)
 prepare_data_dir(Path(DATA_DIR))
 CENTRAL_KEY = load_private_key(Path(DATA_DIR) / CENTRAL_SIGNING_KEY)

@@ -2,8 +2,9 @@
 htmx), one request's page with its live timeline, and the new-request form
 with its preview.
 
-The row and the timeline are partial templates used by the full pages and
-returned alone to htmx, so a refresh renders exactly what the page did.
+The list's sections and the timeline are partial templates used by the full
+pages and returned alone to htmx (their polls, and the list's inline
+decisions), so a refresh renders exactly what the page did.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from gpuadmin.kills.forms import KillRequestForm, parse_also
 from gpuadmin.kills.models import KillRequest
 from gpuadmin.kills.services import KillError, NotFound
 from gpuadmin.kills.states import OPEN, RELEASING, Status
-from gpuadmin.web.htmx import HTMX_STOP_POLLING, HtmxHttpRequest, vary_on_htmx, wants_fragment
+from gpuadmin.web.htmx import HTMX_STOP_POLLING, HtmxHttpRequest, poll_seconds, vary_on_htmx, wants_fragment
 
 TIMELINE_POLL_SECONDS = 2
 RECENT_FINAL_SHOWN = 50
@@ -74,7 +75,18 @@ def _row_context(kill_request: KillRequest, user: Any, document: dict[str, Any] 
 
 @require_GET
 @role_required(Role.VIEWER)
-def kill_requests(request: HttpRequest) -> HttpResponse:
+@vary_on_htmx()
+def kill_requests(request: HtmxHttpRequest) -> HttpResponse:
+    context = _lists_context(request)
+    if wants_fragment(request):  # the poll
+        return render(request, "kills/_request_lists.html", context)
+    return render(request, "kills/list.html", context)
+
+
+def _lists_context(request: HttpRequest, *, decided: int | None = None, error: str = "",
+                   notice: str = "") -> dict[str, Any]:
+    """The list's three sections; ``decided``: the request an inline decision just acted on, whose
+    row shows ``error`` (and the lists announce ``notice`` or ``error``)."""
     base = KillRequest.objects.shown()
     open_requests = list(
         base.filter(status__in=OPEN)
@@ -84,14 +96,21 @@ def kill_requests(request: HttpRequest) -> HttpResponse:
     recent = list(base.exclude(status__in=OPEN)
                   .order_by("-requested_at")[:RECENT_FINAL_SHOWN])
     documents = _latest_documents({k.host_id for k in open_requests if k.status == Status.PENDING})
-    rows = [_row_context(k, request.user, documents.get(k.host_id)) for k in open_requests]
-    context = {
+
+    def row_error(k: KillRequest) -> str:
+        return error if k.pk == decided else ""
+
+    rows = [_row_context(k, request.user, documents.get(k.host_id), error=row_error(k))
+            for k in open_requests]
+    return {
         "pending_rows": [r for r in rows if r["kr"].status == Status.PENDING],
         "active_rows": [r for r in rows if r["kr"].status != Status.PENDING],
-        "recent_rows": [_row_context(k, request.user, compare=False) for k in recent],
+        "recent_rows": [_row_context(k, request.user, compare=False, error=row_error(k)) for k in recent],
         "may_request": has_role(request.user, Role.REQUESTER),
+        "poll_seconds": poll_seconds(),
+        "decision_notice": notice,
+        "decision_error": error,
     }
-    return render(request, "kills/list.html", context)
 
 
 def _timeline_context(kill_request: KillRequest) -> dict[str, Any]:
@@ -221,7 +240,8 @@ def _plan_bounds() -> dict[str, int]:
 
 
 def _decided(request: HtmxHttpRequest, pk: int, action: str, do: Any) -> HttpResponse:
-    """Run one decision; answer htmx with the re-rendered row, a browser with a redirect."""
+    """Run one decision; answer htmx (the list) with the list's sections as they are now, the
+    request under its new status; a browser with a redirect."""
     error = notice = ""
     try:
         do()
@@ -229,9 +249,9 @@ def _decided(request: HtmxHttpRequest, pk: int, action: str, do: Any) -> HttpRes
     except KillError as exc:
         error = exc.message
     if wants_fragment(request):
-        kill_request = _get_or_404(pk)
-        row = _row_context(kill_request, request.user, error=error, notice=notice)
-        return render(request, "kills/_request_row.html", {"row": row})
+        _get_or_404(pk)
+        context = _lists_context(request, decided=pk, error=error, notice=notice)
+        return render(request, "kills/_request_lists.html", context)
     if error:
         messages.error(request, error)
     else:

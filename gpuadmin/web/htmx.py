@@ -3,7 +3,8 @@
 Every page region is one partial template that the full page includes and
 that is returned alone to htmx, so a view only decides *which* of the two to
 render: ``wants_fragment``. Responses vary on the headers that decide it
-(``vary_on_htmx``), and a poll is stopped with ``HTMX_STOP_POLLING``.
+(``vary_on_htmx``), a poll is stopped with ``HTMX_STOP_POLLING``, and polls
+come every ``poll_seconds()``.
 """
 
 from __future__ import annotations
@@ -11,12 +12,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from django.conf import settings
 from django.http import HttpRequest
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.middleware import HtmxDetails
 
 # htmx stops polling an element when its request is answered with this status.
 HTMX_STOP_POLLING = 286
+
+
+
+def poll_seconds() -> int:
+    """How often the live regions (host tables, fleet, the kill list) ask again: a probe interval,
+    since nothing they show changes faster than the snapshots arrive."""
+    return max(1, int(settings.GPUADMIN_PROBE_INTERVAL_SECONDS))
+
 
 # The request headers that decide page or fragment.
 PAGE_OR_FRAGMENT_HEADERS = ("HX-Request", "HX-History-Restore-Request")

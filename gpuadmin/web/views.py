@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 
-from django.conf import settings
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -29,6 +28,7 @@ from gpuadmin.web.htmx import (
     HTMX_STOP_POLLING,
     HtmxHttpRequest,
     fragment_target,
+    poll_seconds,
     vary_on_htmx,
     wants_fragment,
 )
@@ -41,8 +41,8 @@ HOST_PROCESSES_TARGET = "host-processes"
 HOST_HISTORY_TARGET = "host-history"
 
 
-def _poll_seconds() -> int:
-    return max(1, int(settings.GPUADMIN_PROBE_INTERVAL_SECONDS))
+# The fleet view's name for it (gpuadmin.web.htmx.poll_seconds).
+_poll_seconds = poll_seconds
 
 
 def _host_gone(request: HttpRequest, name: str) -> HttpResponse:

@@ -1,4 +1,5 @@
-"""Plain helpers of the browser tests: hostile command lines, the page guard, logging in and out.
+"""Plain helpers of the browser tests: hostile command lines, the page guard, logging in and out,
+axe-core and the page's width.
 
 The fixtures that use them are in conftest.py.
 """
@@ -6,6 +7,7 @@ The fixtures that use them are in conftest.py.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from tests.people import PASSWORD
@@ -84,3 +86,63 @@ def log_out(page: Any) -> None:
     with page.expect_navigation():
         page.click("text=Log out")
     assert page.url.endswith("/login/")
+
+
+# --- accessibility and layout --------------------------------------------------------------
+
+# axe-core 4.14.1, vendored for the tests only (tests/browser/vendor/axe-core/README.md).
+AXE_SCRIPT = Path(__file__).resolve().parent / "vendor" / "axe-core" / "axe.min.js"
+# An expression, not a function: Playwright evaluates it as it is ("void" makes sure of that).
+AXE_SOURCE = "void " + AXE_SCRIPT.read_text(encoding="utf-8")
+
+# Every rule axe runs by default (WCAG 2.0-2.2 A/AA and best practices), violations of any impact.
+RUN_AXE = """async () => {
+  const results = await axe.run(document, {resultTypes: ["violations"]});
+  return results.violations.map((v) => ({
+    id: v.id, impact: v.impact, help: v.help,
+    nodes: v.nodes.slice(0, 5).map(
+      (n) => n.target.join(" ") + ": " + n.failureSummary.split("\\n").slice(1).join(" ")),
+  }));
+}"""
+
+
+def axe_violations(page: Any) -> list[str]:
+    """axe-core's violations on the page as it is now, one line per rule (with up to five nodes).
+
+    The page's Content-Security-Policy forbids inline scripts (``add_script_tag`` makes one); what
+    Playwright evaluates through the DevTools protocol is not subject to it."""
+    if not page.evaluate("typeof window.axe !== 'undefined'"):
+        page.evaluate(AXE_SOURCE)
+    return [
+        f"{v['id']} ({v['impact']}): {v['help']} at {' | '.join(v['nodes'])}"
+        for v in page.evaluate(RUN_AXE)
+    ]
+
+
+# Wider than the window: the page scrolls sideways.
+PAGE_WIDTH = "() => ({scroll: document.documentElement.scrollWidth, window: window.innerWidth})"
+
+
+# The elements that reach past the window's right edge (to say what made a page too wide).
+PAST_THE_EDGE = """() => [...document.querySelectorAll("body *")]
+  .filter((e) => e.getBoundingClientRect().right > window.innerWidth + 1).slice(0, 8)
+  .map((e) => `${e.tagName.toLowerCase()}.${e.className} ends at ${
+    Math.round(e.getBoundingClientRect().right)}`)"""
+
+
+def sideways_scroll(page: Any) -> int:
+    """How many CSS pixels the page is wider than its window (0: no sideways scrolling)."""
+    width = page.evaluate(PAGE_WIDTH)
+    return max(0, width["scroll"] - width["window"])
+
+
+def too_wide(page: Any) -> str:
+    """"" when the page fits its window; else by how much, and which elements reach past it."""
+    if wider := sideways_scroll(page):
+        return f"scrolls sideways by {wider} px: " + "; ".join(page.evaluate(PAST_THE_EDGE))
+    return ""
+
+
+PHONE = {"width": 390, "height": 844}
+DESKTOP = {"width": 1920, "height": 1080}
+VIEWPORTS = {"phone": PHONE, "desktop": DESKTOP}

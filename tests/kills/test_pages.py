@@ -27,18 +27,36 @@ def test_the_list_shows_pending_first(lab, requester, approver, viewer):
     assert "Pending approval" in page
 
 
-def test_an_approver_approves_inline_and_gets_the_row_back(lab, requester, approver, sent,
-                                                          django_capture_on_commit_callbacks):
+def test_an_approver_approves_inline_and_gets_the_lists_back_with_the_row_moved(
+    lab, requester, approver, sent, django_capture_on_commit_callbacks
+):
     kill_request = file(requester, 4600)
     client = client_for(approver)
     assert f'hx-post="/kills/{kill_request.pk}/approve/"' in client.get("/kills/").content.decode()
     with django_capture_on_commit_callbacks(execute=True):
         response = client.post(f"/kills/{kill_request.pk}/approve/", **HTMX)
     assert response.status_code == 200
-    row = response.content.decode()
-    assert row.lstrip().startswith(f'<tr id="kill-request-{kill_request.pk}"')
-    assert "Approved" in row and "Approve</button>" not in row
+    lists = response.content.decode()
+    assert lists.lstrip().startswith('<div id="kill-request-lists"')
+    # The row is under "Approved and running" now, and "Pending approval" is empty.
+    assert lists.index('id="kill-requests-active"') < lists.index(f'<tr id="kill-request-{kill_request.pk}"')
+    assert 'id="kill-requests-pending-empty"' in lists
+    assert "Approved" in lists and "Approve</button>" not in lists
+    announced = f'class="decision-status"><p class="notice">Request #{kill_request.pk} approved.'
+    assert announced in lists
     assert refreshed(kill_request).status == Status.APPROVED
+
+
+def test_the_lists_poll_for_their_sections_alone(lab, requester, viewer):
+    kill_request = file(requester, 4600)
+    client = client_for(viewer)
+    page = client.get("/kills/").content.decode()
+    assert 'hx-get="/kills/" hx-trigger="every 10s"' in page
+    fragment = client.get("/kills/", **HTMX)
+    assert fragment.content.decode().lstrip().startswith('<div id="kill-request-lists"')
+    assert f'id="kill-request-{kill_request.pk}"' in fragment.content.decode()
+    assert "<html" not in fragment.content.decode()
+    assert "HX-Request" in fragment["Vary"]
 
 
 def test_a_second_inline_approval_shows_already_approved_in_the_row(

@@ -87,7 +87,8 @@ def test_pages_load_vendored_htmx_and_give_it_a_working_csrf_token(viewer):
     assert '<link rel="stylesheet" href="/static/css/gpuadmin.css">' in page
     assert finders.find("vendor/htmx/htmx-2.0.11.min.js") and finders.find("css/gpuadmin.css")
     assert "://" not in page  # nothing from another origin: labs are often offline
-    token = re.search(r"""<body hx-headers='\{"X-CSRFToken": "([A-Za-z0-9]+)"\}'>""", page).group(1)
+    body = r"""<body hx-ext="morph" hx-headers='\{"X-CSRFToken": "([A-Za-z0-9]+)"\}'>"""
+    token = re.search(body, page).group(1)
     # What htmx sends with its header is accepted where a missing one is refused.
     probe = reverse("host_probe", kwargs={"name": "gpu01"})
     assert client.post(probe).status_code == 403

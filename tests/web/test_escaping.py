@@ -58,7 +58,7 @@ def test_filtering_by_a_hostile_user_name_still_finds_the_process(viewer_client,
     shown = "<b>mallory</b>\\u202e"
     url = reverse("host_detail", kwargs={"name": "gpu66"})
     page = get(viewer_client, f"{url}?{urlencode({'user': shown})}")
-    assert '<tr data-pid="4242">' in page
+    assert ' data-pid="4242">' in page
     assert "\u202e" not in page
 
 

@@ -88,7 +88,7 @@ def test_the_prefilled_request_form_lists_every_orphan_and_a_reap_plan(requester
     html = client.get(
         reverse("kill_request_new"), {"host": "gpu01", "pid": 201, "start": 20100, "also": "202:20200"}
     ).content.decode()
-    targets = re.search(r'<table class="data preview-targets">.*?</table>', html, re.S).group(0)
+    targets = re.search(r'<table class="data preview-targets stack">.*?</table>', html, re.S).group(0)
     assert re.findall(r'<tr data-pid="(\d+)"', targets) == ["201", "202"]
     assert "descendant" not in targets  # named beside the first, not below it
     assert 'name="also" value="202:20200"' in html

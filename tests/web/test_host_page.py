@@ -29,11 +29,11 @@ def section(page: str, element_id: str) -> str:
 
 
 def process_pids(html: str) -> list[int]:
-    return [int(pid) for pid in re.findall(r'<tr data-pid="(\d+)">', html)]
+    return [int(pid) for pid in re.findall(r'<tr id="[^"]*" data-pid="(\d+)">', html)]
 
 
 def row_of(html: str, pid: int) -> str:
-    match = re.search(rf'<tr data-pid="{pid}">.*?</tr>', html, re.S)
+    match = re.search(rf'<tr id="[^"]*" data-pid="{pid}">.*?</tr>', html, re.S)
     assert match, f"no row for pid {pid}"
     return match.group(0)
 
@@ -64,7 +64,7 @@ def test_holders_table_lists_gpu_memory_and_device_file_holders_biggest_first(vi
     row = row_of(table, 101)
     assert "alice" in row
     assert "<div>GPU 0: 20 GiB</div>" in row
-    assert '<td class="mono" title="sleeping">S</td>' in row
+    assert '<td data-label="State" class="mono" title="sleeping">S</td>' in row
     assert ">3 h 12 min</td>" in row
     assert '>100</a> <span class="mono">launch</span>' in row  # parent pid (a link to its page) + name
     assert '<span class="cmdline">python train.py --lr 3e-4</span>' in row
@@ -189,7 +189,7 @@ def test_the_tables_poll_with_the_filter_form_included(viewer_client, busy, sett
     settings.GPUADMIN_PROBE_INTERVAL_SECONDS = 5
     page = page_of(viewer_client)
     assert (f'<div id="host-tables" hx-get="{URL}" hx-trigger="every 5s" '
-            'hx-include="#process-filters, #process-page" hx-target="this" hx-swap="outerHTML" '
+            'hx-include="#process-filters, #process-page" hx-target="this" hx-swap="morph" '
             'hx-disinherit="*">') in page
     assert 'hx-target="#host-processes"' in page and 'hx-push-url="true"' in page
 
@@ -203,7 +203,7 @@ def test_the_poll_returns_tables_and_summary_without_the_page(viewer_client, bus
     assert body.lstrip().startswith('<div id="host-tables"')
     for region in ("host-processes", "host-zombies", "host-orphans"):
         assert section(body, region) == section(full, region)
-    assert '<section id="host-summary" hx-swap-oob="true">' in body
+    assert '<section id="host-summary" hx-swap-oob="morph">' in body
     assert process_pids(section(body, "host-processes")) == [201, 202]
     assert {"HX-Request", "HX-Target"} <= {v.strip() for v in response["Vary"].split(",")}
 

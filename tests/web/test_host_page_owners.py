@@ -21,13 +21,13 @@ CID = "4f1c0ab2e3d5c6b7a8f9e0d1c2b3a4f5e6d7c8b9a0f1e2d3c4b5a6f7e8d9c0b1"
 
 def holder_row(client, pid: int) -> str:
     page = client.get(URL).content.decode()
-    match = re.search(rf'<tr data-pid="{pid}">.*?</tr>', page, re.S)
+    match = re.search(rf'<tr id="[^"]*" data-pid="{pid}">.*?</tr>', page, re.S)
     assert match, f"no row for pid {pid}"
     return match.group(0)
 
 
 def user_cell(row: str) -> str:
-    return re.findall(r"<td>.*?</td>", row, re.S)[0]
+    return re.findall(r'<td data-label="User">.*?</td>', row, re.S)[0]
 
 
 @pytest.mark.parametrize(("owner", "label"), [

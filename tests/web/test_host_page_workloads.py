@@ -45,11 +45,12 @@ def page(client, **params) -> str:
 
 
 def pids(html: str) -> list[int]:
-    return [int(p) for p in re.findall(r'<tr data-pid="(\d+)">', html)]
+    return [int(p) for p in re.findall(r'<tr id="[^"]*" data-pid="(\d+)">', html)]
 
 
 def groups(html: str) -> dict[str, str]:
-    return dict(re.findall(r'<tr class="workload-group" data-workload="([^"]+)">(.*?)</tr>', html, re.S))
+    rows = r'<tr class="workload-group" id="[^"]*" data-workload="([^"]+)">(.*?)</tr>'
+    return dict(re.findall(rows, html, re.S))
 
 
 def test_the_filter_offers_each_job_and_container_once(viewer_client, lab_host):

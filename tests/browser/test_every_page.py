@@ -1,0 +1,101 @@
+"""Every page, at a phone's width (390 x 844) and a desktop's (1920 x 1080): axe-core finds no
+violation of any impact, and the page never scrolls sideways. A screenshot of each is kept
+(tests/browser/conftest.py, ``screenshot``); a failed login is announced and marks its fields."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from playwright.sync_api import expect
+
+from gpuadmin.accounts.roles import Role
+from gpuadmin.kills import services
+from tests.browser.helpers import VIEWPORTS, axe_violations, too_wide
+from tests.kills.helpers import file, lab_snapshot, store_snapshot
+from tests.people import make_person
+
+pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
+
+
+def a_lab_with_requests() -> dict[str, str]:
+    """The lab host, one pending and one approved request; the pages to visit, by name."""
+    store_snapshot(lab_snapshot())
+    requester = make_person("rita", Role.REQUESTER)
+    approver = make_person("abe", Role.APPROVER, Role.REQUESTER)
+    pending = file(requester, 4300)
+    approved = file(requester, 4600, reason="evaluation hung since Friday; frees GPU 1")
+    services.approve(approved.pk, approver)
+    return {
+        "fleet": "/",
+        "host": "/hosts/gpu01/",
+        "process": "/hosts/gpu01/processes/4120-412000/",
+        "kill-list": "/kills/",
+        "new-request": "/kills/new/?host=gpu01&pid=4120&start=412000",
+        "new-request-workload": "/kills/new/?host=gpu01&pid=4120&start=412000&include_descendants=on",
+        "new-request-zombie": "/kills/new/?host=gpu01&pid=4200&start=420000",
+        "kill-request": f"/kills/{pending.pk}/",
+        "kill-request-approved": f"/kills/{approved.pk}/",
+        "audit": "/audit/",
+        "audit-requests": "/audit/?view=requests",
+        "notifications": "/notifications/",
+    }
+
+
+def problems_of(page: Any) -> list[str]:
+    """axe's violations on the page as it is, and whether it scrolls sideways."""
+    found = axe_violations(page)
+    if wide := too_wide(page):
+        found.append(wide)
+    return found
+
+
+def survey(page: Any, screenshot: Any, viewport: str, pages: dict[str, str]) -> dict[str, list[str]]:
+    """Each page's problems, by name; a screenshot of each."""
+    problems: dict[str, list[str]] = {}
+    for name, path in pages.items():
+        page.goto(path)
+        page.wait_for_load_state("networkidle")
+        screenshot(page, f"{name}-{viewport}")
+        if found := problems_of(page):
+            problems[name] = found
+    return problems
+
+
+def report(problems: dict[str, list[str]]) -> str:
+    lines = "\n".join(f"{name}:\n  " + "\n  ".join(found) for name, found in problems.items())
+    return f"{sum(map(len, problems.values()))} problems:\n{lines}"
+
+
+@pytest.mark.parametrize("viewport", list(VIEWPORTS))
+def test_every_page_passes_axe_and_fits(open_page, new_context, live_server, screenshot, viewport):
+    pages = a_lab_with_requests()
+    page = open_page(make_person("anna", Role.APPROVER, Role.REQUESTER), viewport=VIEWPORTS[viewport])
+    problems = survey(page, screenshot, viewport, pages)
+
+    # The login page, as nobody; then a wrong password: announced, and the fields marked invalid.
+    anonymous = new_context(base_url=live_server.url, viewport=VIEWPORTS[viewport]).new_page()
+    problems.update(survey(anonymous, screenshot, viewport, {"login": "/login/"}))
+    anonymous.fill("#id_username", "anna")
+    anonymous.fill("#id_password", "not the password")
+    with anonymous.expect_navigation():
+        anonymous.keyboard.press("Enter")
+    expect(anonymous.get_by_role("alert")).to_contain_text("did not match")
+    for field in ("#id_username", "#id_password"):
+        expect(anonymous.locator(field)).to_have_attribute("aria-invalid", "true")
+        expect(anonymous.locator(field)).to_have_attribute("aria-describedby", "login-error")
+    screenshot(anonymous, f"login-failed-{viewport}")
+    if found := problems_of(anonymous):
+        problems["login-failed"] = found
+
+    assert not problems, report(problems)
+
+
+def test_filing_a_request_is_announced(open_page):
+    store_snapshot(lab_snapshot())
+    page = open_page(make_person("rita", Role.REQUESTER))
+    page.goto("/kills/new/?host=gpu01&pid=4300&start=430000")
+    page.get_by_label("Reason").fill("holds GPU 1 since Friday, nobody answers")
+    with page.expect_navigation():
+        page.get_by_role("button", name="File the request").click()
+    expect(page.get_by_role("status")).to_contain_text("filed; it waits for an approver")

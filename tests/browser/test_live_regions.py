@@ -1,0 +1,123 @@
+"""Polled regions in a real browser, by keyboard, at a phone's and a desktop's width: a refresh
+keeps the focused link focused (and pointing at the same process), a half-typed reason stays, and
+the kill list shows each request under its status after a decision and as requests come and go.
+
+The poll interval is one second here (GPUADMIN_PROBE_INTERVAL_SECONDS); the tests wait for the
+polls' answers, never for a time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from playwright.sync_api import expect
+
+from gpuadmin.accounts.roles import Role
+from tests.browser.helpers import VIEWPORTS, sideways_scroll
+from tests.factories import proc
+from tests.kills.helpers import file, lab_snapshot, store_snapshot
+from tests.people import make_person
+
+pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
+
+VIEWPORT_NAMES = list(VIEWPORTS)
+# No htmx request in flight and no swap settling.
+SWAPS_DONE = "() => !document.querySelector('.htmx-request, .htmx-swapping, .htmx-settling')"
+
+
+@pytest.fixture
+def one_second_polls(settings: Any) -> None:
+    settings.GPUADMIN_PROBE_INTERVAL_SECONDS = 1
+
+
+def wait_for_polls(page: Any, path: str, count: int = 2) -> None:
+    """Wait until htmx has asked ``path`` again ``count`` times and swapped each answer in."""
+    for _ in range(count):
+        with page.expect_response(lambda r: r.url.split("?")[0].endswith(path)
+                                  and r.request.headers.get("hx-request") == "true"):
+            pass
+        page.wait_for_function(SWAPS_DONE)
+
+
+@pytest.mark.parametrize("viewport", VIEWPORT_NAMES)
+def test_a_focused_request_kill_link_survives_two_polls(open_page, one_second_polls, screenshot, viewport):
+    store_snapshot(lab_snapshot())
+    page = open_page(make_person("rita", Role.REQUESTER), viewport=VIEWPORTS[viewport])
+    page.goto("/hosts/gpu01/")
+    link = page.locator("#process-4300-430000 a.request-kill")
+    link.focus()
+    # The next snapshot: a process above it appears and memory changes, so the rows really move.
+    store_snapshot(lab_snapshot(replace={4600: proc(4600, user="carol", uid=1002, name="python",
+                                                    cmdline=["python", "eval.py"],
+                                                    gpu_memory={"GPU-sim-0001": 9 * 1024**3})}))
+    wait_for_polls(page, "/hosts/gpu01/")
+    expect(page.locator("#process-4600-460000")).to_contain_text("9 GiB")  # the poll did change the table
+    assert page.evaluate("document.activeElement.closest('tr') && document.activeElement.closest('tr').id") \
+        == "process-4300-430000"
+    screenshot(page, f"focus-kept-{viewport}")
+    with page.expect_navigation():
+        page.keyboard.press("Enter")
+    assert "/kills/new/?host=gpu01&pid=4300&start=430000" in page.url
+    expect(page.locator("h1")).to_contain_text("New kill request")
+
+
+def test_a_focused_sort_header_survives_a_poll_and_sorts(open_page, one_second_polls):
+    store_snapshot(lab_snapshot())
+    page = open_page(make_person("vic", Role.VIEWER))
+    page.goto("/hosts/gpu01/")
+    page.get_by_role("link", name="PID").focus()
+    wait_for_polls(page, "/hosts/gpu01/")
+    with page.expect_navigation():
+        page.keyboard.press("Enter")
+    assert "sort=pid" in page.url
+
+
+def test_the_skip_link_is_the_first_tab_and_goes_to_the_content(open_page):
+    store_snapshot(lab_snapshot())
+    page = open_page(make_person("vic", Role.VIEWER))
+    page.goto("/hosts/gpu01/")
+    page.keyboard.press("Tab")
+    expect(page.locator(":focus")).to_have_text("Skip to the content")
+    page.keyboard.press("Enter")
+    assert page.evaluate("document.activeElement.id") == "main"
+    page.keyboard.press("Tab")  # the first control of the page's content, not the top bar's
+    assert page.evaluate("document.getElementById('main').contains(document.activeElement)")
+    expect(page.locator(":focus")).to_have_text("Probe now")
+
+
+@pytest.mark.parametrize("viewport", VIEWPORT_NAMES)
+def test_approving_from_the_list_moves_the_row_and_the_list_stays_current(
+    open_page, one_second_polls, screenshot, viewport
+):
+    store_snapshot(lab_snapshot())
+    requester = make_person("rita", Role.REQUESTER)
+    first = file(requester, 4300)
+    second = file(requester, 4600, reason="evaluation hung since Friday")
+    page = open_page(make_person("abe", Role.APPROVER), viewport=VIEWPORTS[viewport])
+    page.goto("/kills/")
+    pending = page.locator("#kill-requests-pending")
+    active = page.locator("#kill-requests-active")
+    approve = pending.locator(f"#kill-request-{first.pk}").get_by_role("button", name="Approve")
+    # Reachable without scrolling sideways, at either width.
+    box = approve.bounding_box()
+    assert box is not None and box["x"] + box["width"] <= VIEWPORTS[viewport]["width"]
+    assert sideways_scroll(page) == 0
+    screenshot(page, f"before-approval-{viewport}")
+
+    # Typing a reason to reject the second one, then approving the first by keyboard.
+    reason = page.get_by_label(f"reason to reject #{second.pk}")
+    reason.fill("not y")
+    approve.focus()
+    page.keyboard.press("Enter")
+    expect(active.locator(f"#kill-request-{first.pk}")).to_contain_text("Approved")
+    expect(pending.locator(f"#kill-request-{first.pk}")).to_have_count(0)
+    expect(page.locator("#kill-request-decision")).to_have_text(f"Request #{first.pk} approved.")
+    screenshot(page, f"after-approval-{viewport}")
+
+    # A request filed elsewhere appears with the next poll; the half-typed reason is still there.
+    reason.focus()
+    third = file(requester, 4120, reason="a third one")
+    wait_for_polls(page, "/kills/")
+    expect(pending.locator(f"#kill-request-{third.pk}")).to_be_visible()
+    expect(reason).to_have_value("not y")
+    assert page.evaluate("document.activeElement.name") == "reason"
