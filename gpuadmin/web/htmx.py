@@ -18,6 +18,9 @@ from django_htmx.middleware import HtmxDetails
 # htmx stops polling an element when its request is answered with this status.
 HTMX_STOP_POLLING = 286
 
+# htmx swaps nothing when a request is answered with this status (a poll with nothing new).
+HTTP_NO_CONTENT = 204
+
 # The request headers that decide page or fragment.
 PAGE_OR_FRAGMENT_HEADERS = ("HX-Request", "HX-History-Restore-Request")
 
