@@ -148,8 +148,11 @@ class Host(models.Model):
     def awaiting_acceptance(self) -> bool:
         return bool(self.public_key) and self.key_accepted_at is None
 
-    # Only on hosts loaded by HostQuerySet.for_listing (an annotation, 0 = critical).
+    # Only on hosts loaded by HostQuerySet.for_listing (annotations; the rank: 0 = critical).
     worst_finding_rank: int
+    open_findings_critical: int
+    open_findings_warning: int
+    open_findings_info: int
 
     @property
     def is_online(self) -> bool:
