@@ -214,7 +214,7 @@ def _check_schema_version(document: dict[str, Any]) -> None:
 
 
 class _StrictIntegerCode(CodeGeneratorDraft07):
-    """fastjsonschema's draft-07 code, with draft-04's type check: 1.0 is not an integer (as _strict_integer)."""
+    """fastjsonschema's draft-07 code with draft-04's type check: 1.0 is no integer (as _strict_integer)."""
 
     def generate_type(self) -> None:
         CodeGeneratorDraft04.generate_type(self)

@@ -1,4 +1,4 @@
-"""The compiled schema check (fastjsonschema) is never more lenient than jsonschema, and valid snapshots pass it.
+"""The compiled schema check (fastjsonschema) is never more lenient than jsonschema; valid snapshots pass it.
 
 A document the fast check accepts is stored without asking jsonschema, so for
 every mutation here the fast check must refuse whatever jsonschema refuses.
