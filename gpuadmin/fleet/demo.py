@@ -1,10 +1,11 @@
 """A synthetic fleet through the real ingest path: ``manage.py demo_fleet`` and ``benchmarks/fleet.py``.
 
 Each demo host is what an agent would send: a snapshot document (schema 2)
-with launchers and their GPU workers, data loaders holding device files, on
-some hosts a leaky parent with zombie children, a pair of orphaned workers
-still holding memory, a process in D state, and memory no visible process
-accounts for. Each is signed with the host's own Ed25519 key and goes through
+with launchers and their GPU workers (one in ten moving its memory each
+round), data loaders holding device files, on some hosts a leaky parent
+with zombie children, a pair of orphaned workers still holding memory, a
+process in D state, and memory no visible process accounts for. Each is
+signed with the host's own Ed25519 key and goes through
 ``ingest.receive_snapshot``, as a message off the broker would: the first one
 offers the key (awaiting acceptance), ``trust.accept_host`` accepts it with
 the fingerprint (an audit event, as an approver's acceptance is), and from
@@ -48,6 +49,7 @@ GPU_MODEL = "NVIDIA H100 80GB HBM3 (demo)"
 BOOT_ID_PREFIX = "de300000-0000-4000-8000-"
 USERS = ["alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan", "judy"]
 WORKERS_PER_LAUNCHER = 8
+MEMORY_MOVES_FRACTION = 0.1
 # Processes on a real host that matter to nobody: counted, never listed (scope "matters").
 BACKGROUND_PROCESSES = 400
 CLOCK_TICKS_PER_SECOND = 100
@@ -167,8 +169,11 @@ class DemoHost:
                         argv=["python", "-m", "torch.utils.data", f"--worker={rank}"], gpu=gpu, devices=True,
                         job=job)
                     continue
-                # GPU memory moves a little each round (a busy fleet's figures do), in MiB steps.
-                memory = (2 + (pid % 7)) * GiB + rng.randrange(0, 512) * MiB
+                # A training process's memory mostly stays where its allocator put it; about one in
+                # ten grows or shrinks a little from one round to the next.
+                memory = (2 + (pid % 7)) * GiB + (pid % 13) * 64 * MiB
+                if rng.random() < MEMORY_MOVES_FRACTION:
+                    memory += rng.randrange(1, 512) * MiB
                 state = "D" if traits["d_state"] and launcher == 0 and rank == 0 else "S"
                 add(pid, ppid=parent, user_index=user_index, name="python", state=state,
                     reasons=["gpu"], argv=["python", "-u", "train.py", f"--local-rank={rank}"],
@@ -184,8 +189,12 @@ class DemoHost:
                 add(31_001 + rank, ppid=1, user_index=4, name="python", orphaned=True, pgid=31_000,
                     reasons=["gpu"], argv=["python", "worker.py", f"--rank={rank}"],
                     gpu=self.gpus - 1, memory=6 * GiB)
+        return self._document(procs, used, uuids, rng, taken_at)
+
+    def _document(self, procs: list[dict[str, Any]], used: list[int], uuids: list[str], rng: random.Random,
+                  taken_at: datetime | None) -> dict[str, Any]:
         attributed = list(used)
-        if traits["unattributed"]:
+        if self._traits["unattributed"]:
             for gpu in range(0, self.gpus, 3):  # memory the driver reports and no visible process holds
                 used[gpu] += (1 + gpu % 4) * GiB
         gpus = [{
