@@ -27,6 +27,7 @@ by tests/services.py's ``postgres_server``, fsync off as in the tests), with
 from __future__ import annotations
 
 import argparse
+import logging
 import multiprocessing
 import os
 import re
@@ -162,6 +163,7 @@ def run_database(args: argparse.Namespace, vendor: str, database_url: str | None
 
     from gpuadmin.fleet import demo
 
+    logging.disable(logging.WARNING)  # a thousand "host offered key" lines say nothing here
     hosts = demo.demo_hosts(settings.DATA_DIR, args.hosts, gpus=args.gpus, processes=args.processes)
     began = time.perf_counter()
     for host in hosts:
