@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import astuple, dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from urllib.parse import urlencode
 
@@ -52,6 +52,11 @@ VERSION_SEPARATOR = "."
 def _version(values: object) -> str:
     """A short fingerprint of ``values`` (their repr): 8 hex digits, to tell "changed" from "same"."""
     return hashlib.blake2b(repr(values).encode(), digest_size=4).hexdigest()
+
+
+def _fields_version(record: object) -> str:
+    """The version of a dataclass's fields (not dataclasses.astuple, which deep-copies every value)."""
+    return _version(tuple(getattr(record, f.name) for f in fields(record)))  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -147,7 +152,7 @@ class FleetRow:
 
     @property
     def version(self) -> str:
-        return _version(astuple(self))
+        return _fields_version(self)
 
 
 @dataclass(frozen=True)
@@ -203,7 +208,7 @@ class FleetSummary:
 
     @property
     def version(self) -> str:
-        return _version(astuple(self))
+        return _fields_version(self)
 
 
 @dataclass
