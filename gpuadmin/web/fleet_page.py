@@ -197,9 +197,10 @@ class FleetSummary:
             hosts_offline=hosts["fleet"] - hosts["online"],
             hosts_awaiting=hosts["awaiting"],
             gpus=gpus["count"],
-            memory_total_bytes=gpus["total"] or 0,
-            memory_used_bytes=gpus["used"] or 0,
-            memory_unattributed_bytes=gpus["unattributed"] or 0,
+            # int(): PostgreSQL sums bigints as numeric, which arrives as a Decimal.
+            memory_total_bytes=int(gpus["total"] or 0),
+            memory_used_bytes=int(gpus["used"] or 0),
+            memory_unattributed_bytes=int(gpus["unattributed"] or 0),
             findings_critical=severities.get(Finding.Severity.CRITICAL, 0),
             findings_warning=severities.get(Finding.Severity.WARNING, 0),
             findings_info=severities.get(Finding.Severity.INFO, 0),
