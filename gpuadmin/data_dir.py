@@ -47,6 +47,8 @@ DEMO_SIMULATED_GPUS = "simulated-gpus.json"
 CENTRAL_SIGNING_KEY = "central_signing_key"
 # An agent's Ed25519 key, which signs its snapshots and kill reports.
 AGENT_SIGNING_KEY = "agent_signing_key"
+# The master key of `manage.py demo_fleet`'s synthetic hosts (gpuadmin/fleet/demo.py), made on first use.
+DEMO_FLEET_KEY = "demo_fleet_key"
 # The embedded broker's folder (used when REDIS_URL is not set); gpuadmin/broker/filesystem.py
 # makes its own subfolders in it (docs/broker.md).
 BROKER = "broker"

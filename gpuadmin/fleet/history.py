@@ -65,6 +65,9 @@ _LIFE_UPDATE_FIELDS = [
     "memory_rising_from_bytes",
 ]
 
+# What a life's upsert would change other than when it was last seen.
+_LIFE_COMPARED_FIELDS = [name for name in _LIFE_UPDATE_FIELDS if name != "last_seen_at"]
+
 
 def matters_by_itself(row: ProcessRow) -> bool:
     """A process worth a life of its own in history (not mere family of one)."""
@@ -139,16 +142,45 @@ def record_process_lives(
             lives[key] = _extended(life, current, host=host, boot_id=boot_id, taken_at=taken_at)
 
     if lives:
-        ProcessLife.objects.bulk_create(
-            lives.values(),
-            update_conflicts=True,
-            unique_fields=["host", "boot_id", "pid", "start_time_ticks"],
-            update_fields=_LIFE_UPDATE_FIELDS,
-        )
+        changed, unchanged_ids = _split_unchanged(known, lives)
+        if changed:
+            ProcessLife.objects.bulk_create(
+                changed,
+                update_conflicts=True,
+                unique_fields=["host", "boot_id", "pid", "start_time_ticks"],
+                update_fields=_LIFE_UPDATE_FIELDS,
+            )
+        for start in range(0, len(unchanged_ids), _PIDS_PER_QUERY):
+            ProcessLife.objects.filter(pk__in=unchanged_ids[start : start + _PIDS_PER_QUERY]).update(
+                last_seen_at=taken_at
+            )
         _record_points(known, lives, taken_at=taken_at)
     for start in range(0, len(gone_ids), _PIDS_PER_QUERY):
         ProcessLife.objects.filter(pk__in=gone_ids[start : start + _PIDS_PER_QUERY]).update(gone_at=taken_at)
     return list(lives.values())
+
+
+def _split_unchanged(
+    known: Mapping[LifeKey, ProcessLife], lives: Mapping[LifeKey, ProcessLife]
+) -> tuple[list[ProcessLife], list[int]]:
+    """The lives to upsert, and the ids of those where only last_seen_at moved.
+
+    Most processes that matter are steady from one snapshot to the next (a
+    training job's memory stays where its allocator put it): for them one
+    UPDATE of last_seen_at replaces rewriting every column (benchmarks/fleet.py).
+    """
+    changed: list[ProcessLife] = []
+    unchanged_ids: list[int] = []
+    for key, life in lives.items():
+        before = known.get(key)
+        if before is not None and all(
+            getattr(life, name) == getattr(before, name) for name in _LIFE_COMPARED_FIELDS
+        ):
+            life.pk = before.pk
+            unchanged_ids.append(before.pk)
+        else:
+            changed.append(life)
+    return changed, unchanged_ids
 
 
 def _record_points(

@@ -92,14 +92,15 @@ def receive_snapshot(message: Any, *, received_at: datetime | None = None) -> Ho
         raise
     host_name = document["host"]["name"]
     try:
-        host = trust.admit(host_name, opened, received_at=received_at)
+        # One transaction per snapshot: the key check and the storing, under one lock of the host row.
+        with transaction.atomic():
+            if trust.admit(host_name, opened, received_at=received_at) is None:
+                return None  # awaiting acceptance: nothing of it is stored
+            return ingest_document(document, received_at=received_at)
     except trust.MessageRejected as rejected:
         trust.reject_message(SnapshotRejection.MessageKind.SNAPSHOT, rejected.reason, host_name=host_name,
                              size_bytes=len(opened.text), received_at=received_at)
         raise SnapshotRejected(rejected.reason, host_name=host_name) from None
-    if host is None:
-        return None  # awaiting acceptance: nothing of it is stored
-    return ingest_document(document, received_at=received_at)
 
 
 def _claimed_host_name(message: Any) -> str:

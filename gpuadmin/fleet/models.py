@@ -8,12 +8,12 @@ device holder, zombie, D state) — never one row per process per snapshot.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Count, Prefetch, Q
+from django.db.models import Case, Count, FilteredRelation, IntegerField, Prefetch, Q, Value, When
 from django.utils import timezone
 
 # The read side's queries, named once (as NetBox's querysets and healthchecks'
@@ -33,27 +33,54 @@ class HostQuerySet(models.QuerySet):
     def for_listing(self) -> HostQuerySet:
         """Fleet hosts with their present GPUs and open-finding counts, in two queries.
 
-        Each host gets ``present_gpus`` (list, by index) and ``open_findings_<severity>``
-        counts, so listing N hosts never loads a snapshot document or runs a query per host.
-        Hosts awaiting acceptance are left out (``fleet()``).
+        Each host gets ``present_gpus`` (list, by index), ``open_findings_<severity>``
+        counts and ``worst_finding_rank`` (0 = a critical finding is open; one past the
+        last severity when none is), so listing N hosts never loads a snapshot document
+        or runs a query per host. Only open findings are joined (a FilteredRelation: the
+        join's condition, served by the (host, resolved_at) index), so years of resolved
+        findings cost nothing here. Hosts awaiting acceptance are left out (``fleet()``).
         """
-        open_finding = Q(findings__resolved_at__isnull=True)
         counts = {
             f"open_findings_{severity.value}": Count(
-                "findings", filter=open_finding & Q(findings__severity=severity.value)
+                "open_finding", filter=Q(open_finding__severity=severity.value)
             )
             for severity in Finding.Severity
         }
+        ranked = sorted(Finding.Severity, key=lambda s: s.rank)
+        worst = Case(
+            *[When(**{f"open_findings_{s.value}__gt": 0}, then=Value(s.rank)) for s in ranked],
+            default=Value(len(ranked)),
+            output_field=IntegerField(),
+        )
         present = Prefetch("gpus", queryset=Gpu.objects.filter(present=True).order_by("index"),
                            to_attr="present_gpus")
-        return self.fleet().annotate(**counts).prefetch_related(present)
+        return (
+            self.fleet()
+            .alias(open_finding=FilteredRelation("findings", condition=Q(findings__resolved_at__isnull=True)))
+            .annotate(**counts)
+            .annotate(worst_finding_rank=worst)
+            .prefetch_related(present)
+        )
 
     def named(self, name: str) -> Host | None:
         return self.filter(name=name).first()
 
-    def worst_finding_first(self) -> list[Host]:
-        """``for_listing()`` hosts, those with the most severe open finding first, then by name."""
-        return sorted(self.for_listing(), key=lambda host: (host.worst_finding_rank, host.name))
+    def worst_finding_first(self) -> HostQuerySet:
+        """``for_listing()`` hosts, those with the most severe open finding first, then by name.
+
+        Ordered in SQL, so a page of it (LIMIT/OFFSET) loads only that page's hosts."""
+        return self.for_listing().order_by("worst_finding_rank", "name")
+
+    def online(self, now: datetime | None = None) -> HostQuerySet:
+        """Hosts seen within the offline window (``Host.is_online`` as a query)."""
+        return self.filter(last_seen_at__gte=(now or timezone.now()) - Host.offline_after())
+
+    def offline(self, now: datetime | None = None) -> HostQuerySet:
+        return self.exclude(pk__in=self.online(now).values("pk"))
+
+    def with_open_finding(self, kind: str) -> HostQuerySet:
+        """Hosts with an open finding of ``kind``."""
+        return self.filter(pk__in=Finding.objects.open().filter(kind=kind).values("host_id"))
 
 
 class Host(models.Model):
@@ -121,15 +148,11 @@ class Host(models.Model):
     def awaiting_acceptance(self) -> bool:
         return bool(self.public_key) and self.key_accepted_at is None
 
-    @property
-    def worst_finding_rank(self) -> int:
-        """The rank (0 = critical) of its most severe open finding; one past the last with none.
-        Needs ``for_listing()``'s counts."""
-        ranked = sorted(Finding.Severity, key=lambda s: s.rank)
-        for severity in ranked:
-            if getattr(self, f"open_findings_{severity.value}", 0):
-                return severity.rank
-        return len(ranked)
+    # Only on hosts loaded by HostQuerySet.for_listing (annotations; the rank: 0 = critical).
+    worst_finding_rank: int
+    open_findings_critical: int
+    open_findings_warning: int
+    open_findings_info: int
 
     @property
     def is_online(self) -> bool:

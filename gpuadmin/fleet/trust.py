@@ -189,7 +189,7 @@ def _open_rejected_finding(host: Host, kind: SnapshotRejection.MessageKind, reas
 
 
 def accept_host(name: str, *, actor: Any = None, actor_name: str = "", expected_fingerprint: str = "",
-                public_key: str = "") -> Host:
+                public_key: str = "", ask_for_snapshot: bool = True) -> Host:
     """Trust the key the host offered (or ``public_key``, enrolling a host before it sent anything).
 
     ``expected_fingerprint`` must match when given: the approver compares the
@@ -227,7 +227,8 @@ def accept_host(name: str, *, actor: Any = None, actor_name: str = "", expected_
         if actor_name and actor is None:
             details["by"] = actor_name
         log.record(Action.HOST_ACCEPTED, actor=actor, host_name=host.name, details=details)
-    transaction.on_commit(lambda: _probe_soon(host.name), robust=True)
+    if ask_for_snapshot:  # not when the caller sends one next (manage.py demo_fleet has no agent to ask)
+        transaction.on_commit(lambda: _probe_soon(host.name), robust=True)
     return host
 
 

@@ -63,6 +63,10 @@ class KillRequestQuerySet(models.QuerySet):
         """With the host and the targets, which every page and API answer about a request reads."""
         return self.select_related("host").prefetch_related("targets")
 
+    def pending(self) -> KillRequestQuerySet:
+        """Requests waiting for an approver's decision (the fleet page counts them)."""
+        return self.filter(status=Status.PENDING)
+
     def late(self, now: datetime) -> KillRequestQuerySet:
         """Requests that waited too long and are to expire: ``KillRequest.is_late`` as a query."""
         return self.filter(

@@ -120,7 +120,7 @@ class ProcessQuery:
             owner=owner if len(owner) <= OWNER_FILTER_MAX_CHARS and owner.isprintable() else "",
             group=GROUP_BY_WORKLOAD if params.get("group") == GROUP_BY_WORKLOAD else "",
             sort=sort,
-            page=_page_param(params.get("page", "")),
+            page=page_param(params.get("page", "")),
         )
 
     @property
@@ -162,7 +162,8 @@ class ProcessQuery:
         return urlencode(replace(self, page=number).params())
 
 
-def _page_param(raw: str) -> int:
+def page_param(raw: str) -> int:
+    """A ``?page=`` value as a page number (1 when not a number; huge ones mean the last page)."""
     raw = raw.strip()
     if not (raw.isascii() and raw.isdigit()):
         return 1

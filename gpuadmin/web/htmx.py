@@ -27,6 +27,8 @@ def poll_seconds() -> int:
     since nothing they show changes faster than the snapshots arrive."""
     return max(1, int(settings.GPUADMIN_PROBE_INTERVAL_SECONDS))
 
+# htmx swaps nothing when a request is answered with this status (a poll with nothing new).
+HTTP_NO_CONTENT = 204
 
 # The request headers that decide page or fragment.
 PAGE_OR_FRAGMENT_HEADERS = ("HX-Request", "HX-History-Restore-Request")

@@ -14,18 +14,21 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.templatetags.static import static
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from gpuadmin.accounts.permissions import role_required
 from gpuadmin.accounts.roles import Role, has_role
 from gpuadmin.fleet import series, trust
-from gpuadmin.fleet.models import Gpu, Host, LatestSnapshot
+from gpuadmin.fleet.models import Finding, Gpu, Host, LatestSnapshot
 from gpuadmin.fleet.probes import ProbeTooSoon, probe_now
 from gpuadmin.notify.directory import Directory
 from gpuadmin.web.finding_actions import finding_view
+from gpuadmin.web.fleet_page import STATUSES, FleetPage, FleetQuery, changes
 from gpuadmin.web.host_tables import SORT_DESCENDING_BY_DEFAULT, ProcessQuery, host_tables
 from gpuadmin.web.htmx import (
     HTMX_STOP_POLLING,
+    HTTP_NO_CONTENT,
     HtmxHttpRequest,
     fragment_target,
     poll_seconds,
@@ -54,11 +57,18 @@ def _host_gone(request: HttpRequest, name: str) -> HttpResponse:
 @role_required(Role.VIEWER)
 @vary_on_htmx()
 def fleet(request: HtmxHttpRequest) -> HttpResponse:
-    context = {"hosts": Host.objects.worst_finding_first(), "poll_seconds": _poll_seconds(),
-               "awaiting_hosts": _awaiting_for(request)}
-    if wants_fragment(request):
-        return render(request, "web/_fleet_hosts.html", context)
-    return render(request, "web/fleet.html", context)
+    """The page, or (htmx's poll, which says what it shows in ``seen``) only what changed since:
+    204 for nothing, else the changed rows and summary out of band (``gpuadmin.web.fleet_page``)."""
+    page = FleetPage.load(FleetQuery.from_params(request.GET), timezone.now())
+    context = {"fleet": page, "poll_seconds": _poll_seconds(), "statuses": STATUSES,
+               "finding_kinds": Finding.Kind.choices,
+               "offline_seconds": int(Host.offline_after().total_seconds())}
+    if not wants_fragment(request):
+        return render(request, "web/fleet.html", {**context, "awaiting_hosts": _awaiting_for(request)})
+    changed = changes(page, request.GET.get("seen", ""))
+    if changed.nothing:
+        return HttpResponse(status=HTTP_NO_CONTENT)
+    return render(request, "web/_fleet_changes.html", {**context, "changes": changed})
 
 
 @require_GET

@@ -1,19 +1,27 @@
 """The fleet overview: every host, online or not, with GPU bars, counts and findings."""
 
 import re
+from pathlib import Path
 
 import pytest
+from django.conf import settings
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from gpuadmin.fleet.models import Host
+from gpuadmin.fleet.models import Finding, Host
+from gpuadmin.web.fleet_page import PAGE_ROWS
 from tests.factories import GiB, gpu, proc
 from tests.fleet.helpers import make_offline, store, store_busy_host
+from tests.keys import enrol
+from tests.kills.helpers import file
 
 pytestmark = pytest.mark.django_db
 
 
 def host_row(page: str, name: str) -> str:
-    match = re.search(rf'<tr class="[^"]*" data-host="{re.escape(name)}">.*?</tr>', page, re.S)
+    row = rf'<tr id="host-row-\d+" class="[^"]*" data-host="{re.escape(name)}"[^>]*>.*?</tr>'
+    match = re.search(row, page, re.S)
     assert match, f"no row for {name}"
     return match.group(0)
 
@@ -90,36 +98,96 @@ def test_an_empty_fleet_explains_how_hosts_appear(viewer_client):
     assert "No host has sent a snapshot yet" in page
 
 
-def test_the_table_polls_itself_every_probe_interval(viewer_client, settings):
-    settings.GPUADMIN_PROBE_INTERVAL_SECONDS = 7
-    page = viewer_client.get(reverse("fleet")).content.decode()
-    assert (f'<section id="fleet-hosts" hx-get="{reverse("fleet")}" hx-trigger="every 7s" '
-            'hx-swap="outerHTML">') in page
+def queries_for_the_page(client, path: str, **headers: str) -> int:
+    client.get(path, **headers)  # warm the session
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get(path, **headers)
+    assert response.status_code == 200
+    return len(queries)
 
 
-def test_an_htmx_request_gets_only_the_table_partial(viewer_client):
-    store_busy_host("gpu01")
-    full = viewer_client.get(reverse("fleet"))
-    partial = viewer_client.get(reverse("fleet"), HTTP_HX_REQUEST="true")
-    assert partial.status_code == 200
-    body = partial.content.decode()
-    assert "<html" not in body
-    assert body.strip().startswith('<section id="fleet-hosts"')
-    assert body.strip() in full.content.decode()
-    assert "HX-Request" in partial["Vary"]
-
-
-def test_fifty_hosts_take_a_fixed_number_of_queries(viewer_client, django_assert_max_num_queries):
-    for n in range(50):
-        store(f"node{n:02d}", processes=[proc(10, gpu_memory={"GPU-sim-0000": GiB}, state="D")],
+def store_hosts(first: int, count: int) -> None:
+    for n in range(first, first + count):
+        store(f"node{n:03d}", processes=[proc(10, gpu_memory={"GPU-sim-0000": GiB}, state="D")],
               gpus=[gpu(0, used=2 * GiB), gpu(1)])
-    viewer_client.get(reverse("fleet"))  # warm the session
-    # session + user + groups (role check) + hosts with finding counts + their GPUs.
-    with django_assert_max_num_queries(5):
-        response = viewer_client.get(reverse("fleet"))
-    page = response.content.decode()
-    assert page.count('<tr class="host-online"') == 50
-    assert page.count('class="bar-attributed"') == 100
+
+
+def test_the_number_of_queries_does_not_grow_with_the_number_of_hosts(viewer_client):
+    store_hosts(0, 10)
+    with_ten = queries_for_the_page(viewer_client, reverse("fleet"))
+    poll_ten = queries_for_the_page(viewer_client, reverse("fleet"), HTTP_HX_REQUEST="true")
+    store_hosts(10, 50)
+    with_sixty = queries_for_the_page(viewer_client, reverse("fleet"))
+    poll_sixty = queries_for_the_page(viewer_client, reverse("fleet"), HTTP_HX_REQUEST="true")
+    assert with_sixty == with_ten
+    assert poll_sixty == poll_ten
+    # session, user, groups; summary: hosts, GPUs, findings, kill requests; page: count, hosts, GPUs.
+    assert with_sixty <= 11
+
+
+def test_a_page_shows_fifty_hosts_and_links_to_the_next(viewer_client):
+    store_hosts(0, 55)
+    first = viewer_client.get(reverse("fleet")).content.decode()
+    assert first.count('<tr id="host-row-') == PAGE_ROWS == 50
+    assert first.count('class="bar-attributed"') == 100
+    assert "Hosts 1\N{EN DASH}50 of 55" in first
+    assert '<a href="?page=2" rel="next">next page</a>' in first
+    second = viewer_client.get(reverse("fleet"), {"page": "2"}).content.decode()
+    assert re.findall(r'data-host="([^"]+)"', second) == [f"node{n:03d}" for n in range(50, 55)]
+    assert '<a href="?" rel="prev">previous page</a>' in second
+    past_the_end = viewer_client.get(reverse("fleet"), {"page": "99"}).content.decode()
+    assert "Hosts 51\N{EN DASH}55 of 55" in past_the_end
+
+
+def listed(client, **params: str) -> list[str]:
+    return re.findall(r'data-host="([^"]+)"', client.get(reverse("fleet"), params).content.decode())
+
+
+def test_filters_by_name_status_and_open_finding_kind(viewer_client):
+    store_busy_host("gpu-busy")  # orphans, unattributed memory, zombies
+    store("gpu-quiet")
+    make_offline(store("gpu-gone"))
+    assert listed(viewer_client, name="QUIET") == ["gpu-quiet"]
+    assert listed(viewer_client, status="offline") == ["gpu-gone"]
+    assert listed(viewer_client, status="online") == ["gpu-busy", "gpu-quiet"]
+    assert listed(viewer_client, kind=Finding.Kind.ORPHAN_GPU) == ["gpu-busy"]
+    assert listed(viewer_client, kind=Finding.Kind.ORPHAN_GPU, status="offline") == []
+    assert listed(viewer_client, status="sideways") == ["gpu-busy", "gpu-gone", "gpu-quiet"]  # no filter
+    page = viewer_client.get(reverse("fleet"), {"name": "nothing-like-it"}).content.decode()
+    assert "No host matches these filters." in page
+
+
+def test_paging_keeps_the_filters(viewer_client):
+    store_hosts(0, 52)
+    page = viewer_client.get(reverse("fleet"), {"name": "node", "status": "online"}).content.decode()
+    assert '<a href="?name=node&amp;status=online&amp;page=2" rel="next">next page</a>' in page
+
+
+def test_the_summary_counts_the_whole_fleet(viewer_client, requester):
+    busy = enrol(store_busy_host("gpu01"))
+    store("gpu02", gpus=[gpu(0, used=GiB)])  # 1 GiB unattributed: a warning
+    make_offline(store("gpu03", gpus=[]))
+    Host.objects.create(name="newcomer", public_key="x" * 43, key_fingerprint="SHA256:new")
+    file(requester, 101, host=busy.name)
+    page = viewer_client.get(reverse("fleet"), {"name": "gpu01"}).content.decode()  # filters: the table only
+    summary = re.search(r'<section id="fleet-summary".*?</section>', page, re.S).group(0)
+    assert '<span class="summary-online">2 online</span>' in summary
+    assert '<span class="summary-offline">1 offline</span>' in summary
+    assert '<span class="summary-awaiting">1 awaiting acceptance</span>' in summary
+    assert '<dd class="summary-gpus">3</dd>' in summary
+    # gpu01: 30 + 10 GiB used of 160, 2 + 2 unattributed; gpu02: 1 of 80, all unattributed.
+    assert '<span class="summary-used">41 GiB used of 240 GiB</span>' in summary
+    assert '<span class="summary-unattributed">5 GiB unattributed</span>' in summary
+    assert '<span class="badge badge-critical">1 critical</span>' in summary
+    assert '<span class="badge badge-warning">3 warning</span>' in summary
+    assert '<span class="badge badge-info">2 info</span>' in summary
+    assert ">1 pending approval</a>" in summary
+
+
+def test_every_gpu_bar_has_the_same_width_and_its_figures_beside_it():
+    css = (Path(settings.BASE_DIR) / "static" / "css" / "gpuadmin.css").read_text()
+    assert ".fleet-table .gpu-line { grid-template-columns: 3.5rem 10rem max-content; }" in css
+    assert ".fleet-table .gpu-line .bar { width: 10rem; min-width: 10rem; }" in css
 
 
 def test_hosts_are_ordered_by_their_worst_open_finding(viewer_client):

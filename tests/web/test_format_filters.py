@@ -72,7 +72,7 @@ def test_memory_bar_splits_used_memory_into_attributed_and_unattributed():
     bar = memory_bar(SimpleNamespace(index=0, memory_total_bytes=80 * GiB, memory_used_bytes=30 * GiB,
                                      memory_attributed_bytes=28 * GiB, utilization_percent=97))
     assert bar == {
-        "attributed_percent": "35.0", "unattributed_percent": "2.5", "used_percent": "38",
+        "index": "0", "attributed_percent": "35.0", "unattributed_percent": "2.5", "used_percent": "38",
         "used": "30 GiB", "total": "80 GiB", "unattributed": "2 GiB",
         "title": "GPU 0: 30 GiB used of 80 GiB; 2 GiB not attributed to any visible process; 97% busy",
     }
@@ -87,7 +87,7 @@ def test_memory_bar_never_shows_more_attributed_than_used_or_unknown_totals():
     unknown = memory_bar(SimpleNamespace(index=2, memory_total_bytes=None, memory_used_bytes=None,
                                          memory_attributed_bytes=0, utilization_percent=None))
     assert unknown == {
-        "attributed_percent": "0.0", "unattributed_percent": "0.0", "used_percent": "0",
+        "index": "2", "attributed_percent": "0.0", "unattributed_percent": "0.0", "used_percent": "0",
         "used": "—", "total": "—", "unattributed": "",
         "title": "GPU 2: — used of —; 0 bytes not attributed to any visible process",
     }

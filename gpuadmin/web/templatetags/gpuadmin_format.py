@@ -116,6 +116,7 @@ def memory_bar(gpu: Any) -> dict[str, str]:
     if utilization is not None:
         title += f"; {utilization}% busy"
     return {
+        "index": str(gpu.index),
         "attributed_percent": f"{attributed_percent:.1f}",
         "unattributed_percent": f"{unattributed_percent:.1f}",
         "used_percent": f"{percent_of(used, total):.0f}",

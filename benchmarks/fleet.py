@@ -1,0 +1,243 @@
+"""A fleet on one small server: ingest rate, and the fleet page at fleet size (issue 9).
+
+For each database (SQLite in a throwaway data directory; PostgreSQL started
+by tests/services.py's ``postgres_server``, fsync off as in the tests), with
+``gpuadmin.fleet.demo``'s synthetic hosts (the generator behind
+``manage.py demo_fleet``):
+
+1. enrolment: round 0 of every host through ``demo.send`` (signed snapshot ->
+   key offered -> accepted by fingerprint -> stored);
+2. steady ingest: a fresh signed snapshot per host, received by
+   ``ingest.receive_snapshot`` (what the central worker's ``ingest_snapshot``
+   task runs: verify the signature, check the host's key, validate, store in
+   one transaction under the host's row lock), first by one process, then by
+   ``--workers`` processes at once, each taking its share of the first
+   ``--rate-hosts`` hosts. Each
+   process signs its messages before the clock starts (signing is the
+   agents' work, not central's) and the broker is left out: this is central's
+   cost per snapshot;
+3. the fleet page through django.test.Client as a logged-in superuser (the
+   whole request path, no network): full page, a page filtered by finding
+   kind, page 20, and the htmx poll when nothing changed (204), after one
+   host's new snapshot, and after every host of the page sent one; median, p95,
+   bytes and queries. The probe interval is set to an hour, so that no host
+   goes offline (and changes its row) while the pages are measured.
+
+    python benchmarks/fleet.py [--hosts 1000] [--gpus 8] [--processes 200] [--workers 2]
+                               [--rate-hosts 300] [--repeats 30] [--database sqlite|postgresql|both]
+                               [--no-wait]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import multiprocessing
+import os
+import re
+import statistics
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from benchmarks.django_bench import setup_django, throwaway_data_dir  # noqa: E402
+from benchmarks.pages import percentile  # noqa: E402
+
+WARM_UP_REQUESTS = 2
+POLLER = re.compile(r'<div id="fleet-poll" hidden hx-get="([^"]+)"')
+
+
+@dataclass
+class Timed:
+    label: str
+    median_ms: float
+    p95_ms: float
+    status: int
+    bytes: int
+    queries: int
+
+
+def _ingest_share(hosts: list[Any], round_number: int, barrier: Any, results: Any) -> None:
+    """One central worker process: sign its hosts' snapshots, wait for the others, receive them all."""
+    from django.db import connections
+
+    from gpuadmin.fleet.ingest import receive_snapshot
+
+    connections.close_all()  # never share the parent's connection
+    messages = [host.message(round_number) for host in hosts]
+    barrier.wait()
+    for message in messages:
+        if receive_snapshot(message) is None:
+            raise RuntimeError("a demo host was not accepted")
+    results.put(len(messages))
+    connections.close_all()
+
+
+def ingest_round(hosts: list[Any], round_number: int, workers: int) -> float:
+    """Snapshots per second of one round received by ``workers`` processes at once."""
+    from django.db import connections
+
+    connections.close_all()
+    context = multiprocessing.get_context("fork")
+    barrier = context.Barrier(workers + 1)
+    results = context.Queue()
+    shares = [hosts[n::workers] for n in range(workers)]
+    processes = [context.Process(target=_ingest_share, args=(share, round_number, barrier, results))
+                 for share in shares]
+    for process in processes:
+        process.start()
+    barrier.wait()
+    began = time.perf_counter()
+    received = sum(results.get() for _ in processes)
+    elapsed = time.perf_counter() - began
+    for process in processes:
+        process.join()
+        if process.exitcode != 0:
+            raise RuntimeError(f"an ingest process exited with {process.exitcode}")
+    if received != len(hosts):
+        raise RuntimeError(f"received {received} of {len(hosts)} snapshots")
+    return len(hosts) / elapsed
+
+
+def time_get(client: Any, label: str, path: str, repeats: int, headers: dict[str, str], *,
+             expect: int = 200) -> tuple[Timed, Any]:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    timings = []
+    response = None
+    for n in range(WARM_UP_REQUESTS + repeats):
+        began = time.perf_counter()
+        response = client.get(path, **headers)
+        elapsed = time.perf_counter() - began
+        if response.status_code != expect:
+            raise RuntimeError(f"GET {path} ({label}) answered {response.status_code}, not {expect}")
+        if n >= WARM_UP_REQUESTS:
+            timings.append(elapsed)
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get(path, **headers)
+    return Timed(label, 1000 * statistics.median(timings), 1000 * percentile(timings, 0.95),
+                 response.status_code, len(response.content), len(queries)), response
+
+
+def poll_path(page: str) -> str:
+    import html
+
+    match = POLLER.search(page)
+    if not match:
+        raise RuntimeError("the fleet page has no poller")
+    return html.unescape(match.group(1))
+
+
+def measure_pages(client: Any, hosts: list[Any], round_number: int, repeats: int) -> list[Timed]:
+    from gpuadmin.fleet import demo
+
+    htmx = {"HTTP_HX_REQUEST": "true"}
+    rows = []
+    full, response = time_get(client, "fleet page", "/", repeats, {})
+    rows.append(full)
+    page = response.content.decode()
+    rows.append(time_get(client, "fleet page, kind=zombies", "/?kind=zombies", repeats, {})[0])
+    rows.append(time_get(client, "fleet page 20", "/?page=20", repeats, {})[0])
+    rows.append(time_get(client, "poll, nothing changed", poll_path(page), repeats, htmx, expect=204)[0])
+    # One host's new snapshot: its row (and the summary) come back, nothing else. A poll answered
+    # with changes is only once "changed": after it the client has the new version.
+    first = next(h for h in hosts if f'data-host="{h.name}"' in page)
+    demo.send(first, round_number)
+    # The same poll (the same "seen") again and again: the same answer each time.
+    timed, response = time_get(client, "poll, one host changed", poll_path(page), repeats, htmx)
+    rows.append(timed)
+    if response.content.decode().count("<tr id=") != 1:
+        raise RuntimeError("one changed host did not come back as one row")
+    for host in hosts:
+        if f'data-host="{host.name}"' in page:
+            demo.send(host, round_number + 1)
+    rows.append(time_get(client, "poll, every row changed", poll_path(page), repeats, htmx)[0])
+    return rows
+
+
+def run_database(args: argparse.Namespace, vendor: str, database_url: str | None) -> None:
+    from django.conf import settings
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    from gpuadmin.fleet import demo
+
+    logging.disable(logging.WARNING)  # a thousand "host offered key" lines say nothing here
+    hosts = demo.demo_hosts(settings.DATA_DIR, args.hosts, gpus=args.gpus, processes=args.processes)
+    print(f"\n== {vendor}: {args.hosts} hosts x {args.gpus} GPUs, {args.processes} processes each, "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start ==", flush=True)
+    began = time.perf_counter()
+    for host in hosts:
+        demo.send(host, 0)
+    print(f"enrolment (offer, accept, store): {len(hosts) / (time.perf_counter() - began):.0f} hosts/s",
+          flush=True)
+    measured = hosts[: args.rate_hosts]
+    for round_number, workers in enumerate(sorted({1, args.workers}), start=1):
+        rate = ingest_round(measured, round_number, workers)
+        print(f"ingest, {workers} process{'es' if workers > 1 else ''}, {len(measured)} snapshots: "
+              f"{rate:.0f} snapshots/s ({1000 * workers / rate:.1f} ms per snapshot per process)", flush=True)
+    admin = get_user_model().objects.create_superuser(f"bench-{uuid.uuid4().hex[:8]}",
+                                                     password=uuid.uuid4().hex)
+    client = Client()
+    client.force_login(admin)
+    pages = measure_pages(client, hosts, 3, args.repeats)
+    print(f"load average {os.getloadavg()[0]:.1f} at the end")
+    print(f"{'request':28}{'median ms':>10}{'p95 ms':>9}{'status':>8}{'bytes':>9}{'queries':>9}")
+    for r in pages:
+        print(f"{r.label:28}{r.median_ms:10.1f}{r.p95_ms:9.1f}{r.status:8}{r.bytes:9}{r.queries:9}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--hosts", type=int, default=1000)
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--processes", type=int, default=200)
+    parser.add_argument("--workers", type=int, default=2, help="ingest processes at once (after one alone)")
+    parser.add_argument("--rate-hosts", type=int, default=300,
+                        help="hosts whose fresh snapshots the ingest rate is measured on (after all enrol)")
+    parser.add_argument("--repeats", type=int, default=30, help="timed requests per page (after 2 warm-ups)")
+    parser.add_argument("--database", choices=["sqlite", "postgresql", "both"], default="both")
+    parser.add_argument("--no-wait", action="store_true", help="do not wait for running pytest processes")
+    args = parser.parse_args(argv)
+    print("command: python benchmarks/fleet.py " + " ".join(sys.argv[1:] if argv is None else argv))
+    if args.database in ("sqlite", "both"):
+        # Its own process: Django is set up once per process, on one database.
+        code = _in_child(args, "sqlite")
+        if code:
+            return code
+    if args.database in ("postgresql", "both"):
+        return _in_child(args, "postgresql")
+    return 0
+
+
+def _in_child(args: argparse.Namespace, vendor: str) -> int:
+    child = multiprocessing.get_context("fork").Process(target=_run_child, args=(args, vendor))
+    child.start()
+    child.join()
+    return child.exitcode or 0
+
+
+def _run_child(args: argparse.Namespace, vendor: str) -> None:
+    # An unchanged fleet: no host turns offline while the pages are measured, minutes after its
+    # snapshot (with the default 10 s interval, rows would change as hosts go offline one by one).
+    os.environ["GPUADMIN_PROBE_INTERVAL"] = "3600"
+    with throwaway_data_dir(f"gpuadmin-bench-fleet-{vendor}-", wait=not args.no_wait):
+        if vendor == "sqlite":
+            setup_django()
+            run_database(args, vendor, None)
+            return
+        from tests import services
+
+        with services.postgres_server() as server:
+            setup_django(server.url)
+            run_database(args, vendor, server.url)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

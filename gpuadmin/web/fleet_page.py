@@ -1,0 +1,275 @@
+"""The fleet page at any fleet size: a summary, a filtered page of hosts, and polls that send only changes.
+
+The view loads one page of hosts (``PAGE_ROWS``, ordered by worst open finding
+then name in SQL: ``Host.objects.worst_finding_first``) and the fleet's
+summary, in a fixed number of queries whatever the number of hosts.
+
+Every row is a ``FleetRow``: the values the row template shows and nothing
+else, so a row's ``version`` (a short hash of those values) changes exactly
+when what the row shows changes. The page's ``version`` strings together the
+summary's version, a version of the page's layout (which hosts, in which
+order, how many pages) and each row's version. The poll sends that string
+back (``?seen=``), and ``changes`` compares:
+
+- nothing changed: the view answers 204 and htmx swaps nothing;
+- some rows or the summary changed: only those, as out-of-band swaps by their
+  stable ids (``host-row-<pk>``), so an unchanged row (and a focused link in
+  it) is never replaced;
+- the layout changed (a host came, went or moved, the page count changed): the
+  whole table region.
+
+An online host's row shows no "last seen" time: it would change with every
+snapshot and make every row "changed" at every poll; "online" says it was seen
+within the offline window. An offline host's row shows when it was last seen.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from datetime import datetime
+from urllib.parse import urlencode
+
+from django.core.paginator import Page, Paginator
+from django.db.models import Count, F, Q, Sum
+from django.db.models.functions import Greatest
+
+from gpuadmin.fleet.models import Finding, Gpu, Host
+from gpuadmin.kills.models import KillRequest
+from gpuadmin.web.host_tables import page_param
+from gpuadmin.web.templatetags.gpuadmin_format import memory_bar
+
+PAGE_ROWS = 50
+NAME_FILTER_MAX_CHARS = 253  # a host name's longest
+STATUS_ONLINE = "online"
+STATUS_OFFLINE = "offline"
+STATUSES = {STATUS_ONLINE: "Online", STATUS_OFFLINE: "Offline"}
+# Parts of a version string; a version never contains it otherwise (hex digits only).
+VERSION_SEPARATOR = "."
+
+
+def _version(values: object) -> str:
+    """A short fingerprint of ``values`` (their repr): 8 hex digits, to tell "changed" from "same"."""
+    return hashlib.blake2b(repr(values).encode(), digest_size=4).hexdigest()
+
+
+def _fields_version(record: object) -> str:
+    """The version of a dataclass's fields (not dataclasses.astuple, which deep-copies every value)."""
+    return _version(tuple(getattr(record, f.name) for f in fields(record)))  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class FleetQuery:
+    """The page's filters and page number, from the query string (so a filtered view is a link)."""
+
+    name: str = ""
+    status: str = ""
+    kind: str = ""
+    page: int = 1
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, str]) -> FleetQuery:
+        status = params.get("status", "")
+        kind = params.get("kind", "")
+        return cls(
+            name=params.get("name", "").strip()[:NAME_FILTER_MAX_CHARS],
+            status=status if status in STATUSES else "",
+            kind=kind if kind in Finding.Kind.values else "",
+            page=page_param(params.get("page", "")),
+        )
+
+    @property
+    def is_filtered(self) -> bool:
+        return bool(self.name or self.status or self.kind)
+
+    def params(self, *, page: int | None = None) -> dict[str, str]:
+        page = self.page if page is None else page
+        values = {"name": self.name, "status": self.status, "kind": self.kind,
+                  "page": str(page) if page != 1 else ""}
+        return {k: v for k, v in values.items() if v}
+
+    def query_string(self, *, page: int | None = None) -> str:
+        return urlencode(self.params(page=page))
+
+    def hosts(self, now: datetime) -> Paginator:
+        hosts = Host.objects.worst_finding_first()
+        if self.name:
+            hosts = hosts.filter(name__icontains=self.name)
+        if self.status == STATUS_ONLINE:
+            hosts = hosts.online(now)
+        elif self.status == STATUS_OFFLINE:
+            hosts = hosts.offline(now)
+        if self.kind:
+            hosts = hosts.with_open_finding(self.kind)
+        return Paginator(hosts, PAGE_ROWS)
+
+
+@dataclass(frozen=True)
+class FleetRow:
+    """What one host's row shows (templates/web/_fleet_row.html reads only this)."""
+
+    pk: int
+    name: str
+    online: bool
+    last_seen_at: datetime | None  # only when offline (see the module's docstring)
+    never_seen: bool
+    last_error: str
+    gpu_data_available: bool
+    bars: tuple[tuple[tuple[str, str], ...], ...]  # memory_bar's items per present GPU, by index
+    gpu_process_count: int
+    zombie_count: int
+    findings_critical: int
+    findings_warning: int
+    findings_info: int
+
+    @classmethod
+    def of(cls, host: Host, now: datetime) -> FleetRow:
+        online = host.last_seen_at is not None and now - host.last_seen_at <= Host.offline_after()
+        return cls(
+            pk=host.pk,
+            name=host.name,
+            online=online,
+            last_seen_at=None if online else host.last_seen_at,
+            never_seen=host.last_seen_at is None,
+            last_error=host.last_error,
+            gpu_data_available=host.gpu_backend_available,
+            bars=tuple(tuple(sorted(memory_bar(g).items())) for g in host.present_gpus),
+            gpu_process_count=host.gpu_process_count,
+            zombie_count=host.zombie_count,
+            findings_critical=host.open_findings_critical,
+            findings_warning=host.open_findings_warning,
+            findings_info=host.open_findings_info,
+        )
+
+    @property
+    def gpu_bars(self) -> list[dict[str, str]]:
+        return [dict(bar) for bar in self.bars]
+
+    @property
+    def has_findings(self) -> bool:
+        return bool(self.findings_critical or self.findings_warning or self.findings_info)
+
+    @property
+    def version(self) -> str:
+        return _fields_version(self)
+
+
+@dataclass(frozen=True)
+class FleetSummary:
+    """The numbers above the table: the whole fleet's, whatever the filters."""
+
+    hosts_online: int
+    hosts_offline: int
+    hosts_awaiting: int
+    gpus: int
+    memory_total_bytes: int
+    memory_used_bytes: int
+    memory_unattributed_bytes: int
+    findings_critical: int
+    findings_warning: int
+    findings_info: int
+    kill_requests_pending: int
+
+    @classmethod
+    def of_fleet(cls, now: datetime) -> FleetSummary:
+        """Four queries, whatever the fleet's size."""
+        online_since = now - Host.offline_after()
+        fleet = Host.objects.fleet()
+        hosts = Host.objects.aggregate(
+            online=Count("pk", filter=Q(pk__in=fleet.values("pk"), last_seen_at__gte=online_since)),
+            fleet=Count("pk", filter=Q(pk__in=fleet.values("pk"))),
+            awaiting=Count("pk", filter=Q(pk__in=Host.objects.awaiting_acceptance().values("pk"))),
+        )
+        gpus = Gpu.objects.filter(present=True, host__in=fleet).aggregate(
+            count=Count("pk"),
+            total=Sum("memory_total_bytes"),
+            used=Sum("memory_used_bytes"),
+            # Gpu.memory_unattributed_bytes in SQL: used - attributed, never below 0.
+            unattributed=Sum(Greatest(F("memory_used_bytes") - F("memory_attributed_bytes"), 0)),
+        )
+        severities = dict(
+            Finding.objects.open().filter(host__in=fleet).order_by()
+            .values_list("severity").annotate(n=Count("pk")).values_list("severity", "n")
+        )
+        return cls(
+            hosts_online=hosts["online"],
+            hosts_offline=hosts["fleet"] - hosts["online"],
+            hosts_awaiting=hosts["awaiting"],
+            gpus=gpus["count"],
+            # int(): PostgreSQL sums bigints as numeric, which arrives as a Decimal.
+            memory_total_bytes=int(gpus["total"] or 0),
+            memory_used_bytes=int(gpus["used"] or 0),
+            memory_unattributed_bytes=int(gpus["unattributed"] or 0),
+            findings_critical=severities.get(Finding.Severity.CRITICAL, 0),
+            findings_warning=severities.get(Finding.Severity.WARNING, 0),
+            findings_info=severities.get(Finding.Severity.INFO, 0),
+            kill_requests_pending=KillRequest.objects.pending().count(),
+        )
+
+    @property
+    def version(self) -> str:
+        return _fields_version(self)
+
+
+@dataclass
+class FleetPage:
+    query: FleetQuery
+    summary: FleetSummary
+    page: Page
+    rows: list[FleetRow] = field(default_factory=list)
+
+    @classmethod
+    def load(cls, query: FleetQuery, now: datetime) -> FleetPage:
+        """The summary and the asked page (past the end: the last; the fleet may have shrunk)."""
+        page = query.hosts(now).get_page(query.page)
+        return cls(query, FleetSummary.of_fleet(now), page, [FleetRow.of(host, now) for host in page])
+
+    @property
+    def layout_version(self) -> str:
+        return _version(([row.pk for row in self.rows], self.page.number, self.page.paginator.num_pages,
+                         self.page.paginator.count))
+
+    @property
+    def version(self) -> str:
+        parts = [self.summary.version, self.layout_version, *(row.version for row in self.rows)]
+        return VERSION_SEPARATOR.join(parts)
+
+    @property
+    def poll_query_string(self) -> str:
+        """What the poll asks for: this very page, and what the client has of it."""
+        return urlencode({**self.query.params(page=self.page.number), "seen": self.version})
+
+    @property
+    def previous_page_link(self) -> str | None:
+        if not self.page.has_previous():
+            return None
+        return f"?{self.query.query_string(page=self.page.previous_page_number())}"
+
+    @property
+    def next_page_link(self) -> str | None:
+        if not self.page.has_next():
+            return None
+        return f"?{self.query.query_string(page=self.page.next_page_number())}"
+
+
+@dataclass(frozen=True)
+class Changes:
+    """What a poll must send: nothing, the whole table region, or only some rows and the summary."""
+
+    region: bool = False
+    summary: bool = False
+    rows: tuple[FleetRow, ...] = ()
+
+    @property
+    def nothing(self) -> bool:
+        return not (self.region or self.summary or self.rows)
+
+
+def changes(page: FleetPage, seen: str) -> Changes:
+    """Compare the page now with the version the client says it shows (``seen``; "" for nothing)."""
+    parts = seen.split(VERSION_SEPARATOR)
+    if len(parts) < 2 or parts[1] != page.layout_version or len(parts) != 2 + len(page.rows):
+        return Changes(region=True, summary=True)
+    changed = tuple(row for row, was in zip(page.rows, parts[2:], strict=True) if row.version != was)
+    return Changes(summary=parts[0] != page.summary.version, rows=changed)
