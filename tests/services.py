@@ -110,11 +110,21 @@ class RedisServer:
     process: subprocess.Popen
     directory: Path
     password: str = ""
+    argv: tuple[str, ...] = ()
 
     @property
     def url(self) -> str:
         credentials = f":{self.password}@" if self.password else ""
         return f"redis://{credentials}127.0.0.1:{self.port}/0"
+
+    def stop(self) -> None:
+        """Stop the server (a fault test's outage); ``start_again`` brings it back on the same port."""
+        stop_process_group(self.process)
+
+    def start_again(self) -> None:
+        """Start redis-server again on its port, empty: it keeps nothing on disk (--save "")."""
+        self.process = subprocess.Popen(list(self.argv), stdin=subprocess.DEVNULL, start_new_session=True)
+        wait_for_port(self.port, self.process, "redis-server", self.directory / "redis.log")
 
 
 @contextlib.contextmanager
@@ -130,11 +140,14 @@ def redis_server(password: str = "") -> Iterator[RedisServer]:
         *(["--requirepass", password] if password else []),
     ]
     process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True)
+    server: RedisServer | None = None
     try:
         wait_for_port(port, process, "redis-server", log_path)
-        yield RedisServer(port=port, process=process, directory=directory, password=password)
+        server = RedisServer(port=port, process=process, directory=directory, password=password,
+                             argv=tuple(argv))
+        yield server
     finally:
-        stop_process_group(process)
+        stop_process_group(server.process if server else process)
         shutil.rmtree(directory, ignore_errors=True)
 
 
