@@ -111,6 +111,7 @@ class RedisServer:
     directory: Path
     password: str = ""
     ca_file: Path | None = None  # set when the server speaks TLS only, with a certificate this CA signed
+    argv: tuple[str, ...] = ()
 
     @property
     def url(self) -> str:
@@ -120,6 +121,15 @@ class RedisServer:
             return f"redis://{credentials}127.0.0.1:{self.port}/0"
         return (f"rediss://{credentials}localhost:{self.port}/0"
                 f"?ssl_cert_reqs=required&ssl_ca_certs={self.ca_file}")
+
+    def stop(self) -> None:
+        """Stop the server (a fault test's outage); ``start_again`` brings it back on the same port."""
+        stop_process_group(self.process)
+
+    def start_again(self) -> None:
+        """Start redis-server again on its port, empty: it keeps nothing on disk (--save "")."""
+        self.process = subprocess.Popen(list(self.argv), stdin=subprocess.DEVNULL, start_new_session=True)
+        wait_for_port(self.port, self.process, "redis-server", self.directory / "redis.log")
 
 
 @contextlib.contextmanager
@@ -144,11 +154,14 @@ def redis_server(password: str = "", *, tls: bool = False) -> Iterator[RedisServ
         *(["--requirepass", password] if password else []),
     ]
     process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True)
+    server: RedisServer | None = None
     try:
         wait_for_port(port, process, "redis-server", log_path)
-        yield RedisServer(port=port, process=process, directory=directory, password=password, ca_file=ca_file)
+        server = RedisServer(port=port, process=process, directory=directory, password=password,
+                             ca_file=ca_file, argv=tuple(argv))
+        yield server
     finally:
-        stop_process_group(process)
+        stop_process_group(server.process if server else process)
         shutil.rmtree(directory, ignore_errors=True)
 
 

@@ -170,6 +170,24 @@ class LatestSnapshotQuerySet(models.QuerySet):
         """Only the document of the host's newest snapshot (None before its first)."""
         return self.filter(host=host).values_list("document", flat=True).first()
 
+    def clock_ahead_at_least(self, host: Host) -> timedelta:
+        """How far the host's clock ran ahead of central's (negative: behind) at its newest snapshot.
+
+        The document's own ``taken_at`` (the host's clock; LatestSnapshot.taken_at
+        is clamped to its arrival) minus central's ``received_at``. The snapshot
+        travelled for a while, so this is a lower bound of the real offset: an
+        order's deadline moved by it comes, on the host's clock, no later than
+        central's deadline (earlier by the snapshot's transit time, at most its
+        expiry). Zero before the first snapshot.
+        """
+        from gpuadmin.fleet.validation import document_taken_at
+
+        row = self.filter(host=host).values_list("document", "received_at").first()
+        taken_at = document_taken_at(row[0]) if row else None
+        if row is None or taken_at is None:
+            return timedelta(0)
+        return taken_at - row[1]
+
     def documents_by_host_id(self, host_ids: set[int]) -> dict[int, dict[str, Any]]:
         """The newest documents of several hosts in one query, keyed by host id."""
         return dict(self.filter(host_id__in=host_ids).values_list("host_id", "document"))

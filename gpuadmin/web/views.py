@@ -44,10 +44,6 @@ HOST_PROCESSES_TARGET = "host-processes"
 HOST_HISTORY_TARGET = "host-history"
 
 
-# The fleet view's name for it (gpuadmin.web.htmx.poll_seconds).
-_poll_seconds = poll_seconds
-
-
 def _host_gone(request: HttpRequest, name: str) -> HttpResponse:
     """A polled host that no longer exists: tell the page and stop the polling."""
     return render(request, "web/_host_gone.html", {"name": name}, status=HTMX_STOP_POLLING)
@@ -60,7 +56,7 @@ def fleet(request: HtmxHttpRequest) -> HttpResponse:
     """The page, or (htmx's poll, which says what it shows in ``seen``) only what changed since:
     204 for nothing, else the changed rows and summary out of band (``gpuadmin.web.fleet_page``)."""
     page = FleetPage.load(FleetQuery.from_params(request.GET), timezone.now())
-    context = {"fleet": page, "poll_seconds": _poll_seconds(), "statuses": STATUSES,
+    context = {"fleet": page, "poll_seconds": poll_seconds(), "statuses": STATUSES,
                "finding_kinds": Finding.Kind.choices,
                "offline_seconds": int(Host.offline_after().total_seconds())}
     if not wants_fragment(request):
@@ -101,7 +97,7 @@ def host_detail(request: HtmxHttpRequest, name: str) -> HttpResponse:
         "findings": [
             finding_view(f, host, may_request=may_request) for f in host.findings.open().most_severe_first()
         ],
-        "poll_seconds": _poll_seconds(),
+        "poll_seconds": poll_seconds(),
         "kill_request_new_url": kill_request_new_url,
         "sort_keys": list(SORT_DESCENDING_BY_DEFAULT),
         "sort_links": {key: query.sorted_by(key) for key in SORT_DESCENDING_BY_DEFAULT},

@@ -7,11 +7,14 @@ tests/integration/conftest.py and tests/browser/conftest.py.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -23,7 +26,7 @@ from django.db import connection
 from kombu import Connection
 
 from gpuadmin.celery import app
-from tests.services import RedisServer, stop_process_group
+from tests.services import RedisServer, free_port, stop_process_group
 
 REPO = Path(__file__).resolve().parents[2]
 UNREACHABLE_DATABASE = "postgresql://nobody@127.0.0.1:1/none"
@@ -126,3 +129,68 @@ def publish_to(monkeypatch):
         monkeypatch.setattr(app, "send_task", via_broker)
 
     return _publish_to
+
+
+class TcpProxy:
+    """A loopback TCP proxy to a server, for outages: ``down()`` refuses and cuts every connection
+    (as a stopped server does), ``up()`` listens again on the same port.
+
+    Used where stopping the real server would take the test's own database with it.
+    """
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.port = free_port()
+        self._listener: socket.socket | None = None
+        self._connections: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self.up()
+
+    def up(self) -> None:
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def down(self) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            with contextlib.suppress(OSError):
+                listener.shutdown(socket.SHUT_RDWR)
+            listener.close()
+        with self._lock:
+            connections, self._connections = self._connections, []
+        for connection_socket in connections:
+            with contextlib.suppress(OSError):
+                connection_socket.shutdown(socket.SHUT_RDWR)
+            connection_socket.close()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return  # down()
+            try:
+                server = socket.create_connection(("127.0.0.1", self.target_port))
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._connections += [client, server]
+            for source, sink in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for each in (source, sink):
+                with contextlib.suppress(OSError):
+                    each.shutdown(socket.SHUT_RDWR)

@@ -32,10 +32,10 @@ def test_the_order_is_self_contained_signed_and_valid_for_the_agent(approved, se
     (name, args, options), = sent
     assert name == EXECUTE_KILL_ORDER
     assert options["queue"] == "host.gpu01"
-    assert options["expires"] == approved.start_deadline
     # The agent's own check: central's signature (the key it pins), its host, its deadline.
     order = verify_order(args[0], central_key=settings.GPUADMIN_CENTRAL_PUBLIC_KEY, host_name="gpu01",
                          now=time.time())
+    assert options["expires"] == datetime.fromisoformat(order["host_deadline"])
     assert order["order_version"] == ORDER_VERSION
     assert order["request_id"] == f"{approved.pk}-{approved.order_key}"
     assert order["host"] == "gpu01"

@@ -18,6 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from gpuadmin.audit.models import Action
+from gpuadmin.fleet.models import LatestSnapshot
 from gpuadmin.keys import central_signing_key
 from gpuadmin.kills.models import KillRequest
 from gpuadmin.kills.services._audit import audit
@@ -33,6 +34,17 @@ logger = logging.getLogger(__name__)
 PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
 
 
+def host_deadline(kill_request: KillRequest) -> datetime:
+    """The start deadline on the host's clock: central's, moved by the host's measured clock offset.
+
+    The agent compares only this with its own clock, so a host clock ahead of
+    central's does not expire a fresh order and one behind does not start a
+    late one (docs/kill-order.md, *Clocks*).
+    """
+    assert kill_request.start_deadline
+    return kill_request.start_deadline + LatestSnapshot.objects.clock_ahead_at_least(kill_request.host)
+
+
 def build_order(kill_request: KillRequest) -> dict[str, Any]:
     """The order (docs/kill-order.md): everything the agent needs, nothing it must look up."""
     assert kill_request.start_deadline and kill_request.decided_at
@@ -42,6 +54,7 @@ def build_order(kill_request: KillRequest) -> dict[str, Any]:
         "host": kill_request.host.name,
         "boot_id": kill_request.boot_id,
         "deadline": wire_time(kill_request.start_deadline),
+        "host_deadline": wire_time(host_deadline(kill_request)),
         "targets": [
             {
                 "pid": t.pid,
@@ -82,8 +95,10 @@ def send_order(kill_request_id: int, *, now: datetime | None = None) -> bool:
     queue = host_queue(kill_request.host.name)
     try:
         message = seal(order, MessageKind.ORDER, central_signing_key())
+        # Celery's own expiry is checked by the agent's worker on the host's clock too.
+        expires = datetime.fromisoformat(order["host_deadline"])
         app.send_task(
-            EXECUTE_KILL_ORDER, args=[message], queue=queue, expires=kill_request.start_deadline,
+            EXECUTE_KILL_ORDER, args=[message], queue=queue, expires=expires,
             retry=True, retry_policy=PUBLISH_RETRY_POLICY,
         )
     except Exception as exc:  # any broker/transport failure: kombu, redis, socket errors

@@ -509,13 +509,14 @@ def execute_order(
         execution.writer = writer
         try:
             now = clock()
-            if now > parsed.deadline.timestamp():
+            if parsed.expired_at(now):
                 for tracked in execution.tracked:
                     tracked.detail = "not executed: the order expired"
-                deadline = wire_time(parsed.deadline.timestamp())
+                deadline = wire_time(parsed.host_deadline.timestamp())
                 return execution.finish(
                     Result.EXPIRED,
-                    f"received at {wire_time(now)}, after its start deadline {deadline}; nothing was done",
+                    f"received at {wire_time(now)}, after its start deadline {deadline} (both on this host's "
+                    "clock); nothing was done",
                 )
             execution.emit(
                 Event.STARTED,

@@ -23,6 +23,7 @@ from typing import Any, cast
 
 from gpuadmin.probe.kill.protocol import (
     ACCEPTED_ORDER_VERSIONS,
+    MAX_HOST_CLOCK_OFFSET_SECONDS,
     MAX_ORDER_WINDOW_SECONDS,
     REAP_SIGNAL,
     REQUEST_ID_PATTERN,
@@ -74,6 +75,16 @@ class Order:
     approved_by: str
     approved_at: str
     approved_at_time: datetime
+    # The start deadline on this host's own clock, as central estimated it from
+    # the host's last snapshot (``deadline`` moved by the host's clock offset);
+    # ``deadline`` itself when central sent none. Only this is compared with
+    # this host's clock, so a clock ahead or behind neither expires a fresh
+    # order nor runs a late one.
+    host_deadline: datetime
+
+    def expired_at(self, now: float) -> bool:
+        """Whether ``now`` (this host's clock) is past the order's start deadline."""
+        return now > self.host_deadline.timestamp()
 
     @property
     def asks_to_reap(self) -> bool:
@@ -211,17 +222,23 @@ def validate_order(order: Any) -> Order:
             f"(starting with a letter or digit); got {request_id!r}"
         )
     approved_at = _utc_time(order, "approved_at", "order")
+    deadline = _utc_time(order, "deadline", "order")
+    host_deadline = _utc_time(order, "host_deadline", "order") if "host_deadline" in order else deadline
+    if abs((host_deadline - deadline).total_seconds()) > MAX_HOST_CLOCK_OFFSET_SECONDS:
+        raise ValueError(f"order: 'host_deadline' is more than {MAX_HOST_CLOCK_OFFSET_SECONDS} s away from "
+                         "'deadline'; no clock offset that large is corrected")
     return Order(
         order_version=version,
         request_id=request_id,
         host=_text(order, "host", "order"),
         boot_id=_text(order, "boot_id", "order").strip(),
-        deadline=_utc_time(order, "deadline", "order"),
+        deadline=deadline,
         targets=_targets(_require(order, "targets", "order")),
         plan=_plan(_require(order, "plan", "order")),
         approved_by=_text(order, "approved_by", "order"),
         approved_at=approved_at.isoformat(),
         approved_at_time=approved_at,
+        host_deadline=host_deadline,
     )
 
 
@@ -262,7 +279,8 @@ def verify_order(message: Any, *, central_key: str | None, host_name: str, now: 
 
     In this order: a signed envelope; signed by central's pinned key (so not
     altered in any byte); a readable order of a version this agent runs; for
-    this host; now <= deadline; deadline - approved_at within
+    this host; now <= host_deadline (the deadline on this host's clock);
+    deadline - approved_at within
     MAX_ORDER_WINDOW_SECONDS. A replay inside that window is refused by the
     journal (same request id), outside it by the deadline.
     """
@@ -299,10 +317,10 @@ def verify_order(message: Any, *, central_key: str | None, host_name: str, now: 
     if parsed.host != host_name:
         raise refused(OrderRefusal.WRONG_HOST,
                       f"the order is for host {parsed.host[:253]!r}, this is {host_name!r}")
-    if now > parsed.deadline.timestamp():
+    if parsed.expired_at(now):
         moment = datetime.fromtimestamp(now, UTC).isoformat()
-        raise refused(OrderRefusal.EXPIRED,
-                      f"received at {moment}, after its deadline {parsed.deadline.isoformat()}")
+        raise refused(OrderRefusal.EXPIRED, f"received at {moment} (this host's clock), after its deadline "
+                      f"{parsed.host_deadline.isoformat()} (on this host's clock)")
     window = (parsed.deadline - parsed.approved_at_time).total_seconds()
     if window > MAX_ORDER_WINDOW_SECONDS:
         raise refused(OrderRefusal.WINDOW_TOO_LONG, f"its deadline is {window:.0f} s after its approval; "

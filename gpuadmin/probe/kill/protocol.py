@@ -29,6 +29,12 @@ ACCEPTED_ORDER_VERSIONS = frozenset({ORDER_VERSION})
 # replay within it), whatever central's settings say.
 MAX_ORDER_WINDOW_SECONDS = 3600
 
+# An order's ``host_deadline`` (its deadline moved onto the host's clock) may
+# differ from its ``deadline`` by at most this much: a host whose clock is
+# further off refuses the order as malformed (safe: nothing runs) rather than
+# let a signature stretch an order's life.
+MAX_HOST_CLOCK_OFFSET_SECONDS = 3600
+
 # The signals a plan may use: the three that end a process, in escalation order,
 # then SIGCHLD, which ends nothing. A plan of one SIGCHLD step "asks to reap": it
 # nudges a parent that left zombies behind to wait() for them. It never

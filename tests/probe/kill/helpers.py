@@ -76,8 +76,10 @@ def make_order(
     plan: list[dict[str, Any]] | None = None,
     request_id: str | None = None,
     deadline: datetime | None = None,
+    host_deadline: datetime | None = None,
 ) -> dict[str, Any]:
     now = datetime.now(UTC)
+    extra = {"host_deadline": host_deadline.isoformat().replace("+00:00", "Z")} if host_deadline else {}
     return {
         "order_version": ORDER_VERSION,
         "request_id": request_id or f"t-{uuid.uuid4().hex[:12]}",
@@ -88,6 +90,7 @@ def make_order(
         "plan": plan if plan is not None else [dict(step) for step in FAST_PLAN],
         "approved_by": "bob",
         "approved_at": now.isoformat(),
+        **extra,
     }
 
 

@@ -9,6 +9,8 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
 from gpuadmin.probe.journal import Journal
 from gpuadmin.probe.kill import execute_order
 from tests.probe.kill.helpers import Processes, Reports, SignalSpy, make_order, target_for, wait_until
@@ -148,3 +150,56 @@ def test_a_different_order_under_a_known_request_id_is_refused_as_a_conflict(
     assert result["event"] == "order_refused" and result["reason"] == "conflict"
     assert "differs from the order recorded" in result["detail"]
     assert signal_spy.sent == [] and trainer.alive()
+
+
+def test_the_same_order_delivered_ten_times_runs_once(
+    processes: Processes, journal: Journal, signal_spy: SignalSpy
+) -> None:
+    trainer = processes.start("trainer.py", "SIGINT=ignore", "SIGTERM=exit")
+    order = make_order([target_for(trainer.pid)])
+
+    results = [execute_order(order, journal=journal, report=Reports()) for _ in range(10)]
+
+    assert [result["duplicate"] for result in results] == [False] + [True] * 9
+    assert {result["result"] for result in results} == {"succeeded"}
+    assert [name for _pid, name in signal_spy.sent] == ["SIGINT", "SIGTERM"]  # one ladder
+    assert trainer.signals() == ["SIGINT", "SIGTERM"]
+
+
+@pytest.mark.parametrize("skew_seconds", [600, -600])
+def test_a_host_clock_ten_minutes_off_runs_a_fresh_order_and_never_a_late_one(
+    skew_seconds: int, processes: Processes, journal: Journal, signal_spy: SignalSpy
+) -> None:
+    """Central sends the deadline on the host's clock too (host_deadline); only that is compared."""
+    deadline = datetime.now(UTC) + timedelta(minutes=2)
+    host_deadline = deadline + timedelta(seconds=skew_seconds)
+
+    def host_clock() -> float:
+        return time.time() + skew_seconds
+
+    late = processes.start("trainer.py")
+    late_order = make_order([target_for(late.pid)], deadline=deadline, host_deadline=host_deadline)
+    after_deadline = execute_order(late_order, journal=journal, report=Reports(),
+                                   clock=lambda: host_deadline.timestamp() + 0.001)
+    assert after_deadline["result"] == "expired"
+    assert "both on this host's clock" in after_deadline["detail"]
+    assert signal_spy.sent == [] and late.alive()
+
+    fresh = processes.start("trainer.py", "SIGINT=exit")
+    order = make_order([target_for(fresh.pid)], deadline=deadline, host_deadline=host_deadline)
+    result = execute_order(order, journal=journal, report=Reports(), clock=host_clock)
+    assert result["result"] == "succeeded"
+    assert fresh.signals() == ["SIGINT"]
+
+
+def test_without_host_deadline_the_deadline_itself_is_compared(
+    processes: Processes, journal: Journal, signal_spy: SignalSpy
+) -> None:
+    trainer = processes.start("trainer.py")
+    deadline = datetime.now(UTC) + timedelta(minutes=2)
+    order = make_order([target_for(trainer.pid)], deadline=deadline)
+    assert "host_deadline" not in order
+
+    result = execute_order(order, journal=journal, report=Reports(), clock=lambda: deadline.timestamp() + 1)
+
+    assert result["result"] == "expired" and signal_spy.sent == []
