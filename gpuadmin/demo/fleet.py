@@ -19,6 +19,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from gpuadmin.demo.claims import GiB, scenario_dir
+from gpuadmin.probe.owners import owner_from_cgroup
 from gpuadmin.probe.signing import (
     MessageKind,
     create_private_key_file,
@@ -28,6 +29,12 @@ from gpuadmin.probe.signing import (
 )
 
 KEYS_FOLDER = "host-keys"
+# /proc/<pid>/cgroup as a Slurm job step and a Docker container leave it (the layouts the probe's
+# tests build as real cgroups): the owners come from the probe's own reading of them, so the
+# host pages show a job and a container exactly as a real agent would report them.
+SLURM_JOB_CGROUP = "0::/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0\n"
+CONTAINER_CGROUP = "0::/system.slice/docker-" + "c0ffee" * 10 + "beef.scope\n"
+CGROUP_OF_PID = {41001: SLURM_JOB_CGROUP, 41002: SLURM_JOB_CGROUP, 42001: CONTAINER_CGROUP}
 BOOT_TIME = "2026-01-05T07:00:00Z"
 
 
@@ -87,6 +94,7 @@ def enrol_all() -> None:
 def _process(pid: int, ppid: int, user: str, argv: tuple[str, ...], *, state: str = "S",
              gpu: tuple[str, int] | None = None) -> dict[str, Any]:
     zombie = state == "Z"
+    owner = owner_from_cgroup(CGROUP_OF_PID[pid]) if pid in CGROUP_OF_PID else None
     return {
         "pid": pid, "ppid": ppid, "state": state, "start_time_ticks": pid * 100,
         "uid": 1000 + sum(map(ord, user)), "user": user, "name": (argv[0] if argv else "preprocess.py")[:15],
@@ -94,7 +102,9 @@ def _process(pid: int, ppid: int, user: str, argv: tuple[str, ...], *, state: st
         "cmdline_sha256": hashlib.sha256(b"".join(a.encode() + b"\0" for a in argv)).hexdigest(),
         "rss_bytes": 0 if zombie else 2 * GiB,
         "pgid": ppid if zombie else pid, "sid": ppid if zombie else pid,
-        "container_id": None, "owner": None, "elapsed_seconds": 3600.0, "kernel_thread": False,
+        "container_id": owner.container_id if owner is not None else None,
+        "owner": owner.as_document() if owner is not None else None,
+        "elapsed_seconds": 3600.0, "kernel_thread": False,
         "orphaned": False, "reasons": ["gpu"] if gpu else ["zombie"] if zombie else [],
         "gpu_memory_bytes": {gpu[0]: gpu[1]} if gpu else {}, "device_files": [],
     }
