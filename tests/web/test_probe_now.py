@@ -53,7 +53,7 @@ def test_probe_now_explains_a_broker_failure_instead_of_failing(viewer_client):
         parked.rename(queue)
     assert response.status_code == 200
     page = response.content.decode()
-    assert '<li class="message message-error">Could not ask gpu01 for a probe:' in page
+    assert '<div class="message message-error" role="alert">Could not ask gpu01 for a probe:' in page
 
 
 def test_probe_now_for_an_unknown_host_is_404(viewer_client):
