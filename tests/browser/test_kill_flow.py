@@ -17,19 +17,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 from django.contrib.sessions.backends.db import SessionStore
-from django.db import connection
 
 from gpuadmin.accounts import sudo
 from gpuadmin.accounts.roles import Role
 from gpuadmin.audit.models import AuditEvent
-from gpuadmin.celery import host_queue
-from gpuadmin.data_dir import prepare_data_dir
 from gpuadmin.fleet.models import LatestSnapshot
 from gpuadmin.kills.models import KillRequest
 from tests.browser.helpers import (
@@ -41,8 +37,7 @@ from tests.browser.helpers import (
     log_in,
     log_out,
 )
-from tests.integration.helpers import UNREACHABLE_DATABASE, GiB, database_url_for_workers, write_gpus
-from tests.keys import accept, install_agent_key
+from tests.integration.helpers import GiB, start_central_and_agent, wait_until, write_gpus
 from tests.kills.helpers import TRAINER
 from tests.people import PASSWORD, make_person
 
@@ -58,16 +53,6 @@ def start_hostile_trainer(directory: Path) -> subprocess.Popen:
     child = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
     assert child.stdout is not None and child.stdout.readline().strip() == "ready"
     return child
-
-
-def wait_for(what: str, check, workers) -> object:
-    deadline = time.monotonic() + TIMEOUT_SECONDS
-    while time.monotonic() < deadline:
-        if found := check():
-            return found
-        time.sleep(0.2)
-    logs = "\n\n".join(f"--- {w.name}\n{w.log[-4000:]}" for w in workers)
-    raise AssertionError(f"timed out waiting for {what}\n{logs}")
 
 
 def age_login(context, seconds: float) -> None:
@@ -97,21 +82,9 @@ def test_request_reauthenticate_approve_and_watch_the_target_go(  # noqa: PLR091
     gpus_file = tmp_path / "gpus.json"
     write_gpus(gpus_file, {trainer.pid: 6 * GiB})
     publish_to(redis_server.url)
-    prepare_data_dir(tmp_path / "agent-data")  # as on a GPU host, before its agent starts
-    install_agent_key(tmp_path / "agent-data", host_name)
-    accept(host_name)  # enrolled beforehand, with the key its agent signs with
     try:
-        on_sqlite = connection.vendor == "sqlite"
-        central_database = {} if on_sqlite else {"DATABASE_URL": database_url_for_workers()}
-        central = start_worker("central", "central", GPUADMIN_HOST_NAME=f"central-{host_name}",
-                               **central_database)
-        agent = start_worker(
-            "agent", host_queue(host_name), GPUADMIN_HOST_NAME=host_name,
-            GPUADMIN_DATA_DIR=str(tmp_path / "agent-data"), DATABASE_URL=UNREACHABLE_DATABASE,
-            GPUADMIN_GPU_BACKEND="simulated", GPUADMIN_SIMULATED_GPUS=str(gpus_file),
-        )
-        workers = [central, agent]
-        wait_for("the trainer in a snapshot", lambda: any(
+        workers = start_central_and_agent(start_worker, host_name, tmp_path, gpus_file)
+        wait_until("the trainer in a snapshot", lambda: any(
             p["pid"] == trainer.pid
             for s in LatestSnapshot.objects.filter(host__name=host_name)
             for p in s.document["processes"]), workers)

@@ -194,3 +194,26 @@ class TcpProxy:
             for each in (source, sink):
                 with contextlib.suppress(OSError):
                     each.shutdown(socket.SHUT_RDWR)
+
+
+def start_central_and_agent(start_worker: Callable[..., Worker], host_name: str, tmp_path: Path,
+                            gpus_file: Path) -> list[Worker]:
+    """Central's worker and one agent for ``host_name`` on the simulated GPUs in ``gpus_file``, its
+    data directory and key prepared as on a GPU host and its key accepted beforehand."""
+    from gpuadmin.celery import host_queue
+    from gpuadmin.data_dir import prepare_data_dir
+    from tests.keys import accept, install_agent_key
+
+    agent_data = tmp_path / "agent-data"
+    prepare_data_dir(agent_data)
+    install_agent_key(agent_data, host_name)
+    accept(host_name)
+    central_database = {} if connection.vendor == "sqlite" else {"DATABASE_URL": database_url_for_workers()}
+    central = start_worker("central", "central", GPUADMIN_HOST_NAME=f"central-{host_name}",
+                           **central_database)
+    agent = start_worker(
+        "agent", host_queue(host_name), GPUADMIN_HOST_NAME=host_name,
+        GPUADMIN_DATA_DIR=str(agent_data), DATABASE_URL=UNREACHABLE_DATABASE,
+        GPUADMIN_GPU_BACKEND="simulated", GPUADMIN_SIMULATED_GPUS=str(gpus_file),
+    )
+    return [central, agent]

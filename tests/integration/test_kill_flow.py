@@ -13,25 +13,16 @@ import uuid
 from pathlib import Path
 
 import pytest
-from django.db import connection
 
 from gpuadmin.accounts.roles import Role
 from gpuadmin.audit.models import AuditEvent
 from gpuadmin.celery import app, host_queue
-from gpuadmin.data_dir import prepare_data_dir
 from gpuadmin.fleet.models import Host, LatestSnapshot
 from gpuadmin.kills import services
 from gpuadmin.kills.models import KillRequest
 from gpuadmin.kills.states import Status
 from gpuadmin.task_names import PROBE_HOST
-from tests.integration.helpers import (
-    UNREACHABLE_DATABASE,
-    GiB,
-    database_url_for_workers,
-    wait_until,
-    write_gpus,
-)
-from tests.keys import accept, install_agent_key
+from tests.integration.helpers import GiB, start_central_and_agent, wait_until, write_gpus
 from tests.kills.helpers import start_trainer
 from tests.people import make_person
 from tests.services import RedisServer
@@ -55,20 +46,9 @@ def test_request_approve_signal_audit_memory_released(
     gpus_file = tmp_path / "gpus.json"
     write_gpus(gpus_file, {trainer.pid: 6 * GiB})
     publish_to(redis_server.url)
-    prepare_data_dir(tmp_path / "agent-data")  # as on a GPU host, before its agent starts
-    install_agent_key(tmp_path / "agent-data", host_name)
-    accept(host_name)  # enrolled beforehand, with the key its agent signs with
     try:
-        on_sqlite = connection.vendor == "sqlite"
-        central_database = {} if on_sqlite else {"DATABASE_URL": database_url_for_workers()}
-        central = start_worker("central", "central", GPUADMIN_HOST_NAME=f"central-{host_name}",
-                               **central_database)
-        agent = start_worker(
-            "agent", host_queue(host_name), GPUADMIN_HOST_NAME=host_name,
-            GPUADMIN_DATA_DIR=str(tmp_path / "agent-data"), DATABASE_URL=UNREACHABLE_DATABASE,
-            GPUADMIN_GPU_BACKEND="simulated", GPUADMIN_SIMULATED_GPUS=str(gpus_file),
-        )
-        workers = [central, agent]
+        workers = start_central_and_agent(start_worker, host_name, tmp_path, gpus_file)
+        central, agent = workers
 
         # The agent's start-up snapshot shows the trainer holding 6 GiB.
         def snapshot_with_trainer():
