@@ -25,7 +25,7 @@ by tests/services.py's ``postgres_server``, fsync off as in the tests), with
 
     python benchmarks/fleet.py [--hosts 1000] [--gpus 8] [--processes 200] [--workers 2]
                                [--rate-hosts 300] [--repeats 30] [--database sqlite|postgresql|both]
-                               [--no-wait]
+                               [--skip-ingest] [--no-wait]
 """
 
 from __future__ import annotations
@@ -177,8 +177,8 @@ def run_database(args: argparse.Namespace, vendor: str, database_url: str | None
         demo.send(host, 0)
     print(f"enrolment (offer, accept, store): {len(hosts) / (time.perf_counter() - began):.0f} hosts/s",
           flush=True)
-    measured = hosts[: args.rate_hosts]
-    for round_number, workers in enumerate(sorted({1, args.workers}), start=1):
+    measured = [] if args.skip_ingest else hosts[: args.rate_hosts]
+    for round_number, workers in enumerate(sorted({1, args.workers}) if measured else [], start=1):
         rate = ingest_round(measured, round_number, workers)
         print(f"ingest, {workers} process{'es' if workers > 1 else ''}, {len(measured)} snapshots: "
               f"{rate:.0f} snapshots/s ({1000 * workers / rate:.1f} ms per snapshot per process)", flush=True)
@@ -202,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate-hosts", type=int, default=300,
                         help="hosts whose fresh snapshots the ingest rate is measured on (after all enrol)")
     parser.add_argument("--repeats", type=int, default=30, help="timed requests per page (after 2 warm-ups)")
+    parser.add_argument("--skip-ingest", action="store_true",
+                        help="measure no ingest rate (step 2): enrolment and the pages only")
     parser.add_argument("--database", choices=["sqlite", "postgresql", "both"], default="both")
     parser.add_argument("--no-wait", action="store_true", help="do not wait for running pytest processes")
     args = parser.parse_args(argv)

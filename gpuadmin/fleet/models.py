@@ -13,7 +13,8 @@ from typing import Any
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Case, Count, FilteredRelation, IntegerField, Prefetch, Q, Value, When
+from django.db.models import Case, Count, IntegerField, Min, OuterRef, Prefetch, Subquery, Value, When
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 # The read side's queries, named once (as NetBox's querysets and healthchecks'
@@ -30,46 +31,52 @@ class HostQuerySet(models.QuerySet):
         """Every host but those awaiting acceptance: nothing of those is fleet data."""
         return self.exclude(pk__in=self.awaiting_acceptance().values("pk"))
 
+    def with_open_finding_counts(self) -> HostQuerySet:
+        """Each host with ``open_findings_<severity>`` counts, one correlated subquery each.
+
+        Subqueries, not a join and a GROUP BY over every host column: a page of hosts
+        costs a few index probes per host (the (host, resolved_at) index), and years of
+        resolved findings cost nothing.
+        """
+        open_of_host = Finding.objects.open().filter(host=OuterRef("pk")).order_by().values("host")
+        return self.annotate(**{
+            f"open_findings_{severity.value}": Coalesce(
+                Subquery(open_of_host.filter(severity=severity.value).annotate(n=Count("pk")).values("n")), 0
+            )
+            for severity in Finding.Severity
+        })
+
     def for_listing(self) -> HostQuerySet:
         """Fleet hosts with their present GPUs and open-finding counts, in two queries.
 
-        Each host gets ``present_gpus`` (list, by index), ``open_findings_<severity>``
-        counts and ``worst_finding_rank`` (0 = a critical finding is open; one past the
-        last severity when none is), so listing N hosts never loads a snapshot document
-        or runs a query per host. Only open findings are joined (a FilteredRelation: the
-        join's condition, served by the (host, resolved_at) index), so years of resolved
-        findings cost nothing here. Hosts awaiting acceptance are left out (``fleet()``).
+        Each host gets ``present_gpus`` (list, by index) and ``open_findings_<severity>``
+        counts (``with_open_finding_counts``), so listing N hosts never loads a snapshot
+        document or runs a query per host. Hosts awaiting acceptance are left out
+        (``fleet()``).
         """
-        counts = {
-            f"open_findings_{severity.value}": Count(
-                "open_finding", filter=Q(open_finding__severity=severity.value)
-            )
-            for severity in Finding.Severity
-        }
-        ranked = sorted(Finding.Severity, key=lambda s: s.rank)
-        worst = Case(
-            *[When(**{f"open_findings_{s.value}__gt": 0}, then=Value(s.rank)) for s in ranked],
-            default=Value(len(ranked)),
-            output_field=IntegerField(),
-        )
         present = Prefetch("gpus", queryset=Gpu.objects.filter(present=True).order_by("index"),
                            to_attr="present_gpus")
-        return (
-            self.fleet()
-            .alias(open_finding=FilteredRelation("findings", condition=Q(findings__resolved_at__isnull=True)))
-            .annotate(**counts)
-            .annotate(worst_finding_rank=worst)
-            .prefetch_related(present)
-        )
+        return self.fleet().with_open_finding_counts().prefetch_related(present)
 
     def named(self, name: str) -> Host | None:
         return self.filter(name=name).first()
 
     def worst_finding_first(self) -> HostQuerySet:
-        """``for_listing()`` hosts, those with the most severe open finding first, then by name.
+        """Fleet hosts, those with the most severe open finding first, then by name.
 
-        Ordered in SQL, so a page of it (LIMIT/OFFSET) loads only that page's hosts."""
-        return self.for_listing().order_by("worst_finding_rank", "name")
+        Each gets ``worst_finding_rank`` (0 = a critical finding is open; one past the
+        last severity when none is): one correlated subquery per host, no join nor
+        GROUP BY, so ordering 1,000 hosts stays a few milliseconds. Ordered in SQL, so a
+        page of its keys (``values_list("pk")`` with LIMIT/OFFSET) is all a page needs
+        to read of the whole fleet; the fleet page then loads only that page's hosts.
+        """
+        open_of_host = Finding.objects.open().filter(host=OuterRef("pk")).order_by().values("host")
+        worst = open_of_host.annotate(rank=Min(_severity_rank())).values("rank")
+        return (
+            self.fleet()
+            .annotate(worst_finding_rank=Coalesce(Subquery(worst), len(Finding.Severity)))
+            .order_by("worst_finding_rank", "name")
+        )
 
     def online(self, now: datetime | None = None) -> HostQuerySet:
         """Hosts seen within the offline window (``Host.is_online`` as a query)."""
@@ -148,7 +155,7 @@ class Host(models.Model):
     def awaiting_acceptance(self) -> bool:
         return bool(self.public_key) and self.key_accepted_at is None
 
-    # Only on hosts loaded by HostQuerySet.for_listing (annotations; the rank: 0 = critical).
+    # Only on hosts loaded by HostQuerySet.worst_finding_first (0 = critical) or with_open_finding_counts.
     worst_finding_rank: int
     open_findings_critical: int
     open_findings_warning: int
@@ -469,6 +476,12 @@ class Finding(models.Model):
 
 
 _SEVERITY_RANKS = {"critical": 0, "warning": 1, "info": 2}
+
+
+def _severity_rank() -> Case:
+    """``Severity.rank`` in SQL (the severity is text: the database cannot order it by urgency)."""
+    return Case(*[When(severity=severity, then=Value(rank)) for severity, rank in _SEVERITY_RANKS.items()],
+                output_field=IntegerField())
 
 
 def most_severe_first(findings: list[Finding]) -> list[Finding]:

@@ -2,7 +2,10 @@
 
 The view loads one page of hosts (``PAGE_ROWS``, ordered by worst open finding
 then name in SQL: ``Host.objects.worst_finding_first``) and the fleet's
-summary, in a fixed number of queries whatever the number of hosts.
+summary, in a fixed number of queries whatever the number of hosts. Only the
+page's keys are read in the fleet's order; then only the page's hosts, with
+their open-finding counts, and their present GPUs' figures (no model
+instances: 400 GPUs' worth of them cost more than all the page's queries).
 
 Every row is a ``FleetRow``: the values the row template shows and nothing
 else, so a row's ``version`` (a short hash of those values) changes exactly
@@ -26,9 +29,11 @@ within the offline window. An offline host's row shows when it was last seen.
 from __future__ import annotations
 
 import hashlib
+from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime
+from typing import Any
 from urllib.parse import urlencode
 
 from django.core.paginator import Page, Paginator
@@ -93,6 +98,7 @@ class FleetQuery:
         return urlencode(self.params(page=page))
 
     def hosts(self, now: datetime) -> Paginator:
+        """The keys of the hosts that match, in the page's order, paged."""
         hosts = Host.objects.worst_finding_first()
         if self.name:
             hosts = hosts.filter(name__icontains=self.name)
@@ -102,7 +108,7 @@ class FleetQuery:
             hosts = hosts.offline(now)
         if self.kind:
             hosts = hosts.with_open_finding(self.kind)
-        return Paginator(hosts, PAGE_ROWS)
+        return Paginator(hosts.values_list("pk", flat=True), PAGE_ROWS)
 
 
 @dataclass(frozen=True)
@@ -124,7 +130,8 @@ class FleetRow:
     findings_info: int
 
     @classmethod
-    def of(cls, host: Host, now: datetime) -> FleetRow:
+    def of(cls, host: Host, gpus: list[Any], now: datetime) -> FleetRow:
+        """``host`` with ``with_open_finding_counts``; ``gpus``: its present GPUs' figures, by index."""
         online = host.last_seen_at is not None and now - host.last_seen_at <= Host.offline_after()
         return cls(
             pk=host.pk,
@@ -134,7 +141,7 @@ class FleetRow:
             never_seen=host.last_seen_at is None,
             last_error=host.last_error,
             gpu_data_available=host.gpu_backend_available,
-            bars=tuple(tuple(sorted(memory_bar(g).items())) for g in host.present_gpus),
+            bars=tuple(tuple(memory_bar(g).items()) for g in gpus),
             gpu_process_count=host.gpu_process_count,
             zombie_count=host.zombie_count,
             findings_critical=host.open_findings_critical,
@@ -223,7 +230,7 @@ class FleetPage:
     def load(cls, query: FleetQuery, now: datetime) -> FleetPage:
         """The summary and the asked page (past the end: the last; the fleet may have shrunk)."""
         page = query.hosts(now).get_page(query.page)
-        return cls(query, FleetSummary.of_fleet(now), page, [FleetRow.of(host, now) for host in page])
+        return cls(query, FleetSummary.of_fleet(now), page, _rows(list(page), now))
 
     @property
     def layout_version(self) -> str:
@@ -251,6 +258,25 @@ class FleetPage:
         if not self.page.has_next():
             return None
         return f"?{self.query.query_string(page=self.page.next_page_number())}"
+
+
+# What memory_bar reads of a GPU, read as tuples (values_list(named=True)), not as models.
+_GPU_FIGURES = ("host_id", "index", "memory_total_bytes", "memory_used_bytes", "memory_attributed_bytes",
+                "utilization_percent")
+
+
+def _rows(host_ids: list[int], now: datetime) -> list[FleetRow]:
+    """The rows of these hosts, in this order: two queries (hosts with counts, present GPUs)."""
+    if not host_ids:
+        return []
+    hosts = {host.pk: host for host in
+             Host.objects.filter(pk__in=host_ids).with_open_finding_counts().order_by()}
+    gpus: dict[int, list[Any]] = defaultdict(list)
+    present = Gpu.objects.filter(present=True, host_id__in=host_ids).order_by("host_id", "index")
+    for gpu in present.values_list(*_GPU_FIGURES, named=True):
+        gpus[gpu.host_id].append(gpu)
+    # A host forgotten between the two reads is left out; the next poll's layout says so.
+    return [FleetRow.of(hosts[pk], gpus[pk], now) for pk in host_ids if pk in hosts]
 
 
 @dataclass(frozen=True)

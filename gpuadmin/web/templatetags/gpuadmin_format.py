@@ -109,9 +109,10 @@ def memory_bar(gpu: Any) -> dict[str, str]:
     attributed_percent = percent_of(attributed, total)
     unattributed_percent = min(percent_of(unattributed, total), 100.0 - attributed_percent)
     utilization = getattr(gpu, "utilization_percent", None)
+    used_text, total_text, unattributed_text = human_bytes(used_bytes), human_bytes(total), human_bytes(unattributed)
     title = (
-        f"GPU {gpu.index}: {human_bytes(used_bytes)} used of {human_bytes(total)}; "
-        f"{human_bytes(unattributed)} not attributed to any visible process"
+        f"GPU {gpu.index}: {used_text} used of {total_text}; "
+        f"{unattributed_text} not attributed to any visible process"
     )
     if utilization is not None:
         title += f"; {utilization}% busy"
@@ -120,11 +121,37 @@ def memory_bar(gpu: Any) -> dict[str, str]:
         "attributed_percent": f"{attributed_percent:.1f}",
         "unattributed_percent": f"{unattributed_percent:.1f}",
         "used_percent": f"{percent_of(used, total):.0f}",
-        "used": human_bytes(used_bytes),
-        "total": human_bytes(total),
-        "unattributed": human_bytes(unattributed) if unattributed else "",
+        "used": used_text,
+        "total": total_text,
+        "unattributed": unattributed_text if unattributed else "",
         "title": title,
     }
+
+
+# One GPU's memory bar. It has one width everywhere (static/css/gpuadmin.css, .bar), so every
+# GPU is drawn on the same scale, its figures beside it. SVG lengths, not style attributes: the
+# Content-Security-Policy allows no inline style. Markup built here, not by an included template:
+# the fleet page draws 400 of them, and format_html costs a tenth of an {% include %}.
+_GPU_BAR = (
+    '<div class="gpu-line" title="{title}">'
+    '<span class="small">GPU {index}</span>'
+    '<svg class="bar" role="img" aria-label="{used_percent}% used">'
+    '<rect class="bar-attributed" width="{attributed_percent}%" height="100%"/>'
+    '<rect class="bar-unattributed" x="{attributed_percent}%" width="{unattributed_percent}%" height="100%"/>'
+    "</svg>"
+    '<span class="mono small">{used} / {total}{unattributed}</span>'
+    "</div>"
+)
+
+
+@register.filter
+def gpu_bar(bar: dict[str, str]) -> SafeString:
+    """One GPU's memory bar from ``memory_bar``'s dict (every value escaped)."""
+    unattributed = bar["unattributed"]
+    return format_html(
+        _GPU_BAR, **{**bar, "unattributed": format_html(' <span class="unattributed">({} unattributed)</span>',
+                                                        unattributed) if unattributed else ""},
+    )
 
 
 @register.filter
