@@ -13,7 +13,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Case, Count, IntegerField, Min, OuterRef, Prefetch, Subquery, Value, When
+from django.db.models import Case, Count, IntegerField, Min, OuterRef, Prefetch, Q, Subquery, Value, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -22,14 +22,24 @@ from django.utils import timezone
 # retyping filters.
 
 
+def awaiting_acceptance_q() -> Q:
+    """A host that offered a key no approver has accepted yet (docs/security.md), as a condition.
+
+    A condition on the host's own columns, not a subquery of keys: counted in one
+    aggregate (the fleet page's summary) and negated by ``fleet()`` without a
+    NOT IN over the hosts table in every fleet query.
+    """
+    return ~Q(public_key="") & Q(key_accepted_at__isnull=True)
+
+
 class HostQuerySet(models.QuerySet):
     def awaiting_acceptance(self) -> HostQuerySet:
         """Hosts that offered a key no approver has accepted yet (docs/security.md)."""
-        return self.exclude(public_key="").filter(key_accepted_at__isnull=True)
+        return self.filter(awaiting_acceptance_q())
 
     def fleet(self) -> HostQuerySet:
         """Every host but those awaiting acceptance: nothing of those is fleet data."""
-        return self.exclude(pk__in=self.awaiting_acceptance().values("pk"))
+        return self.exclude(awaiting_acceptance_q())
 
     def with_open_finding_counts(self) -> HostQuerySet:
         """Each host with ``open_findings_<severity>`` counts, one correlated subquery each.

@@ -24,6 +24,12 @@ back (``?seen=``), and ``changes`` compares:
 An online host's row shows no "last seen" time: it would change with every
 snapshot and make every row "changed" at every poll; "online" says it was seen
 within the offline window. An offline host's row shows when it was last seen.
+
+A row's HTML is a function of its ``FleetRow`` (compared by value, not by its
+short version), so each process keeps the HTML of the rows it rendered last
+(``row_html``): an unchanged row is rendered once, not at every page load and
+every poll. Offline rows are always rendered: they say how long ago the host
+was seen, which changes with the clock, not with the row.
 """
 
 from __future__ import annotations
@@ -33,14 +39,18 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 from urllib.parse import urlencode
 
 from django.core.paginator import Page, Paginator
 from django.db.models import Count, F, Q, Sum
 from django.db.models.functions import Greatest
+from django.template.loader import render_to_string
+from django.urls import get_script_prefix
+from django.utils.safestring import SafeString
 
-from gpuadmin.fleet.models import Finding, Gpu, Host
+from gpuadmin.fleet.models import Finding, Gpu, Host, awaiting_acceptance_q
 from gpuadmin.kills.models import KillRequest
 from gpuadmin.web.host_tables import page_param
 from gpuadmin.web.templatetags.gpuadmin_format import memory_bar
@@ -52,6 +62,15 @@ STATUS_OFFLINE = "offline"
 STATUSES = {STATUS_ONLINE: "Online", STATUS_OFFLINE: "Offline"}
 # Parts of a version string; a version never contains it otherwise (hex digits only).
 VERSION_SEPARATOR = "."
+# Rendered rows kept per process (row_html): every row of a 1,000-host fleet, in both forms
+# (in the table, and out of band in a poll's answer), at a few KiB each.
+ROW_HTML_CACHE_SIZE = 2048
+ROW_TEMPLATE = "web/_fleet_row.html"
+
+
+def offline_seconds() -> int:
+    """After how long without a snapshot a host is offline (what an online row says)."""
+    return int(Host.offline_after().total_seconds())
 
 
 def _version(values: object) -> str:
@@ -161,6 +180,39 @@ class FleetRow:
     def version(self) -> str:
         return _fields_version(self)
 
+    @property
+    def html(self) -> SafeString:
+        """The row in the table (``row_html``)."""
+        return row_html(self)
+
+    @property
+    def oob_html(self) -> SafeString:
+        """The row swapped alone, out of band, by a poll's answer (``row_html``)."""
+        return row_html(self, oob=True)
+
+
+def row_html(row: FleetRow, *, oob: bool = False) -> SafeString:
+    """The row's HTML (templates/web/_fleet_row.html), rendered once per process while it shows the same.
+
+    The key is everything the template reads: the row, ``oob``, the offline window it
+    names, and the script prefix its link starts with. An offline row names a time
+    relative to now (naturaltime), so it is rendered each time.
+    """
+    if not row.online:
+        return _render_row(row, oob, offline_seconds())
+    return _cached_row_html(row, oob, offline_seconds(), get_script_prefix())
+
+
+def _render_row(row: FleetRow, oob: bool, offline_after_seconds: int) -> SafeString:
+    return SafeString(render_to_string(ROW_TEMPLATE, {"row": row, "oob": oob,
+                                                      "offline_seconds": offline_after_seconds}))
+
+
+@lru_cache(maxsize=ROW_HTML_CACHE_SIZE)
+def _cached_row_html(row: FleetRow, oob: bool, offline_after_seconds: int, script_prefix: str) -> SafeString:
+    del script_prefix  # only a part of the key: reverse() reads it for the row's link
+    return _render_row(row, oob, offline_after_seconds)
+
 
 @dataclass(frozen=True)
 class FleetSummary:
@@ -183,10 +235,11 @@ class FleetSummary:
         """Four queries, whatever the fleet's size."""
         online_since = now - Host.offline_after()
         fleet = Host.objects.fleet()
+        awaiting = awaiting_acceptance_q()
         hosts = Host.objects.aggregate(
-            online=Count("pk", filter=Q(pk__in=fleet.values("pk"), last_seen_at__gte=online_since)),
-            fleet=Count("pk", filter=Q(pk__in=fleet.values("pk"))),
-            awaiting=Count("pk", filter=Q(pk__in=Host.objects.awaiting_acceptance().values("pk"))),
+            online=Count("pk", filter=~awaiting & Q(last_seen_at__gte=online_since)),
+            fleet=Count("pk", filter=~awaiting),
+            awaiting=Count("pk", filter=awaiting),
         )
         gpus = Gpu.objects.filter(present=True, host__in=fleet).aggregate(
             count=Count("pk"),

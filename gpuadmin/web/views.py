@@ -57,8 +57,7 @@ def fleet(request: HtmxHttpRequest) -> HttpResponse:
     204 for nothing, else the changed rows and summary out of band (``gpuadmin.web.fleet_page``)."""
     page = FleetPage.load(FleetQuery.from_params(request.GET), timezone.now())
     context = {"fleet": page, "poll_seconds": poll_seconds(), "statuses": STATUSES,
-               "finding_kinds": Finding.Kind.choices,
-               "offline_seconds": int(Host.offline_after().total_seconds())}
+               "finding_kinds": Finding.Kind.choices}
     if not wants_fragment(request):
         return render(request, "web/fleet.html", {**context, "awaiting_hosts": _awaiting_for(request)})
     changed = changes(page, request.GET.get("seen", ""))

@@ -7,6 +7,7 @@ from django.template import Context, Template
 from gpuadmin.web.templatetags.gpuadmin_format import (
     bytes_human,
     duration,
+    gpu_bar,
     memory_bar,
     state_name,
     visible_controls,
@@ -97,3 +98,29 @@ def test_state_letters_are_named():
     assert state_name("D") == "in uninterruptible sleep (D)"
     assert state_name("Z") == "a zombie"
     assert state_name("q") == "in state q"
+
+
+def test_a_gpu_bar_draws_both_parts_and_names_unattributed_memory_only_when_there_is_some():
+    busy = gpu_bar(memory_bar(SimpleNamespace(index=0, memory_total_bytes=80 * GiB, memory_used_bytes=30 * GiB,
+                                              memory_attributed_bytes=28 * GiB, utilization_percent=97)))
+    assert busy == (
+        '<div class="gpu-line" title="GPU 0: 30 GiB used of 80 GiB; 2 GiB not attributed to any visible process;'
+        ' 97% busy"><span class="small">GPU 0</span><svg class="bar" role="img" aria-label="38% used">'
+        '<rect class="bar-attributed" width="35.0%" height="100%"/>'
+        '<rect class="bar-unattributed" x="35.0%" width="2.5%" height="100%"/></svg>'
+        '<span class="mono small">30 GiB / 80 GiB <span class="unattributed">(2 GiB unattributed)</span></span>'
+        "</div>"
+    )
+    clean = gpu_bar(memory_bar(SimpleNamespace(index=1, memory_total_bytes=80 * GiB, memory_used_bytes=8 * GiB,
+                                               memory_attributed_bytes=8 * GiB, utilization_percent=None)))
+    assert '<span class="mono small">8 GiB / 80 GiB</span>' in clean
+    assert "unattributed)" not in clean
+
+
+def test_a_gpu_bar_escapes_what_it_is_given():
+    bar = {"index": "<b>", "attributed_percent": "1", "unattributed_percent": "2", "used_percent": "3",
+           "used": "&", "total": '"', "unattributed": "<i>", "title": "'\"<>"}
+    shown = gpu_bar(bar)
+    assert "<b>" not in shown and "<i>" not in shown
+    assert 'title="&#x27;&quot;&lt;&gt;"' in shown
+    assert "&amp; / &quot; <span class=\"unattributed\">(&lt;i&gt; unattributed)</span>" in shown
