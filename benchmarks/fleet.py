@@ -20,7 +20,9 @@ by tests/services.py's ``postgres_server``, fsync off as in the tests), with
    whole request path, no network): full page, a page filtered by finding
    kind, page 20, and the htmx poll when nothing changed (204), after one
    host's new snapshot, and after every host of the page sent one; median, p95,
-   bytes and queries. The probe interval is set to an hour, so that no host
+   bytes and queries. The page again with the process's rendered rows
+   forgotten before each request ("no row kept": every row rendered, as when
+   every host on it changed what its row shows). The probe interval is set to an hour, so that no host
    goes offline (and changes its row) while the pages are measured.
 
     python benchmarks/fleet.py [--hosts 1000] [--gpus 8] [--processes 200] [--workers 2]
@@ -39,6 +41,7 @@ import statistics
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,13 +108,15 @@ def ingest_round(hosts: list[Any], round_number: int, workers: int) -> float:
 
 
 def time_get(client: Any, label: str, path: str, repeats: int, headers: dict[str, str], *,
-             expect: int = 200) -> tuple[Timed, Any]:
+             expect: int = 200, before: Callable[[], object] = lambda: None) -> tuple[Timed, Any]:
+    """Median and p95 of ``repeats`` requests (after warm-ups), each after ``before()`` (not timed)."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
     timings = []
     response = None
     for n in range(WARM_UP_REQUESTS + repeats):
+        before()
         began = time.perf_counter()
         response = client.get(path, **headers)
         elapsed = time.perf_counter() - began
@@ -119,10 +124,20 @@ def time_get(client: Any, label: str, path: str, repeats: int, headers: dict[str
             raise RuntimeError(f"GET {path} ({label}) answered {response.status_code}, not {expect}")
         if n >= WARM_UP_REQUESTS:
             timings.append(elapsed)
+    before()
     with CaptureQueriesContext(connection) as queries:
         response = client.get(path, **headers)
     return Timed(label, 1000 * statistics.median(timings), 1000 * percentile(timings, 0.95),
                  response.status_code, len(response.content), len(queries)), response
+
+
+def forget_rendered_rows() -> None:
+    """Empty the process's rendered rows (gpuadmin.web.fleet_page.row_html), if it keeps any."""
+    from gpuadmin.web import fleet_page
+
+    cached = getattr(fleet_page, "_cached_row_html", None)
+    if cached is not None:
+        cached.cache_clear()
 
 
 def poll_path(page: str) -> str:
@@ -142,6 +157,8 @@ def measure_pages(client: Any, hosts: list[Any], round_number: int, repeats: int
     full, response = time_get(client, "fleet page", "/", repeats, {})
     rows.append(full)
     page = response.content.decode()
+    # Every row rendered again, as after a round in which every host of the page changed what it shows.
+    rows.append(time_get(client, "fleet page, no row kept", "/", repeats, {}, before=forget_rendered_rows)[0])
     rows.append(time_get(client, "fleet page, kind=zombies", "/?kind=zombies", repeats, {})[0])
     rows.append(time_get(client, "fleet page 20", "/?page=20", repeats, {})[0])
     rows.append(time_get(client, "poll, nothing changed", poll_path(page), repeats, htmx, expect=204)[0])
