@@ -100,19 +100,24 @@ def test_state_letters_are_named():
     assert state_name("q") == "in state q"
 
 
+def gpu(index: int, used: int, attributed: int, utilization: int | None) -> SimpleNamespace:
+    return SimpleNamespace(index=index, memory_total_bytes=80 * GiB, memory_used_bytes=used,
+                           memory_attributed_bytes=attributed, utilization_percent=utilization)
+
+
 def test_a_gpu_bar_draws_both_parts_and_names_unattributed_memory_only_when_there_is_some():
-    busy = gpu_bar(memory_bar(SimpleNamespace(index=0, memory_total_bytes=80 * GiB, memory_used_bytes=30 * GiB,
-                                              memory_attributed_bytes=28 * GiB, utilization_percent=97)))
+    busy = gpu_bar(memory_bar(gpu(0, 30 * GiB, 28 * GiB, 97)))
     assert busy == (
-        '<div class="gpu-line" title="GPU 0: 30 GiB used of 80 GiB; 2 GiB not attributed to any visible process;'
-        ' 97% busy"><span class="small">GPU 0</span><svg class="bar" role="img" aria-label="38% used">'
+        '<div class="gpu-line" title="GPU 0: 30 GiB used of 80 GiB; 2 GiB not attributed to any'
+        ' visible process; 97% busy"><span class="small">GPU 0</span>'
+        '<svg class="bar" role="img" aria-label="38% used">'
         '<rect class="bar-attributed" width="35.0%" height="100%"/>'
         '<rect class="bar-unattributed" x="35.0%" width="2.5%" height="100%"/></svg>'
-        '<span class="mono small">30 GiB / 80 GiB <span class="unattributed">(2 GiB unattributed)</span></span>'
+        '<span class="mono small">30 GiB / 80 GiB'
+        ' <span class="unattributed">(2 GiB unattributed)</span></span>'
         "</div>"
     )
-    clean = gpu_bar(memory_bar(SimpleNamespace(index=1, memory_total_bytes=80 * GiB, memory_used_bytes=8 * GiB,
-                                               memory_attributed_bytes=8 * GiB, utilization_percent=None)))
+    clean = gpu_bar(memory_bar(gpu(1, 8 * GiB, 8 * GiB, None)))
     assert '<span class="mono small">8 GiB / 80 GiB</span>' in clean
     assert "unattributed)" not in clean
 
