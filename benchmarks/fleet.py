@@ -25,7 +25,11 @@ by tests/services.py's ``postgres_server``, fsync off as in the tests), with
 
     python benchmarks/fleet.py [--hosts 1000] [--gpus 8] [--processes 200] [--workers 2]
                                [--rate-hosts 300] [--repeats 30] [--database sqlite|postgresql|both]
-                               [--no-wait]
+                               [--no-wait] [--skip-pages] [--profile N]
+
+``--profile N`` adds, after the rates, the queries of one steady-state snapshot
+(by kind of statement) and a cProfile of N more received by one process;
+``--skip-pages`` leaves out part 3.
 """
 
 from __future__ import annotations
@@ -102,6 +106,37 @@ def ingest_round(hosts: list[Any], round_number: int, workers: int) -> float:
     if received != len(hosts):
         raise RuntimeError(f"received {received} of {len(hosts)} snapshots")
     return len(hosts) / elapsed
+
+
+def profile_ingest(hosts: list[Any], round_number: int, count: int) -> None:
+    """Queries of one snapshot, then where ``count`` snapshots' time goes (one process, cProfile)."""
+    import cProfile
+    import pstats
+    from collections import Counter
+
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from gpuadmin.fleet.ingest import receive_snapshot
+
+    profiled = hosts[:count]
+    messages = [host.message(round_number) for host in profiled]
+    with CaptureQueriesContext(connection) as queries:
+        receive_snapshot(profiled[0].message(round_number - 1))
+    kinds = Counter(q["sql"].split(None, 1)[0].upper() for q in queries.captured_queries)
+    print(f"queries for one steady-state snapshot: {len(queries)} "
+          f"({', '.join(f'{n} {kind}' for kind, n in sorted(kinds.items()))})")
+    for q in queries.captured_queries:
+        print(f"  {q['time']:>6}s  {q['sql'][:150]}")
+    profiler = cProfile.Profile()
+    began = time.perf_counter()
+    profiler.enable()
+    for message in messages[1:]:
+        receive_snapshot(message)
+    profiler.disable()
+    print(f"profiled: {1000 * (time.perf_counter() - began) / max(1, len(messages) - 1):.1f} ms per snapshot "
+          "(under the profiler)")
+    pstats.Stats(profiler).sort_stats("cumulative").print_stats(40)
 
 
 def time_get(client: Any, label: str, path: str, repeats: int, headers: dict[str, str], *,
@@ -182,6 +217,11 @@ def run_database(args: argparse.Namespace, vendor: str, database_url: str | None
         rate = ingest_round(measured, round_number, workers)
         print(f"ingest, {workers} process{'es' if workers > 1 else ''}, {len(measured)} snapshots: "
               f"{rate:.0f} snapshots/s ({1000 * workers / rate:.1f} ms per snapshot per process)", flush=True)
+    if args.profile:
+        profile_ingest(measured, len({1, args.workers}) + 2, args.profile)
+    if args.skip_pages:
+        print(f"load average {os.getloadavg()[0]:.1f} at the end")
+        return
     admin = get_user_model().objects.create_superuser(f"bench-{uuid.uuid4().hex[:8]}",
                                                      password=uuid.uuid4().hex)
     client = Client()
@@ -204,6 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=30, help="timed requests per page (after 2 warm-ups)")
     parser.add_argument("--database", choices=["sqlite", "postgresql", "both"], default="both")
     parser.add_argument("--no-wait", action="store_true", help="do not wait for running pytest processes")
+    parser.add_argument("--skip-pages", action="store_true", help="measure ingest only, not the pages")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="queries of one snapshot and a cProfile of N (one process) after the rates")
     args = parser.parse_args(argv)
     print("command: python benchmarks/fleet.py " + " ".join(sys.argv[1:] if argv is None else argv))
     if args.database in ("sqlite", "both"):
