@@ -137,6 +137,7 @@ def profile_ingest(hosts: list[Any], round_number: int, count: int) -> None:
     print(f"profiled: {1000 * (time.perf_counter() - began) / max(1, len(messages) - 1):.1f} ms per snapshot "
           "(under the profiler)")
     pstats.Stats(profiler).sort_stats("cumulative").print_stats(40)
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
 
 
 def time_get(client: Any, label: str, path: str, repeats: int, headers: dict[str, str], *,
