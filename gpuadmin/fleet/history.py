@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
+from operator import itemgetter
 from typing import Any
 
 from django.conf import settings
@@ -69,6 +70,7 @@ _LIFE_UPDATE_FIELDS = [
 
 # What a life's upsert would change other than when it was last seen.
 _LIFE_COMPARED_FIELDS = [name for name in _LIFE_UPDATE_FIELDS if name != "last_seen_at"]
+_compared_values = itemgetter(*_LIFE_COMPARED_FIELDS)
 # What is read of a stored life: its id and identity, and what a snapshot extends or compares.
 _KNOWN_COLUMNS = ["pk", "boot_id", "pid", "start_time_ticks", *_LIFE_UPDATE_FIELDS]
 
@@ -176,7 +178,7 @@ def _write_changed(
     changed: dict[LifeKey, ProcessLife] = {}
     for key, life in lives.items():
         before = known.get(key)
-        if before is not None and all(life[name] == before[name] for name in _LIFE_COMPARED_FIELDS):
+        if before is not None and _compared_values(life) == _compared_values(before):
             unchanged_ids.append(before["pk"])
             ids[key] = before["pk"]
         else:
@@ -338,12 +340,24 @@ def update_idle_since(
 
 
 def findings_facts(
-    host: Host, lives: Iterable[LifeValues], gpus: Iterable[Gpu], *, taken_at: datetime
+    host: Host,
+    lives: Iterable[LifeValues],
+    gpus: Iterable[Gpu],
+    *,
+    taken_at: datetime,
+    zombies: int | None = None,
 ) -> HistoryFacts:
-    """What the history-based findings need beside the snapshot: one query (the PID trend)."""
-    trend = HostSample.objects.filter(
-        host=host, taken_at__gte=taken_at - timedelta(seconds=PID_TREND_SECONDS), taken_at__lte=taken_at
-    ).order_by("taken_at").values_list("taken_at", "pids_in_use", "zombie_count")
+    """What the history-based findings need beside the snapshot: at most one query (the PID trend).
+
+    ``zombies``: the snapshot's zombie count, when known. The trend (an hour
+    of samples, 360 rows at a 10 s interval) serves only "PIDs running out",
+    which needs zombies growing up to this snapshot: none now, no trend read.
+    """
+    trend: Iterable[tuple[datetime, int, int]] = ()
+    if zombies != 0:
+        trend = HostSample.objects.filter(
+            host=host, taken_at__gte=taken_at - timedelta(seconds=PID_TREND_SECONDS), taken_at__lte=taken_at
+        ).order_by("taken_at").values_list("taken_at", "pids_in_use", "zombie_count")
     return HistoryFacts(
         taken_at=taken_at,
         rising={

@@ -173,7 +173,8 @@ def ingest_document(
         history.update_idle_since(gpus_by_uuid, document, attributed_bytes, taken_at=taken_at)
         boot_id = document["host"]["boot_id"]
         lives = history.record_process_lives(host, rows, boot_id=boot_id, taken_at=taken_at)
-        facts = history.findings_facts(host, lives, gpus_by_uuid.values(), taken_at=taken_at)
+        facts = history.findings_facts(host, lives, gpus_by_uuid.values(), taken_at=taken_at,
+                                       zombies=document["process_counts"]["zombies"])
         findings.sync_findings(host, findings.compute_findings(document, facts, rows=rows), received_at)
         transaction.on_commit(
             partial(snapshot_ingested.send, sender=Host, host=host, document=document), robust=True

@@ -191,3 +191,13 @@ def test_a_signed_snapshot_locks_its_host_row_once() -> None:
     # The test's own transaction makes receive_snapshot's a savepoint; nothing inside adds one.
     assert len([s for s in sql if s.startswith("SAVEPOINT")]) <= 1
     assert ProcessLife.objects.get(pid=11).last_seen_at == at(10)
+
+
+def test_the_pid_trend_is_read_only_while_the_snapshot_shows_zombies(ingest: Callable[..., Host]) -> None:
+    ingest(trainers(0))
+    with statements() as sql:
+        ingest(trainers(10))
+    assert not [s for s in sql if s.startswith("SELECT") and 'FROM "fleet_hostsample"' in s]
+    with statements() as sql:
+        ingest(trainers(20, zombies=True))
+    assert len([s for s in sql if s.startswith("SELECT") and 'FROM "fleet_hostsample"' in s]) == 1
