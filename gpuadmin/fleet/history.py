@@ -136,10 +136,11 @@ def record_process_lives(
     """
     mattering = [row for row in rows.values() if matters_by_itself(row)]
     known = _known_lives(host, boot_id, (row.pid for row in mattering))
+    step = settings.GPUADMIN_HISTORY_PROCESS_STEP_BYTES  # read once, not once per process
     lives: dict[LifeKey, LifeValues] = {}
     for row in mattering:
         key = (boot_id, row.pid, row.start_time_ticks)
-        lives[key] = _extended(known.get(key), row, taken_at=taken_at)
+        lives[key] = _extended(known.get(key), row, taken_at=taken_at, step=step)
     gone_ids: list[int] = []
     for key, life in known.items():
         if key in lives or life["gone_at"] is not None:
@@ -149,7 +150,7 @@ def record_process_lives(
             gone_ids.append(life["pk"])
         else:
             # Still alive, no longer matters by itself (e.g. freed its memory): keep it current.
-            lives[key] = _extended(life, current, taken_at=taken_at)
+            lives[key] = _extended(life, current, taken_at=taken_at, step=step)
 
     if lives:
         ids, unchanged_ids = _write_changed(host, known, lives)
@@ -258,10 +259,11 @@ def _known_lives(host: Host, boot_id: str, pids: Iterable[int]) -> dict[LifeKey,
     return known
 
 
-def _extended(life: LifeValues | None, row: ProcessRow, *, taken_at: datetime) -> LifeValues:
-    """The life's values after this snapshot (``_LIFE_UPDATE_FIELDS``, pid and start_time_ticks)."""
+def _extended(life: LifeValues | None, row: ProcessRow, *, taken_at: datetime, step: int) -> LifeValues:
+    """The life's values after this snapshot (``_LIFE_UPDATE_FIELDS``, pid and start_time_ticks);
+    ``step``: GPUADMIN_HISTORY_PROCESS_STEP_BYTES."""
     memory_bytes = row.total_gpu_memory_bytes
-    point_memory, point_state = _next_point(life, memory_bytes, row.state)
+    point_memory, point_state = _next_point(life, memory_bytes, row.state, step)
     rising, rising_since, rising_from = _rising(life, memory_bytes)
     return {
         "pid": row.pid,
@@ -290,12 +292,12 @@ def _extended(life: LifeValues | None, row: ProcessRow, *, taken_at: datetime) -
     }
 
 
-def _next_point(life: LifeValues | None, memory_bytes: int, state: str) -> tuple[int, str]:
+def _next_point(life: LifeValues | None, memory_bytes: int, state: str, step: int) -> tuple[int, str]:
     """The values of the life's newest point after this snapshot: new ones only on a real change."""
     if life is None or life["point_gpu_memory_bytes"] is None:
         return memory_bytes, state
     point_memory: int = life["point_gpu_memory_bytes"]
-    moved = abs(memory_bytes - point_memory) > settings.GPUADMIN_HISTORY_PROCESS_STEP_BYTES
+    moved = abs(memory_bytes - point_memory) > step
     # Memory freed entirely is always a change: the chart must come back down to zero.
     freed = memory_bytes == 0 and point_memory != 0
     if moved or freed or state != life["point_state"]:
