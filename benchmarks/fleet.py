@@ -75,15 +75,18 @@ def _ingest_share(hosts: list[Any], round_number: int, barrier: Any, results: An
     connections.close_all()  # never share the parent's connection
     messages = [host.message(round_number) for host in hosts]
     barrier.wait()
+    cpu_began = time.process_time()
     for message in messages:
         if receive_snapshot(message) is None:
             raise RuntimeError("a demo host was not accepted")
-    results.put(len(messages))
+    results.put((len(messages), time.process_time() - cpu_began))
     connections.close_all()
 
 
-def ingest_round(hosts: list[Any], round_number: int, workers: int) -> float:
-    """Snapshots per second of one round received by ``workers`` processes at once."""
+def ingest_round(hosts: list[Any], round_number: int, workers: int) -> tuple[float, float]:
+    """Snapshots per second of one round received by ``workers`` processes at once, and the CPU
+    milliseconds the receiving processes spent per snapshot (their own, not the database server's:
+    on a machine others load too, the figure that moves least)."""
     from django.db import connections
 
     connections.close_all()
@@ -97,15 +100,17 @@ def ingest_round(hosts: list[Any], round_number: int, workers: int) -> float:
         process.start()
     barrier.wait()
     began = time.perf_counter()
-    received = sum(results.get() for _ in processes)
+    shares_done = [results.get() for _ in processes]
     elapsed = time.perf_counter() - began
+    received = sum(count for count, _ in shares_done)
+    cpu_seconds = sum(cpu for _, cpu in shares_done)
     for process in processes:
         process.join()
         if process.exitcode != 0:
             raise RuntimeError(f"an ingest process exited with {process.exitcode}")
     if received != len(hosts):
         raise RuntimeError(f"received {received} of {len(hosts)} snapshots")
-    return len(hosts) / elapsed
+    return len(hosts) / elapsed, 1000 * cpu_seconds / len(hosts)
 
 
 def profile_ingest(hosts: list[Any], round_number: int, count: int) -> None:
@@ -215,9 +220,11 @@ def run_database(args: argparse.Namespace, vendor: str, database_url: str | None
           flush=True)
     measured = hosts[: args.rate_hosts]
     for round_number, workers in enumerate(sorted({1, args.workers}), start=1):
-        rate = ingest_round(measured, round_number, workers)
+        rate, cpu_ms = ingest_round(measured, round_number, workers)
         print(f"ingest, {workers} process{'es' if workers > 1 else ''}, {len(measured)} snapshots: "
-              f"{rate:.0f} snapshots/s ({1000 * workers / rate:.1f} ms per snapshot per process)", flush=True)
+              f"{rate:.0f} snapshots/s ({1000 * workers / rate:.1f} ms per snapshot per process; "
+              f"{cpu_ms:.1f} ms CPU of the ingest process per snapshot), "
+              f"load average {os.getloadavg()[0]:.1f}", flush=True)
     if args.profile:
         profile_ingest(measured, len({1, args.workers}) + 2, args.profile)
     if args.skip_pages:

@@ -210,11 +210,12 @@ def _record_points(
     due = [key for key, life in lives.items() if _point_due(known.get(key), life)]
     if not due:
         return
-    if any(ids.get(key) is None for key in due):
+    life_ids = {key: pk for key, pk in ids.items() if pk is not None}
+    if any(key not in life_ids for key in due):
         # Databases that return no ids from an upsert: read them back, once.
-        ids.update(_life_ids(host.pk, due))
+        life_ids.update(_life_ids(host.pk, due))
     ProcessPoint.objects.bulk_create(
-        ProcessPoint(life_id=ids[key], taken_at=taken_at,
+        ProcessPoint(life_id=life_ids[key], taken_at=taken_at,
                      gpu_memory_bytes=lives[key]["last_gpu_memory_bytes"], state=lives[key]["last_state"])
         for key in due
     )
@@ -230,9 +231,9 @@ def _point_due(before: LifeValues | None, life: LifeValues) -> bool:
     )
 
 
-def _life_ids(host_id: int, keys: list[LifeKey]) -> dict[LifeKey, int | None]:
+def _life_ids(host_id: int, keys: list[LifeKey]) -> dict[LifeKey, int]:
     wanted = set(keys)
-    ids: dict[LifeKey, int | None] = {}
+    ids: dict[LifeKey, int] = {}
     pids = sorted({pid for _, pid, _ in keys})
     for start in range(0, len(pids), _PIDS_PER_QUERY):
         for pk, boot_id, pid, ticks in ProcessLife.objects.filter(

@@ -201,3 +201,17 @@ def test_the_pid_trend_is_read_only_while_the_snapshot_shows_zombies(ingest: Cal
     with statements() as sql:
         ingest(trainers(20, zombies=True))
     assert len([s for s in sql if s.startswith("SELECT") and 'FROM "fleet_hostsample"' in s]) == 1
+
+
+def test_a_database_that_returns_no_ids_from_an_upsert_gets_them_read_back(
+    ingest: Callable[..., Host], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(type(connection.features), "can_return_rows_from_bulk_insert", False)
+    ingest(trainers(0))
+    both = [gpu(0, used=12 * GiB, utilization_percent=90), gpu(1, used=GiB, utilization_percent=5)]
+    ingest(trainers(10, gpus=both, memory={11: 9 * GiB}))
+    assert GpuSample.objects.filter(gpu__uuid=GPU1, taken_at=at(10)).exists()
+    moved = ProcessLife.objects.get(pid=11)
+    assert list(ProcessPoint.objects.filter(life=moved).values_list("gpu_memory_bytes", flat=True)) == [
+        4 * GiB, 9 * GiB
+    ]
