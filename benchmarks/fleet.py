@@ -30,7 +30,12 @@ by tests/services.py's ``postgres_server``, fsync off as in the tests), with
 
     python benchmarks/fleet.py [--hosts 1000] [--gpus 8] [--processes 200] [--workers 2]
                                [--rate-hosts 300] [--repeats 30] [--database sqlite|postgresql|both]
-                               [--skip-ingest] [--no-wait]
+                               [--no-wait] [--skip-ingest] [--skip-pages] [--profile N]
+
+``--profile N`` adds, after the rates, the queries of one steady-state snapshot
+(by kind of statement) and a cProfile of N more received by one process;
+``--skip-ingest`` leaves out part 2 (enrolment and the pages only),
+``--skip-pages`` part 3.
 """
 
 from __future__ import annotations
@@ -78,15 +83,18 @@ def _ingest_share(hosts: list[Any], round_number: int, barrier: Any, results: An
     connections.close_all()  # never share the parent's connection
     messages = [host.message(round_number) for host in hosts]
     barrier.wait()
+    cpu_began = time.process_time()
     for message in messages:
         if receive_snapshot(message) is None:
             raise RuntimeError("a demo host was not accepted")
-    results.put(len(messages))
+    results.put((len(messages), time.process_time() - cpu_began))
     connections.close_all()
 
 
-def ingest_round(hosts: list[Any], round_number: int, workers: int) -> float:
-    """Snapshots per second of one round received by ``workers`` processes at once."""
+def ingest_round(hosts: list[Any], round_number: int, workers: int) -> tuple[float, float]:
+    """Snapshots per second of one round received by ``workers`` processes at once, and the CPU
+    milliseconds the receiving processes spent per snapshot (their own, not the database server's:
+    on a machine others load too, the figure that moves least)."""
     from django.db import connections
 
     connections.close_all()
@@ -100,15 +108,49 @@ def ingest_round(hosts: list[Any], round_number: int, workers: int) -> float:
         process.start()
     barrier.wait()
     began = time.perf_counter()
-    received = sum(results.get() for _ in processes)
+    shares_done = [results.get() for _ in processes]
     elapsed = time.perf_counter() - began
+    received = sum(count for count, _ in shares_done)
+    cpu_seconds = sum(cpu for _, cpu in shares_done)
     for process in processes:
         process.join()
         if process.exitcode != 0:
             raise RuntimeError(f"an ingest process exited with {process.exitcode}")
     if received != len(hosts):
         raise RuntimeError(f"received {received} of {len(hosts)} snapshots")
-    return len(hosts) / elapsed
+    return len(hosts) / elapsed, 1000 * cpu_seconds / len(hosts)
+
+
+def profile_ingest(hosts: list[Any], round_number: int, count: int) -> None:
+    """Queries of one snapshot, then where ``count`` snapshots' time goes (one process, cProfile)."""
+    import cProfile
+    import pstats
+    from collections import Counter
+
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from gpuadmin.fleet.ingest import receive_snapshot
+
+    profiled = hosts[:count]
+    messages = [host.message(round_number) for host in profiled]
+    with CaptureQueriesContext(connection) as queries:
+        receive_snapshot(profiled[0].message(round_number - 1))
+    kinds = Counter(q["sql"].split(None, 1)[0].upper() for q in queries.captured_queries)
+    print(f"queries for one steady-state snapshot: {len(queries)} "
+          f"({', '.join(f'{n} {kind}' for kind, n in sorted(kinds.items()))})")
+    for q in queries.captured_queries:
+        print(f"  {q['time']:>6}s  {q['sql'][:150]}")
+    profiler = cProfile.Profile()
+    began = time.perf_counter()
+    profiler.enable()
+    for message in messages[1:]:
+        receive_snapshot(message)
+    profiler.disable()
+    print(f"profiled: {1000 * (time.perf_counter() - began) / max(1, len(messages) - 1):.1f} ms per snapshot "
+          "(under the profiler)")
+    pstats.Stats(profiler).sort_stats("cumulative").print_stats(40)
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
 
 
 def time_get(client: Any, label: str, path: str, repeats: int, headers: dict[str, str], *,
@@ -202,9 +244,16 @@ def run_database(args: argparse.Namespace, vendor: str, database_url: str | None
           flush=True)
     measured = [] if args.skip_ingest else hosts[: args.rate_hosts]
     for round_number, workers in enumerate(sorted({1, args.workers}) if measured else [], start=1):
-        rate = ingest_round(measured, round_number, workers)
+        rate, cpu_ms = ingest_round(measured, round_number, workers)
         print(f"ingest, {workers} process{'es' if workers > 1 else ''}, {len(measured)} snapshots: "
-              f"{rate:.0f} snapshots/s ({1000 * workers / rate:.1f} ms per snapshot per process)", flush=True)
+              f"{rate:.0f} snapshots/s ({1000 * workers / rate:.1f} ms per snapshot per process; "
+              f"{cpu_ms:.1f} ms CPU of the ingest process per snapshot), "
+              f"load average {os.getloadavg()[0]:.1f}", flush=True)
+    if args.profile and measured:
+        profile_ingest(measured, len({1, args.workers}) + 2, args.profile)
+    if args.skip_pages:
+        print(f"load average {os.getloadavg()[0]:.1f} at the end")
+        return
     admin = get_user_model().objects.create_superuser(f"bench-{uuid.uuid4().hex[:8]}",
                                                      password=uuid.uuid4().hex)
     client = Client()
@@ -230,6 +279,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="measure no ingest rate (step 2): enrolment and the pages only")
     parser.add_argument("--database", choices=["sqlite", "postgresql", "both"], default="both")
     parser.add_argument("--no-wait", action="store_true", help="do not wait for running pytest processes")
+    parser.add_argument("--skip-pages", action="store_true", help="measure ingest only, not the pages")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="queries of one snapshot and a cProfile of N (one process) after the rates")
     args = parser.parse_args(argv)
     print("command: python benchmarks/fleet.py " + " ".join(sys.argv[1:] if argv is None else argv))
     if args.database in ("sqlite", "both"):

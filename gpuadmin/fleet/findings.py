@@ -128,9 +128,13 @@ class HistoryFacts:
     pid_trend: tuple[PidSample, ...] = ()
 
 
-def compute_findings(document: dict[str, Any], facts: HistoryFacts | None = None) -> list[FindingDraft]:
-    """Every finding the snapshot (and what history says beside it) supports, most urgent kinds first."""
-    rows = process_rows(document)
+def compute_findings(
+    document: dict[str, Any], facts: HistoryFacts | None = None, *, rows: dict[int, ProcessRow] | None = None
+) -> list[FindingDraft]:
+    """Every finding the snapshot (and what history says beside it) supports, most urgent kinds first.
+
+    ``rows``: the document's ``process_rows`` when the caller has them already (ingest)."""
+    rows = process_rows(document) if rows is None else rows
     trees = zombie_trees(rows)
     drafts = [
         *gpu_data_unavailable(document),
@@ -620,12 +624,17 @@ def sync_findings(host: Host, drafts: Iterable[FindingDraft], now: datetime) -> 
         (f.kind, f.key): f
         for f in Finding.objects.open().filter(host=host, kind__in=SNAPSHOT_KINDS)
     }
-    created, refreshed = [], []
+    created, refreshed, only_seen = [], [], []
     for kind_key, draft in wanted.items():
         finding = still_open.pop(kind_key, None)
         if finding is None:
             finding = Finding(host=host, kind=draft.kind, key=draft.key, first_seen_at=now)
             created.append(finding)
+        elif _same_draft(finding, draft):
+            # Most open findings read the same snapshot after snapshot: one UPDATE of last_seen_at.
+            finding.last_seen_at = now
+            only_seen.append(finding.pk)
+            continue
         else:
             refreshed.append(finding)
         finding.severity = draft.severity
@@ -637,9 +646,20 @@ def sync_findings(host: Host, drafts: Iterable[FindingDraft], now: datetime) -> 
         Finding.objects.bulk_create(created)
     if refreshed:
         Finding.objects.bulk_update(refreshed, ["severity", "title", "remedy", "details", "last_seen_at"])
+    if only_seen:
+        Finding.objects.filter(pk__in=only_seen).update(last_seen_at=now)
     if still_open:
         Finding.objects.filter(pk__in=[f.pk for f in still_open.values()]).update(resolved_at=now)
-    return SyncResult(opened=len(created), refreshed=len(refreshed), resolved=len(still_open))
+    return SyncResult(
+        opened=len(created), refreshed=len(refreshed) + len(only_seen), resolved=len(still_open)
+    )
+
+
+def _same_draft(finding: Finding, draft: FindingDraft) -> bool:
+    """Whether storing ``draft`` would change nothing of ``finding`` but when it was last seen."""
+    return (finding.severity, finding.title, finding.remedy, finding.details) == (
+        draft.severity, draft.title, draft.remedy, draft.details
+    )
 
 
 # --- wording --------------------------------------------------------------

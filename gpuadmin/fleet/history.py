@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
+from operator import itemgetter
 from typing import Any
 
 from django.conf import settings
@@ -35,6 +36,8 @@ from gpuadmin.fleet.models import Gpu, GpuSample, Host, HostSample, ProcessLife,
 from gpuadmin.fleet.process_tree import ProcessRow
 
 LifeKey = tuple[str, int, int]  # boot id, pid, start time in ticks
+# A life's stored or new values by column name (plain values: no model instance per process).
+LifeValues = dict[str, Any]
 
 # How far back the "PIDs running out" forecast looks.
 PID_TREND_SECONDS = 3600
@@ -67,6 +70,9 @@ _LIFE_UPDATE_FIELDS = [
 
 # What a life's upsert would change other than when it was last seen.
 _LIFE_COMPARED_FIELDS = [name for name in _LIFE_UPDATE_FIELDS if name != "last_seen_at"]
+_compared_values = itemgetter(*_LIFE_COMPARED_FIELDS)
+# What is read of a stored life: its id and identity, and what a snapshot extends or compares.
+_KNOWN_COLUMNS = ["pk", "boot_id", "pid", "start_time_ticks", *_LIFE_UPDATE_FIELDS]
 
 
 def matters_by_itself(row: ProcessRow) -> bool:
@@ -113,104 +119,115 @@ def has_samples_at(host: Host, taken_at: datetime) -> bool:
 
 def record_process_lives(
     host: Host, rows: Mapping[int, ProcessRow], *, boot_id: str, taken_at: datetime
-) -> list[ProcessLife]:
+) -> list[LifeValues]:
     """Start or extend the lives of the processes in this snapshot, end those it no longer shows.
 
     Must be called with the newest snapshot of the host only (``ingest`` makes
     sure): a life absent from it is over ("gone" means it exited or stopped
     mattering and left the snapshot), and lives of an earlier boot are all over.
     A life seen again after being marked gone is reopened, keeping its first
-    sighting and its peak. Returns the lives this snapshot shows, as stored.
+    sighting and its peak. Returns the lives this snapshot shows, as stored
+    (each a dict of ``_LIFE_UPDATE_FIELDS`` plus pid and start_time_ticks).
+
+    Stored lives are read as plain values (no model instances) and only the
+    lives whose values changed, or that are new, are written in full; the
+    others (most of them: a steady process) cost one shared UPDATE of
+    last_seen_at.
     """
     mattering = [row for row in rows.values() if matters_by_itself(row)]
     known = _known_lives(host, boot_id, (row.pid for row in mattering))
-    in_snapshot: dict[LifeKey, ProcessRow] = {(boot_id, r.pid, r.start_time_ticks): r for r in rows.values()}
-
-    lives: dict[LifeKey, ProcessLife] = {}
+    step = settings.GPUADMIN_HISTORY_PROCESS_STEP_BYTES  # read once, not once per process
+    lives: dict[LifeKey, LifeValues] = {}
     for row in mattering:
         key = (boot_id, row.pid, row.start_time_ticks)
-        lives[key] = _extended(known.get(key), row, host=host, boot_id=boot_id, taken_at=taken_at)
+        lives[key] = _extended(known.get(key), row, taken_at=taken_at, step=step)
     gone_ids: list[int] = []
     for key, life in known.items():
-        if key in lives or life.gone_at is not None:
+        if key in lives or life["gone_at"] is not None:
             continue
-        current = in_snapshot.get(key)
-        if current is None:
-            gone_ids.append(life.pk)
+        current = rows.get(key[1]) if key[0] == boot_id else None
+        if current is None or current.start_time_ticks != key[2]:
+            gone_ids.append(life["pk"])
         else:
             # Still alive, no longer matters by itself (e.g. freed its memory): keep it current.
-            lives[key] = _extended(life, current, host=host, boot_id=boot_id, taken_at=taken_at)
+            lives[key] = _extended(life, current, taken_at=taken_at, step=step)
 
     if lives:
-        changed, unchanged_ids = _split_unchanged(known, lives)
-        if changed:
-            ProcessLife.objects.bulk_create(
-                changed,
-                update_conflicts=True,
-                unique_fields=["host", "boot_id", "pid", "start_time_ticks"],
-                update_fields=_LIFE_UPDATE_FIELDS,
-            )
+        ids, unchanged_ids = _write_changed(host, known, lives)
         for start in range(0, len(unchanged_ids), _PIDS_PER_QUERY):
             ProcessLife.objects.filter(pk__in=unchanged_ids[start : start + _PIDS_PER_QUERY]).update(
                 last_seen_at=taken_at
             )
-        _record_points(known, lives, taken_at=taken_at)
+        _record_points(host, known, lives, ids, taken_at=taken_at)
     for start in range(0, len(gone_ids), _PIDS_PER_QUERY):
         ProcessLife.objects.filter(pk__in=gone_ids[start : start + _PIDS_PER_QUERY]).update(gone_at=taken_at)
     return list(lives.values())
 
 
-def _split_unchanged(
-    known: Mapping[LifeKey, ProcessLife], lives: Mapping[LifeKey, ProcessLife]
-) -> tuple[list[ProcessLife], list[int]]:
-    """The lives to upsert, and the ids of those where only last_seen_at moved.
+def _write_changed(
+    host: Host, known: Mapping[LifeKey, LifeValues], lives: Mapping[LifeKey, LifeValues]
+) -> tuple[dict[LifeKey, int | None], list[int]]:
+    """Upsert the lives that are new or changed; the ids known so far, and those where only
+    last_seen_at moved.
 
     Most processes that matter are steady from one snapshot to the next (a
     training job's memory stays where its allocator put it): for them one
     UPDATE of last_seen_at replaces rewriting every column (benchmarks/fleet.py).
     """
-    changed: list[ProcessLife] = []
+    ids: dict[LifeKey, int | None] = {}
     unchanged_ids: list[int] = []
+    changed: dict[LifeKey, ProcessLife] = {}
     for key, life in lives.items():
         before = known.get(key)
-        if before is not None and all(
-            getattr(life, name) == getattr(before, name) for name in _LIFE_COMPARED_FIELDS
-        ):
-            life.pk = before.pk
-            unchanged_ids.append(before.pk)
+        if before is not None and _compared_values(life) == _compared_values(before):
+            unchanged_ids.append(before["pk"])
+            ids[key] = before["pk"]
         else:
-            changed.append(life)
-    return changed, unchanged_ids
+            changed[key] = ProcessLife(host=host, boot_id=key[0], **life)
+    if changed:
+        ProcessLife.objects.bulk_create(
+            list(changed.values()),
+            update_conflicts=True,
+            unique_fields=["host", "boot_id", "pid", "start_time_ticks"],
+            update_fields=_LIFE_UPDATE_FIELDS,
+        )
+        # The database's id when the upsert returned it; else the one read before, if any.
+        for key, instance in changed.items():
+            before = known.get(key)
+            ids[key] = instance.pk if instance.pk is not None else (before["pk"] if before else None)
+    return ids, unchanged_ids
 
 
 def _record_points(
-    known: Mapping[LifeKey, ProcessLife], lives: Mapping[LifeKey, ProcessLife], *, taken_at: datetime
+    host: Host,
+    known: Mapping[LifeKey, LifeValues],
+    lives: Mapping[LifeKey, LifeValues],
+    ids: dict[LifeKey, int | None],
+    *,
+    taken_at: datetime,
 ) -> None:
     """A point for each life whose memory or state changed enough since its newest point."""
-    changed = [
-        (key, life) for key, life in lives.items() if _point_due(known.get(key), life)
-    ]
-    if not changed:
+    due = [key for key, life in lives.items() if _point_due(known.get(key), life)]
+    if not due:
         return
-    if any(life.pk is None for _, life in changed):
+    life_ids = {key: pk for key, pk in ids.items() if pk is not None}
+    if any(key not in life_ids for key in due):
         # Databases that return no ids from an upsert: read them back, once.
-        ids = _life_ids(changed[0][1].host_id, [key for key, _ in changed])
-        for key, life in changed:
-            life.pk = ids[key]
+        life_ids.update(_life_ids(host.pk, due))
     ProcessPoint.objects.bulk_create(
-        ProcessPoint(life_id=life.pk, taken_at=taken_at, gpu_memory_bytes=life.last_gpu_memory_bytes,
-                     state=life.last_state)
-        for _, life in changed
+        ProcessPoint(life_id=life_ids[key], taken_at=taken_at,
+                     gpu_memory_bytes=lives[key]["last_gpu_memory_bytes"], state=lives[key]["last_state"])
+        for key in due
     )
 
 
-def _point_due(before: ProcessLife | None, life: ProcessLife) -> bool:
+def _point_due(before: LifeValues | None, life: LifeValues) -> bool:
     """``life`` already carries the new point's values in point_*; ``before`` the stored ones."""
-    if before is None or before.point_gpu_memory_bytes is None:
+    if before is None or before["point_gpu_memory_bytes"] is None:
         return True
-    return (before.point_gpu_memory_bytes, before.point_state) != (
-        life.point_gpu_memory_bytes,
-        life.point_state,
+    return (before["point_gpu_memory_bytes"], before["point_state"]) != (
+        life["point_gpu_memory_bytes"],
+        life["point_state"],
     )
 
 
@@ -227,86 +244,82 @@ def _life_ids(host_id: int, keys: list[LifeKey]) -> dict[LifeKey, int]:
     return ids
 
 
-def _known_lives(host: Host, boot_id: str, pids: Iterable[int]) -> dict[LifeKey, ProcessLife]:
-    """The host's open lives (any boot), and this boot's lives, open or gone, of ``pids``."""
+def _known_lives(host: Host, boot_id: str, pids: Iterable[int]) -> dict[LifeKey, LifeValues]:
+    """The host's open lives (any boot), and this boot's lives, open or gone, of ``pids``, as the
+    values ``_extended`` and ``_write_changed`` read (no model instances: a snapshot reads ~200)."""
     pid_list = sorted(set(pids))
     chunks = [pid_list[i : i + _PIDS_PER_QUERY] for i in range(0, len(pid_list), _PIDS_PER_QUERY)] or [[]]
-    known: dict[LifeKey, ProcessLife] = {}
+    known: dict[LifeKey, LifeValues] = {}
     for chunk in chunks:
         query = Q(gone_at__isnull=True)
         if chunk:
             query |= Q(boot_id=boot_id, pid__in=chunk)
-        for life in ProcessLife.objects.filter(query, host=host):
-            known[(life.boot_id, life.pid, life.start_time_ticks)] = life
+        for values in ProcessLife.objects.filter(query, host=host).values_list(*_KNOWN_COLUMNS):
+            life = dict(zip(_KNOWN_COLUMNS, values, strict=True))
+            known[(life.pop("boot_id"), life["pid"], life["start_time_ticks"])] = life
     return known
 
 
-def _extended(
-    life: ProcessLife | None,
-    row: ProcessRow,
-    *,
-    host: Host,
-    boot_id: str,
-    taken_at: datetime,
-) -> ProcessLife:
-    """A fresh (pk-less) instance with the life's merged values, for the upsert."""
+def _extended(life: LifeValues | None, row: ProcessRow, *, taken_at: datetime, step: int) -> LifeValues:
+    """The life's values after this snapshot (``_LIFE_UPDATE_FIELDS``, pid and start_time_ticks);
+    ``step``: GPUADMIN_HISTORY_PROCESS_STEP_BYTES."""
     memory_bytes = row.total_gpu_memory_bytes
-    point_memory, point_state = _next_point(life, memory_bytes, row.state)
+    point_memory, point_state = _next_point(life, memory_bytes, row.state, step)
     rising, rising_since, rising_from = _rising(life, memory_bytes)
-    return ProcessLife(
-        host=host,
-        boot_id=boot_id,
-        pid=row.pid,
-        start_time_ticks=row.start_time_ticks,
-        ppid=row.ppid,
-        uid=row.uid,
-        user=row.user or "",
-        name=row.name,
-        cmdline=list(row.cmdline),
-        container_id=row.container_id or "",
-        owner=row.owner,
-        first_seen_at=life.first_seen_at if life else taken_at,
-        last_seen_at=taken_at,
-        gone_at=None,
-        last_state=row.state,
-        last_gpu_memory_bytes=memory_bytes,
-        peak_gpu_memory_bytes=max(memory_bytes, life.peak_gpu_memory_bytes if life else 0),
-        held_device=(life is not None and life.held_device) or bool(row.device_files),
-        was_zombie=(life is not None and life.was_zombie) or row.is_zombie,
-        was_orphaned=(life is not None and life.was_orphaned) or row.orphaned,
-        point_gpu_memory_bytes=point_memory,
-        point_state=point_state,
-        memory_rising_samples=rising,
-        memory_rising_since=rising_since,
-        memory_rising_from_bytes=rising_from,
-    )
+    return {
+        "pid": row.pid,
+        "start_time_ticks": row.start_time_ticks,
+        "ppid": row.ppid,
+        "uid": row.uid,
+        "user": row.user or "",
+        "name": row.name,
+        "cmdline": list(row.cmdline),
+        "container_id": row.container_id or "",
+        "owner": row.owner,
+        "first_seen_at": life["first_seen_at"] if life else taken_at,
+        "last_seen_at": taken_at,
+        "gone_at": None,
+        "last_state": row.state,
+        "last_gpu_memory_bytes": memory_bytes,
+        "peak_gpu_memory_bytes": max(memory_bytes, life["peak_gpu_memory_bytes"] if life else 0),
+        "held_device": (life is not None and life["held_device"]) or bool(row.device_files),
+        "was_zombie": (life is not None and life["was_zombie"]) or row.is_zombie,
+        "was_orphaned": (life is not None and life["was_orphaned"]) or row.orphaned,
+        "point_gpu_memory_bytes": point_memory,
+        "point_state": point_state,
+        "memory_rising_samples": rising,
+        "memory_rising_since": rising_since,
+        "memory_rising_from_bytes": rising_from,
+    }
 
 
-def _next_point(life: ProcessLife | None, memory_bytes: int, state: str) -> tuple[int, str]:
+def _next_point(life: LifeValues | None, memory_bytes: int, state: str, step: int) -> tuple[int, str]:
     """The values of the life's newest point after this snapshot: new ones only on a real change."""
-    if life is None or life.point_gpu_memory_bytes is None:
+    if life is None or life["point_gpu_memory_bytes"] is None:
         return memory_bytes, state
-    moved = abs(memory_bytes - life.point_gpu_memory_bytes) > settings.GPUADMIN_HISTORY_PROCESS_STEP_BYTES
+    point_memory: int = life["point_gpu_memory_bytes"]
+    moved = abs(memory_bytes - point_memory) > step
     # Memory freed entirely is always a change: the chart must come back down to zero.
-    freed = memory_bytes == 0 and life.point_gpu_memory_bytes != 0
-    if moved or freed or state != life.point_state:
+    freed = memory_bytes == 0 and point_memory != 0
+    if moved or freed or state != life["point_state"]:
         return memory_bytes, state
-    return life.point_gpu_memory_bytes, life.point_state
+    return point_memory, life["point_state"]
 
 
-def _rising(life: ProcessLife | None, memory_bytes: int) -> tuple[int, datetime | None, int]:
+def _rising(life: LifeValues | None, memory_bytes: int) -> tuple[int, datetime | None, int]:
     """(snapshots in a row with a rise, since when, from how much). Unchanged memory keeps the count:
     allocators grow in steps; any fall starts it again."""
     if life is None:
         return 0, None, memory_bytes
-    before = life.last_gpu_memory_bytes
+    before = life["last_gpu_memory_bytes"]
     if memory_bytes > before:
-        if life.memory_rising_samples == 0:
-            return 1, life.last_seen_at, before
-        return life.memory_rising_samples + 1, life.memory_rising_since, life.memory_rising_from_bytes
+        if life["memory_rising_samples"] == 0:
+            return 1, life["last_seen_at"], before
+        samples: int = life["memory_rising_samples"]
+        return samples + 1, life["memory_rising_since"], life["memory_rising_from_bytes"]
     if memory_bytes < before:
         return 0, None, memory_bytes
-    return life.memory_rising_samples, life.memory_rising_since, life.memory_rising_from_bytes
+    return life["memory_rising_samples"], life["memory_rising_since"], life["memory_rising_from_bytes"]
 
 
 def update_idle_since(
@@ -330,20 +343,32 @@ def update_idle_since(
 
 
 def findings_facts(
-    host: Host, lives: Iterable[ProcessLife], gpus: Iterable[Gpu], *, taken_at: datetime
+    host: Host,
+    lives: Iterable[LifeValues],
+    gpus: Iterable[Gpu],
+    *,
+    taken_at: datetime,
+    zombies: int | None = None,
 ) -> HistoryFacts:
-    """What the history-based findings need beside the snapshot: one query (the PID trend)."""
-    trend = HostSample.objects.filter(
-        host=host, taken_at__gte=taken_at - timedelta(seconds=PID_TREND_SECONDS), taken_at__lte=taken_at
-    ).order_by("taken_at").values_list("taken_at", "pids_in_use", "zombie_count")
+    """What the history-based findings need beside the snapshot: at most one query (the PID trend).
+
+    ``zombies``: the snapshot's zombie count, when known. The trend (an hour
+    of samples, 360 rows at a 10 s interval) serves only "PIDs running out",
+    which needs zombies growing up to this snapshot: none now, no trend read.
+    """
+    trend: Iterable[tuple[datetime, int, int]] = ()
+    if zombies != 0:
+        trend = HostSample.objects.filter(
+            host=host, taken_at__gte=taken_at - timedelta(seconds=PID_TREND_SECONDS), taken_at__lte=taken_at
+        ).order_by("taken_at").values_list("taken_at", "pids_in_use", "zombie_count")
     return HistoryFacts(
         taken_at=taken_at,
         rising={
-            (life.pid, life.start_time_ticks): Rising(
-                life.memory_rising_samples, life.memory_rising_since, life.memory_rising_from_bytes
+            (life["pid"], life["start_time_ticks"]): Rising(
+                life["memory_rising_samples"], life["memory_rising_since"], life["memory_rising_from_bytes"]
             )
             for life in lives
-            if life.memory_rising_samples
+            if life["memory_rising_samples"]
         },
         idle_since={gpu.uuid: gpu.idle_since for gpu in gpus if gpu.idle_since is not None},
         pid_trend=tuple(PidSample(t, pids, zombies) for t, pids, zombies in trend),

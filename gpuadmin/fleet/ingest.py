@@ -94,9 +94,10 @@ def receive_snapshot(message: Any, *, received_at: datetime | None = None) -> Ho
     try:
         # One transaction per snapshot: the key check and the storing, under one lock of the host row.
         with transaction.atomic():
-            if trust.admit(host_name, opened, received_at=received_at) is None:
+            host = trust.admit(host_name, opened, received_at=received_at)
+            if host is None:
                 return None  # awaiting acceptance: nothing of it is stored
-            return ingest_document(document, received_at=received_at)
+            return ingest_document(document, received_at=received_at, locked_host=host)
     except trust.MessageRejected as rejected:
         trust.reject_message(SnapshotRejection.MessageKind.SNAPSHOT, rejected.reason, host_name=host_name,
                              size_bytes=len(opened.text), received_at=received_at)
@@ -125,7 +126,9 @@ def ingest_snapshot(payload: str | bytes, *, received_at: datetime | None = None
     return ingest_document(document, received_at=received_at)
 
 
-def ingest_document(document: dict[str, Any], *, received_at: datetime) -> Host:
+def ingest_document(
+    document: dict[str, Any], *, received_at: datetime, locked_host: Host | None = None
+) -> Host:
     """Store one validated snapshot document; return its host.
 
     Snapshots can arrive out of order (several central workers, redelivery
@@ -140,14 +143,21 @@ def ingest_document(document: dict[str, Any], *, received_at: datetime) -> Host:
     A host's clock may run ahead of central's (validation refuses more than
     MAX_CLOCK_AHEAD): its taken_at is read as no later than its arrival, so
     one snapshot dated ahead never makes the newer ones look late.
+
+    ``locked_host``: the document's host, when the caller's transaction has
+    locked its row already (``receive_snapshot``, after the key check).
     """
     taken_at = min(parse_taken_at(document["taken_at"]), received_at)
-    with transaction.atomic():
-        # The lock serialises two workers ingesting the same host (PostgreSQL;
-        # SQLite's IMMEDIATE transactions already serialise every writer).
-        host, created = Host.objects.select_for_update().get_or_create(
-            name=document["host"]["name"], defaults={"first_seen_at": received_at}
-        )
+    # No savepoint inside the caller's transaction: any error here fails the whole snapshot anyway.
+    with transaction.atomic(savepoint=False):
+        if locked_host is not None:
+            host, created = locked_host, False
+        else:
+            # The lock serialises two workers ingesting the same host (PostgreSQL;
+            # SQLite's IMMEDIATE transactions already serialise every writer).
+            host, created = Host.objects.select_for_update().get_or_create(
+                name=document["host"]["name"], defaults={"first_seen_at": received_at}
+            )
         if not created and host.last_snapshot_taken_at and taken_at <= host.last_snapshot_taken_at:
             _store_late(host, document, taken_at)
             return host
@@ -163,8 +173,9 @@ def ingest_document(document: dict[str, Any], *, received_at: datetime) -> Host:
         history.update_idle_since(gpus_by_uuid, document, attributed_bytes, taken_at=taken_at)
         boot_id = document["host"]["boot_id"]
         lives = history.record_process_lives(host, rows, boot_id=boot_id, taken_at=taken_at)
-        facts = history.findings_facts(host, lives, gpus_by_uuid.values(), taken_at=taken_at)
-        findings.sync_findings(host, findings.compute_findings(document, facts), received_at)
+        facts = history.findings_facts(host, lives, gpus_by_uuid.values(), taken_at=taken_at,
+                                       zombies=document["process_counts"]["zombies"])
+        findings.sync_findings(host, findings.compute_findings(document, facts, rows=rows), received_at)
         transaction.on_commit(
             partial(snapshot_ingested.send, sender=Host, host=host, document=document), robust=True
         )
@@ -248,32 +259,47 @@ def _store_latest(
 def _upsert_gpus(
     host: Host, document: dict[str, Any], attributed_bytes: dict[str, int], *, received_at: datetime
 ) -> dict[str, Gpu]:
-    """GPU rows as this snapshot lists them; GPUs it no longer lists stay, marked not present."""
+    """GPU rows as this snapshot lists them; GPUs it no longer lists stay, marked not present.
+
+    The host's GPUs are read first (their ids and idle_since), so that the
+    upsert needs no read-back and a GPU is marked not present only when one
+    is missing (the host row is locked: nothing else adds GPUs meanwhile).
+    """
+    stored = {g.uuid: g for g in Gpu.objects.filter(host=host).only("pk", "uuid", "present", "idle_since")}
     uuids = [g["uuid"] for g in document["gpus"]]
-    if uuids:
+    gpus_by_uuid = {
+        g["uuid"]: Gpu(
+            host=host,
+            uuid=g["uuid"],
+            index=g["index"],
+            name=g["name"],
+            memory_total_bytes=g["memory_total_bytes"],
+            memory_used_bytes=g["memory_used_bytes"],
+            memory_attributed_bytes=attributed_bytes.get(g["uuid"], 0),
+            utilization_percent=g["utilization_percent"],
+            present=True,
+            updated_at=received_at,
+        )
+        for g in document["gpus"]
+    }
+    if gpus_by_uuid:
         Gpu.objects.bulk_create(
-            [
-                Gpu(
-                    host=host,
-                    uuid=g["uuid"],
-                    index=g["index"],
-                    name=g["name"],
-                    memory_total_bytes=g["memory_total_bytes"],
-                    memory_used_bytes=g["memory_used_bytes"],
-                    memory_attributed_bytes=attributed_bytes.get(g["uuid"], 0),
-                    utilization_percent=g["utilization_percent"],
-                    present=True,
-                    updated_at=received_at,
-                )
-                for g in document["gpus"]
-            ],
+            list(gpus_by_uuid.values()),
             update_conflicts=True,
             unique_fields=["host", "uuid"],
             update_fields=_GPU_UPDATE_FIELDS,
         )
-    Gpu.objects.filter(host=host, present=True).exclude(uuid__in=uuids).update(
-        present=False, updated_at=received_at
-    )
-    if not uuids:
-        return {}
-    return {g.uuid: g for g in Gpu.objects.filter(host=host, uuid__in=uuids)}
+    for uuid, gpu in gpus_by_uuid.items():
+        before = stored.get(uuid)
+        if before is not None:
+            # The upsert leaves idle_since as stored; the id is the stored row's.
+            gpu.pk, gpu.idle_since = before.pk, before.idle_since
+    unlisted = [g.pk for uuid, g in stored.items() if g.present and uuid not in gpus_by_uuid]
+    if unlisted:
+        Gpu.objects.filter(pk__in=unlisted).update(present=False, updated_at=received_at)
+    unknown_ids = [uuid for uuid, gpu in gpus_by_uuid.items() if gpu.pk is None]
+    if unknown_ids:
+        # New GPUs, on a database that returns no ids from an upsert: read them back.
+        for gpu in Gpu.objects.filter(host=host, uuid__in=unknown_ids):
+            gpus_by_uuid[gpu.uuid] = gpu
+    return {uuid: gpus_by_uuid[uuid] for uuid in uuids}

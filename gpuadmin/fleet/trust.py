@@ -64,7 +64,8 @@ def admit(host_name: str, opened: Opened, *, received_at: datetime) -> Host | No
     acceptance with the message's key. Raises MessageRejected when the host
     has another key than the one that signed.
     """
-    with transaction.atomic():
+    # No savepoint inside the caller's transaction (ingest): a refusal there fails it all anyway.
+    with transaction.atomic(savepoint=False):
         host = Host.objects.select_for_update().filter(name=host_name).first()
         if host is None:
             if Host.objects.awaiting_acceptance().count() >= MAX_HOSTS_AWAITING:

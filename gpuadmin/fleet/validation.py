@@ -111,12 +111,12 @@ def parse_snapshot(payload: str | bytes, *, now: datetime | None = None) -> dict
             "(GPUADMIN_SNAPSHOT_MAX_BYTES); run the probe without --all, or raise the limit",
             host_name=host_name_from_text(payload),
         )
-    document = _decode(payload)
+    document, suspect = _decode(payload)
     host_name = _host_name_from_document(document)
     try:
         _check_schema_version(document)
         _check_schema(document)
-        _check_semantics(document, now=now or timezone.now())
+        _check_semantics(document, now=now or timezone.now(), walk=suspect)
     except SnapshotRejected as rejected:
         rejected.host_name = host_name
         raise
@@ -164,11 +164,42 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def _decode(payload: str | bytes) -> Any:
+# What ``_check_strings_and_numbers`` refuses can only come from these in the JSON text: a NUL is
+# written \u0000 (a raw one is invalid JSON), a lone surrogate \udXXX or, in a str payload, the raw
+# character (UTF-8 bytes cannot hold one). Valid pairs match too: they only cost the walk.
+_SUSPECT_TEXT = re.compile(r"\\u0000|\\u[dD][89a-fA-F]|[\ud800-\udfff]")
+# An integer beyond 64 bits has at least this many characters (JSON has no leading zeros).
+_INT64_DIGITS = len(str(INT64_MAX))
+
+
+def _decode(payload: str | bytes) -> tuple[Any, bool]:
+    """The document, and whether it may hold what ``_check_strings_and_numbers`` refuses.
+
+    That walk visits every value (about 6,000 in a 200-process snapshot); the
+    answer here comes from one scan of the text and the parser's number hooks,
+    so the walk, which names the offending path, runs only when it can find
+    something.
+    """
+    big_number = False
+
+    def parse_int(text: str) -> int:
+        nonlocal big_number
+        if len(text) >= _INT64_DIGITS:
+            big_number = True
+        return int(text)
+
+    def parse_float(text: str) -> float:
+        nonlocal big_number
+        value = _finite_float(text)
+        if abs(value) > INT64_MAX:
+            big_number = True
+        return value
+
     try:
         # JSON on the wire is UTF-8 (RFC 8259); json.loads would guess UTF-16/32 from bytes.
         text = payload.decode("utf-8") if isinstance(payload, bytes | bytearray) else payload
-        document = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+        document = json.loads(text, parse_constant=_reject_constant, parse_float=parse_float,
+                              parse_int=parse_int)
     except UnicodeDecodeError as error:
         raise SnapshotRejected(
             f"snapshot is not UTF-8 text (byte {error.start}): {error.reason}",
@@ -189,7 +220,7 @@ def _decode(payload: str | bytes) -> Any:
         ) from None
     if not isinstance(document, dict):
         raise SnapshotRejected(f"snapshot must be a JSON object, got {_json_type(document)}")
-    return document
+    return document, big_number or _SUSPECT_TEXT.search(text) is not None
 
 
 def _json_type(value: Any) -> str:
@@ -267,9 +298,12 @@ def json_path(parts: Iterator[str | int] | Any) -> str:
 # --- what the schema cannot say ------------------------------------------
 
 
-def _check_semantics(document: dict[str, Any], *, now: datetime) -> None:
+def _check_semantics(document: dict[str, Any], *, now: datetime, walk: bool = True) -> None:
+    """What the schema cannot say; ``walk``: look at every string and number (``_decode`` says
+    when that can find anything)."""
     _check_taken_at(document["taken_at"], now=now)
-    _check_strings_and_numbers(document, "")
+    if walk:
+        _check_strings_and_numbers(document, "")
     _check_column_ranges(document)
     gpu_uuids = _check_gpus(document["gpus"])
     _check_processes(document["processes"], gpu_uuids)

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
+from gpuadmin.fleet import validation
 from gpuadmin.fleet.validation import (
     INT64_MAX,
     MAX_CLOCK_AHEAD,
@@ -169,3 +170,55 @@ def test_an_unmatched_process_on_an_unknown_gpu_is_named() -> None:
     assert rejection(json.dumps(document)).message == (
         'unmatched_gpu_processes[0].gpu_uuid: GPU "GPU-ghost" is not in gpus'
     )
+
+
+# --- the walk over every string and number runs only when the text can hold what it refuses ---
+
+
+def test_a_clean_snapshot_is_not_walked_value_by_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    def walked(*_args: object) -> None:
+        raise AssertionError("walked a snapshot with nothing to find")
+
+    monkeypatch.setattr(validation, "_check_strings_and_numbers", walked)
+    document = good(processes=[proc(10, cmdline=["python", "caf\u00e9.py", "--lr=1e-4"],
+                                    elapsed_seconds=1e6)])
+    assert parse_snapshot(json.dumps(document), now=NOW)["processes"][0]["cmdline"][1] == "caf\u00e9.py"
+
+
+def test_a_raw_lone_surrogate_in_a_text_payload_is_refused() -> None:
+    text = json.dumps(good(processes=[proc(10, name="py\ud800", cmdline=["py"])]), ensure_ascii=False)
+    assert "\ud800" in text  # the character itself, not an escape
+    assert rejection(text).message == (
+        "processes[0].name: contains a lone UTF-16 surrogate, not valid Unicode text"
+    )
+
+
+def test_a_nul_in_a_key_is_refused_with_the_object_s_path() -> None:
+    document = good(processes=[proc(10, gpu_memory={"GPU-sim-0000\x00": 1024})])
+    message = rejection(json.dumps(document)).message
+    assert message == "processes[0].gpu_memory_bytes: contains a NUL character"
+
+
+def test_a_float_beyond_64_bits_is_refused_where_it_is() -> None:
+    document = good(processes=[proc(10, elapsed_seconds=1e19)])
+    assert rejection(json.dumps(document)).message == (
+        "processes[0].elapsed_seconds: 1e+19 is larger than a 64-bit integer"
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["\U0001f600 emoji (a surrogate pair when escaped)", "a\\u0000b", "\\ud800 written out"],
+    ids=["pair", "escaped-backslash-nul", "escaped-surrogate"],
+)
+def test_text_that_only_looks_suspect_is_walked_and_accepted(text: str) -> None:
+    document = good(processes=[proc(10, cmdline=["python", text])])
+    payload = json.dumps(document)
+    assert validation._SUSPECT_TEXT.search(payload)
+    assert parse_snapshot(payload, now=NOW)["processes"][0]["cmdline"][1] == text
+
+
+def test_a_big_but_valid_integer_is_walked_and_accepted() -> None:
+    document = good(processes=[proc(10)])
+    document["processes"][0]["rss_bytes"] = 10**18 + 1  # 19 digits: looked at, and it fits
+    assert parse_snapshot(json.dumps(document), now=NOW)["processes"][0]["rss_bytes"] == 10**18 + 1

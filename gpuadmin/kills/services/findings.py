@@ -59,10 +59,13 @@ def open_unkillable(kill_request: KillRequest, target: KillTarget, step: KillSte
 def resolve_gone_unkillable(host: Host, document: dict[str, Any], *, now: datetime | None = None) -> int:
     """Close "unkillable" findings whose process this snapshot no longer shows (same boot, same start)."""
     now = now or timezone.now()
+    unkillable = list(Finding.objects.open().filter(host=host, kind=Finding.Kind.UNKILLABLE))
+    if not unkillable:
+        return 0  # the usual case: no need to read the snapshot's processes
     rows = process_rows(document)
     boot_id = document.get("host", {}).get("boot_id")
     resolved = 0
-    for finding in Finding.objects.open().filter(host=host, kind=Finding.Kind.UNKILLABLE):
+    for finding in unkillable:
         pid = finding.details.get("pid")
         start = finding.details.get("start_time_ticks")
         row = rows.get(pid) if isinstance(pid, int) else None
