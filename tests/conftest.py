@@ -10,6 +10,8 @@
 - Named people (`viewer`, `requester`, `approver`, `second_approver`,
   `stranger`, `viewer_client`, `requester_client`) come from tests/people.py,
   and so does `fast_password_hashing`, autouse for every test.
+- `make test` runs the suite on pytest-xdist workers; the tests in ONE_AT_A_TIME are
+  kept in groups that one worker runs one after another (tests/README.md).
 - On SQLite the test database is a file in the run's GPUADMIN_DATA_DIR (see
   tests/environment.py), at the path gpuadmin.settings gives it, so worker
   processes started by a test with the same GPUADMIN_DATA_DIR share it.
@@ -62,13 +64,39 @@ def database_vendor() -> str:
     return "postgresql" if "postgresql" in engine else engine.rsplit(".", 1)[-1]
 
 
+# --- parallel runs (make test: pytest -n 4 --dist loadgroup) ------------------------
+
+# Tests that each start a whole stack of processes (servers, Celery workers and their pools,
+# gunicorn, Chromium, all of `make run` or `make demo`) or keep a core busy on purpose (the
+# PID reuse torture's fork storm, the broker hammer's 20 000 messages). Their waits (60-120 s)
+# were sized for a suite that runs one test at a time: two of them side by side on 2 cores
+# starve each other. Each group runs on one worker, one test after another, beside the light
+# tests on the other workers; two groups of about the same length (from --durations) so that
+# neither is the run's tail. Keys: node ID prefixes.
+ONE_AT_A_TIME = {
+    "tests/broker/test_filesystem.py::test_many_publishers_and_a_worker": "whole-stack-1",
+    "tests/run/test_make_run.py": "whole-stack-1",
+    "tests/probe/kill/test_pid_reuse_torture.py": "whole-stack-1",
+    "tests/deploy/test_backup_restore.py": "whole-stack-1",
+    "tests/browser/test_demo.py": "whole-stack-2",
+    "tests/demo/test_make_demo.py": "whole-stack-2",
+    "tests/browser/test_kill_flow.py": "whole-stack-2",
+    "tests/integration/": "whole-stack-2",
+}
+
+
 def uses_database(item: pytest.Item) -> bool:
     if item.get_closest_marker("django_db") or item.get_closest_marker("postgres"):
         return True
     return bool(DB_FIXTURES & set(getattr(item, "fixturenames", ())))
 
 
+@pytest.hookimpl(tryfirst=True)  # the groups are marked before xdist's own hook reads them
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        group = next((g for prefix, g in ONE_AT_A_TIME.items() if item.nodeid.startswith(prefix)), None)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
     on_postgres = database_vendor() == "postgresql"
     db_only = config.getoption("--db-only")
     keep, drop = [], []
