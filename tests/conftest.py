@@ -11,7 +11,8 @@
   `stranger`, `viewer_client`, `requester_client`) come from tests/people.py,
   and so does `fast_password_hashing`, autouse for every test.
 - `make test` runs the suite on pytest-xdist workers; the tests in ONE_AT_A_TIME are
-  kept in groups that one worker runs one after another (tests/README.md).
+  kept in groups that one worker runs one after another, those in ALONE run after
+  the parallel run, in one process (tests/README.md).
 - On SQLite the test database is a file in the run's GPUADMIN_DATA_DIR (see
   tests/environment.py), at the path gpuadmin.settings gives it, so worker
   processes started by a test with the same GPUADMIN_DATA_DIR share it.
@@ -74,7 +75,6 @@ def database_vendor() -> str:
 # tests on the other workers; two groups of about the same length (from --durations) so that
 # neither is the run's tail. Keys: node ID prefixes.
 ONE_AT_A_TIME = {
-    "tests/broker/test_filesystem.py::test_many_publishers_and_a_worker": "whole-stack-1",
     "tests/run/test_make_run.py": "whole-stack-1",
     "tests/probe/kill/test_pid_reuse_torture.py": "whole-stack-1",
     "tests/deploy/test_backup_restore.py": "whole-stack-1",
@@ -83,6 +83,11 @@ ONE_AT_A_TIME = {
     "tests/browser/test_kill_flow.py": "whole-stack-2",
     "tests/integration/": "whole-stack-2",
 }
+# Marked `alone`: `make test` runs them after the parallel run, in one process, with nothing of
+# the suite beside them. The broker hammer: its four publishers outrun the one worker when the
+# cores are shared, the queue folder backs up to thousands of files, and deliveries then slow
+# to a few a second (measured: 496 in 120 s beside the parallel run, 20 000 in 162 s alone).
+ALONE = ("tests/broker/test_filesystem.py::test_many_publishers_and_a_worker",)
 
 
 def uses_database(item: pytest.Item) -> bool:
@@ -97,6 +102,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         group = next((g for prefix, g in ONE_AT_A_TIME.items() if item.nodeid.startswith(prefix)), None)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+        if item.nodeid.startswith(ALONE):
+            item.add_marker(pytest.mark.alone)
     on_postgres = database_vendor() == "postgresql"
     db_only = config.getoption("--db-only")
     keep, drop = [], []
