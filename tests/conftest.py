@@ -11,7 +11,8 @@
   `stranger`, `viewer_client`, `requester_client`) come from tests/people.py,
   and so does `fast_password_hashing`, autouse for every test.
 - `make test` runs the suite on pytest-xdist workers; the tests in ONE_AT_A_TIME are
-  kept in groups that one worker runs one after another, those in ALONE run after
+  kept in groups that one worker runs one after another (pytest_xdist_make_scheduler),
+  those in ALONE run after
   the parallel run, in one process (tests/README.md).
 - On SQLite the test database is a file in the run's GPUADMIN_DATA_DIR (see
   tests/environment.py), at the path gpuadmin.settings gives it, so worker
@@ -26,7 +27,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
@@ -90,18 +91,36 @@ ONE_AT_A_TIME = {
 ALONE = ("tests/broker/test_filesystem.py::test_many_publishers_and_a_worker",)
 
 
+def whole_stack_group(nodeid: str) -> str | None:
+    return next((group for prefix, group in ONE_AT_A_TIME.items() if nodeid.startswith(prefix)), None)
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook; -p no:xdist runs without it
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """--dist loadgroup, with ONE_AT_A_TIME's groups: each group is one unit of work (one worker,
+    its tests in order), every other test a unit of its own. Not xdist's xdist_group marks:
+    xdist 3.8 puts the group into the node ID through `item._nodeid`, which pytest 9.2 no
+    longer reads, so those marks group nothing."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class WholeStackGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return whole_stack_group(nodeid) or nodeid
+
+    return WholeStackGroups(config, log)
+
+
 def uses_database(item: pytest.Item) -> bool:
     if item.get_closest_marker("django_db") or item.get_closest_marker("postgres"):
         return True
     return bool(DB_FIXTURES & set(getattr(item, "fixturenames", ())))
 
 
-@pytest.hookimpl(tryfirst=True)  # the groups are marked before xdist's own hook reads them
+@pytest.hookimpl(tryfirst=True)  # `alone` is marked before -m reads the marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        group = next((g for prefix, g in ONE_AT_A_TIME.items() if item.nodeid.startswith(prefix)), None)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
         if item.nodeid.startswith(ALONE):
             item.add_marker(pytest.mark.alone)
     on_postgres = database_vendor() == "postgresql"
