@@ -70,11 +70,10 @@ def database_vendor() -> str:
 
 # Tests that each start a whole stack of processes (servers, Celery workers and their pools,
 # gunicorn, Chromium, all of `make run` or `make demo`) or keep a core busy on purpose (the
-# PID reuse torture's fork storm, the broker hammer's 20 000 messages). Their waits (60-120 s)
-# were sized for a suite that runs one test at a time: two of them side by side on 2 cores
-# starve each other. Each group runs on one worker, one test after another, beside the light
-# tests on the other workers; two groups of about the same length (from --durations) so that
-# neither is the run's tail. Keys: node ID prefixes.
+# PID reuse torture's fork storm). Their waits (60-120 s) were sized for a suite that runs one
+# test at a time: several of them side by side on 2 cores starve each other. Each group runs on
+# one worker, one test after another, beside the light tests on the other workers; two groups,
+# so that neither is the run's tail. Keys: node ID prefixes.
 ONE_AT_A_TIME = {
     "tests/run/test_make_run.py": "whole-stack-1",
     "tests/probe/kill/test_pid_reuse_torture.py": "whole-stack-1",
