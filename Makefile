@@ -14,10 +14,11 @@ VENV_PYTHON := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 PYTEST_ARGS ?=
 # Both passes run on pytest-xdist workers: most tests wait (servers, workers, browsers) rather than
-# compute, so 4 workers pay off even on 2 cores. loadgroup: each group of ONE_AT_A_TIME
-# (tests/conftest.py) on one worker (tests/README.md: what runs in parallel, what stays serial, why).
+# compute, so 4 workers pay off even on 2 cores. --dist load keeps each worker's tests in
+# collection order, which pytest-django's ordering needs (tests/README.md: what runs in parallel,
+# what stays serial, why).
 PYTEST_WORKERS ?= 4
-XDIST := -n $(PYTEST_WORKERS) --dist loadgroup
+XDIST := -n $(PYTEST_WORKERS) --dist load
 # pytest's exit status when PYTEST_ARGS selects none of the tests that run alone: not a failure.
 NO_TESTS_COLLECTED := 5
 

@@ -10,9 +10,7 @@
 - Named people (`viewer`, `requester`, `approver`, `second_approver`,
   `stranger`, `viewer_client`, `requester_client`) come from tests/people.py,
   and so does `fast_password_hashing`, autouse for every test.
-- `make test` runs the suite on pytest-xdist workers; the tests in ONE_AT_A_TIME are
-  kept in groups that one worker runs one after another (pytest_xdist_make_scheduler),
-  those in ALONE run after
+- `make test` runs the suite on pytest-xdist workers; the tests in ALONE run after
   the parallel run, in one process (tests/README.md).
 - On SQLite the test database is a file in the run's GPUADMIN_DATA_DIR (see
   tests/environment.py), at the path gpuadmin.settings gives it, so worker
@@ -27,7 +25,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import pytest
 
@@ -66,49 +64,13 @@ def database_vendor() -> str:
     return "postgresql" if "postgresql" in engine else engine.rsplit(".", 1)[-1]
 
 
-# --- parallel runs (make test: pytest -n 4 --dist loadgroup) ------------------------
+# --- parallel runs (make test: pytest -n 4 --dist load) ----------------------------
 
-# Tests that each start a whole stack of processes (servers, Celery workers and their pools,
-# gunicorn, Chromium, all of `make run` or `make demo`) or keep a core busy on purpose (the
-# PID reuse torture's fork storm). Their waits (60-120 s) were sized for a suite that runs one
-# test at a time: several of them side by side on 2 cores starve each other. Each group runs on
-# one worker, one test after another, beside the light tests on the other workers; two groups,
-# so that neither is the run's tail. Keys: node ID prefixes.
-ONE_AT_A_TIME = {
-    "tests/run/test_make_run.py": "whole-stack-1",
-    "tests/probe/kill/test_pid_reuse_torture.py": "whole-stack-1",
-    "tests/deploy/test_backup_restore.py": "whole-stack-1",
-    "tests/browser/test_demo.py": "whole-stack-2",
-    "tests/demo/test_make_demo.py": "whole-stack-2",
-    "tests/browser/test_kill_flow.py": "whole-stack-2",
-    "tests/integration/": "whole-stack-2",
-}
 # Marked `alone`: `make test` runs them after the parallel run, in one process, with nothing of
 # the suite beside them. The broker hammer: its four publishers outrun the one worker when the
 # cores are shared, the queue folder backs up to thousands of files, and deliveries then slow
 # to a few a second (measured: 496 in 120 s beside the parallel run, 20 000 in 162 s alone).
 ALONE = ("tests/broker/test_filesystem.py::test_many_publishers_and_a_worker",)
-
-
-def whole_stack_group(nodeid: str) -> str | None:
-    return next((group for prefix, group in ONE_AT_A_TIME.items() if nodeid.startswith(prefix)), None)
-
-
-@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook; -p no:xdist runs without it
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """--dist loadgroup, with ONE_AT_A_TIME's groups: each group is one unit of work (one worker,
-    its tests in order), every other test a unit of its own. Not xdist's xdist_group marks:
-    xdist 3.8 puts the group into the node ID through `item._nodeid`, which pytest 9.2 no
-    longer reads, so those marks group nothing."""
-    if config.getvalue("dist") != "loadgroup":
-        return None
-    from xdist.scheduler import LoadScopeScheduling
-
-    class WholeStackGroups(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return whole_stack_group(nodeid) or nodeid
-
-    return WholeStackGroups(config, log)
 
 
 def uses_database(item: pytest.Item) -> bool:
