@@ -4,7 +4,8 @@
 #   make test   install, ruff check, mypy, the whole suite on SQLite, the database tests again on
 #               PostgreSQL, then the coverage of both (subprocesses included) against its floor
 # Also: make lint (ruff + mypy), make clean. Variables: PORT (default 8000), PYTHON (default python3),
-# PYTEST_ARGS (a subset: its coverage is reported, the floor is not applied).
+# PYTEST_ARGS (a subset: its coverage is reported, the floor is not applied), PYTEST_WORKERS
+# (default 4; 0 runs each pass in one process).
 
 PYTHON ?= python3
 VENV := .venv
@@ -12,6 +13,14 @@ VENV_PYTHON := $(VENV)/bin/python
 # Installing again only when pyproject.toml changed keeps `make run` quick.
 INSTALLED := $(VENV)/.installed
 PYTEST_ARGS ?=
+# Both passes run on pytest-xdist workers: most tests wait (servers, workers, browsers) rather than
+# compute, so 4 workers pay off even on 2 cores. --dist load keeps each worker's tests in
+# collection order, which pytest-django's ordering needs (tests/README.md: what runs in parallel,
+# what stays serial, why).
+PYTEST_WORKERS ?= 4
+XDIST := -n $(PYTEST_WORKERS) --dist load
+# pytest's exit status when PYTEST_ARGS selects none of the tests that run alone: not a failure.
+NO_TESTS_COLLECTED := 5
 
 ifdef PORT
 export PORT
@@ -40,8 +49,10 @@ test: $(INSTALLED)
 	$(MYPY) -m gpuadmin.data_dir >/dev/null
 	$(MYPY) -m mypy
 	@status=0; rm -rf $(COVERAGE_DATA); mkdir -p $(COVERAGE_DATA); \
-	echo "== pytest on SQLite"; $(COVERAGE) run -m pytest $(PYTEST_ARGS) || status=$$?; \
-	echo "== database tests on PostgreSQL"; $(COVERAGE) run tests/with_postgres.py || status=$$?; \
+	echo "== pytest on SQLite"; $(COVERAGE) run -m pytest $(XDIST) -m "not alone" $(PYTEST_ARGS) || status=$$?; \
+	echo "== the tests that run alone (on SQLite)"; $(COVERAGE) run -m pytest -m alone $(PYTEST_ARGS) \
+	  || { rc=$$?; [ $$rc -eq $(NO_TESTS_COLLECTED) ] || status=$$rc; }; \
+	echo "== database tests on PostgreSQL"; $(COVERAGE) run tests/with_postgres.py --db-only $(XDIST) || status=$$?; \
 	echo "== coverage of both runs, subprocesses included"; \
 	$(COVERAGE) combine --quiet && \
 	$(COVERAGE) report $(if $(PYTEST_ARGS),--fail-under=0) || status=$$?; \

@@ -6,11 +6,13 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from django.utils import timezone
 
 from gpuadmin.fleet.ingest import ingest_snapshot
 from gpuadmin.fleet.models import Host
-from tests.factories import GiB, gpu, proc, snapshot_json
+from gpuadmin.fleet.validation import SnapshotRejected, parse_snapshot
+from tests.factories import GiB, gpu, proc, snapshot, snapshot_json
 
 # A fixed moment, so that every test reads the same taken_at / received_at.
 T0 = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
@@ -18,6 +20,26 @@ T0 = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
 
 def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
+
+
+# --- parse_snapshot (test_validation.py, test_validation_edges.py) ---------------------
+
+# Central's clock when it parses: a second after the snapshots' taken_at (T0).
+NOW = at(1)
+
+
+def rejection(payload: str | bytes | Any) -> SnapshotRejected:
+    """What parse_snapshot refuses ``payload`` with (it must refuse it)."""
+    with pytest.raises(SnapshotRejected) as caught:
+        parse_snapshot(payload, now=NOW)
+    return caught.value
+
+
+def good(**kwargs: Any) -> dict[str, Any]:
+    """A factory snapshot of gpu07 taken at T0, which parse_snapshot accepts unless kwargs spoil it."""
+    kwargs.setdefault("taken_at", T0)
+    kwargs.setdefault("host", "gpu07")
+    return snapshot(**kwargs)
 
 
 HOSTILE_CMDLINE = [

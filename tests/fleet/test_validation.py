@@ -11,29 +11,14 @@ from django.test import override_settings
 
 from gpuadmin.fleet.validation import (
     PID_MAX_LIMIT,
-    SnapshotRejected,
     host_name_from_text,
     json_path,
     parse_snapshot,
     supported_schema_versions,
 )
 from gpuadmin.probe.snapshot import SCHEMA_VERSION
-from tests.factories import GiB, gpu, proc, snapshot
-from tests.fleet.helpers import T0, at
-
-NOW = at(1)
-
-
-def rejection(payload: str | bytes | Any) -> SnapshotRejected:
-    with pytest.raises(SnapshotRejected) as caught:
-        parse_snapshot(payload, now=NOW)
-    return caught.value
-
-
-def good(**kwargs: Any) -> dict[str, Any]:
-    kwargs.setdefault("taken_at", T0)
-    kwargs.setdefault("host", "gpu07")
-    return snapshot(**kwargs)
+from tests.factories import GiB, gpu, proc
+from tests.fleet.helpers import NOW, good, rejection
 
 
 def test_a_valid_snapshot_comes_back_as_the_same_document() -> None:

@@ -21,7 +21,7 @@ from gpuadmin.fleet.validation import (
 )
 from gpuadmin.text import human_bytes
 from tests.factories import gpu, proc
-from tests.fleet.test_validation import NOW, good, rejection
+from tests.fleet.helpers import NOW, good, rejection
 
 
 def test_taken_at_exactly_the_allowed_margin_ahead_is_accepted() -> None:

@@ -7,6 +7,7 @@ assert both what the executor reported and what the process actually got.
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import pwd
 import signal
@@ -92,6 +93,57 @@ def make_order(
         "approved_at": now.isoformat(),
         **extra,
     }
+
+
+# A hand-written order for the validation tests (test_order_validation.py, test_order_edges.py):
+# fixed values, not read from /proc, since these orders are parsed, never executed.
+DIGEST = "ab" * 32
+
+
+def good_order() -> dict[str, Any]:
+    return {
+        "order_version": ORDER_VERSION,
+        "request_id": "42",
+        "host": "gpu01",
+        "boot_id": "6f1c1a57-2b3a-4b0e-9a43-1d2f3e4a5b6c",
+        "deadline": "2026-12-02T13:00:00Z",
+        "targets": [
+            {
+                "pid": 4120,
+                "start_time_ticks": 123456,
+                "uid": 1000,
+                "user": "alice",
+                "name": "python",
+                "cmdline_sha256": DIGEST,
+            },
+        ],
+        "plan": [
+            {"signal": "SIGINT", "grace_seconds": 10},
+            {"signal": "SIGTERM", "grace_seconds": 20},
+            {"signal": "SIGKILL", "grace_seconds": 30},
+        ],
+        "approved_by": "bob",
+        "approved_at": "2026-12-02T12:58:00Z",
+    }
+
+
+# order_with's value that deletes the field instead of replacing it.
+DELETE = object()
+
+
+def order_with(path: str, value: Any) -> dict[str, Any]:
+    """The good order with one field replaced; path like 'targets.0.pid'; DELETE deletes it."""
+    order = copy.deepcopy(good_order())
+    *parents, last = path.split(".")
+    node: Any = order
+    for part in parents:
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    key: Any = int(last) if isinstance(node, list) else last
+    if value is DELETE:
+        del node[key]
+    else:
+        node[key] = value
+    return order
 
 
 @dataclass

@@ -10,7 +10,7 @@ import pytest
 
 from gpuadmin.probe.kill import validate_order
 from gpuadmin.probe.kill.order import MAX_GRACE_SECONDS, MAX_STEPS, MAX_TARGETS
-from tests.probe.kill.test_order_validation import _DELETE, DIGEST, _with, good_order
+from tests.probe.kill.helpers import DELETE, DIGEST, good_order, order_with
 
 
 def message_for(order: Any) -> str:
@@ -34,28 +34,28 @@ def message_for(order: Any) -> str:
     ],
 )
 def test_a_missing_field_is_named_with_where_it_belongs(path: str, message: str) -> None:
-    assert message_for(_with(path, _DELETE)) == message
+    assert message_for(order_with(path, DELETE)) == message
 
 
 @pytest.mark.parametrize(
     ("order", "message"),
     [
         ([], "a kill order must be a JSON object; got list"),
-        (_with("order_version", 1), "unsupported order_version 1; this agent runs version 2 only"),
-        (_with("targets", []), "'targets' must be a non-empty list"),
-        (_with("plan", []), "'plan' must be a non-empty list of steps"),
+        (order_with("order_version", 1), "unsupported order_version 1; this agent runs version 2 only"),
+        (order_with("targets", []), "'targets' must be a non-empty list"),
+        (order_with("plan", []), "'plan' must be a non-empty list of steps"),
         (
-            _with("plan.0", "SIGINT"),
+            order_with("plan.0", "SIGINT"),
             "plan step 1 must be an object like {'signal': 'SIGINT', 'grace_seconds': 10}",
         ),
         (
-            _with(
+            order_with(
                 "plan", [{"signal": "SIGTERM", "grace_seconds": 1}, {"signal": "SIGINT", "grace_seconds": 1}]
             ),
             "plan step 2: SIGINT after SIGTERM; signals must escalate (SIGINT, then SIGTERM, then SIGKILL)",
         ),
         (
-            _with("approved_at", "2026-12-02T12:58:00"),
+            order_with("approved_at", "2026-12-02T12:58:00"),
             "order: 'approved_at' must carry a UTC offset (e.g. 'Z'): '2026-12-02T12:58:00'",
         ),
     ],
@@ -73,9 +73,9 @@ def test_the_smallest_values_the_format_allows_are_accepted() -> None:
 
 def test_the_largest_plan_and_grace_are_accepted_one_more_step_is_not() -> None:
     steps = [{"signal": "SIGINT", "grace_seconds": MAX_GRACE_SECONDS}] * MAX_STEPS
-    order = validate_order(_with("plan", steps))
+    order = validate_order(order_with("plan", steps))
     assert len(order.plan) == MAX_STEPS and order.plan[0].grace_seconds == MAX_GRACE_SECONDS
-    too_many = message_for(_with("plan", [*steps, steps[0]]))
+    too_many = message_for(order_with("plan", [*steps, steps[0]]))
     assert too_many == f"'plan' has {MAX_STEPS + 1} steps; at most {MAX_STEPS}"
 
 
@@ -84,9 +84,9 @@ def test_the_most_targets_are_accepted_one_more_is_not() -> None:
         {"pid": pid, "start_time_ticks": 1, "uid": 1000, "user": "a", "name": "p", "cmdline_sha256": DIGEST}
         for pid in range(2, MAX_TARGETS + 2)
     ]
-    assert len(validate_order(_with("targets", targets)).targets) == MAX_TARGETS
+    assert len(validate_order(order_with("targets", targets)).targets) == MAX_TARGETS
     more = [*targets, {**targets[0], "pid": MAX_TARGETS + 2}]
-    too_many = message_for(_with("targets", more))
+    too_many = message_for(order_with("targets", more))
     assert too_many == f"'targets' has {MAX_TARGETS + 1} entries; at most {MAX_TARGETS}"
 
 

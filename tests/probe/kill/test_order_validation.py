@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from datetime import UTC, datetime
 from typing import Any
 
@@ -11,36 +10,7 @@ import pytest
 from gpuadmin.probe.journal import Journal
 from gpuadmin.probe.kill import execute_order, validate_order
 from gpuadmin.probe.kill.order import Order, PlanStep, Target
-from gpuadmin.probe.kill.protocol import ORDER_VERSION
-
-DIGEST = "ab" * 32
-
-
-def good_order() -> dict[str, Any]:
-    return {
-        "order_version": ORDER_VERSION,
-        "request_id": "42",
-        "host": "gpu01",
-        "boot_id": "6f1c1a57-2b3a-4b0e-9a43-1d2f3e4a5b6c",
-        "deadline": "2026-12-02T13:00:00Z",
-        "targets": [
-            {
-                "pid": 4120,
-                "start_time_ticks": 123456,
-                "uid": 1000,
-                "user": "alice",
-                "name": "python",
-                "cmdline_sha256": DIGEST,
-            },
-        ],
-        "plan": [
-            {"signal": "SIGINT", "grace_seconds": 10},
-            {"signal": "SIGTERM", "grace_seconds": 20},
-            {"signal": "SIGKILL", "grace_seconds": 30},
-        ],
-        "approved_by": "bob",
-        "approved_at": "2026-12-02T12:58:00Z",
-    }
+from tests.probe.kill.helpers import DELETE, DIGEST, good_order, order_with
 
 
 def test_a_good_order_becomes_dataclasses() -> None:
@@ -73,65 +43,49 @@ def test_an_integer_request_id_is_taken_as_text() -> None:
     assert validate_order(good_order() | {"request_id": 42}).request_id == "42"
 
 
-def _with(path: str, value: Any) -> dict[str, Any]:
-    """The good order with one field replaced; path like 'targets.0.pid'; a missing value deletes it."""
-    order = copy.deepcopy(good_order())
-    *parents, last = path.split(".")
-    node: Any = order
-    for part in parents:
-        node = node[int(part)] if isinstance(node, list) else node[part]
-    key: Any = int(last) if isinstance(node, list) else last
-    if value is _DELETE:
-        del node[key]
-    else:
-        node[key] = value
-    return order
-
-
-_DELETE = object()
-
-
 @pytest.mark.parametrize(
     ("order", "message"),
     [
         ([], "a kill order must be a JSON object"),
-        (_with("order_version", 1), "unsupported order_version 1"),
-        (_with("order_version", _DELETE), "missing 'order_version'"),
-        (_with("request_id", "../etc/passwd"), "'request_id' must be 1-128 letters"),
-        (_with("request_id", True), "'request_id' must be"),
-        (_with("host", ""), "'host' must not be empty"),
-        (_with("boot_id", 7), "'boot_id' must be a string; got int"),
-        (_with("deadline", "tomorrow"), "'deadline' is not an ISO 8601 time"),
-        (_with("deadline", "2026-12-02T13:00:00"), "'deadline' must carry a UTC offset"),
-        (_with("host_deadline", "2026-12-02T13:00:00"), "'host_deadline' must carry a UTC offset"),
-        (_with("host_deadline", "2026-12-02T14:00:01Z"), "'host_deadline' is more than 3600 s away"),
-        (_with("host_deadline", "2026-12-02T11:59:59Z"), "'host_deadline' is more than 3600 s away"),
-        (_with("approved_by", _DELETE), "missing 'approved_by'"),
-        (_with("targets", []), "'targets' must be a non-empty list"),
-        (_with("targets", {"pid": 1}), "'targets' must be a non-empty list"),
-        (_with("targets.0", "4120"), "target 1 must be an object; got str"),
-        (_with("targets.0.pid", 0), "target 1: 'pid' must be a positive integer; got 0"),
-        (_with("targets.0.pid", "4120"), "target 1: 'pid' must be a positive integer; got '4120'"),
-        (_with("targets.0.pid", True), "target 1: 'pid' must be a positive integer; got True"),
-        (_with("targets.0.start_time_ticks", _DELETE), "target 1: missing 'start_time_ticks'"),
-        (_with("targets.0.start_time_ticks", -1), "'start_time_ticks' must be an integer of 0 or more"),
-        (_with("targets.0.uid", 1.5), "target 1: 'uid' must be a non-negative integer"),
-        (_with("targets.0.cmdline_sha256", "XYZ"), "'cmdline_sha256' must be 64 lowercase hex digits"),
-        (_with("targets.0.user", None), "target 1: 'user' must be a string; got NoneType"),
-        (_with("plan", []), "'plan' must be a non-empty list of steps"),
-        (_with("plan", [{"signal": "SIGINT", "grace_seconds": 1}] * 11), "'plan' has 11 steps; at most 10"),
-        (_with("plan.0.signal", "SIGHUP"),
+        (order_with("order_version", 1), "unsupported order_version 1"),
+        (order_with("order_version", DELETE), "missing 'order_version'"),
+        (order_with("request_id", "../etc/passwd"), "'request_id' must be 1-128 letters"),
+        (order_with("request_id", True), "'request_id' must be"),
+        (order_with("host", ""), "'host' must not be empty"),
+        (order_with("boot_id", 7), "'boot_id' must be a string; got int"),
+        (order_with("deadline", "tomorrow"), "'deadline' is not an ISO 8601 time"),
+        (order_with("deadline", "2026-12-02T13:00:00"), "'deadline' must carry a UTC offset"),
+        (order_with("host_deadline", "2026-12-02T13:00:00"), "'host_deadline' must carry a UTC offset"),
+        (order_with("host_deadline", "2026-12-02T14:00:01Z"), "'host_deadline' is more than 3600 s away"),
+        (order_with("host_deadline", "2026-12-02T11:59:59Z"), "'host_deadline' is more than 3600 s away"),
+        (order_with("approved_by", DELETE), "missing 'approved_by'"),
+        (order_with("targets", []), "'targets' must be a non-empty list"),
+        (order_with("targets", {"pid": 1}), "'targets' must be a non-empty list"),
+        (order_with("targets.0", "4120"), "target 1 must be an object; got str"),
+        (order_with("targets.0.pid", 0), "target 1: 'pid' must be a positive integer; got 0"),
+        (order_with("targets.0.pid", "4120"), "target 1: 'pid' must be a positive integer; got '4120'"),
+        (order_with("targets.0.pid", True), "target 1: 'pid' must be a positive integer; got True"),
+        (order_with("targets.0.start_time_ticks", DELETE), "target 1: missing 'start_time_ticks'"),
+        (order_with("targets.0.start_time_ticks", -1), "'start_time_ticks' must be an integer of 0 or more"),
+        (order_with("targets.0.uid", 1.5), "target 1: 'uid' must be a non-negative integer"),
+        (order_with("targets.0.cmdline_sha256", "XYZ"), "'cmdline_sha256' must be 64 lowercase hex digits"),
+        (order_with("targets.0.user", None), "target 1: 'user' must be a string; got NoneType"),
+        (order_with("plan", []), "'plan' must be a non-empty list of steps"),
+        (order_with("plan", [{"signal": "SIGINT", "grace_seconds": 1}] * 11),
+         "'plan' has 11 steps; at most 10"),
+        (order_with("plan.0.signal", "SIGHUP"),
          "signal must be one of SIGINT, SIGTERM, SIGKILL, SIGCHLD; got 'SIGHUP'"),
-        (_with("plan.0.signal", 2),
+        (order_with("plan.0.signal", 2),
          "plan step 1: signal must be one of SIGINT, SIGTERM, SIGKILL, SIGCHLD; got 2"),
-        (_with("plan.1.grace_seconds", 0), "step 2: 'grace_seconds' must be over 0, at most 3600; got 0"),
-        (_with("plan.1.grace_seconds", -5), "plan step 2: 'grace_seconds' must be over 0"),
-        (_with("plan.1.grace_seconds", float("nan")), "plan step 2: 'grace_seconds' must be over 0"),
-        (_with("plan.1.grace_seconds", "20"), "plan step 2: 'grace_seconds' must be a number; got '20'"),
-        (_with("plan.1.grace_seconds", _DELETE), "plan step 2: missing 'grace_seconds'"),
-        (_with("plan.1.signal", "SIGKILL"), "plan step 2: SIGKILL must be the last step"),
+        (order_with("plan.1.grace_seconds", 0),
+         "step 2: 'grace_seconds' must be over 0, at most 3600; got 0"),
+        (order_with("plan.1.grace_seconds", -5), "plan step 2: 'grace_seconds' must be over 0"),
+        (order_with("plan.1.grace_seconds", float("nan")), "plan step 2: 'grace_seconds' must be over 0"),
+        (order_with("plan.1.grace_seconds", "20"), "plan step 2: 'grace_seconds' must be a number; got '20'"),
+        (order_with("plan.1.grace_seconds", DELETE), "plan step 2: missing 'grace_seconds'"),
+        (order_with("plan.1.signal", "SIGKILL"), "plan step 2: SIGKILL must be the last step"),
         (
-            _with("plan.0.signal", "SIGTERM")
+            order_with("plan.0.signal", "SIGTERM")
             | {"plan": [{"signal": "SIGTERM", "grace_seconds": 1}, {"signal": "SIGINT", "grace_seconds": 1}]},
             "plan step 2: SIGINT after SIGTERM; signals must escalate",
         ),
@@ -154,6 +108,6 @@ def test_execute_order_rejects_a_malformed_order_before_journaling_or_reporting(
     journal = Journal(tmp_path / "journal")
     reported: list[dict[str, Any]] = []
     with pytest.raises(ValueError, match="SIGHUP"):
-        execute_order(_with("plan.0.signal", "SIGHUP"), journal=journal, report=reported.append)
+        execute_order(order_with("plan.0.signal", "SIGHUP"), journal=journal, report=reported.append)
     assert reported == []
     assert list((tmp_path / "journal").iterdir()) == []
