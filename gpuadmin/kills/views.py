@@ -110,6 +110,8 @@ def _lists_context(request: HttpRequest, *, decided: int | None = None, error: s
         "poll_seconds": poll_seconds(),
         "decision_notice": notice,
         "decision_error": error,
+        # Only a decision's answer announces: a poll must leave the last announcement in place.
+        "announce": decided is not None,
     }
 
 

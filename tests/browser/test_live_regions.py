@@ -120,4 +120,6 @@ def test_approving_from_the_list_moves_the_row_and_the_list_stays_current(
     wait_for_polls(page, "/kills/")
     expect(pending.locator(f"#kill-request-{third.pk}")).to_be_visible()
     expect(reason).to_have_value("not y")
+    # The polls did not wipe the announcement (they know of no decision).
+    expect(page.locator("#kill-request-decision")).to_have_text(f"Request #{first.pk} approved.")
     assert page.evaluate("document.activeElement.name") == "reason"

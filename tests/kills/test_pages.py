@@ -42,8 +42,12 @@ def test_an_approver_approves_inline_and_gets_the_lists_back_with_the_row_moved(
     assert lists.index('id="kill-requests-active"') < lists.index(f'<tr id="kill-request-{kill_request.pk}"')
     assert 'id="kill-requests-pending-empty"' in lists
     assert "Approved" in lists and "Approve</button>" not in lists
-    announced = f'class="decision-status"><p class="notice">Request #{kill_request.pk} approved.'
+    # Announced out of band, into the live regions above the polled lists; the error region emptied.
+    announced = (f'class="decision-status" hx-swap-oob="morph"><p class="notice">'
+                 f'Request #{kill_request.pk} approved.')
     assert announced in lists
+    assert lists.index('id="kill-request-lists"') < lists.index(announced)
+    assert 'role="alert" hx-swap-oob="morph"></div>' in lists
     assert refreshed(kill_request).status == Status.APPROVED
 
 
@@ -57,6 +61,9 @@ def test_the_lists_poll_for_their_sections_alone(lab, requester, viewer):
     assert f'id="kill-request-{kill_request.pk}"' in fragment.content.decode()
     assert "<html" not in fragment.content.decode()
     assert "HX-Request" in fragment["Vary"]
+    # The announcements live outside what the poll replaces, and the poll leaves them alone.
+    assert page.index('id="kill-request-decision"') < page.index('id="kill-request-lists"')
+    assert "kill-request-decision" not in fragment.content.decode()
 
 
 def test_a_second_inline_approval_shows_already_approved_in_the_row(
