@@ -12,7 +12,9 @@ loopback. Then, for --seconds:
 - --admins simulated admins, each logged in with its own session, poll what
   their browsers poll through htmx (HX-Request): the fleet page and a host
   page, every --poll-seconds (the pages' own refresh interval by default),
-  after one full load of each.
+  after one full load of each. The fleet poll asks what the page's poller
+  asks (``seen=``: the version the page shows), so it is answered 204 or
+  with the changed rows only, as in a browser.
 
 At the end it prints: requests and errors, p50/p95/p99 per page, snapshots
 sent and ingested per second and the backlog left, the CPU seconds of each
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import html
 import http.cookiejar
 import os
 import random
@@ -57,6 +60,7 @@ CENTRAL_HOST = "load-central"
 READY_TIMEOUT_SECONDS = 180
 SNAPSHOT_EXPIRES_SECONDS = 30
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+FLEET_POLLER = re.compile(r'<div id="fleet-poll" hidden hx-get="([^"]+)"')
 
 
 # --- CPU ------------------------------------------------------------------------
@@ -122,13 +126,16 @@ def logged_in(base: str) -> urllib.request.OpenerDirector:
 
 
 def get(opener: urllib.request.OpenerDirector, base: str, label: str, path: str, *, htmx: bool,
-        times: PageTimes) -> None:
+        times: PageTimes) -> str:
+    """One request, timed; its body ("" for a 204 or an error, which is recorded)."""
     headers = {"HX-Request": "true"} if htmx else {}
     began = time.perf_counter()
+    body = ""
     try:
         with opener.open(urllib.request.Request(f"{base}{path}", headers=headers), timeout=60) as answer:
-            answer.read()
-            ok = answer.status == 200 and "/login/" not in answer.url
+            body = answer.read().decode()
+            # 204: a fleet poll with nothing changed (htmx swaps nothing).
+            ok = answer.status in (200, 204) and "/login/" not in answer.url
             problem = f"status {answer.status} at {answer.url}"
     except (urllib.error.URLError, OSError) as error:
         ok, problem = False, str(error)
@@ -138,6 +145,14 @@ def get(opener: urllib.request.OpenerDirector, base: str, label: str, path: str,
             times.seconds[label].append(elapsed)
         else:
             times.errors.append(f"{time.strftime('%H:%M:%S')} {label} {path}: {problem}")
+    return body
+
+
+def fleet_poll_path(body: str, current: str) -> str:
+    """What the fleet page's poller asks next: it says what the page shows (``seen=``), so an
+    unchanged fleet answers 204 and a changed one only its changed rows, as in a browser."""
+    match = FLEET_POLLER.search(body)
+    return html.unescape(match.group(1)) if match else current
 
 
 def admin(base: str, hosts: list[str], poll_seconds: float, stop: threading.Event, times: PageTimes) -> None:
@@ -148,11 +163,12 @@ def admin(base: str, hosts: list[str], poll_seconds: float, stop: threading.Even
             times.errors.append(f"login: {type(error).__name__}: {error}")
         return
     host = random.choice(hosts)
-    get(opener, base, "fleet page (full)", "/", htmx=False, times=times)
+    fleet_poll = fleet_poll_path(get(opener, base, "fleet page (full)", "/", htmx=False, times=times), "/")
     get(opener, base, "host page (full)", f"/hosts/{host}/", htmx=False, times=times)
     stop.wait(random.uniform(0, poll_seconds))  # browsers do not poll in step
     while not stop.is_set():
-        get(opener, base, "fleet poll (htmx)", "/", htmx=True, times=times)
+        answer = get(opener, base, "fleet poll (htmx)", fleet_poll, htmx=True, times=times)
+        fleet_poll = fleet_poll_path(answer, fleet_poll)
         get(opener, base, "host poll (htmx)", f"/hosts/{host}/", htmx=True, times=times)
         stop.wait(poll_seconds)
 
