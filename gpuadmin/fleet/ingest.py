@@ -17,7 +17,8 @@ from functools import partial
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import models, transaction
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from gpuadmin.fleet import findings, history, retention, trust
@@ -97,7 +98,7 @@ def receive_snapshot(message: Any, *, received_at: datetime | None = None) -> Ho
             host = trust.admit(host_name, opened, received_at=received_at)
             if host is None:
                 return None  # awaiting acceptance: nothing of it is stored
-            return ingest_document(document, received_at=received_at, locked_host=host)
+            return ingest_document(document, received_at=received_at, locked_host=host, text=opened.text)
     except trust.MessageRejected as rejected:
         trust.reject_message(SnapshotRejection.MessageKind.SNAPSHOT, rejected.reason, host_name=host_name,
                              size_bytes=len(opened.text), received_at=received_at)
@@ -123,11 +124,16 @@ def ingest_snapshot(payload: str | bytes, *, received_at: datetime | None = None
     except SnapshotRejected as rejected:
         record_rejection(rejected, size_bytes=payload_size_bytes(payload), received_at=received_at)
         raise
-    return ingest_document(document, received_at=received_at)
+    text = payload if isinstance(payload, str) else None
+    return ingest_document(document, received_at=received_at, text=text)
 
 
 def ingest_document(
-    document: dict[str, Any], *, received_at: datetime, locked_host: Host | None = None
+    document: dict[str, Any],
+    *,
+    received_at: datetime,
+    locked_host: Host | None = None,
+    text: str | None = None,
 ) -> Host:
     """Store one validated snapshot document; return its host.
 
@@ -146,6 +152,8 @@ def ingest_document(
 
     ``locked_host``: the document's host, when the caller's transaction has
     locked its row already (``receive_snapshot``, after the key check).
+    ``text``: the JSON text ``document`` was parsed from (``parse_snapshot``), stored as the latest
+    document as it is instead of encoding the document again (~125 KB for 200 processes).
     """
     taken_at = min(parse_taken_at(document["taken_at"]), received_at)
     # No savepoint inside the caller's transaction: any error here fails the whole snapshot anyway.
@@ -165,7 +173,7 @@ def ingest_document(
         rows = process_rows(document)
         attributed_bytes = attributed_memory_bytes(rows)
         _update_host(host, document, rows, taken_at=taken_at, received_at=received_at)
-        _store_latest(host, document, taken_at=taken_at, received_at=received_at, created=created)
+        _store_latest(host, document, taken_at=taken_at, received_at=received_at, created=created, text=text)
         gpus_by_uuid = _upsert_gpus(host, document, attributed_bytes, received_at=received_at)
         history.record_samples(
             host, document, gpus_by_uuid=gpus_by_uuid, attributed_bytes=attributed_bytes, taken_at=taken_at
@@ -249,11 +257,18 @@ def _update_host(
 
 
 def _store_latest(
-    host: Host, document: dict[str, Any], *, taken_at: datetime, received_at: datetime, created: bool
+    host: Host, document: dict[str, Any], *, taken_at: datetime, received_at: datetime, created: bool,
+    text: str | None,
 ) -> None:
-    fields = {"taken_at": taken_at, "received_at": received_at, "document": document}
-    if created or not LatestSnapshot.objects.filter(host=host).update(**fields):
-        LatestSnapshot.objects.create(host=host, **fields)
+    times = {"taken_at": taken_at, "received_at": received_at}
+    # The validated text says the same as the document (nothing changes a parsed document): the
+    # database reads it as JSON itself, so the steady case need not encode the document again.
+    stored: Any = document
+    if text is not None:
+        stored = Cast(models.Value(text, models.TextField()), models.JSONField())
+    if created or not LatestSnapshot.objects.filter(host=host).update(**times, document=stored):
+        # The new row is cached on the host (host.latest_snapshot): it must hold the document itself.
+        LatestSnapshot.objects.create(host=host, **times, document=document)
 
 
 def _upsert_gpus(

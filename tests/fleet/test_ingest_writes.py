@@ -6,6 +6,7 @@ findings (only their last_seen_at), and a change must still be stored whole.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -15,8 +16,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from gpuadmin.fleet.ingest import receive_snapshot
-from gpuadmin.fleet.models import Finding, Gpu, GpuSample, Host, ProcessLife, ProcessPoint
+from gpuadmin.fleet.ingest import ingest_snapshot, receive_snapshot
+from gpuadmin.fleet.models import Finding, Gpu, GpuSample, Host, LatestSnapshot, ProcessLife, ProcessPoint
 from tests.factories import GiB, container_owner, gpu, proc, slurm_owner, snapshot
 from tests.fleet.helpers import at
 from tests.keys import accept, signed_snapshot
@@ -215,3 +216,21 @@ def test_a_database_that_returns_no_ids_from_an_upsert_gets_them_read_back(
     assert list(ProcessPoint.objects.filter(life=moved).values_list("gpu_memory_bytes", flat=True)) == [
         4 * GiB, 9 * GiB
     ]
+
+
+def test_the_latest_document_is_stored_from_the_text_as_received() -> None:
+    """The steady path stores the validated text itself (no second encoding); what is read back is the
+    document the text says, whatever its spacing, escapes or number spelling."""
+    first = trainers(0)
+    ingest_snapshot(json.dumps(first), received_at=at(1))
+    second = trainers(10, name="tr\u00e4iner \U0001f600")
+    text = json.dumps(second, indent=2).replace('"elapsed_seconds": 60.0', '"elapsed_seconds": 6e1')
+    assert "\\ud83d\\ude00" in text and "6e1" in text
+    with statements() as sql:
+        ingest_snapshot(text, received_at=at(11))
+    stored = LatestSnapshot.objects.get(host__name="gpu01")
+    assert stored.document == second and stored.taken_at == at(10)
+    assert stored.document["processes"][1]["name"] == "tr\u00e4iner \U0001f600"
+    latest_writes = [s for s in sql if s.startswith('UPDATE "fleet_latestsnapshot"')]
+    # The text itself went to the database: a second encoding would have written 60.0.
+    assert len(latest_writes) == 1 and '"elapsed_seconds": 6e1' in latest_writes[0]
