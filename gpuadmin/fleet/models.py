@@ -48,7 +48,7 @@ class HostQuerySet(models.QuerySet):
         costs a few index probes per host (the (host, resolved_at) index), and years of
         resolved findings cost nothing.
         """
-        open_of_host = Finding.objects.open().filter(host=OuterRef("pk")).order_by().values("host")
+        open_of_host = _open_findings_of_outer_host()
         return self.annotate(**{
             f"open_findings_{severity.value}": Coalesce(
                 Subquery(open_of_host.filter(severity=severity.value).annotate(n=Count("pk")).values("n")), 0
@@ -80,8 +80,7 @@ class HostQuerySet(models.QuerySet):
         page of its keys (``values_list("pk")`` with LIMIT/OFFSET) is all a page needs
         to read of the whole fleet; the fleet page then loads only that page's hosts.
         """
-        open_of_host = Finding.objects.open().filter(host=OuterRef("pk")).order_by().values("host")
-        worst = open_of_host.annotate(rank=Min(_severity_rank())).values("rank")
+        worst = _open_findings_of_outer_host().annotate(rank=Min(_severity_rank())).values("rank")
         return (
             self.fleet()
             .annotate(worst_finding_rank=Coalesce(Subquery(worst), len(Finding.Severity)))
@@ -486,6 +485,11 @@ class Finding(models.Model):
 
 
 _SEVERITY_RANKS = {"critical": 0, "warning": 1, "info": 2}
+
+
+def _open_findings_of_outer_host() -> models.QuerySet[Finding]:
+    """The open findings of the outer query's host, grouped by host: the base of a per-host subquery."""
+    return Finding.objects.open().filter(host=OuterRef("pk")).order_by().values("host")
 
 
 def _severity_rank() -> Case:
