@@ -487,7 +487,7 @@ class Finding(models.Model):
 _SEVERITY_RANKS = {"critical": 0, "warning": 1, "info": 2}
 
 
-def _open_findings_of_outer_host() -> models.QuerySet[Finding]:
+def _open_findings_of_outer_host() -> models.QuerySet[Finding, dict[str, Any]]:
     """The open findings of the outer query's host, grouped by host: the base of a per-host subquery."""
     return Finding.objects.open().filter(host=OuterRef("pk")).order_by().values("host")
 
