@@ -7,8 +7,11 @@ has a meaning: a decommissioned host (with its history) and old rejections.
 
 from __future__ import annotations
 
+import json
+
 from django.contrib import admin
 from django.http import HttpRequest
+from django.utils.html import format_html
 
 from gpuadmin.admin_base import ReadOnlyAdmin
 from gpuadmin.fleet.models import (
@@ -73,6 +76,14 @@ class GpuAdmin(ReadOnlyAdmin):
 class LatestSnapshotAdmin(ReadOnlyAdmin):
     list_display = ["host", "taken_at", "received_at"]
     search_fields = ["host__name"]
+    exclude = ["document"]
+    readonly_fields = ["document_json"]
+
+    @admin.display(description="Document")
+    def document_json(self, snapshot: LatestSnapshot) -> str:
+        # Indented, and ASCII only: what processes named themselves (controls, bidi overrides)
+        # shows as \u escapes, and format_html escapes the markup.
+        return format_html("<pre>{}</pre>", json.dumps(snapshot.document, indent=1, ensure_ascii=True))
 
 
 @admin.register(GpuSample)

@@ -17,11 +17,11 @@ from functools import partial
 from typing import Any
 
 from django.conf import settings
-from django.db import models, transaction
-from django.db.models.functions import Cast
+from django.db import transaction
 from django.utils import timezone
 
 from gpuadmin.fleet import findings, history, retention, trust
+from gpuadmin.fleet.json_text import ValidatedJson
 from gpuadmin.fleet.models import Gpu, Host, LatestSnapshot, SnapshotRejection
 from gpuadmin.fleet.process_tree import ProcessRow, attributed_memory_bytes, gpu_holders, process_rows
 from gpuadmin.fleet.signals import snapshot_ingested
@@ -261,11 +261,9 @@ def _store_latest(
     text: str | None,
 ) -> None:
     times = {"taken_at": taken_at, "received_at": received_at}
-    # The validated text says the same as the document (nothing changes a parsed document): the
-    # database reads it as JSON itself, so the steady case need not encode the document again.
-    stored: Any = document
-    if text is not None:
-        stored = Cast(models.Value(text, models.TextField()), models.JSONField())
+    # The validated text says the same as the document (nothing changes a parsed document): it is
+    # stored as it is (a text column, fleet/json_text.py), so the steady case encodes nothing.
+    stored: Any = document if text is None else ValidatedJson(text)
     if created or not LatestSnapshot.objects.filter(host=host).update(**times, document=stored):
         # The new row is cached on the host (host.latest_snapshot): it must hold the document itself.
         LatestSnapshot.objects.create(host=host, **times, document=document)

@@ -17,6 +17,8 @@ from django.db.models import Case, Count, IntegerField, Min, OuterRef, Prefetch,
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from gpuadmin.fleet.json_text import JsonTextField
+
 # The read side's queries, named once (as NetBox's querysets and healthchecks'
 # model methods do): pages, API and the kills app call these instead of
 # retyping filters.
@@ -210,12 +212,16 @@ class LatestSnapshotQuerySet(models.QuerySet):
 
 
 class LatestSnapshot(models.Model):
-    """The newest accepted snapshot document of a host, as sent (validated)."""
+    """The newest accepted snapshot document of a host, as sent (validated).
+
+    Kept as text, not jsonb (``fleet/json_text.py``): every accepted snapshot
+    rewrites it and nothing queries inside it in SQL.
+    """
 
     host = models.OneToOneField(Host, on_delete=models.CASCADE, related_name="latest_snapshot")
     taken_at = models.DateTimeField()
     received_at = models.DateTimeField(default=timezone.now)
-    document = models.JSONField()
+    document = JsonTextField()
 
     objects = LatestSnapshotQuerySet.as_manager()
 

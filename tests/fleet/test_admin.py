@@ -9,7 +9,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 from django.urls import reverse
 
-from gpuadmin.fleet.models import Host
+from gpuadmin.fleet.models import Host, LatestSnapshot
 from tests.factories import GiB, gpu, proc, snapshot
 from tests.fleet.helpers import at
 
@@ -54,3 +54,14 @@ def test_a_host_can_be_viewed_not_changed(admin_client_with_data: Client) -> Non
     assert b'name="_save"' not in response.content
     admin_client_with_data.post(url, {"name": "renamed"})
     assert Host.objects.get().name == "gpu01"
+
+
+def test_the_latest_document_shows_indented_and_escaped(admin_client_with_data: Client) -> None:
+    latest = LatestSnapshot.objects.get()
+    response = admin_client_with_data.get(reverse("admin:fleet_latestsnapshot_change", args=[latest.pk]))
+    assert response.status_code == 200
+    content = response.content.decode()
+    assert "<script>alert(1)</script>" not in content
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in content
+    # One value a line, inside <pre>: readable, not one line of 125 KB.
+    assert '<pre>{\n "schema_version": ' in content.replace("&quot;", '"')

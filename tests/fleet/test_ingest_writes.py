@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 from django.db import connection
+from django.db.models import TextField
+from django.db.models.functions import Cast
 from django.test.utils import CaptureQueriesContext
 
 from gpuadmin.fleet.ingest import ingest_snapshot, receive_snapshot
@@ -234,3 +236,5 @@ def test_the_latest_document_is_stored_from_the_text_as_received() -> None:
     latest_writes = [s for s in sql if s.startswith('UPDATE "fleet_latestsnapshot"')]
     # The text itself went to the database: a second encoding would have written 60.0.
     assert len(latest_writes) == 1 and '"elapsed_seconds": 6e1' in latest_writes[0]
+    assert LatestSnapshot.objects.filter(pk=stored.pk).values_list(Cast("document", TextField()),
+                                                                   flat=True).get() == text

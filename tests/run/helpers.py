@@ -35,7 +35,7 @@ def hosts_in(env: dict[str, str]) -> dict[str, dict]:
                 rows = connection.execute(HOSTS_QUERY).fetchall()
             except psycopg.errors.UndefinedTable:  # not migrated yet
                 return {}
-        return {name: document or {} for name, document in rows}  # jsonb arrives decoded
+        return {name: json.loads(document) if document else {} for name, document in rows}  # stored as text
     database = Path(env["GPUADMIN_DATA_DIR"]) / "gpuadmin.sqlite3"
     if not database.exists():
         return {}
