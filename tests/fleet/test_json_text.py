@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from django.core import serializers
-from django.db import connection
+from django.db import IntegrityError, connection, transaction
 
 from gpuadmin.fleet.json_text import ValidatedJson, server_has_lz4
 from gpuadmin.fleet.models import Host, LatestSnapshot
@@ -47,6 +47,13 @@ def test_a_document_reads_back_as_the_same_document_however_it_is_read() -> None
     assert list(LatestSnapshot.objects.values_list("document", flat=True)) == [DOCUMENT]
 
 
+def test_a_host_without_a_snapshot_reads_no_document_through_a_join() -> None:
+    stored_row(DOCUMENT)
+    Host.objects.create(name="gpu02", first_seen_at=T0)
+    documents = dict(Host.objects.values_list("name", "latest_snapshot__document"))
+    assert documents == {"gpu01": DOCUMENT, "gpu02": None}
+
+
 def test_a_document_is_encoded_once_compactly() -> None:
     stored_row(DOCUMENT)
     assert column_text() == json.dumps(DOCUMENT, separators=(",", ":"), ensure_ascii=False)
@@ -71,6 +78,11 @@ def test_a_plain_string_is_a_json_string_never_taken_for_encoded_text() -> None:
 def test_a_document_that_is_not_strict_json_is_refused() -> None:
     with pytest.raises(ValueError, match="JSON compliant"):
         stored_row({"utilization": float("nan")})
+
+
+def test_none_is_no_document_not_the_json_null() -> None:
+    with pytest.raises(IntegrityError), transaction.atomic():
+        stored_row(None)  # the column is NOT NULL: every latest snapshot has its document
 
 
 def test_dumped_rows_carry_the_document_itself_and_load_back() -> None:
