@@ -70,6 +70,9 @@ def test_a_snapshot_where_nothing_changed_rewrites_no_process_life(ingest: Calla
     assert writes_to("fleet_processpoint", sql) == []
     # Not even last_seen_at: an open life is in every snapshot of its host, so it was seen at 20.
     assert not [s for s in sql if s.startswith('UPDATE "fleet_processlife"')]
+    # One read of the host's open lives, without a list of PIDs to bind.
+    life_reads = [s for s in sql if s.startswith("SELECT") and 'FROM "fleet_processlife"' in s]
+    assert len(life_reads) == 1 and " IN (" not in life_reads[0]
     lives = ProcessLife.objects.select_related("host").order_by("pid")
     assert [(life.pid, life.last_seen_at, life.latest_sighting_at()) for life in lives] == [
         (10, at(0), at(20)), (11, at(0), at(20)), (12, at(0), at(20))
@@ -89,6 +92,23 @@ def test_steady_lives_have_last_seen_at_refreshed_together_once_a_minute(ingest:
     with statements() as sql:
         ingest(trainers(80))
     assert not [s for s in sql if s.startswith('UPDATE "fleet_processlife"')]
+
+
+def test_only_processes_without_an_open_life_are_looked_up_among_gone_ones(
+    ingest: Callable[..., Host]
+) -> None:
+    ingest(trainers(0))
+    ingest(trainers(10))
+    newcomer = trainers(20)
+    newcomer["processes"].append(
+        proc(13, gpu_memory={GPU0: GiB}, device_files=["/dev/nvidia0"], reasons=["gpu"])
+    )
+    with statements() as sql:
+        ingest(newcomer)
+    life_reads = [s for s in sql if s.startswith("SELECT") and 'FROM "fleet_processlife"' in s]
+    assert len(life_reads) == 2
+    assert re.search(r'"pid" IN \(13\)', life_reads[1])
+    assert ProcessLife.objects.get(pid=13).first_seen_at == at(20)
 
 
 def test_a_life_that_ends_was_last_seen_by_the_snapshot_before(ingest: Callable[..., Host]) -> None:
