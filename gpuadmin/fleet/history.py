@@ -37,7 +37,7 @@ from operator import itemgetter
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
+from django.db import connections
 from django.db.models import BooleanField, ExpressionWrapper, Q
 
 from gpuadmin.fleet.findings import HistoryFacts, PidSample, Rising
@@ -263,13 +263,14 @@ def _update_progress(lives: Mapping[int, LifeValues]) -> None:
         return
     meta = ProcessLife._meta
     fields = [meta.get_field(name) for name in _LIFE_PROGRESS_FIELDS]
-    quote = connection.ops.quote_name
+    database = connections[ProcessLife.objects.db]  # the backend itself: `connection` is a per-call proxy
+    quote = database.ops.quote_name
     assignments = ", ".join(f"{quote(field.column)} = %s" for field in fields)
     # Names from the model, values bound: nothing in this text comes from a snapshot.
     sql = f"UPDATE {quote(meta.db_table)} SET {assignments} WHERE {quote(meta.pk.column)} = %s"  # noqa: S608
-    rows = [[field.get_db_prep_save(life[field.name], connection) for field in fields] + [pk]
+    rows = [[field.get_db_prep_save(life[field.name], database) for field in fields] + [pk]
             for pk, life in lives.items()]
-    with connection.cursor() as cursor:
+    with database.cursor() as cursor:
         cursor.executemany(sql, rows)
 
 
