@@ -34,11 +34,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from operator import itemgetter
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.db import connections
-from django.db.models import BooleanField, ExpressionWrapper, Q
+from django.db.models import BooleanField, ExpressionWrapper, Field, Q
 
 from gpuadmin.fleet.findings import HistoryFacts, PidSample, Rising
 from gpuadmin.fleet.models import Gpu, GpuSample, Host, HostSample, ProcessLife, ProcessPoint
@@ -262,7 +262,7 @@ def _update_progress(lives: Mapping[int, LifeValues]) -> None:
     if not lives:
         return
     meta = ProcessLife._meta
-    fields = [meta.get_field(name) for name in _LIFE_PROGRESS_FIELDS]
+    fields = [cast(Field, meta.get_field(name)) for name in _LIFE_PROGRESS_FIELDS]  # concrete columns
     database = connections[ProcessLife.objects.db]  # the backend itself: `connection` is a per-call proxy
     quote = database.ops.quote_name
     assignments = ", ".join(f"{quote(field.column)} = %s" for field in fields)
