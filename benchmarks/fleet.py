@@ -30,10 +30,14 @@ by tests/services.py's ``postgres_server``, fsync off as in the tests), with
 
     python benchmarks/fleet.py [--hosts 1000] [--gpus 8] [--processes 200] [--workers 2]
                                [--rate-hosts 300] [--repeats 30] [--database sqlite|postgresql|both]
-                               [--no-wait] [--skip-ingest] [--skip-pages] [--profile N]
+                               [--no-wait] [--skip-ingest] [--skip-pages] [--profile N] [--stages N]
 
 ``--profile N`` adds, after the rates, the queries of one steady-state snapshot
 (by kind of statement) and a cProfile of N more received by one process;
+``--stages N`` the wall milliseconds per snapshot of each step of ingest (the
+functions ``STAGES`` names, each timed where ingest calls it; nested steps
+are inside their callers' figures), over N more snapshots received by one
+process without a profiler;
 ``--skip-ingest`` leaves out part 2 (enrolment and the pages only),
 ``--skip-pages`` part 3.
 """
@@ -153,6 +157,62 @@ def profile_ingest(hosts: list[Any], round_number: int, count: int) -> None:
     pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
 
 
+# The steps of ingest timed by --stages: (module, function), each replaced where it is looked up.
+STAGES = [
+    ("gpuadmin.fleet.ingest", "open_envelope"),
+    ("gpuadmin.fleet.ingest", "parse_snapshot"),
+    ("gpuadmin.fleet.trust", "admit"),
+    ("gpuadmin.fleet.ingest", "process_rows"),
+    ("gpuadmin.fleet.ingest", "_update_host"),
+    ("gpuadmin.fleet.ingest", "_store_latest"),
+    ("gpuadmin.fleet.ingest", "_upsert_gpus"),
+    ("gpuadmin.fleet.history", "record_samples"),
+    ("gpuadmin.fleet.history", "record_process_lives"),
+    ("gpuadmin.fleet.history", "_known_lives"),
+    ("gpuadmin.fleet.history", "_write_changed"),
+    ("gpuadmin.fleet.history", "_record_points"),
+    ("gpuadmin.fleet.findings", "compute_findings"),
+    ("gpuadmin.fleet.findings", "sync_findings"),
+]
+
+
+def time_stages(hosts: list[Any], round_number: int, count: int) -> None:
+    """Wall ms per snapshot of each of ``STAGES`` over ``count`` snapshots, and the whole."""
+    import importlib
+
+    from gpuadmin.fleet.ingest import receive_snapshot
+
+    spent: dict[str, float] = {}
+    originals = []
+
+    def timed(label: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            began = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                spent[label] = spent.get(label, 0.0) + time.perf_counter() - began
+        return wrapper
+
+    for module_name, name in STAGES:
+        module = importlib.import_module(module_name)
+        originals.append((module, name, getattr(module, name)))
+        setattr(module, name, timed(f"{module_name.rsplit('.', 1)[1]}.{name}", getattr(module, name)))
+    messages = [host.message(round_number) for host in hosts[:count]]
+    try:
+        began, cpu_began = time.perf_counter(), time.process_time()
+        for message in messages:
+            receive_snapshot(message)
+        wall, cpu = time.perf_counter() - began, time.process_time() - cpu_began
+    finally:
+        for module, name, original in originals:
+            setattr(module, name, original)
+    print(f"stages of {len(messages)} snapshots, one process: {1000 * wall / len(messages):.1f} ms "
+          f"per snapshot ({1000 * cpu / len(messages):.1f} ms CPU of this process)")
+    for label, seconds in sorted(spent.items(), key=lambda item: -item[1]):
+        print(f"  {label:36}{1000 * seconds / len(messages):7.2f} ms")
+
+
 def time_get(client: Any, label: str, path: str, repeats: int, headers: dict[str, str], *,
              expect: int = 200, before: Callable[[], object] = lambda: None) -> tuple[Timed, Any]:
     """Median and p95 of ``repeats`` requests (after warm-ups), each after ``before()`` (not timed)."""
@@ -249,8 +309,10 @@ def run_database(args: argparse.Namespace, vendor: str, database_url: str | None
               f"{rate:.0f} snapshots/s ({1000 * workers / rate:.1f} ms per snapshot per process; "
               f"{cpu_ms:.1f} ms CPU of the ingest process per snapshot), "
               f"load average {os.getloadavg()[0]:.1f}", flush=True)
+    if args.stages and measured:
+        time_stages(measured, len({1, args.workers}) + 1, args.stages)
     if args.profile and measured:
-        profile_ingest(measured, len({1, args.workers}) + 2, args.profile)
+        profile_ingest(measured, len({1, args.workers}) + 2 + bool(args.stages), args.profile)
     if args.skip_pages:
         print(f"load average {os.getloadavg()[0]:.1f} at the end")
         return
@@ -280,6 +342,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--database", choices=["sqlite", "postgresql", "both"], default="both")
     parser.add_argument("--no-wait", action="store_true", help="do not wait for running pytest processes")
     parser.add_argument("--skip-pages", action="store_true", help="measure ingest only, not the pages")
+    parser.add_argument("--stages", type=int, default=0, metavar="N",
+                        help="ms per snapshot of each step of ingest over N snapshots (one process)")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="queries of one snapshot and a cProfile of N (one process) after the rates")
     args = parser.parse_args(argv)

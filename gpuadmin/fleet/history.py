@@ -34,11 +34,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from operator import itemgetter
-from typing import Any, cast
+from typing import Any
 
 from django.conf import settings
-from django.db import connections
-from django.db.models import BooleanField, ExpressionWrapper, Field, Q
+from django.db.models import BooleanField, ExpressionWrapper, Q
 
 from gpuadmin.fleet.findings import HistoryFacts, PidSample, Rising
 from gpuadmin.fleet.models import Gpu, GpuSample, Host, HostSample, ProcessLife, ProcessPoint
@@ -85,24 +84,6 @@ _LIFE_UPDATE_FIELDS = [
 # What a life's upsert would change other than when it was last seen.
 _LIFE_COMPARED_FIELDS = [name for name in _LIFE_UPDATE_FIELDS if name != "last_seen_at"]
 _compared_values = itemgetter(*_LIFE_COMPARED_FIELDS)
-# What moves while a process runs: its memory and state, and what history derives from them. A life
-# where nothing else changed is updated in these columns alone (``_update_progress``).
-_LIFE_PROGRESS_FIELDS = [
-    "last_seen_at",
-    "last_state",
-    "last_gpu_memory_bytes",
-    "peak_gpu_memory_bytes",
-    "held_device",
-    "was_zombie",
-    "was_orphaned",
-    "point_gpu_memory_bytes",
-    "point_state",
-    "memory_rising_samples",
-    "memory_rising_since",
-    "memory_rising_from_bytes",
-]
-# Who and what the process is (and whether its life was over): a change here rewrites the whole life.
-_described = itemgetter(*(name for name in _LIFE_COMPARED_FIELDS if name not in _LIFE_PROGRESS_FIELDS))
 # What is read of a stored life: its id and identity, and what a snapshot extends or compares. An
 # open life's last_seen_at and gone_at are not read (PostgreSQL's dates cost ~5 us each to load, ~200
 # per snapshot): the previous snapshot saw it, and whether its refresh is due is a boolean.
@@ -218,30 +199,23 @@ def _update_in_chunks(ids: list[int], **values: Any) -> None:
 def _write_changed(
     host: Host, known: Mapping[LifeKey, LifeValues], lives: Mapping[LifeKey, LifeValues]
 ) -> tuple[dict[LifeKey, int | None], dict[int, bool]]:
-    """Write the lives that are new or changed; the ids known so far, and the steady lives (nothing
+    """Upsert the lives that are new or changed; the ids known so far, and the steady lives (nothing
     but last_seen_at would change) by id, with whether their last_seen_at is due for a refresh.
 
     Most processes that matter are steady from one snapshot to the next (a
     training job's memory stays where its allocator put it): they are not
-    written. Of the others, most only moved their memory: those get their
-    progress columns updated; new lives, and lives whose description changed,
-    are upserted whole (benchmarks/fleet.py).
+    written (benchmarks/fleet.py).
     """
     ids: dict[LifeKey, int | None] = {}
     steady: dict[int, bool] = {}
-    progressed: dict[int, LifeValues] = {}
     changed: dict[LifeKey, ProcessLife] = {}
     for key, life in lives.items():
         before = known.get(key)
         if before is not None and _compared_values(life) == _compared_values(before):
             steady[before["pk"]] = before["refresh_due"]
             ids[key] = before["pk"]
-        elif before is not None and _described(life) == _described(before):
-            progressed[before["pk"]] = life
-            ids[key] = before["pk"]
         else:
             changed[key] = ProcessLife(host=host, boot_id=key[0], **life)
-    _update_progress(progressed)
     if changed:
         ProcessLife.objects.bulk_create(
             list(changed.values()),
@@ -254,24 +228,6 @@ def _write_changed(
             before = known.get(key)
             ids[key] = instance.pk if instance.pk is not None else (before["pk"] if before else None)
     return ids, steady
-
-
-def _update_progress(lives: Mapping[int, LifeValues]) -> None:
-    """The progress columns of these lives (by id), one UPDATE each, sent as one batch: Django's
-    bulk_create spends ~0.4 ms of Python per life on an upsert of every column (benchmarks/fleet.py)."""
-    if not lives:
-        return
-    meta = ProcessLife._meta
-    fields = [cast(Field, meta.get_field(name)) for name in _LIFE_PROGRESS_FIELDS]  # concrete columns
-    database = connections[ProcessLife.objects.db]  # the backend itself: `connection` is a per-call proxy
-    quote = database.ops.quote_name
-    assignments = ", ".join(f"{quote(field.column)} = %s" for field in fields)
-    # Names from the model, values bound: nothing in this text comes from a snapshot.
-    sql = f"UPDATE {quote(meta.db_table)} SET {assignments} WHERE {quote(meta.pk.column)} = %s"  # noqa: S608
-    rows = [[field.get_db_prep_save(life[field.name], database) for field in fields] + [pk]
-            for pk, life in lives.items()]
-    with database.cursor() as cursor:
-        cursor.executemany(sql, rows)
 
 
 def _record_points(
