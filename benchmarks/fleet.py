@@ -86,19 +86,43 @@ def _ingest_share(hosts: list[Any], round_number: int, barrier: Any, results: An
 
     connections.close_all()  # never share the parent's connection
     messages = [host.message(round_number) for host in hosts]
+    server_pid = database_server_pid()
     barrier.wait()
-    cpu_began = time.process_time()
+    cpu_began, server_cpu_began = time.process_time(), process_cpu_seconds(server_pid)
     for message in messages:
         if receive_snapshot(message) is None:
             raise RuntimeError("a demo host was not accepted")
-    results.put((len(messages), time.process_time() - cpu_began))
+    server_cpu = process_cpu_seconds(server_pid) - server_cpu_began
+    results.put((len(messages), time.process_time() - cpu_began, server_cpu))
     connections.close_all()
 
 
-def ingest_round(hosts: list[Any], round_number: int, workers: int) -> tuple[float, float]:
+def database_server_pid() -> int | None:
+    """The PostgreSQL backend process serving this process's connection (on this machine); None on
+    SQLite, whose work is this process's own."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        return int(cursor.fetchone()[0])
+
+
+def process_cpu_seconds(pid: int | None) -> float:
+    """User + system CPU seconds of process ``pid`` so far (/proc/<pid>/stat); 0 for None."""
+    if pid is None:
+        return 0.0
+    with open(f"/proc/{pid}/stat", "rb") as stat:
+        fields = stat.read().rsplit(b")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def ingest_round(hosts: list[Any], round_number: int, workers: int) -> tuple[float, float, float]:
     """Snapshots per second of one round received by ``workers`` processes at once, and the CPU
-    milliseconds the receiving processes spent per snapshot (their own, not the database server's:
-    on a machine others load too, the figure that moves least)."""
+    milliseconds per snapshot of the receiving processes and of the PostgreSQL backends serving
+    them (0 on SQLite): on a machine others load too, the figures that move least, and their sum
+    bounds the rate the machine's cores allow."""
     from django.db import connections
 
     connections.close_all()
@@ -114,15 +138,16 @@ def ingest_round(hosts: list[Any], round_number: int, workers: int) -> tuple[flo
     began = time.perf_counter()
     shares_done = [results.get() for _ in processes]
     elapsed = time.perf_counter() - began
-    received = sum(count for count, _ in shares_done)
-    cpu_seconds = sum(cpu for _, cpu in shares_done)
+    received = sum(count for count, _, _ in shares_done)
+    cpu_seconds = sum(cpu for _, cpu, _ in shares_done)
+    server_cpu_seconds = sum(server_cpu for _, _, server_cpu in shares_done)
     for process in processes:
         process.join()
         if process.exitcode != 0:
             raise RuntimeError(f"an ingest process exited with {process.exitcode}")
     if received != len(hosts):
         raise RuntimeError(f"received {received} of {len(hosts)} snapshots")
-    return len(hosts) / elapsed, 1000 * cpu_seconds / len(hosts)
+    return len(hosts) / elapsed, 1000 * cpu_seconds / len(hosts), 1000 * server_cpu_seconds / len(hosts)
 
 
 def profile_ingest(hosts: list[Any], round_number: int, count: int) -> None:
@@ -304,10 +329,11 @@ def run_database(args: argparse.Namespace, vendor: str, database_url: str | None
           flush=True)
     measured = [] if args.skip_ingest else hosts[: args.rate_hosts]
     for round_number, workers in enumerate(sorted({1, args.workers}) if measured else [], start=1):
-        rate, cpu_ms = ingest_round(measured, round_number, workers)
+        rate, cpu_ms, server_cpu_ms = ingest_round(measured, round_number, workers)
+        server = f", {server_cpu_ms:.1f} ms of PostgreSQL's" if vendor == "postgresql" else ""
         print(f"ingest, {workers} process{'es' if workers > 1 else ''}, {len(measured)} snapshots: "
               f"{rate:.0f} snapshots/s ({1000 * workers / rate:.1f} ms per snapshot per process; "
-              f"{cpu_ms:.1f} ms CPU of the ingest process per snapshot), "
+              f"CPU per snapshot: {cpu_ms:.1f} ms of the ingest process{server}), "
               f"load average {os.getloadavg()[0]:.1f}", flush=True)
     if args.stages and measured:
         time_stages(measured, len({1, args.workers}) + 1, args.stages)
