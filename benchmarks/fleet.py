@@ -30,10 +30,14 @@ by tests/services.py's ``postgres_server``, fsync off as in the tests), with
 
     python benchmarks/fleet.py [--hosts 1000] [--gpus 8] [--processes 200] [--workers 2]
                                [--rate-hosts 300] [--repeats 30] [--database sqlite|postgresql|both]
-                               [--no-wait] [--skip-ingest] [--skip-pages] [--profile N]
+                               [--no-wait] [--skip-ingest] [--skip-pages] [--profile N] [--stages N]
 
 ``--profile N`` adds, after the rates, the queries of one steady-state snapshot
 (by kind of statement) and a cProfile of N more received by one process;
+``--stages N`` the wall milliseconds per snapshot of each step of ingest (the
+functions ``STAGES`` names, each timed where ingest calls it; nested steps
+are inside their callers' figures), over N more snapshots received by one
+process without a profiler;
 ``--skip-ingest`` leaves out part 2 (enrolment and the pages only),
 ``--skip-pages`` part 3.
 """
@@ -82,19 +86,43 @@ def _ingest_share(hosts: list[Any], round_number: int, barrier: Any, results: An
 
     connections.close_all()  # never share the parent's connection
     messages = [host.message(round_number) for host in hosts]
+    server_pid = database_server_pid()
     barrier.wait()
-    cpu_began = time.process_time()
+    cpu_began, server_cpu_began = time.process_time(), process_cpu_seconds(server_pid)
     for message in messages:
         if receive_snapshot(message) is None:
             raise RuntimeError("a demo host was not accepted")
-    results.put((len(messages), time.process_time() - cpu_began))
+    server_cpu = process_cpu_seconds(server_pid) - server_cpu_began
+    results.put((len(messages), time.process_time() - cpu_began, server_cpu))
     connections.close_all()
 
 
-def ingest_round(hosts: list[Any], round_number: int, workers: int) -> tuple[float, float]:
+def database_server_pid() -> int | None:
+    """The PostgreSQL backend process serving this process's connection (on this machine); None on
+    SQLite, whose work is this process's own."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        return int(cursor.fetchone()[0])
+
+
+def process_cpu_seconds(pid: int | None) -> float:
+    """User + system CPU seconds of process ``pid`` so far (/proc/<pid>/stat); 0 for None."""
+    if pid is None:
+        return 0.0
+    with open(f"/proc/{pid}/stat", "rb") as stat:
+        fields = stat.read().rsplit(b")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def ingest_round(hosts: list[Any], round_number: int, workers: int) -> tuple[float, float, float]:
     """Snapshots per second of one round received by ``workers`` processes at once, and the CPU
-    milliseconds the receiving processes spent per snapshot (their own, not the database server's:
-    on a machine others load too, the figure that moves least)."""
+    milliseconds per snapshot of the receiving processes and of the PostgreSQL backends serving
+    them (0 on SQLite): on a machine others load too, the figures that move least, and their sum
+    bounds the rate the machine's cores allow."""
     from django.db import connections
 
     connections.close_all()
@@ -110,15 +138,16 @@ def ingest_round(hosts: list[Any], round_number: int, workers: int) -> tuple[flo
     began = time.perf_counter()
     shares_done = [results.get() for _ in processes]
     elapsed = time.perf_counter() - began
-    received = sum(count for count, _ in shares_done)
-    cpu_seconds = sum(cpu for _, cpu in shares_done)
+    received = sum(count for count, _, _ in shares_done)
+    cpu_seconds = sum(cpu for _, cpu, _ in shares_done)
+    server_cpu_seconds = sum(server_cpu for _, _, server_cpu in shares_done)
     for process in processes:
         process.join()
         if process.exitcode != 0:
             raise RuntimeError(f"an ingest process exited with {process.exitcode}")
     if received != len(hosts):
         raise RuntimeError(f"received {received} of {len(hosts)} snapshots")
-    return len(hosts) / elapsed, 1000 * cpu_seconds / len(hosts)
+    return len(hosts) / elapsed, 1000 * cpu_seconds / len(hosts), 1000 * server_cpu_seconds / len(hosts)
 
 
 def profile_ingest(hosts: list[Any], round_number: int, count: int) -> None:
@@ -151,6 +180,62 @@ def profile_ingest(hosts: list[Any], round_number: int, count: int) -> None:
           "(under the profiler)")
     pstats.Stats(profiler).sort_stats("cumulative").print_stats(40)
     pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+
+
+# The steps of ingest timed by --stages: (module, function), each replaced where it is looked up.
+STAGES = [
+    ("gpuadmin.fleet.ingest", "open_envelope"),
+    ("gpuadmin.fleet.ingest", "parse_snapshot"),
+    ("gpuadmin.fleet.trust", "admit"),
+    ("gpuadmin.fleet.ingest", "process_rows"),
+    ("gpuadmin.fleet.ingest", "_update_host"),
+    ("gpuadmin.fleet.ingest", "_store_latest"),
+    ("gpuadmin.fleet.ingest", "_upsert_gpus"),
+    ("gpuadmin.fleet.history", "record_samples"),
+    ("gpuadmin.fleet.history", "record_process_lives"),
+    ("gpuadmin.fleet.history", "_known_lives"),
+    ("gpuadmin.fleet.history", "_write_changed"),
+    ("gpuadmin.fleet.history", "_record_points"),
+    ("gpuadmin.fleet.findings", "compute_findings"),
+    ("gpuadmin.fleet.findings", "sync_findings"),
+]
+
+
+def time_stages(hosts: list[Any], round_number: int, count: int) -> None:
+    """Wall ms per snapshot of each of ``STAGES`` over ``count`` snapshots, and the whole."""
+    import importlib
+
+    from gpuadmin.fleet.ingest import receive_snapshot
+
+    spent: dict[str, float] = {}
+    originals = []
+
+    def timed(label: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            began = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                spent[label] = spent.get(label, 0.0) + time.perf_counter() - began
+        return wrapper
+
+    for module_name, name in STAGES:
+        module = importlib.import_module(module_name)
+        originals.append((module, name, getattr(module, name)))
+        setattr(module, name, timed(f"{module_name.rsplit('.', 1)[1]}.{name}", getattr(module, name)))
+    messages = [host.message(round_number) for host in hosts[:count]]
+    try:
+        began, cpu_began = time.perf_counter(), time.process_time()
+        for message in messages:
+            receive_snapshot(message)
+        wall, cpu = time.perf_counter() - began, time.process_time() - cpu_began
+    finally:
+        for module, name, original in originals:
+            setattr(module, name, original)
+    print(f"stages of {len(messages)} snapshots, one process: {1000 * wall / len(messages):.1f} ms "
+          f"per snapshot ({1000 * cpu / len(messages):.1f} ms CPU of this process)")
+    for label, seconds in sorted(spent.items(), key=lambda item: -item[1]):
+        print(f"  {label:36}{1000 * seconds / len(messages):7.2f} ms")
 
 
 def time_get(client: Any, label: str, path: str, repeats: int, headers: dict[str, str], *,
@@ -244,13 +329,16 @@ def run_database(args: argparse.Namespace, vendor: str, database_url: str | None
           flush=True)
     measured = [] if args.skip_ingest else hosts[: args.rate_hosts]
     for round_number, workers in enumerate(sorted({1, args.workers}) if measured else [], start=1):
-        rate, cpu_ms = ingest_round(measured, round_number, workers)
+        rate, cpu_ms, server_cpu_ms = ingest_round(measured, round_number, workers)
+        server = f", {server_cpu_ms:.1f} ms of PostgreSQL's" if vendor == "postgresql" else ""
         print(f"ingest, {workers} process{'es' if workers > 1 else ''}, {len(measured)} snapshots: "
               f"{rate:.0f} snapshots/s ({1000 * workers / rate:.1f} ms per snapshot per process; "
-              f"{cpu_ms:.1f} ms CPU of the ingest process per snapshot), "
+              f"CPU per snapshot: {cpu_ms:.1f} ms of the ingest process{server}), "
               f"load average {os.getloadavg()[0]:.1f}", flush=True)
+    if args.stages and measured:
+        time_stages(measured, len({1, args.workers}) + 1, args.stages)
     if args.profile and measured:
-        profile_ingest(measured, len({1, args.workers}) + 2, args.profile)
+        profile_ingest(measured, len({1, args.workers}) + 2 + bool(args.stages), args.profile)
     if args.skip_pages:
         print(f"load average {os.getloadavg()[0]:.1f} at the end")
         return
@@ -280,6 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--database", choices=["sqlite", "postgresql", "both"], default="both")
     parser.add_argument("--no-wait", action="store_true", help="do not wait for running pytest processes")
     parser.add_argument("--skip-pages", action="store_true", help="measure ingest only, not the pages")
+    parser.add_argument("--stages", type=int, default=0, metavar="N",
+                        help="ms per snapshot of each step of ingest over N snapshots (one process)")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="queries of one snapshot and a cProfile of N (one process) after the rates")
     args = parser.parse_args(argv)

@@ -141,6 +141,7 @@ def simulate(host_name: str, gpus: int, days: int, now: datetime, rng: random.Ra
     schedule = make_schedule(gpus, start, end, rng)
     print(f"{host_name}: {len(schedule.jobs)} jobs over {days} days on {gpus} GPUs", file=sys.stderr)
     started = time.monotonic()
+    lives_taken_at: datetime | None = None  # the lives' previous snapshot
     for day in range(days):
         day_start, day_end = start + day * 86400, start + (day + 1) * 86400
         gpu_samples, host_samples = [], []
@@ -191,7 +192,9 @@ def simulate(host_name: str, gpus: int, days: int, now: datetime, rng: random.Ra
                     )
                     for job in running
                 }
-                history.record_process_lives(host, rows, boot_id=BOOT_ID, taken_at=taken_at)
+                history.record_process_lives(host, rows, boot_id=BOOT_ID, taken_at=taken_at,
+                                             previous_taken_at=lives_taken_at)
+                lives_taken_at = taken_at
             t += SNAPSHOT_SECONDS
         GpuSample.objects.bulk_create(gpu_samples, batch_size=10_000)
         HostSample.objects.bulk_create(host_samples, batch_size=10_000)

@@ -12,6 +12,14 @@ or the state letter changed. A steady process costs one point; the life's own
 ``last_seen_at`` and ``last_*`` values end its series. Each life also counts
 the snapshots in a row in which its memory rose (the "suspected leak" finding).
 
+A steady life is not rewritten at all: while a life is open (no ``gone_at``),
+every snapshot of its host shows it, so "last seen" is the host's newest
+snapshot (``ProcessLife.latest_sighting_at``), and its stored ``last_seen_at``
+is refreshed only every ``LIFE_SEEN_REFRESH`` (one UPDATE for all of a
+host's steady lives, about one snapshot in six). The snapshot that no longer
+shows a life sets ``gone_at`` and the exact ``last_seen_at``: the host's
+snapshot before it.
+
 How long all this is kept, and the 5-minute rollups, are ``retention.py``'s.
 
 Everything is written in bulk: a snapshot costs a fixed handful of queries,
@@ -29,7 +37,7 @@ from operator import itemgetter
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Q
+from django.db.models import BooleanField, ExpressionWrapper, Q
 
 from gpuadmin.fleet.findings import HistoryFacts, PidSample, Rising
 from gpuadmin.fleet.models import Gpu, GpuSample, Host, HostSample, ProcessLife, ProcessPoint
@@ -41,9 +49,15 @@ LifeValues = dict[str, Any]
 
 # How far back the "PIDs running out" forecast looks.
 PID_TREND_SECONDS = 3600
+# How stale an open life's stored last_seen_at may grow before a snapshot refreshes it (the exact
+# moment is the host's newest snapshot). Rewriting ~200 rows per snapshot was a third of
+# PostgreSQL's work of ingest (benchmarks/fleet.py).
+LIFE_SEEN_REFRESH = timedelta(seconds=60)
 # Keeps each ``IN (...)`` list under SQLite's limit on bound parameters.
 _PIDS_PER_QUERY = 5000
 
+# What an upsert writes over a stored life: all but first_seen_at, which only a new life sets (a life
+# seen again after being marked gone keeps its first sighting).
 _LIFE_UPDATE_FIELDS = [
     "ppid",
     "uid",
@@ -52,7 +66,6 @@ _LIFE_UPDATE_FIELDS = [
     "cmdline",
     "container_id",
     "owner",
-    "first_seen_at",
     "last_seen_at",
     "gone_at",
     "last_state",
@@ -71,8 +84,14 @@ _LIFE_UPDATE_FIELDS = [
 # What a life's upsert would change other than when it was last seen.
 _LIFE_COMPARED_FIELDS = [name for name in _LIFE_UPDATE_FIELDS if name != "last_seen_at"]
 _compared_values = itemgetter(*_LIFE_COMPARED_FIELDS)
-# What is read of a stored life: its id and identity, and what a snapshot extends or compares.
-_KNOWN_COLUMNS = ["pk", "boot_id", "pid", "start_time_ticks", *_LIFE_UPDATE_FIELDS]
+# What is read of a stored life: its id and identity, and what a snapshot extends or compares. An
+# open life's last_seen_at and gone_at are not read (PostgreSQL's dates cost ~5 us each to load, ~200
+# per snapshot): the previous snapshot saw it, and whether its refresh is due is a boolean.
+_IDENTITY_COLUMNS = ["pk", "boot_id", "pid", "start_time_ticks"]
+_OPEN_COLUMNS = [
+    *_IDENTITY_COLUMNS, *(name for name in _LIFE_UPDATE_FIELDS if name not in {"last_seen_at", "gone_at"})
+]
+_GONE_COLUMNS = [*_IDENTITY_COLUMNS, *_LIFE_UPDATE_FIELDS]
 
 
 def matters_by_itself(row: ProcessRow) -> bool:
@@ -118,7 +137,12 @@ def has_samples_at(host: Host, taken_at: datetime) -> bool:
 
 
 def record_process_lives(
-    host: Host, rows: Mapping[int, ProcessRow], *, boot_id: str, taken_at: datetime
+    host: Host,
+    rows: Mapping[int, ProcessRow],
+    *,
+    boot_id: str,
+    taken_at: datetime,
+    previous_taken_at: datetime | None,
 ) -> list[LifeValues]:
     """Start or extend the lives of the processes in this snapshot, end those it no longer shows.
 
@@ -126,21 +150,26 @@ def record_process_lives(
     sure): a life absent from it is over ("gone" means it exited or stopped
     mattering and left the snapshot), and lives of an earlier boot are all over.
     A life seen again after being marked gone is reopened, keeping its first
-    sighting and its peak. Returns the lives this snapshot shows, as stored
-    (each a dict of ``_LIFE_UPDATE_FIELDS`` plus pid and start_time_ticks).
+    sighting and its peak. Returns the lives this snapshot shows (each a dict of
+    ``_LIFE_UPDATE_FIELDS`` plus pid and start_time_ticks).
+
+    ``previous_taken_at``: the host's snapshot before this one (None for its
+    first), the last that showed every life still open: a life that ends now
+    was last seen then.
 
     Stored lives are read as plain values (no model instances) and only the
     lives whose values changed, or that are new, are written in full; the
-    others (most of them: a steady process) cost one shared UPDATE of
-    last_seen_at.
+    others (most of them: a steady process) are not written, but for the
+    refresh of their last_seen_at once every ``LIFE_SEEN_REFRESH``.
     """
     mattering = [row for row in rows.values() if matters_by_itself(row)]
-    known = _known_lives(host, boot_id, (row.pid for row in mattering))
+    known = _known_lives(host, boot_id, mattering, refresh_before=taken_at - LIFE_SEEN_REFRESH)
     step = settings.GPUADMIN_HISTORY_PROCESS_STEP_BYTES  # read once, not once per process
+    seen_before = previous_taken_at or taken_at
     lives: dict[LifeKey, LifeValues] = {}
     for row in mattering:
         key = (boot_id, row.pid, row.start_time_ticks)
-        lives[key] = _extended(known.get(key), row, taken_at=taken_at, step=step)
+        lives[key] = _extended(known.get(key), row, taken_at=taken_at, seen_before=seen_before, step=step)
     gone_ids: list[int] = []
     for key, life in known.items():
         if key in lives or life["gone_at"] is not None:
@@ -150,37 +179,40 @@ def record_process_lives(
             gone_ids.append(life["pk"])
         else:
             # Still alive, no longer matters by itself (e.g. freed its memory): keep it current.
-            lives[key] = _extended(life, current, taken_at=taken_at, step=step)
+            lives[key] = _extended(life, current, taken_at=taken_at, seen_before=seen_before, step=step)
 
     if lives:
-        ids, unchanged_ids = _write_changed(host, known, lives)
-        for start in range(0, len(unchanged_ids), _PIDS_PER_QUERY):
-            ProcessLife.objects.filter(pk__in=unchanged_ids[start : start + _PIDS_PER_QUERY]).update(
-                last_seen_at=taken_at
-            )
+        ids, steady = _write_changed(host, known, lives)
+        if any(steady.values()):
+            # All of them at once: they stay in step, and the next refresh is a minute away.
+            _update_in_chunks(list(steady), last_seen_at=taken_at)
         _record_points(host, known, lives, ids, taken_at=taken_at)
-    for start in range(0, len(gone_ids), _PIDS_PER_QUERY):
-        ProcessLife.objects.filter(pk__in=gone_ids[start : start + _PIDS_PER_QUERY]).update(gone_at=taken_at)
+    _update_in_chunks(gone_ids, gone_at=taken_at, last_seen_at=seen_before)
     return list(lives.values())
+
+
+def _update_in_chunks(ids: list[int], **values: Any) -> None:
+    for start in range(0, len(ids), _PIDS_PER_QUERY):
+        ProcessLife.objects.filter(pk__in=ids[start : start + _PIDS_PER_QUERY]).update(**values)
 
 
 def _write_changed(
     host: Host, known: Mapping[LifeKey, LifeValues], lives: Mapping[LifeKey, LifeValues]
-) -> tuple[dict[LifeKey, int | None], list[int]]:
-    """Upsert the lives that are new or changed; the ids known so far, and those where only
-    last_seen_at moved.
+) -> tuple[dict[LifeKey, int | None], dict[int, bool]]:
+    """Upsert the lives that are new or changed; the ids known so far, and the steady lives (nothing
+    but last_seen_at would change) by id, with whether their last_seen_at is due for a refresh.
 
     Most processes that matter are steady from one snapshot to the next (a
-    training job's memory stays where its allocator put it): for them one
-    UPDATE of last_seen_at replaces rewriting every column (benchmarks/fleet.py).
+    training job's memory stays where its allocator put it): they are not
+    written (benchmarks/fleet.py).
     """
     ids: dict[LifeKey, int | None] = {}
-    unchanged_ids: list[int] = []
+    steady: dict[int, bool] = {}
     changed: dict[LifeKey, ProcessLife] = {}
     for key, life in lives.items():
         before = known.get(key)
         if before is not None and _compared_values(life) == _compared_values(before):
-            unchanged_ids.append(before["pk"])
+            steady[before["pk"]] = before["refresh_due"]
             ids[key] = before["pk"]
         else:
             changed[key] = ProcessLife(host=host, boot_id=key[0], **life)
@@ -195,7 +227,7 @@ def _write_changed(
         for key, instance in changed.items():
             before = known.get(key)
             ids[key] = instance.pk if instance.pk is not None else (before["pk"] if before else None)
-    return ids, unchanged_ids
+    return ids, steady
 
 
 def _record_points(
@@ -244,28 +276,47 @@ def _life_ids(host_id: int, keys: list[LifeKey]) -> dict[LifeKey, int]:
     return ids
 
 
-def _known_lives(host: Host, boot_id: str, pids: Iterable[int]) -> dict[LifeKey, LifeValues]:
-    """The host's open lives (any boot), and this boot's lives, open or gone, of ``pids``, as the
-    values ``_extended`` and ``_write_changed`` read (no model instances: a snapshot reads ~200)."""
-    pid_list = sorted(set(pids))
-    chunks = [pid_list[i : i + _PIDS_PER_QUERY] for i in range(0, len(pid_list), _PIDS_PER_QUERY)] or [[]]
+def _known_lives(
+    host: Host, boot_id: str, mattering: Iterable[ProcessRow], *, refresh_before: datetime
+) -> dict[LifeKey, LifeValues]:
+    """The host's open lives (any boot), then the gone lives of this boot that processes of this
+    snapshot not among them may reopen, as the values ``_extended`` and ``_write_changed`` read (no
+    model instances: a snapshot reads ~200). An open life's ``refresh_due``: its stored last_seen_at
+    is older than ``refresh_before``.
+
+    The second query runs only for processes without an open life (new ones, mostly none): a steady
+    snapshot costs one query with no list of PIDs in it.
+    """
     known: dict[LifeKey, LifeValues] = {}
-    for chunk in chunks:
-        query = Q(gone_at__isnull=True)
-        if chunk:
-            query |= Q(boot_id=boot_id, pid__in=chunk)
-        for values in ProcessLife.objects.filter(query, host=host).values_list(*_KNOWN_COLUMNS):
-            life = dict(zip(_KNOWN_COLUMNS, values, strict=True))
+    open_lives = ProcessLife.objects.filter(host=host, gone_at__isnull=True).annotate(
+        refresh_due=ExpressionWrapper(Q(last_seen_at__lt=refresh_before), output_field=BooleanField())
+    )
+    for values in open_lives.values_list(*_OPEN_COLUMNS, "refresh_due"):
+        life = dict(zip([*_OPEN_COLUMNS, "refresh_due"], values, strict=True))
+        life["gone_at"] = None
+        known[(life.pop("boot_id"), life["pid"], life["start_time_ticks"])] = life
+    unmatched = sorted({row.pid for row in mattering
+                        if (boot_id, row.pid, row.start_time_ticks) not in known})
+    for start in range(0, len(unmatched), _PIDS_PER_QUERY):
+        pids = unmatched[start : start + _PIDS_PER_QUERY]
+        gone = ProcessLife.objects.filter(host=host, boot_id=boot_id, pid__in=pids, gone_at__isnull=False)
+        for values in gone.values_list(*_GONE_COLUMNS):
+            life = dict(zip(_GONE_COLUMNS, values, strict=True))
             known[(life.pop("boot_id"), life["pid"], life["start_time_ticks"])] = life
     return known
 
 
-def _extended(life: LifeValues | None, row: ProcessRow, *, taken_at: datetime, step: int) -> LifeValues:
-    """The life's values after this snapshot (``_LIFE_UPDATE_FIELDS``, pid and start_time_ticks);
+def _extended(
+    life: LifeValues | None, row: ProcessRow, *, taken_at: datetime, seen_before: datetime, step: int
+) -> LifeValues:
+    """The life's values after this snapshot (``_LIFE_UPDATE_FIELDS``, pid, start_time_ticks, and
+    first_seen_at for a new life); ``seen_before``: when the previous snapshot showed it, if open;
     ``step``: GPUADMIN_HISTORY_PROCESS_STEP_BYTES."""
     memory_bytes = row.total_gpu_memory_bytes
     point_memory, point_state = _next_point(life, memory_bytes, row.state, step)
-    rising, rising_since, rising_from = _rising(life, memory_bytes)
+    if life is not None and life["gone_at"] is not None:
+        seen_before = life["last_seen_at"]  # reopened: last seen when it was marked gone
+    rising, rising_since, rising_from = _rising(life, memory_bytes, seen_before)
     return {
         "pid": row.pid,
         "start_time_ticks": row.start_time_ticks,
@@ -276,7 +327,7 @@ def _extended(life: LifeValues | None, row: ProcessRow, *, taken_at: datetime, s
         "cmdline": list(row.cmdline),
         "container_id": row.container_id or "",
         "owner": row.owner,
-        "first_seen_at": life["first_seen_at"] if life else taken_at,
+        "first_seen_at": taken_at,  # written for a new life only (_LIFE_UPDATE_FIELDS)
         "last_seen_at": taken_at,
         "gone_at": None,
         "last_state": row.state,
@@ -306,15 +357,18 @@ def _next_point(life: LifeValues | None, memory_bytes: int, state: str, step: in
     return point_memory, life["point_state"]
 
 
-def _rising(life: LifeValues | None, memory_bytes: int) -> tuple[int, datetime | None, int]:
+def _rising(
+    life: LifeValues | None, memory_bytes: int, seen_before: datetime
+) -> tuple[int, datetime | None, int]:
     """(snapshots in a row with a rise, since when, from how much). Unchanged memory keeps the count:
-    allocators grow in steps; any fall starts it again."""
+    allocators grow in steps; any fall starts it again. ``seen_before``: when the life last showed
+    its stored memory."""
     if life is None:
         return 0, None, memory_bytes
     before = life["last_gpu_memory_bytes"]
     if memory_bytes > before:
         if life["memory_rising_samples"] == 0:
-            return 1, life["last_seen_at"], before
+            return 1, seen_before, before
         samples: int = life["memory_rising_samples"]
         return samples + 1, life["memory_rising_since"], life["memory_rising_from_bytes"]
     if memory_bytes < before:

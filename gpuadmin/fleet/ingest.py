@@ -172,6 +172,7 @@ def ingest_document(
 
         rows = process_rows(document)
         attributed_bytes = attributed_memory_bytes(rows)
+        previous_taken_at = host.last_snapshot_taken_at  # before _update_host moves it to this one
         _update_host(host, document, rows, taken_at=taken_at, received_at=received_at)
         _store_latest(host, document, taken_at=taken_at, received_at=received_at, created=created, text=text)
         gpus_by_uuid = _upsert_gpus(host, document, attributed_bytes, received_at=received_at)
@@ -180,7 +181,8 @@ def ingest_document(
         )
         history.update_idle_since(gpus_by_uuid, document, attributed_bytes, taken_at=taken_at)
         boot_id = document["host"]["boot_id"]
-        lives = history.record_process_lives(host, rows, boot_id=boot_id, taken_at=taken_at)
+        lives = history.record_process_lives(host, rows, boot_id=boot_id, taken_at=taken_at,
+                                             previous_taken_at=previous_taken_at)
         facts = history.findings_facts(host, lives, gpus_by_uuid.values(), taken_at=taken_at,
                                        zombies=document["process_counts"]["zombies"])
         findings.sync_findings(host, findings.compute_findings(document, facts, rows=rows), received_at)

@@ -299,7 +299,10 @@ class ProcessLifeQuerySet(models.QuerySet):
     def identified(self, host: Host, pid: int, start_time_ticks: int) -> ProcessLife | None:
         """The life of (pid, start time) on the host; of its newest boot should both recur."""
         lives = self.filter(host=host, pid=pid, start_time_ticks=start_time_ticks)
-        return lives.order_by("-last_seen_at").first()
+        life = lives.order_by("-last_seen_at").first()
+        if life is not None:
+            life.host = host  # the caller's row: latest_sighting_at() and the pages read no second one
+        return life
 
 
 class ProcessLife(models.Model):
@@ -321,6 +324,8 @@ class ProcessLife(models.Model):
     # The snapshot's owner block (job, container, pod, unit), as last seen; null when none was recognised.
     owner = models.JSONField(null=True, blank=True)
     first_seen_at = models.DateTimeField()
+    # Exact once the life is gone; while it is open, refreshed only every history.LIFE_SEEN_REFRESH:
+    # ask latest_sighting_at().
     last_seen_at = models.DateTimeField()
     # Set by the first snapshot of the same boot that no longer has this process.
     gone_at = models.DateTimeField(null=True, blank=True)
@@ -352,6 +357,12 @@ class ProcessLife(models.Model):
 
     def __str__(self) -> str:
         return f"{self.host.name}:{self.pid} ({self.name})"
+
+    def latest_sighting_at(self) -> datetime:
+        """When a snapshot last showed this process. An open life is in every snapshot of its host,
+        so that is the host's newest (its last_seen_at may lag by up to a minute: history.py)."""
+        newest = self.host.last_snapshot_taken_at if self.gone_at is None else None
+        return max(self.last_seen_at, newest) if newest else self.last_seen_at
 
 
 class ProcessPoint(models.Model):

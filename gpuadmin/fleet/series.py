@@ -321,10 +321,11 @@ def process_points(life: ProcessLife) -> list[dict[str, Any]]:
         {"t": utc_text(t, timespec="seconds"), "gpu_memory_bytes": memory, "state": state}
         for t, memory, state in reversed(newest)
     ]
-    if not newest or newest[0][0] < life.last_seen_at:
+    seen_at = life.latest_sighting_at()
+    if not newest or newest[0][0] < seen_at:
         points.append(
             {
-                "t": utc_text(life.last_seen_at, timespec="seconds"),
+                "t": utc_text(seen_at, timespec="seconds"),
                 "gpu_memory_bytes": life.last_gpu_memory_bytes,
                 "state": life.last_state,
             }
@@ -356,7 +357,7 @@ def process_history(life: ProcessLife) -> dict[str, Any]:
         "cmdline": life.cmdline,
         "container_id": life.container_id or None,
         "first_seen_at": utc_text(life.first_seen_at),
-        "last_seen_at": utc_text(life.last_seen_at),
+        "last_seen_at": utc_text(life.latest_sighting_at()),
         "gone_at": utc_text(life.gone_at),
         "state": life.last_state,
         "gpu_memory_bytes": life.last_gpu_memory_bytes,

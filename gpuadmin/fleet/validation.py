@@ -168,8 +168,17 @@ def _finite_float(text: str) -> float:
 # written \u0000 (a raw one is invalid JSON), a lone surrogate \udXXX or, in a str payload, the raw
 # character (UTF-8 bytes cannot hold one). Valid pairs match too: they only cost the walk.
 _SUSPECT_TEXT = re.compile(r"\\u0000|\\u[dD][89a-fA-F]|[\ud800-\udfff]")
+
 # An integer beyond 64 bits has at least this many characters (JSON has no leading zeros).
 _INT64_DIGITS = len(str(INT64_MAX))
+
+
+def _may_hold_suspect_text(text: str) -> bool:
+    """Whether ``_SUSPECT_TEXT`` can match: an ASCII text without any \\u escape cannot. Both checks
+    run in C over the text (~0.1 ms for 125 KB); the regex alone takes ~2 ms, per snapshot."""
+    if text.isascii() and "\\u" not in text:
+        return False
+    return _SUSPECT_TEXT.search(text) is not None
 
 
 def _decode(payload: str | bytes) -> tuple[Any, bool]:
@@ -220,7 +229,7 @@ def _decode(payload: str | bytes) -> tuple[Any, bool]:
         ) from None
     if not isinstance(document, dict):
         raise SnapshotRejected(f"snapshot must be a JSON object, got {_json_type(document)}")
-    return document, big_number or _SUSPECT_TEXT.search(text) is not None
+    return document, big_number or _may_hold_suspect_text(text)
 
 
 def _json_type(value: Any) -> str:

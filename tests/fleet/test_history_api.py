@@ -196,6 +196,19 @@ def test_a_process_has_its_points_its_end_and_the_kill_requests_against_it(
     assert [(k["id"], k["status"]) for k in body["kill_requests"]] == [(kill_request.pk, "pending")]
 
 
+def test_a_steady_process_was_last_seen_by_the_host_s_newest_snapshot(token_client: Client) -> None:
+    """Its stored last_seen_at lags (refreshed once a minute); what the API says must not."""
+    taken = [timezone.now() - timedelta(seconds=40 - 10 * i) for i in range(4)]
+    for taken_at in taken:
+        store(snapshot("gpu01", processes=[proc(1000, gpu_memory={GPU0: GiB})], gpus=[gpu(0, used=GiB)],
+                       taken_at=taken_at))
+    body = token_client.get(reverse("api_process_detail", args=["gpu01", 1000, 100000])).json()
+    newest = taken[-1].isoformat().replace("+00:00", "Z")
+    assert body["last_seen_at"] == newest
+    # The series ends where the process was last seen, not at its stored (older) last_seen_at.
+    assert [p["t"] for p in body["points"]] == [iso(taken[0]), iso(taken[-1])]
+
+
 def test_a_process_never_recorded_answers_404_json(token_client: Client, start: datetime) -> None:
     store_minutes(start, 1)
     response = token_client.get(reverse("api_process_detail", args=["gpu01", 1000, 1]))

@@ -1,7 +1,8 @@
 """Ingest writes what changed: steady processes, GPUs and findings cost no rewrite (issue 9, ingest rate).
 
-A snapshot where nothing but the clock moved must not rewrite process lives or
-findings (only their last_seen_at), and a change must still be stored whole.
+A snapshot where nothing but the clock moved must not rewrite process lives (but
+for a refresh of their last_seen_at once a minute) or findings (only their
+last_seen_at), and a change must still be stored whole.
 """
 
 from __future__ import annotations
@@ -69,11 +70,59 @@ def test_a_snapshot_where_nothing_changed_rewrites_no_process_life(ingest: Calla
         ingest(trainers(20))
     assert writes_to("fleet_processlife", sql) == []
     assert writes_to("fleet_processpoint", sql) == []
-    # ... and yet every life was seen: one UPDATE of last_seen_at for all three.
-    assert sorted(ProcessLife.objects.values_list("pid", "last_seen_at")) == [
-        (10, at(20)), (11, at(20)), (12, at(20))
+    # Not even last_seen_at: an open life is in every snapshot of its host, so it was seen at 20.
+    assert not [s for s in sql if s.startswith('UPDATE "fleet_processlife"')]
+    # One read of the host's open lives, without a list of PIDs to bind.
+    life_reads = [s for s in sql if s.startswith("SELECT") and 'FROM "fleet_processlife"' in s]
+    assert len(life_reads) == 1 and " IN (" not in life_reads[0]
+    lives = ProcessLife.objects.select_related("host").order_by("pid")
+    assert [(life.pid, life.last_seen_at, life.latest_sighting_at()) for life in lives] == [
+        (10, at(0), at(20)), (11, at(0), at(20)), (12, at(0), at(20))
     ]
-    assert len([s for s in sql if s.startswith('UPDATE "fleet_processlife"')]) == 1
+
+
+def test_steady_lives_have_last_seen_at_refreshed_together_once_a_minute(ingest: Callable[..., Host]) -> None:
+    for seconds in range(0, 70, 10):
+        ingest(trainers(seconds))
+    with statements() as sql:
+        ingest(trainers(70))  # the stored last_seen_at (0) is now more than a minute old
+    refreshes = [s for s in sql if s.startswith('UPDATE "fleet_processlife"')]
+    assert len(refreshes) == 1
+    assert sorted(ProcessLife.objects.values_list("pid", "last_seen_at")) == [
+        (10, at(70)), (11, at(70)), (12, at(70))
+    ]
+    with statements() as sql:
+        ingest(trainers(80))
+    assert not [s for s in sql if s.startswith('UPDATE "fleet_processlife"')]
+
+
+def test_only_processes_without_an_open_life_are_looked_up_among_gone_ones(
+    ingest: Callable[..., Host]
+) -> None:
+    ingest(trainers(0))
+    ingest(trainers(10))
+    newcomer = trainers(20)
+    newcomer["processes"].append(
+        proc(13, gpu_memory={GPU0: GiB}, device_files=["/dev/nvidia0"], reasons=["gpu"])
+    )
+    with statements() as sql:
+        ingest(newcomer)
+    life_reads = [s for s in sql if s.startswith("SELECT") and 'FROM "fleet_processlife"' in s]
+    assert len(life_reads) == 2
+    assert re.search(r'"pid" IN \(13\)', life_reads[1])
+    assert ProcessLife.objects.get(pid=13).first_seen_at == at(20)
+
+
+def test_a_life_that_ends_was_last_seen_by_the_snapshot_before(ingest: Callable[..., Host]) -> None:
+    for seconds in (0, 10, 20):
+        ingest(trainers(seconds))
+    gone = trainers(30)
+    gone["processes"] = [p for p in gone["processes"] if p["pid"] != 12]
+    ingest(gone)
+    life = ProcessLife.objects.select_related("host").get(pid=12)
+    # Stored as 0 while it was steady; the snapshot at 20 was the last to show it.
+    assert (life.last_seen_at, life.gone_at, life.latest_sighting_at()) == (at(20), at(30), at(20))
+    assert ProcessLife.objects.select_related("host").get(pid=11).latest_sighting_at() == at(30)
 
 
 def test_a_changed_process_is_still_stored_whole_and_only_it(ingest: Callable[..., Host]) -> None:
@@ -91,8 +140,8 @@ def test_a_changed_process_is_still_stored_whole_and_only_it(ingest: Callable[..
     assert list(ProcessPoint.objects.filter(life=changed).values_list("taken_at", "gpu_memory_bytes")) == [
         (at(0), 4 * GiB), (at(20), 9 * GiB)
     ]
-    steady = ProcessLife.objects.get(pid=10)
-    assert (steady.last_gpu_memory_bytes, steady.last_seen_at, steady.first_seen_at) == (
+    steady = ProcessLife.objects.select_related("host").get(pid=10)
+    assert (steady.last_gpu_memory_bytes, steady.latest_sighting_at(), steady.first_seen_at) == (
         4 * GiB, at(20), at(0)
     )
     assert ProcessPoint.objects.filter(life=steady).count() == 1
@@ -193,7 +242,7 @@ def test_a_signed_snapshot_locks_its_host_row_once() -> None:
     assert len(host_reads) == 1
     # The test's own transaction makes receive_snapshot's a savepoint; nothing inside adds one.
     assert len([s for s in sql if s.startswith("SAVEPOINT")]) <= 1
-    assert ProcessLife.objects.get(pid=11).last_seen_at == at(10)
+    assert ProcessLife.objects.select_related("host").get(pid=11).latest_sighting_at() == at(10)
 
 
 def test_the_pid_trend_is_read_only_while_the_snapshot_shows_zombies(ingest: Callable[..., Host]) -> None:

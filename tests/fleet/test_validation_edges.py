@@ -185,6 +185,16 @@ def test_a_clean_snapshot_is_not_walked_value_by_value(monkeypatch: pytest.Monke
     assert parse_snapshot(json.dumps(document), now=NOW)["processes"][0]["cmdline"][1] == "caf\u00e9.py"
 
 
+def test_raw_non_ascii_text_without_escapes_is_not_walked(monkeypatch: pytest.MonkeyPatch) -> None:
+    def walked(value: object, path: str) -> None:
+        raise AssertionError("walked a snapshot with nothing to find")
+
+    monkeypatch.setattr(validation, "_check_strings_and_numbers", walked)
+    payload = json.dumps(good(processes=[proc(10, name="caf\u00e9", cmdline=["py"])]), ensure_ascii=False)
+    assert not payload.isascii() and "\\u" not in payload
+    assert parse_snapshot(payload, now=NOW)["processes"][0]["name"] == "caf\u00e9"
+
+
 def test_a_raw_lone_surrogate_in_a_text_payload_is_refused() -> None:
     text = json.dumps(good(processes=[proc(10, name="py\ud800", cmdline=["py"])]), ensure_ascii=False)
     assert "\ud800" in text  # the character itself, not an escape
