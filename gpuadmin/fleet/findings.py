@@ -607,6 +607,9 @@ def mentions_process(details: dict[str, Any], pid: int, start_time_ticks: int) -
 
 # --- storing --------------------------------------------------------------
 
+# What a draft sets of its finding besides when it was seen (FindingDraft's attributes of these names).
+_DRAFT_FIELDS = ("severity", "title", "remedy", "details")
+
 
 def sync_findings(host: Host, drafts: Iterable[FindingDraft], now: datetime) -> SyncResult:
     """Open the new findings, refresh those still present, resolve those that vanished.
@@ -620,45 +623,36 @@ def sync_findings(host: Host, drafts: Iterable[FindingDraft], now: datetime) -> 
         if draft.kind not in SNAPSHOT_KINDS:
             raise ValueError(f"{draft.kind} findings are not drawn from snapshots")
         wanted[(draft.kind, draft.key)] = draft
-    still_open = {
-        (f.kind, f.key): f
-        for f in Finding.objects.open().filter(host=host, kind__in=SNAPSHOT_KINDS)
+    # Plain values, unordered: comparing needs no model instance, and most findings are only seen again.
+    still_open: dict[tuple[str, str], tuple[int, tuple[Any, ...]]] = {
+        (kind, key): (pk, tuple(stored))
+        for kind, key, pk, *stored in Finding.objects.open()
+        .filter(host=host, kind__in=SNAPSHOT_KINDS)
+        .order_by()
+        .values_list("kind", "key", "pk", *_DRAFT_FIELDS)
     }
     created, refreshed, only_seen = [], [], []
     for kind_key, draft in wanted.items():
-        finding = still_open.pop(kind_key, None)
-        if finding is None:
-            finding = Finding(host=host, kind=draft.kind, key=draft.key, first_seen_at=now)
-            created.append(finding)
-        elif _same_draft(finding, draft):
+        fields = {name: getattr(draft, name) for name in _DRAFT_FIELDS}
+        pk, stored = still_open.pop(kind_key, (None, None))
+        if pk is None:
+            created.append(Finding(host=host, kind=draft.kind, key=draft.key, first_seen_at=now,
+                                   last_seen_at=now, **fields))
+        elif stored == tuple(fields.values()):
             # Most open findings read the same snapshot after snapshot: one UPDATE of last_seen_at.
-            finding.last_seen_at = now
-            only_seen.append(finding.pk)
-            continue
+            only_seen.append(pk)
         else:
-            refreshed.append(finding)
-        finding.severity = draft.severity
-        finding.title = draft.title
-        finding.remedy = draft.remedy
-        finding.details = draft.details
-        finding.last_seen_at = now
+            refreshed.append(Finding(pk=pk, last_seen_at=now, **fields))
     if created:
         Finding.objects.bulk_create(created)
     if refreshed:
-        Finding.objects.bulk_update(refreshed, ["severity", "title", "remedy", "details", "last_seen_at"])
+        Finding.objects.bulk_update(refreshed, [*_DRAFT_FIELDS, "last_seen_at"])
     if only_seen:
         Finding.objects.filter(pk__in=only_seen).update(last_seen_at=now)
     if still_open:
-        Finding.objects.filter(pk__in=[f.pk for f in still_open.values()]).update(resolved_at=now)
+        Finding.objects.filter(pk__in=[pk for pk, _ in still_open.values()]).update(resolved_at=now)
     return SyncResult(
         opened=len(created), refreshed=len(refreshed) + len(only_seen), resolved=len(still_open)
-    )
-
-
-def _same_draft(finding: Finding, draft: FindingDraft) -> bool:
-    """Whether storing ``draft`` would change nothing of ``finding`` but when it was last seen."""
-    return (finding.severity, finding.title, finding.remedy, finding.details) == (
-        draft.severity, draft.title, draft.remedy, draft.details
     )
 
 

@@ -24,6 +24,7 @@ from django.utils import timezone
 from gpuadmin.fleet import findings, history, retention, trust
 from gpuadmin.fleet.models import Gpu, Host, LatestSnapshot, SnapshotRejection
 from gpuadmin.fleet.process_tree import ProcessRow, attributed_memory_bytes, gpu_holders, process_rows
+from gpuadmin.fleet.row_insert import RowInsert
 from gpuadmin.fleet.signals import snapshot_ingested
 from gpuadmin.fleet.validation import (
     INT32_MAX,
@@ -64,6 +65,9 @@ _GPU_UPDATE_FIELDS = [
     "present",
     "updated_at",
 ]
+# A GPU row as a snapshot lists it; idle_since is history.update_idle_since's, never set here.
+_GPU_UPSERT = RowInsert(Gpu, ["host", "uuid", *_GPU_UPDATE_FIELDS], conflict=["host", "uuid"],
+                        update=_GPU_UPDATE_FIELDS, returning=["uuid", "id"])
 
 
 def receive_snapshot(message: Any, *, received_at: datetime | None = None) -> Host | None:
@@ -280,7 +284,13 @@ def _upsert_gpus(
     upsert needs no read-back and a GPU is marked not present only when one
     is missing (the host row is locked: nothing else adds GPUs meanwhile).
     """
-    stored = {g.uuid: g for g in Gpu.objects.filter(host=host).only("pk", "uuid", "present", "idle_since")}
+    # Plain values, unordered (Gpu's default ordering would join the host row for its name).
+    stored = {
+        uuid: (pk, present, idle_since)
+        for pk, uuid, present, idle_since in Gpu.objects.filter(host=host)
+        .order_by()
+        .values_list("pk", "uuid", "present", "idle_since")
+    }
     uuids = [g["uuid"] for g in document["gpus"]]
     gpus_by_uuid = {
         g["uuid"]: Gpu(
@@ -297,19 +307,18 @@ def _upsert_gpus(
         )
         for g in document["gpus"]
     }
-    if gpus_by_uuid:
-        Gpu.objects.bulk_create(
-            list(gpus_by_uuid.values()),
-            update_conflicts=True,
-            unique_fields=["host", "uuid"],
-            update_fields=_GPU_UPDATE_FIELDS,
-        )
+    returned = _GPU_UPSERT.run([
+        (host.pk, g.uuid, *(getattr(g, name) for name in _GPU_UPDATE_FIELDS)) for g in gpus_by_uuid.values()
+    ])
+    ids = dict(returned or [])
     for uuid, gpu in gpus_by_uuid.items():
         before = stored.get(uuid)
         if before is not None:
             # The upsert leaves idle_since as stored; the id is the stored row's.
-            gpu.pk, gpu.idle_since = before.pk, before.idle_since
-    unlisted = [g.pk for uuid, g in stored.items() if g.present and uuid not in gpus_by_uuid]
+            gpu.pk, _, gpu.idle_since = before
+        else:
+            gpu.pk = ids.get(uuid)
+    unlisted = [pk for uuid, (pk, present, _) in stored.items() if present and uuid not in gpus_by_uuid]
     if unlisted:
         Gpu.objects.filter(pk__in=unlisted).update(present=False, updated_at=received_at)
     unknown_ids = [uuid for uuid, gpu in gpus_by_uuid.items() if gpu.pk is None]

@@ -66,13 +66,15 @@ def admit(host_name: str, opened: Opened, *, received_at: datetime) -> Host | No
     """
     # No savepoint inside the caller's transaction (ingest): a refusal there fails it all anyway.
     with transaction.atomic(savepoint=False):
-        host = Host.objects.select_for_update().filter(name=host_name).first()
-        if host is None:
+        try:
+            # get(), not first(): the name is unique, and first()'s ORDER BY is a cost paid per snapshot.
+            host = Host.objects.select_for_update().get(name=host_name)
+        except Host.DoesNotExist:
             if Host.objects.awaiting_acceptance().count() >= MAX_HOSTS_AWAITING:
                 raise MessageRejected(
                     f"{MAX_HOSTS_AWAITING} hosts already await acceptance; accept or forget some first",
                     host_name=host_name,
-                )
+                ) from None
             host = Host.objects.create(name=host_name, first_seen_at=received_at)
         if not host.public_key:
             _offer(host, opened, received_at)
