@@ -39,6 +39,7 @@ from gpuadmin.fleet.process_tree import (
     process_rows,
     zombie_trees,
 )
+from gpuadmin.fleet.statements import Param, PreparedQuery, PreparedUpdate
 from gpuadmin.probe.owners import SLURM_JOB
 from gpuadmin.text import clip, human_bytes, human_duration, utc_text
 
@@ -611,6 +612,17 @@ def mentions_process(details: dict[str, Any], pid: int, start_time_ticks: int) -
 
 # What a draft sets of its finding besides when it was seen (FindingDraft's attributes of these names).
 _DRAFT_FIELDS = ("severity", "title", "remedy", "details")
+# The statements every snapshot runs, compiled once (fleet.statements). Open findings are read as
+# plain values, unordered, of every kind (picked in Python: a host has few open ones of other kinds).
+_OPEN_FINDINGS = PreparedQuery(
+    Finding.objects.open().filter(host=Param(Finding, "host")).order_by().values_list(
+        "kind", "key", "pk", *_DRAFT_FIELDS
+    )
+)
+_SEEN = PreparedUpdate(
+    Finding.objects.open().filter(host=Param(Finding, "host"), kind__in=sorted(SNAPSHOT_KINDS)),
+    last_seen_at=Param(Finding, "last_seen_at"),
+)
 
 
 def sync_findings(host: Host, drafts: Iterable[FindingDraft], now: datetime) -> SyncResult:
@@ -625,13 +637,9 @@ def sync_findings(host: Host, drafts: Iterable[FindingDraft], now: datetime) -> 
         if draft.kind not in SNAPSHOT_KINDS:
             raise ValueError(f"{draft.kind} findings are not drawn from snapshots")
         wanted[(draft.kind, draft.key)] = draft
-    # Plain values, unordered: comparing needs no model instance, and most findings are only seen again.
-    # The kinds are picked here rather than in SQL: a host has few open findings of other kinds.
     still_open: dict[tuple[str, str], tuple[int, tuple[Any, ...]]] = {
         (kind, key): (pk, tuple(stored))
-        for kind, key, pk, *stored in Finding.objects.open().filter(host=host)
-        .order_by()
-        .values_list("kind", "key", "pk", *_DRAFT_FIELDS)
+        for kind, key, pk, *stored in _OPEN_FINDINGS.rows(host=host.pk)
         if kind in SNAPSHOT_KINDS
     }
     created, refreshed, only_seen = [], [], []
@@ -646,14 +654,16 @@ def sync_findings(host: Host, drafts: Iterable[FindingDraft], now: datetime) -> 
             only_seen.append(pk)
         else:
             refreshed.append(Finding(pk=pk, last_seen_at=now, **fields))
+    if still_open:
+        Finding.objects.filter(pk__in=[pk for pk, _ in still_open.values()]).update(resolved_at=now)
     if created:
         Finding.objects.bulk_create(created)
     if refreshed:
         Finding.objects.bulk_update(refreshed, [*_DRAFT_FIELDS, "last_seen_at"])
     if only_seen:
-        Finding.objects.filter(pk__in=only_seen).update(last_seen_at=now)
-    if still_open:
-        Finding.objects.filter(pk__in=[pk for pk, _ in still_open.values()]).update(resolved_at=now)
+        # What is still open now is what this snapshot shows: one statement of fixed SQL marks all of it
+        # seen (the new and rewritten ones were already), rather than a list of ids.
+        _SEEN.run(host=host.pk, last_seen_at=now)
     return SyncResult(
         opened=len(created), refreshed=len(refreshed) + len(only_seen), resolved=len(still_open)
     )

@@ -34,7 +34,7 @@ from django.db.models import Q
 from gpuadmin.fleet.findings import HistoryFacts, PidSample, Rising
 from gpuadmin.fleet.models import Gpu, GpuSample, Host, HostSample, ProcessLife, ProcessPoint
 from gpuadmin.fleet.process_tree import ProcessRow
-from gpuadmin.fleet.row_insert import RowInsert
+from gpuadmin.fleet.statements import Param, PreparedQuery, RowInsert
 
 LifeKey = tuple[str, int, int]  # boot id, pid, start time in ticks
 # A life's stored or new values by column name (plain values: no model instance per process).
@@ -83,6 +83,15 @@ _GPU_SAMPLE = RowInsert(
 _HOST_SAMPLE = RowInsert(
     HostSample,
     ["host", "taken_at", "process_count", "zombie_count", "uninterruptible_count", "pids_in_use", "pid_max"],
+)
+
+# The host's samples of the last PID_TREND_SECONDS (findings_facts), compiled once.
+_PID_TREND = PreparedQuery(
+    HostSample.objects.filter(
+        host=Param(HostSample, "host"),
+        taken_at__gte=Param(HostSample, "taken_at", key="since"),
+        taken_at__lte=Param(HostSample, "taken_at", key="until"),
+    ).order_by("taken_at").values_list("taken_at", "pids_in_use", "zombie_count")
 )
 
 
@@ -358,9 +367,8 @@ def findings_facts(
     """
     trend: Iterable[tuple[datetime, int, int]] = ()
     if zombies != 0:
-        trend = HostSample.objects.filter(
-            host=host, taken_at__gte=taken_at - timedelta(seconds=PID_TREND_SECONDS), taken_at__lte=taken_at
-        ).order_by("taken_at").values_list("taken_at", "pids_in_use", "zombie_count")
+        trend = _PID_TREND.rows(host=host.pk, since=taken_at - timedelta(seconds=PID_TREND_SECONDS),
+                                until=taken_at)
     return HistoryFacts(
         taken_at=taken_at,
         rising={

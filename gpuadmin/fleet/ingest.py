@@ -23,9 +23,9 @@ from django.utils import timezone
 
 from gpuadmin.fleet import findings, history, retention, trust
 from gpuadmin.fleet.models import Gpu, Host, LatestSnapshot, SnapshotRejection
-from gpuadmin.fleet.process_tree import ProcessRow, attributed_memory_bytes, gpu_holders, process_rows
-from gpuadmin.fleet.row_insert import RowInsert
+from gpuadmin.fleet.process_tree import ProcessRow, attributed_memory_bytes, process_rows
 from gpuadmin.fleet.signals import snapshot_ingested
+from gpuadmin.fleet.statements import Param, PreparedQuery, PreparedUpdate, RowInsert
 from gpuadmin.fleet.validation import (
     INT32_MAX,
     SnapshotRejected,
@@ -65,6 +65,15 @@ _GPU_UPDATE_FIELDS = [
     "present",
     "updated_at",
 ]
+# The statements every snapshot runs, compiled once (fleet.statements).
+# host.save(update_fields=_HOST_SNAPSHOT_FIELDS)
+_UPDATE_HOST = PreparedUpdate(
+    Host.objects.filter(pk=Param(Host, "id")), **{name: Param(Host, name) for name in _HOST_SNAPSHOT_FIELDS}
+)
+# The host's GPUs as plain values, unordered (Gpu's default ordering would join the host row for its name).
+_STORED_GPUS = PreparedQuery(
+    Gpu.objects.filter(host=Param(Gpu, "host")).order_by().values_list("pk", "uuid", "present", "idle_since")
+)
 # A GPU row as a snapshot lists it; idle_since is history.update_idle_since's, never set here.
 _GPU_UPSERT = RowInsert(Gpu, ["host", "uuid", *_GPU_UPDATE_FIELDS], conflict=["host", "uuid"],
                         update=_GPU_UPDATE_FIELDS, returning=["uuid", "id"])
@@ -249,15 +258,15 @@ def _update_host(
     host.pids_in_use = facts["pids_in_use"]
     host.process_count = counts["total"]
     host.zombie_count = counts["zombies"]
-    # Holders of GPU memory or of a device file: both keep a GPU busy.
-    host.gpu_process_count = len(gpu_holders(rows))
+    # Holders of GPU memory or of a device file (gpu_holders, counted without its sort): both keep a GPU busy.
+    host.gpu_process_count = sum(1 for row in rows.values() if row.holds_gpu)
     host.gpu_backend_name = backend["name"]
     host.gpu_backend_available = backend["available"]
     host.gpu_backend_reason = backend["reason"] or ""
     host.last_error = ""
     host.last_error_at = None
     # Named fields only: the scheduler writes last_probe_sent_at on the same row concurrently.
-    host.save(update_fields=_HOST_SNAPSHOT_FIELDS)
+    _UPDATE_HOST.run(id=host.pk, **{name: getattr(host, name) for name in _HOST_SNAPSHOT_FIELDS})
 
 
 def _store_latest(
@@ -284,13 +293,7 @@ def _upsert_gpus(
     upsert needs no read-back and a GPU is marked not present only when one
     is missing (the host row is locked: nothing else adds GPUs meanwhile).
     """
-    # Plain values, unordered (Gpu's default ordering would join the host row for its name).
-    stored = {
-        uuid: (pk, present, idle_since)
-        for pk, uuid, present, idle_since in Gpu.objects.filter(host=host)
-        .order_by()
-        .values_list("pk", "uuid", "present", "idle_since")
-    }
+    stored = {uuid: (pk, present, idle) for pk, uuid, present, idle in _STORED_GPUS.rows(host=host.pk)}
     uuids = [g["uuid"] for g in document["gpus"]]
     gpus_by_uuid = {
         g["uuid"]: Gpu(

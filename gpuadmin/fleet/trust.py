@@ -29,6 +29,7 @@ from django.utils import timezone
 from gpuadmin.audit import log
 from gpuadmin.audit.models import Action, AuditEvent
 from gpuadmin.fleet.models import Finding, Host, SnapshotRejection
+from gpuadmin.fleet.statements import Param, PreparedQuery
 from gpuadmin.probe.signing import Opened, fingerprint, parse_public_key, public_key_text
 from gpuadmin.text import clip
 
@@ -66,15 +67,13 @@ def admit(host_name: str, opened: Opened, *, received_at: datetime) -> Host | No
     """
     # No savepoint inside the caller's transaction (ingest): a refusal there fails it all anyway.
     with transaction.atomic(savepoint=False):
-        try:
-            # get(), not first(): the name is unique, and first()'s ORDER BY is a cost paid per snapshot.
-            host = Host.objects.select_for_update().get(name=host_name)
-        except Host.DoesNotExist:
+        host = _locked_host(host_name)
+        if host is None:
             if Host.objects.awaiting_acceptance().count() >= MAX_HOSTS_AWAITING:
                 raise MessageRejected(
                     f"{MAX_HOSTS_AWAITING} hosts already await acceptance; accept or forget some first",
                     host_name=host_name,
-                ) from None
+                )
             host = Host.objects.create(name=host_name, first_seen_at=received_at)
         if not host.public_key:
             _offer(host, opened, received_at)
@@ -90,6 +89,19 @@ def admit(host_name: str, opened: Opened, *, received_at: datetime) -> Host | No
             host.save(update_fields=["key_offered_at"])
             return None
         return host
+
+
+_HOST_COLUMNS = [field.attname for field in Host._meta.concrete_fields]
+# Host.objects.select_for_update().get(name=...), compiled once (fleet.statements): every snapshot runs it.
+_LOCK_HOST = PreparedQuery(
+    Host.objects.select_for_update().filter(name=Param(Host, "name")).order_by().values_list(*_HOST_COLUMNS)
+)
+
+
+def _locked_host(name: str) -> Host | None:
+    """The host of this name, its row locked until the transaction ends; None when there is none."""
+    rows = _LOCK_HOST.rows(name=name)
+    return Host.from_db(Host.objects.db, _HOST_COLUMNS, rows[0]) if rows else None
 
 
 def _offer(host: Host, opened: Opened, received_at: datetime) -> None:

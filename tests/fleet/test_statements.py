@@ -9,7 +9,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from gpuadmin.fleet.models import Finding, Gpu, GpuSample, Host
-from gpuadmin.fleet.row_insert import RowInsert
+from gpuadmin.fleet.statements import RowInsert
 from tests.fleet.helpers import at
 
 pytestmark = pytest.mark.django_db
