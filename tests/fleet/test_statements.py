@@ -1,4 +1,4 @@
-"""RowInsert: ingest's fixed inserts and upserts, their SQL written once, on SQLite and PostgreSQL."""
+"""fleet.statements: ingest's fixed statements, their SQL written once, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from gpuadmin.fleet.models import Finding, Gpu, GpuSample, Host
-from gpuadmin.fleet.statements import RowInsert
+from gpuadmin.fleet.statements import Param, PreparedQuery, PreparedUpdate, RowInsert
 from tests.fleet.helpers import at
 
 pytestmark = pytest.mark.django_db
@@ -105,3 +105,57 @@ def test_only_plain_values_are_passed_as_they_are_and_every_required_column_is_s
         RowInsert(Gpu, ["host", "uuid", "index", "name"])
     with pytest.raises(TypeError, match=r"fleet\.Host\.gpus is not a column"):
         RowInsert(Host, ["gpus"])
+
+
+# --- PreparedQuery, PreparedUpdate ---------------------------------------------------------
+
+FINDINGS = PreparedQuery(
+    Finding.objects.filter(host=Param(Finding, "host"), last_seen_at__gte=Param(Finding, "last_seen_at",
+                                                                                 key="since"))
+    .order_by("key")
+    .values_list("key", "details", "last_seen_at", "resolved_at")
+)
+SEEN = PreparedUpdate(Finding.objects.filter(host=Param(Finding, "host"), resolved_at=None),
+                      last_seen_at=Param(Finding, "last_seen_at"), title="seen")
+
+
+def finding(host: Host, key: str, seen_seconds: float, **fields: object) -> Finding:
+    return Finding.objects.create(host=host, kind=Finding.Kind.ZOMBIES, key=key, severity="info", title="t",
+                                  remedy="r", details={"pids": [1, 2], "key": key},
+                                  first_seen_at=at(0), last_seen_at=at(seen_seconds), **fields)
+
+
+def test_a_prepared_query_reads_what_the_queryset_would_with_each_runs_values() -> None:
+    gpu01, gpu02 = (Host.objects.create(name=name, first_seen_at=at(0)) for name in ("gpu01", "gpu02"))
+    finding(gpu01, "a", 5)
+    finding(gpu01, "b", 10, resolved_at=at(11))
+    finding(gpu02, "c", 10)
+    expected = list(Finding.objects.filter(host=gpu01, last_seen_at__gte=at(5)).order_by("key")
+                    .values_list("key", "details", "last_seen_at", "resolved_at"))
+    # Times, JSON and NULL come back converted as the ORM gives them.
+    assert FINDINGS.rows(host=gpu01.pk, since=at(5)) == expected == [
+        ("a", {"pids": [1, 2], "key": "a"}, at(5), None),
+        ("b", {"pids": [1, 2], "key": "b"}, at(10), at(11)),
+    ]
+    with CaptureQueriesContext(connection) as captured:
+        assert FINDINGS.rows(host=gpu01.pk, since=at(6)) == [expected[1]]
+        other_host = FINDINGS.rows(host=gpu02.pk, since=at(0))
+        assert other_host == [("c", {"pids": [1, 2], "key": "c"}, at(10), None)]
+        assert FINDINGS.rows(host=gpu02.pk + 100, since=at(0)) == []
+    # Compiled once: the same SQL, only the values differ.
+    assert len({q["sql"].split(" WHERE ")[0] for q in captured.captured_queries}) == 1
+    assert len(FINDINGS._compiled) == 1
+
+
+def test_a_prepared_update_sets_its_fields_on_the_rows_its_values_pick() -> None:
+    gpu01, gpu02 = (Host.objects.create(name=name, first_seen_at=at(0)) for name in ("gpu01", "gpu02"))
+    finding(gpu01, "a", 5)
+    finding(gpu01, "b", 5, resolved_at=at(6))
+    finding(gpu02, "c", 5)
+    assert SEEN.run(host=gpu01.pk, last_seen_at=at(20)) == 1
+    assert sorted(Finding.objects.values_list("key", "last_seen_at", "title")) == [
+        ("a", at(20), "seen"), ("b", at(5), "t"), ("c", at(5), "t")
+    ]
+    assert SEEN.run(host=gpu02.pk, last_seen_at=at(30)) == 1
+    assert Finding.objects.get(key="c").last_seen_at == at(30)
+    assert Finding.objects.filter(last_seen_at=at(30)).count() == 1  # stored in the form the ORM queries
