@@ -65,8 +65,8 @@ _GPU_UPDATE_FIELDS = [
     "present",
     "updated_at",
 ]
-# The statements every snapshot runs, compiled once (fleet.statements).
-# host.save(update_fields=_HOST_SNAPSHOT_FIELDS)
+# The statements every snapshot runs, compiled once (fleet.statements). What
+# host.save(update_fields=_HOST_SNAPSHOT_FIELDS) would run:
 _UPDATE_HOST = PreparedUpdate(
     Host.objects.filter(pk=Param(Host, "id")), **{name: Param(Host, name) for name in _HOST_SNAPSHOT_FIELDS}
 )

@@ -6,9 +6,9 @@ through its field): half a millisecond to a millisecond of CPU per statement,
 several times what the database driver needs to send it. Here the SQL is kept
 per database and only the values change:
 
-- ``PreparedQuery``: a SELECT or UPDATE the ORM compiles once, with ``Param``
-  placeholders where each run's values go (rows come back converted as
-  ``values_list`` would give them).
+- ``PreparedQuery`` (a SELECT) and ``PreparedUpdate`` (an UPDATE): a queryset
+  the ORM compiles once, with ``Param`` placeholders where each run's values go
+  (rows come back converted as ``values_list`` would give them).
 - ``RowInsert``: an INSERT of many rows (optionally an upsert) written from
   the model's columns; numbers, text, booleans, times and foreign keys (ids)
   are handed to the driver as they are, only times get the backend's own form
