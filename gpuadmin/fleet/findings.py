@@ -39,6 +39,7 @@ from gpuadmin.fleet.process_tree import (
     process_rows,
     zombie_trees,
 )
+from gpuadmin.fleet.statements import Param, PreparedQuery, PreparedUpdate
 from gpuadmin.probe.owners import SLURM_JOB
 from gpuadmin.text import clip, human_bytes, human_duration, utc_text
 
@@ -279,9 +280,8 @@ def _first_device(rows: Iterable[ProcessRow]) -> str:
 
 def uninterruptible_holding_gpu(rows: dict[int, ProcessRow]) -> list[FindingDraft]:
     drafts = []
-    for row in sorted(rows.values(), key=lambda r: r.pid):
-        if not (row.is_uninterruptible and row.holds_gpu):
-            continue
+    stuck = [r for r in rows.values() if r.is_uninterruptible and r.holds_gpu]
+    for row in sorted(stuck, key=lambda r: r.pid):
         memory_bytes = row.total_gpu_memory_bytes
         holding = f"holding {human_bytes(memory_bytes)}" if memory_bytes else "holding a GPU"
         drafts.append(
@@ -379,10 +379,11 @@ def hidden_container_suspects(rows: dict[int, ProcessRow], gpu_index: int) -> li
     own_device = f"/dev/nvidia{gpu_index}"
     found: dict[str, Workload] = {}
     for row in rows.values():
-        workload = row.workload
-        if workload is None or workload.kind == SLURM_JOB or not row.device_files:
+        # The cheap tests first: most processes hold no device file, and this runs per GPU.
+        if not row.device_files or row.total_gpu_memory_bytes:
             continue
-        if row.total_gpu_memory_bytes:
+        workload = row.workload
+        if workload is None or workload.kind == SLURM_JOB:
             continue
         numbered = [f for f in row.device_files if f.removeprefix("/dev/nvidia").isdigit()]
         if numbered and own_device not in numbered:
@@ -450,9 +451,11 @@ def suspected_leaks(rows: dict[int, ProcessRow], facts: HistoryFacts) -> list[Fi
     """Processes whose GPU memory rose in GPUADMIN_LEAK_RISING_SAMPLES snapshots without falling."""
     needed = settings.GPUADMIN_LEAK_RISING_SAMPLES
     drafts = []
-    for row in sorted(rows.values(), key=lambda r: r.pid):
-        rising = facts.rising.get((row.pid, row.start_time_ticks))
-        if rising is None or rising.samples < needed or not row.total_gpu_memory_bytes:
+    # Only the few processes whose memory is rising are sorted, not the whole snapshot.
+    candidates = [r for r in rows.values() if (r.pid, r.start_time_ticks) in facts.rising]
+    for row in sorted(candidates, key=lambda r: r.pid):
+        rising = facts.rising[(row.pid, row.start_time_ticks)]
+        if rising.samples < needed or not row.total_gpu_memory_bytes:
             continue
         now_bytes = row.total_gpu_memory_bytes
         drafts.append(
@@ -607,6 +610,20 @@ def mentions_process(details: dict[str, Any], pid: int, start_time_ticks: int) -
 
 # --- storing --------------------------------------------------------------
 
+# What a draft sets of its finding besides when it was seen (FindingDraft's attributes of these names).
+_DRAFT_FIELDS = ("severity", "title", "remedy", "details")
+# The statements every snapshot runs, compiled once (fleet.statements). Open findings are read as
+# plain values, unordered, of every kind (picked in Python: a host has few open ones of other kinds).
+_OPEN_FINDINGS = PreparedQuery(
+    Finding.objects.open().filter(host=Param(Finding, "host")).order_by().values_list(
+        "kind", "key", "pk", *_DRAFT_FIELDS
+    )
+)
+_SEEN = PreparedUpdate(
+    Finding.objects.open().filter(host=Param(Finding, "host"), kind__in=sorted(SNAPSHOT_KINDS)),
+    last_seen_at=Param(Finding, "last_seen_at"),
+)
+
 
 def sync_findings(host: Host, drafts: Iterable[FindingDraft], now: datetime) -> SyncResult:
     """Open the new findings, refresh those still present, resolve those that vanished.
@@ -620,45 +637,35 @@ def sync_findings(host: Host, drafts: Iterable[FindingDraft], now: datetime) -> 
         if draft.kind not in SNAPSHOT_KINDS:
             raise ValueError(f"{draft.kind} findings are not drawn from snapshots")
         wanted[(draft.kind, draft.key)] = draft
-    still_open = {
-        (f.kind, f.key): f
-        for f in Finding.objects.open().filter(host=host, kind__in=SNAPSHOT_KINDS)
+    still_open: dict[tuple[str, str], tuple[int, tuple[Any, ...]]] = {
+        (kind, key): (pk, tuple(stored))
+        for kind, key, pk, *stored in _OPEN_FINDINGS.rows(host=host.pk)
+        if kind in SNAPSHOT_KINDS
     }
     created, refreshed, only_seen = [], [], []
     for kind_key, draft in wanted.items():
-        finding = still_open.pop(kind_key, None)
-        if finding is None:
-            finding = Finding(host=host, kind=draft.kind, key=draft.key, first_seen_at=now)
-            created.append(finding)
-        elif _same_draft(finding, draft):
+        fields = {name: getattr(draft, name) for name in _DRAFT_FIELDS}
+        pk, stored = still_open.pop(kind_key, (None, None))
+        if pk is None:
+            created.append(Finding(host=host, kind=draft.kind, key=draft.key, first_seen_at=now,
+                                   last_seen_at=now, **fields))
+        elif stored == tuple(fields.values()):
             # Most open findings read the same snapshot after snapshot: one UPDATE of last_seen_at.
-            finding.last_seen_at = now
-            only_seen.append(finding.pk)
-            continue
+            only_seen.append(pk)
         else:
-            refreshed.append(finding)
-        finding.severity = draft.severity
-        finding.title = draft.title
-        finding.remedy = draft.remedy
-        finding.details = draft.details
-        finding.last_seen_at = now
+            refreshed.append(Finding(pk=pk, last_seen_at=now, **fields))
+    if still_open:
+        Finding.objects.filter(pk__in=[pk for pk, _ in still_open.values()]).update(resolved_at=now)
     if created:
         Finding.objects.bulk_create(created)
     if refreshed:
-        Finding.objects.bulk_update(refreshed, ["severity", "title", "remedy", "details", "last_seen_at"])
+        Finding.objects.bulk_update(refreshed, [*_DRAFT_FIELDS, "last_seen_at"])
     if only_seen:
-        Finding.objects.filter(pk__in=only_seen).update(last_seen_at=now)
-    if still_open:
-        Finding.objects.filter(pk__in=[f.pk for f in still_open.values()]).update(resolved_at=now)
+        # What is still open now is what this snapshot shows: one statement of fixed SQL marks all of it
+        # seen (the new and rewritten ones were already), rather than a list of ids.
+        _SEEN.run(host=host.pk, last_seen_at=now)
     return SyncResult(
         opened=len(created), refreshed=len(refreshed) + len(only_seen), resolved=len(still_open)
-    )
-
-
-def _same_draft(finding: Finding, draft: FindingDraft) -> bool:
-    """Whether storing ``draft`` would change nothing of ``finding`` but when it was last seen."""
-    return (finding.severity, finding.title, finding.remedy, finding.details) == (
-        draft.severity, draft.title, draft.remedy, draft.details
     )
 
 

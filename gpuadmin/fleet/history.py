@@ -42,6 +42,7 @@ from django.db.models import BooleanField, ExpressionWrapper, Q
 from gpuadmin.fleet.findings import HistoryFacts, PidSample, Rising
 from gpuadmin.fleet.models import Gpu, GpuSample, Host, HostSample, ProcessLife, ProcessPoint
 from gpuadmin.fleet.process_tree import ProcessRow
+from gpuadmin.fleet.statements import Param, PreparedQuery, RowInsert
 
 LifeKey = tuple[str, int, int]  # boot id, pid, start time in ticks
 # A life's stored or new values by column name (plain values: no model instance per process).
@@ -94,6 +95,25 @@ _OPEN_COLUMNS = [
 _GONE_COLUMNS = [*_IDENTITY_COLUMNS, *_LIFE_UPDATE_FIELDS]
 
 
+# The samples every snapshot adds (their SQL written once: RowInsert).
+_GPU_SAMPLE = RowInsert(
+    GpuSample, ["gpu", "taken_at", "memory_used_bytes", "memory_attributed_bytes", "utilization_percent"]
+)
+_HOST_SAMPLE = RowInsert(
+    HostSample,
+    ["host", "taken_at", "process_count", "zombie_count", "uninterruptible_count", "pids_in_use", "pid_max"],
+)
+
+# The host's samples of the last PID_TREND_SECONDS (findings_facts), compiled once.
+_PID_TREND = PreparedQuery(
+    HostSample.objects.filter(
+        host=Param(HostSample, "host"),
+        taken_at__gte=Param(HostSample, "taken_at", key="since"),
+        taken_at__lte=Param(HostSample, "taken_at", key="until"),
+    ).order_by("taken_at").values_list("taken_at", "pids_in_use", "zombie_count")
+)
+
+
 def matters_by_itself(row: ProcessRow) -> bool:
     """A process worth a life of its own in history (not mere family of one)."""
     return row.holds_gpu or row.is_zombie or row.is_uninterruptible or row.orphaned
@@ -108,27 +128,16 @@ def record_samples(
     taken_at: datetime,
 ) -> None:
     """One sample per GPU of the snapshot that has a row in ``gpus_by_uuid``, and one for the host."""
-    GpuSample.objects.bulk_create(
-        GpuSample(
-            gpu=gpus_by_uuid[g["uuid"]],
-            taken_at=taken_at,
-            memory_used_bytes=g["memory_used_bytes"],
-            memory_attributed_bytes=attributed_bytes.get(g["uuid"], 0),
-            utilization_percent=g["utilization_percent"],
-        )
+    _GPU_SAMPLE.run([
+        (gpus_by_uuid[g["uuid"]].pk, taken_at, g["memory_used_bytes"], attributed_bytes.get(g["uuid"], 0),
+         g["utilization_percent"])
         for g in document["gpus"]
         if g["uuid"] in gpus_by_uuid
-    )
+    ])
     counts = document["process_counts"]
-    HostSample.objects.create(
-        host=host,
-        taken_at=taken_at,
-        process_count=counts["total"],
-        zombie_count=counts["zombies"],
-        uninterruptible_count=counts["uninterruptible"],
-        pids_in_use=document["host"]["pids_in_use"],
-        pid_max=document["host"]["pid_max"],
-    )
+    facts = document["host"]
+    _HOST_SAMPLE.run([(host.pk, taken_at, counts["total"], counts["zombies"], counts["uninterruptible"],
+                       facts["pids_in_use"], facts["pid_max"])])
 
 
 def has_samples_at(host: Host, taken_at: datetime) -> bool:
@@ -412,9 +421,8 @@ def findings_facts(
     """
     trend: Iterable[tuple[datetime, int, int]] = ()
     if zombies != 0:
-        trend = HostSample.objects.filter(
-            host=host, taken_at__gte=taken_at - timedelta(seconds=PID_TREND_SECONDS), taken_at__lte=taken_at
-        ).order_by("taken_at").values_list("taken_at", "pids_in_use", "zombie_count")
+        trend = _PID_TREND.rows(host=host.pk, since=taken_at - timedelta(seconds=PID_TREND_SECONDS),
+                                until=taken_at)
     return HistoryFacts(
         taken_at=taken_at,
         rising={

@@ -23,8 +23,9 @@ from django.utils import timezone
 from gpuadmin.fleet import findings, history, retention, trust
 from gpuadmin.fleet.json_text import ValidatedJson
 from gpuadmin.fleet.models import Gpu, Host, LatestSnapshot, SnapshotRejection
-from gpuadmin.fleet.process_tree import ProcessRow, attributed_memory_bytes, gpu_holders, process_rows
+from gpuadmin.fleet.process_tree import ProcessRow, attributed_memory_bytes, process_rows
 from gpuadmin.fleet.signals import snapshot_ingested
+from gpuadmin.fleet.statements import Param, PreparedQuery, PreparedUpdate, RowInsert
 from gpuadmin.fleet.validation import (
     INT32_MAX,
     SnapshotRejected,
@@ -64,6 +65,18 @@ _GPU_UPDATE_FIELDS = [
     "present",
     "updated_at",
 ]
+# The statements every snapshot runs, compiled once (fleet.statements). What
+# host.save(update_fields=_HOST_SNAPSHOT_FIELDS) would run:
+_UPDATE_HOST = PreparedUpdate(
+    Host.objects.filter(pk=Param(Host, "id")), **{name: Param(Host, name) for name in _HOST_SNAPSHOT_FIELDS}
+)
+# The host's GPUs as plain values, unordered (Gpu's default ordering would join the host row for its name).
+_STORED_GPUS = PreparedQuery(
+    Gpu.objects.filter(host=Param(Gpu, "host")).order_by().values_list("pk", "uuid", "present", "idle_since")
+)
+# A GPU row as a snapshot lists it; idle_since is history.update_idle_since's, never set here.
+_GPU_UPSERT = RowInsert(Gpu, ["host", "uuid", *_GPU_UPDATE_FIELDS], conflict=["host", "uuid"],
+                        update=_GPU_UPDATE_FIELDS, returning=["uuid", "id"])
 
 
 def receive_snapshot(message: Any, *, received_at: datetime | None = None) -> Host | None:
@@ -247,15 +260,15 @@ def _update_host(
     host.pids_in_use = facts["pids_in_use"]
     host.process_count = counts["total"]
     host.zombie_count = counts["zombies"]
-    # Holders of GPU memory or of a device file: both keep a GPU busy.
-    host.gpu_process_count = len(gpu_holders(rows))
+    # Holders of GPU memory or of a device file (gpu_holders, counted without its sort): both keep a GPU busy.
+    host.gpu_process_count = sum(1 for row in rows.values() if row.holds_gpu)
     host.gpu_backend_name = backend["name"]
     host.gpu_backend_available = backend["available"]
     host.gpu_backend_reason = backend["reason"] or ""
     host.last_error = ""
     host.last_error_at = None
     # Named fields only: the scheduler writes last_probe_sent_at on the same row concurrently.
-    host.save(update_fields=_HOST_SNAPSHOT_FIELDS)
+    _UPDATE_HOST.run(id=host.pk, **{name: getattr(host, name) for name in _HOST_SNAPSHOT_FIELDS})
 
 
 def _store_latest(
@@ -280,7 +293,7 @@ def _upsert_gpus(
     upsert needs no read-back and a GPU is marked not present only when one
     is missing (the host row is locked: nothing else adds GPUs meanwhile).
     """
-    stored = {g.uuid: g for g in Gpu.objects.filter(host=host).only("pk", "uuid", "present", "idle_since")}
+    stored = {uuid: (pk, present, idle) for pk, uuid, present, idle in _STORED_GPUS.rows(host=host.pk)}
     uuids = [g["uuid"] for g in document["gpus"]]
     gpus_by_uuid = {
         g["uuid"]: Gpu(
@@ -297,19 +310,18 @@ def _upsert_gpus(
         )
         for g in document["gpus"]
     }
-    if gpus_by_uuid:
-        Gpu.objects.bulk_create(
-            list(gpus_by_uuid.values()),
-            update_conflicts=True,
-            unique_fields=["host", "uuid"],
-            update_fields=_GPU_UPDATE_FIELDS,
-        )
+    returned = _GPU_UPSERT.run([
+        (host.pk, g.uuid, *(getattr(g, name) for name in _GPU_UPDATE_FIELDS)) for g in gpus_by_uuid.values()
+    ])
+    ids = dict(returned or [])
     for uuid, gpu in gpus_by_uuid.items():
         before = stored.get(uuid)
         if before is not None:
             # The upsert leaves idle_since as stored; the id is the stored row's.
-            gpu.pk, gpu.idle_since = before.pk, before.idle_since
-    unlisted = [g.pk for uuid, g in stored.items() if g.present and uuid not in gpus_by_uuid]
+            gpu.pk, _, gpu.idle_since = before
+        else:
+            gpu.pk = ids.get(uuid)
+    unlisted = [pk for uuid, (pk, present, _) in stored.items() if present and uuid not in gpus_by_uuid]
     if unlisted:
         Gpu.objects.filter(pk__in=unlisted).update(present=False, updated_at=received_at)
     unknown_ids = [uuid for uuid, gpu in gpus_by_uuid.items() if gpu.pk is None]

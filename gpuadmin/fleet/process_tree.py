@@ -54,7 +54,11 @@ class ProcessRow:
 
     @classmethod
     def from_document(cls, p: dict[str, Any]) -> ProcessRow:
-        return cls(
+        # Filled in directly rather than through the frozen dataclass's __init__, which sets each of
+        # the 21 fields through object.__setattr__: a third of the time, and ingest reads ~200 a
+        # snapshot. Every field is set (tests/fleet/test_process_tree.py holds it to the field list).
+        row = object.__new__(cls)
+        row.__dict__.update(
             pid=p["pid"],
             ppid=p["ppid"],
             state=p["state"],
@@ -77,6 +81,7 @@ class ProcessRow:
             owner=p.get("owner"),
             exe=p.get("exe"),
         )
+        return row
 
     @property
     def command_line(self) -> str:

@@ -29,6 +29,7 @@ from django.utils import timezone
 from gpuadmin.audit import log
 from gpuadmin.audit.models import Action, AuditEvent
 from gpuadmin.fleet.models import Finding, Host, SnapshotRejection
+from gpuadmin.fleet.statements import Param, PreparedQuery
 from gpuadmin.probe.signing import Opened, fingerprint, parse_public_key, public_key_text
 from gpuadmin.text import clip
 
@@ -66,7 +67,7 @@ def admit(host_name: str, opened: Opened, *, received_at: datetime) -> Host | No
     """
     # No savepoint inside the caller's transaction (ingest): a refusal there fails it all anyway.
     with transaction.atomic(savepoint=False):
-        host = Host.objects.select_for_update().filter(name=host_name).first()
+        host = _locked_host(host_name)
         if host is None:
             if Host.objects.awaiting_acceptance().count() >= MAX_HOSTS_AWAITING:
                 raise MessageRejected(
@@ -88,6 +89,19 @@ def admit(host_name: str, opened: Opened, *, received_at: datetime) -> Host | No
             host.save(update_fields=["key_offered_at"])
             return None
         return host
+
+
+_HOST_COLUMNS = [field.attname for field in Host._meta.concrete_fields]
+# Host.objects.select_for_update().get(name=...), compiled once (fleet.statements): every snapshot runs it.
+_LOCK_HOST = PreparedQuery(
+    Host.objects.select_for_update().filter(name=Param(Host, "name")).order_by().values_list(*_HOST_COLUMNS)
+)
+
+
+def _locked_host(name: str) -> Host | None:
+    """The host of this name, its row locked until the transaction ends; None when there is none."""
+    rows = _LOCK_HOST.rows(name=name)
+    return Host.from_db(Host.objects.db, _HOST_COLUMNS, rows[0]) if rows else None
 
 
 def _offer(host: Host, opened: Opened, received_at: datetime) -> None:

@@ -1,0 +1,161 @@
+"""fleet.statements: ingest's fixed statements, their SQL written once, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from gpuadmin.fleet.models import Finding, Gpu, GpuSample, Host
+from gpuadmin.fleet.statements import Param, PreparedQuery, PreparedUpdate, RowInsert
+from tests.fleet.helpers import at
+
+pytestmark = pytest.mark.django_db
+
+GPU_FIELDS = ["host", "uuid", "index", "name", "memory_attributed_bytes", "present", "updated_at"]
+UPSERT = RowInsert(Gpu, GPU_FIELDS, conflict=["host", "uuid"], update=["index", "name", "updated_at"],
+                   returning=["uuid", "id"])
+
+
+def gpu_row(host: Host, uuid: str, index: int, updated_at: datetime) -> tuple[object, ...]:
+    return (host.pk, uuid, index, f"GPU {index}", 0, True, updated_at)
+
+
+def test_rows_are_stored_as_the_orm_reads_them_back_times_included() -> None:
+    host = Host.objects.create(name="gpu01", first_seen_at=at(0))
+    # A time with no microseconds and one in another zone: both read back as the same instant.
+    plus_two = datetime(2026, 12, 2, 14, 0, 5, tzinfo=timezone(timedelta(hours=2)))
+    returned = UPSERT.run([gpu_row(host, "GPU-a", 0, at(5)), gpu_row(host, "GPU-b", 1, plus_two)])
+    stored = {g.uuid: g for g in Gpu.objects.all()}
+    assert {uuid: (g.index, g.name, g.present, g.updated_at) for uuid, g in stored.items()} == {
+        "GPU-a": (0, "GPU 0", True, at(5)),
+        "GPU-b": (1, "GPU 1", True, datetime(2026, 12, 2, 12, 0, 5, tzinfo=UTC)),
+    }
+    assert returned == [("GPU-a", stored["GPU-a"].pk), ("GPU-b", stored["GPU-b"].pk)]
+    samples = RowInsert(GpuSample, ["gpu", "taken_at", "memory_attributed_bytes", "utilization_percent"])
+    assert samples.run([(stored["GPU-a"].pk, at(5), 7, None)]) is None  # nothing asked back
+    sample = GpuSample.objects.get()
+    # memory_used_bytes, nullable, was left out: NULL.
+    assert (sample.taken_at, sample.memory_attributed_bytes, sample.memory_used_bytes) == (at(5), 7, None)
+    assert GpuSample.objects.filter(taken_at=at(5)).exists()  # stored in the form the ORM queries
+
+
+def test_an_upsert_updates_the_named_fields_only_and_returns_the_stored_rows_ids() -> None:
+    host = Host.objects.create(name="gpu01", first_seen_at=at(0))
+    UPSERT.run([gpu_row(host, "GPU-a", 0, at(5))])
+    first = Gpu.objects.get()
+    Gpu.objects.filter(pk=first.pk).update(present=False, idle_since=at(3))
+    returned = UPSERT.run([gpu_row(host, "GPU-a", 3, at(10)), gpu_row(host, "GPU-c", 2, at(10))])
+    again = Gpu.objects.get(uuid="GPU-a")
+    # present is not among the updated fields: the stored value stays, as does idle_since.
+    assert (again.pk, again.index, again.updated_at, again.present, again.idle_since) == (
+        first.pk, 3, at(10), False, at(3)
+    )
+    assert returned == [("GPU-a", first.pk), ("GPU-c", Gpu.objects.get(uuid="GPU-c").pk)]
+
+
+def test_the_sql_is_written_once_per_row_count() -> None:
+    host = Host.objects.create(name="gpu01", first_seen_at=at(0))
+    insert = RowInsert(Gpu, GPU_FIELDS)
+    with CaptureQueriesContext(connection) as captured:
+        insert.run([gpu_row(host, "GPU-a", 0, at(1))])
+        insert.run([gpu_row(host, "GPU-b", 1, at(1))])
+        insert.run([gpu_row(host, f"GPU-{n}", n, at(1)) for n in (2, 3)])
+    assert len(captured) == 3
+    assert len(insert._sql) == 2
+    assert Gpu.objects.count() == 4
+
+
+def test_a_database_that_caps_parameters_gets_batches_and_every_id_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    host = Host.objects.create(name="gpu01", first_seen_at=at(0))
+    # Two rows of seven fields fit in 15 parameters: five rows take three statements.
+    monkeypatch.setattr(type(connection.features), "max_query_params", 15)
+    start = at(0)
+    rows = [gpu_row(host, f"GPU-{n}", n, start + timedelta(seconds=n)) for n in range(5)]
+    with CaptureQueriesContext(connection) as captured:
+        returned = UPSERT.run(rows)
+    assert len([q for q in captured.captured_queries if q["sql"].startswith("INSERT")]) == 3
+    assert returned == [(g.uuid, g.pk) for g in Gpu.objects.order_by("index")]
+
+
+def test_without_returned_rows_the_caller_is_told_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    host = Host.objects.create(name="gpu01", first_seen_at=at(0))
+    monkeypatch.setattr(type(connection.features), "can_return_rows_from_bulk_insert", False)
+    assert UPSERT.run([gpu_row(host, "GPU-a", 0, at(1))]) is None
+    assert Gpu.objects.get().uuid == "GPU-a"
+    assert UPSERT.run([]) == []
+
+
+def test_a_conflict_with_nothing_to_update_is_skipped() -> None:
+    host = Host.objects.create(name="gpu01", first_seen_at=at(0))
+    insert_new = RowInsert(Gpu, GPU_FIELDS, conflict=["host", "uuid"])
+    insert_new.run([gpu_row(host, "GPU-a", 0, at(1))])
+    insert_new.run([gpu_row(host, "GPU-a", 5, at(2))])
+    assert list(Gpu.objects.values_list("index", "updated_at")) == [(0, at(1))]
+
+
+def test_only_plain_values_are_passed_as_they_are_and_every_required_column_is_set() -> None:
+    with pytest.raises(TypeError, match="details"):
+        RowInsert(Finding, ["host", "kind", "details"])
+    with pytest.raises(TypeError, match=r"fleet\.Gpu must set memory_attributed_bytes, present, updated_at"):
+        RowInsert(Gpu, ["host", "uuid", "index", "name"])
+    with pytest.raises(TypeError, match=r"fleet\.Host\.gpus is not a column"):
+        RowInsert(Host, ["gpus"])
+
+
+# --- PreparedQuery, PreparedUpdate ---------------------------------------------------------
+
+FINDINGS = PreparedQuery(
+    Finding.objects.filter(host=Param(Finding, "host"), last_seen_at__gte=Param(Finding, "last_seen_at",
+                                                                                 key="since"))
+    .order_by("key")
+    .values_list("key", "details", "last_seen_at", "resolved_at")
+)
+SEEN = PreparedUpdate(Finding.objects.filter(host=Param(Finding, "host"), resolved_at=None),
+                      last_seen_at=Param(Finding, "last_seen_at"), title="seen")
+
+
+def finding(host: Host, key: str, seen_seconds: float, **fields: object) -> Finding:
+    return Finding.objects.create(host=host, kind=Finding.Kind.ZOMBIES, key=key, severity="info", title="t",
+                                  remedy="r", details={"pids": [1, 2], "key": key},
+                                  first_seen_at=at(0), last_seen_at=at(seen_seconds), **fields)
+
+
+def test_a_prepared_query_reads_what_the_queryset_would_with_each_runs_values() -> None:
+    gpu01, gpu02 = (Host.objects.create(name=name, first_seen_at=at(0)) for name in ("gpu01", "gpu02"))
+    finding(gpu01, "a", 5)
+    finding(gpu01, "b", 10, resolved_at=at(11))
+    finding(gpu02, "c", 10)
+    expected = list(Finding.objects.filter(host=gpu01, last_seen_at__gte=at(5)).order_by("key")
+                    .values_list("key", "details", "last_seen_at", "resolved_at"))
+    # Times, JSON and NULL come back converted as the ORM gives them.
+    assert FINDINGS.rows(host=gpu01.pk, since=at(5)) == expected == [
+        ("a", {"pids": [1, 2], "key": "a"}, at(5), None),
+        ("b", {"pids": [1, 2], "key": "b"}, at(10), at(11)),
+    ]
+    with CaptureQueriesContext(connection) as captured:
+        assert FINDINGS.rows(host=gpu01.pk, since=at(6)) == [expected[1]]
+        other_host = FINDINGS.rows(host=gpu02.pk, since=at(0))
+        assert other_host == [("c", {"pids": [1, 2], "key": "c"}, at(10), None)]
+        assert FINDINGS.rows(host=gpu02.pk + 100, since=at(0)) == []
+    # Compiled once: the same SQL, only the values differ.
+    assert len({q["sql"].split(" WHERE ")[0] for q in captured.captured_queries}) == 1
+    assert len(FINDINGS._compiled) == 1
+
+
+def test_a_prepared_update_sets_its_fields_on_the_rows_its_values_pick() -> None:
+    gpu01, gpu02 = (Host.objects.create(name=name, first_seen_at=at(0)) for name in ("gpu01", "gpu02"))
+    finding(gpu01, "a", 5)
+    finding(gpu01, "b", 5, resolved_at=at(6))
+    finding(gpu02, "c", 5)
+    assert SEEN.run(host=gpu01.pk, last_seen_at=at(20)) == 1
+    assert sorted(Finding.objects.values_list("key", "last_seen_at", "title")) == [
+        ("a", at(20), "seen"), ("b", at(5), "t"), ("c", at(5), "t")
+    ]
+    assert SEEN.run(host=gpu02.pk, last_seen_at=at(30)) == 1
+    assert Finding.objects.get(key="c").last_seen_at == at(30)
+    assert Finding.objects.filter(last_seen_at=at(30)).count() == 1  # stored in the form the ORM queries
