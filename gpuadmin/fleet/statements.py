@@ -12,8 +12,9 @@ per database and only the values change:
 - ``RowInsert``: an INSERT of many rows (optionally an upsert) written from
   the model's columns; numbers, text, booleans, times and foreign keys (ids)
   are handed to the driver as they are, only times get the backend's own form
-  (SQLite stores text). Every column that cannot be NULL must be given:
-  model defaults are Django's, not the table's.
+  (SQLite stores text) and JSON values their field's (jsonb on PostgreSQL).
+  Every column that cannot be NULL must be given: model defaults are
+  Django's, not the table's.
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ from django.db import connections, models, router
 from django.db.models.expressions import Expression
 from django.db.models.sql.subqueries import UpdateQuery
 
-# Fields whose values the database drivers take as they are (DateTimeField is adapted below).
+# Fields whose values the database drivers take as they are (DateTimeField and JSONField are adapted
+# below).
 _PLAIN_FIELDS = (models.IntegerField, models.CharField, models.TextField, models.BooleanField,
-                 models.ForeignKey, models.DateTimeField)
+                 models.ForeignKey, models.DateTimeField, models.JSONField)
 
 
 class Param(Expression):
@@ -120,6 +122,7 @@ class RowInsert:
         if left_out:
             raise TypeError(f"RowInsert into {meta.label} must set {', '.join(left_out)} (not nullable)")
         self._times = [n for n, field in enumerate(self.fields) if isinstance(field, models.DateTimeField)]
+        self._json = [n for n, field in enumerate(self.fields) if isinstance(field, models.JSONField)]
         self._conflict = [_column(model, name) for name in conflict]
         self._update = [_column(model, name) for name in update]
         self._returning = [_column(model, name) for name in returning]
@@ -145,6 +148,8 @@ class RowInsert:
                     values = list(row)
                     for n in self._times:
                         values[n] = adapt(values[n])
+                    for n in self._json:
+                        values[n] = self.fields[n].get_db_prep_save(values[n], connection)
                     params.extend(values)
                 cursor.execute(self._statement(connection, len(batch), returns), params)
                 if returns:

@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from gpuadmin.fleet.models import Finding, Gpu, GpuSample, Host
+from gpuadmin.fleet.models import Finding, Gpu, GpuSample, Host, HostRollup
 from gpuadmin.fleet.statements import Param, PreparedQuery, PreparedUpdate, RowInsert
 from tests.fleet.helpers import at
 
@@ -98,9 +98,20 @@ def test_a_conflict_with_nothing_to_update_is_skipped() -> None:
     assert list(Gpu.objects.values_list("index", "updated_at")) == [(0, at(1))]
 
 
+def test_json_values_are_stored_as_their_field_stores_them() -> None:
+    host = Host.objects.create(name="gpu01", first_seen_at=at(0))
+    details = {"cmdline": ["python", "'; DROP TABLE x; --", "caf\u00e9"], "pids": [1, 2], "none": None}
+    insert = RowInsert(Finding, ["host", "kind", "key", "severity", "title", "remedy", "details",
+                                 "first_seen_at", "last_seen_at"])
+    insert.run([(host.pk, "zombies", "k", "warning", "t", "r", details, at(1), at(1)),
+                (host.pk, "zombies", "k2", "warning", "t", "r", [], at(1), at(1))])
+    assert list(Finding.objects.order_by("key").values_list("details", flat=True)) == [details, []]
+    assert Finding.objects.filter(details__pids__1=2).count() == 1  # real JSON, not a string
+
+
 def test_only_plain_values_are_passed_as_they_are_and_every_required_column_is_set() -> None:
-    with pytest.raises(TypeError, match="details"):
-        RowInsert(Finding, ["host", "kind", "details"])
+    with pytest.raises(TypeError, match="zombies_mean"):
+        RowInsert(HostRollup, ["host", "zombies_mean"])
     with pytest.raises(TypeError, match=r"fleet\.Gpu must set memory_attributed_bytes, present, updated_at"):
         RowInsert(Gpu, ["host", "uuid", "index", "name"])
     with pytest.raises(TypeError, match=r"fleet\.Host\.gpus is not a column"):
