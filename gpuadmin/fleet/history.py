@@ -95,6 +95,15 @@ _OPEN_COLUMNS = [
 _GONE_COLUMNS = [*_IDENTITY_COLUMNS, *_LIFE_UPDATE_FIELDS]
 
 
+# The lives and points a snapshot writes (their SQL written once: RowInsert).
+_LIFE_UPSERT = RowInsert(
+    ProcessLife,
+    ["host", "boot_id", "pid", "start_time_ticks", "first_seen_at", *_LIFE_UPDATE_FIELDS],
+    conflict=["host", "boot_id", "pid", "start_time_ticks"],
+    update=_LIFE_UPDATE_FIELDS,
+    returning=["id"],
+)
+_POINT_INSERT = RowInsert(ProcessPoint, ["life", "taken_at", "gpu_memory_bytes", "state"])
 # The samples every snapshot adds (their SQL written once: RowInsert).
 _GPU_SAMPLE = RowInsert(
     GpuSample, ["gpu", "taken_at", "memory_used_bytes", "memory_attributed_bytes", "utilization_percent"]
@@ -217,25 +226,23 @@ def _write_changed(
     """
     ids: dict[LifeKey, int | None] = {}
     steady: dict[int, bool] = {}
-    changed: dict[LifeKey, ProcessLife] = {}
+    changed: list[LifeKey] = []
     for key, life in lives.items():
         before = known.get(key)
         if before is not None and _compared_values(life) == _compared_values(before):
             steady[before["pk"]] = before["refresh_due"]
             ids[key] = before["pk"]
         else:
-            changed[key] = ProcessLife(host=host, boot_id=key[0], **life)
-    if changed:
-        ProcessLife.objects.bulk_create(
-            list(changed.values()),
-            update_conflicts=True,
-            unique_fields=["host", "boot_id", "pid", "start_time_ticks"],
-            update_fields=_LIFE_UPDATE_FIELDS,
-        )
+            changed.append(key)
+    returned = _LIFE_UPSERT.run([
+        (host.pk, key[0], lives[key]["pid"], lives[key]["start_time_ticks"], lives[key]["first_seen_at"],
+         *(lives[key][name] for name in _LIFE_UPDATE_FIELDS))
+        for key in changed
+    ])
+    for n, key in enumerate(changed):
         # The database's id when the upsert returned it; else the one read before, if any.
-        for key, instance in changed.items():
-            before = known.get(key)
-            ids[key] = instance.pk if instance.pk is not None else (before["pk"] if before else None)
+        before = known.get(key)
+        ids[key] = returned[n][0] if returned else (before["pk"] if before else None)
     return ids, steady
 
 
@@ -255,11 +262,10 @@ def _record_points(
     if any(key not in life_ids for key in due):
         # Databases that return no ids from an upsert: read them back, once.
         life_ids.update(_life_ids(host.pk, due))
-    ProcessPoint.objects.bulk_create(
-        ProcessPoint(life_id=life_ids[key], taken_at=taken_at,
-                     gpu_memory_bytes=lives[key]["last_gpu_memory_bytes"], state=lives[key]["last_state"])
+    _POINT_INSERT.run([
+        (life_ids[key], taken_at, lives[key]["last_gpu_memory_bytes"], lives[key]["last_state"])
         for key in due
-    )
+    ])
 
 
 def _point_due(before: LifeValues | None, life: LifeValues) -> bool:
