@@ -419,6 +419,9 @@ def _check_gpus(gpus: list[dict[str, Any]]) -> set[str]:
 
 def _check_processes(processes: list[dict[str, Any]], gpu_uuids: set[str]) -> None:
     seen_pids: dict[int, int] = {}
+    # Central adds memory up, a process's over its GPUs (ProcessLife) and a GPU's over its processes
+    # (Gpu.memory_attributed_bytes): the sums must fit the same bigint columns as each figure.
+    per_gpu_bytes: dict[str, int] = {}
     for i, process in enumerate(processes):
         pid = process["pid"]
         if pid in seen_pids:
@@ -426,17 +429,29 @@ def _check_processes(processes: list[dict[str, Any]], gpu_uuids: set[str]) -> No
                 f"processes[{i}].pid: pid {pid} is listed twice (also processes[{seen_pids[pid]}])"
             )
         seen_pids[pid] = i
-        for uuid in process["gpu_memory_bytes"]:
+        process_bytes = 0
+        for uuid, used_bytes in process["gpu_memory_bytes"].items():
             if uuid not in gpu_uuids:
                 raise SnapshotRejected(
                     f"processes[{i}].gpu_memory_bytes: GPU {_clip(json.dumps(uuid))} is not in gpus"
                 )
+            if used_bytes:
+                process_bytes += used_bytes
+                per_gpu_bytes[uuid] = per_gpu_bytes.get(uuid, 0) + used_bytes
+        if process_bytes > INT64_MAX:
+            raise SnapshotRejected(f"processes[{i}].gpu_memory_bytes: adds up to more than a 64-bit integer")
         for j, instance in enumerate(process.get("mig_instances", ())):
             if instance["gpu_uuid"] not in gpu_uuids:
                 uuid = _clip(json.dumps(instance["gpu_uuid"]))
                 raise SnapshotRejected(
                     f"processes[{i}].mig_instances[{j}].gpu_uuid: GPU {uuid} is not in gpus"
                 )
+    for uuid, used_bytes in per_gpu_bytes.items():
+        if used_bytes > INT64_MAX:
+            raise SnapshotRejected(
+                f"processes: the memory they hold on GPU {_clip(json.dumps(uuid))} adds up to more than a "
+                "64-bit integer"
+            )
 
 
 # --- wording --------------------------------------------------------------

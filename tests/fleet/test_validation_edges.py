@@ -209,6 +209,25 @@ def test_a_nul_in_a_key_is_refused_with_the_object_s_path() -> None:
     assert message == "processes[0].gpu_memory_bytes: contains a NUL character"
 
 
+def test_memory_that_adds_up_beyond_64_bits_on_one_gpu_is_refused() -> None:
+    """Each figure fits, their sum (the GPU's attributed memory, a bigint column) would not."""
+    half = 2**62
+    document = good(processes=[proc(10, gpu_memory={"GPU-sim-0000": half}),
+                               proc(11, gpu_memory={"GPU-sim-0000": half})])
+    assert rejection(json.dumps(document)).message == (
+        'processes: the memory they hold on GPU "GPU-sim-0000" adds up to more than a 64-bit integer'
+    )
+
+
+def test_one_process_s_memory_over_its_gpus_beyond_64_bits_is_refused() -> None:
+    half = 2**62
+    document = good(gpus=[gpu(0), gpu(1)],
+                    processes=[proc(10, gpu_memory={"GPU-sim-0000": half, "GPU-sim-0001": half})])
+    assert rejection(json.dumps(document)).message == (
+        "processes[0].gpu_memory_bytes: adds up to more than a 64-bit integer"
+    )
+
+
 def test_a_float_beyond_64_bits_is_refused_where_it_is() -> None:
     document = good(processes=[proc(10, elapsed_seconds=1e19)])
     assert rejection(json.dumps(document)).message == (
