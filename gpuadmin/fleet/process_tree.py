@@ -5,7 +5,7 @@ findings, pages and API show. Pure functions over the document: no database.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,7 +109,7 @@ class ProcessRow:
 
     @property
     def total_gpu_memory_bytes(self) -> int:
-        return sum(v for v in self.gpu_memory_bytes.values() if v)
+        return memory_total_bytes(self.gpu_memory_bytes)
 
     @property
     def holds_gpu(self) -> bool:
@@ -249,8 +249,18 @@ def orphans(rows: dict[int, ProcessRow]) -> list[ProcessRow]:
 
 def attributed_memory_bytes(rows: dict[int, ProcessRow]) -> dict[str, int]:
     """Per GPU uuid: the memory the visible processes account for."""
+    return memory_by_gpu(row.gpu_memory_bytes for row in rows.values())
+
+
+def memory_total_bytes(gpu_memory_bytes: Mapping[str, int | None]) -> int:
+    """One process's GPU memory over all its GPUs (a snapshot's ``gpu_memory_bytes``; null counts 0)."""
+    return sum(v for v in gpu_memory_bytes.values() if v)
+
+
+def memory_by_gpu(gpu_memory: Iterable[Mapping[str, int | None]]) -> dict[str, int]:
+    """Per GPU uuid, the memory of several processes' ``gpu_memory_bytes`` added up (null counts 0)."""
     per_gpu: dict[str, int] = defaultdict(int)
-    for row in rows.values():
-        for uuid, used in row.gpu_memory_bytes.items():
+    for memory in gpu_memory:
+        for uuid, used in memory.items():
             per_gpu[uuid] += used or 0
     return dict(per_gpu)

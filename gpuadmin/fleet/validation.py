@@ -30,6 +30,7 @@ from fastjsonschema.ref_resolver import RefResolver
 from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import ValidationError, best_match
 
+from gpuadmin.fleet.process_tree import memory_by_gpu, memory_total_bytes
 from gpuadmin.text import clip, human_bytes
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "probe" / "snapshot.schema.json"
@@ -419,9 +420,6 @@ def _check_gpus(gpus: list[dict[str, Any]]) -> set[str]:
 
 def _check_processes(processes: list[dict[str, Any]], gpu_uuids: set[str]) -> None:
     seen_pids: dict[int, int] = {}
-    # Central adds memory up, a process's over its GPUs (ProcessLife) and a GPU's over its processes
-    # (Gpu.memory_attributed_bytes): the sums must fit the same bigint columns as each figure.
-    per_gpu_bytes: dict[str, int] = {}
     for i, process in enumerate(processes):
         pid = process["pid"]
         if pid in seen_pids:
@@ -429,16 +427,14 @@ def _check_processes(processes: list[dict[str, Any]], gpu_uuids: set[str]) -> No
                 f"processes[{i}].pid: pid {pid} is listed twice (also processes[{seen_pids[pid]}])"
             )
         seen_pids[pid] = i
-        process_bytes = 0
-        for uuid, used_bytes in process["gpu_memory_bytes"].items():
+        for uuid in process["gpu_memory_bytes"]:
             if uuid not in gpu_uuids:
                 raise SnapshotRejected(
                     f"processes[{i}].gpu_memory_bytes: GPU {_clip(json.dumps(uuid))} is not in gpus"
                 )
-            if used_bytes:
-                process_bytes += used_bytes
-                per_gpu_bytes[uuid] = per_gpu_bytes.get(uuid, 0) + used_bytes
-        if process_bytes > INT64_MAX:
+        # Central adds memory up as process_tree does, a process's over its GPUs (ProcessLife) and a
+        # GPU's over its processes (Gpu.memory_attributed_bytes): the sums must fit bigint columns too.
+        if memory_total_bytes(process["gpu_memory_bytes"]) > INT64_MAX:
             raise SnapshotRejected(f"processes[{i}].gpu_memory_bytes: adds up to more than a 64-bit integer")
         for j, instance in enumerate(process.get("mig_instances", ())):
             if instance["gpu_uuid"] not in gpu_uuids:
@@ -446,7 +442,7 @@ def _check_processes(processes: list[dict[str, Any]], gpu_uuids: set[str]) -> No
                 raise SnapshotRejected(
                     f"processes[{i}].mig_instances[{j}].gpu_uuid: GPU {uuid} is not in gpus"
                 )
-    for uuid, used_bytes in per_gpu_bytes.items():
+    for uuid, used_bytes in memory_by_gpu(p["gpu_memory_bytes"] for p in processes).items():
         if used_bytes > INT64_MAX:
             raise SnapshotRejected(
                 f"processes: the memory they hold on GPU {_clip(json.dumps(uuid))} adds up to more than a "
