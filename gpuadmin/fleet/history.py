@@ -37,7 +37,7 @@ from operator import itemgetter
 from typing import Any
 
 from django.conf import settings
-from django.db.models import BooleanField, ExpressionWrapper, Q
+from django.db.models import BooleanField, ExpressionWrapper, Q, QuerySet
 
 from gpuadmin.fleet.findings import HistoryFacts, PidSample, Rising
 from gpuadmin.fleet.models import Gpu, GpuSample, Host, HostSample, ProcessLife, ProcessPoint
@@ -306,19 +306,23 @@ def _known_lives(
     open_lives = ProcessLife.objects.filter(host=host, gone_at__isnull=True).annotate(
         refresh_due=ExpressionWrapper(Q(last_seen_at__lt=refresh_before), output_field=BooleanField())
     )
-    for values in open_lives.values_list(*_OPEN_COLUMNS, "refresh_due"):
-        life = dict(zip([*_OPEN_COLUMNS, "refresh_due"], values, strict=True))
-        life["gone_at"] = None
-        known[(life.pop("boot_id"), life["pid"], life["start_time_ticks"])] = life
+    _add_lives(known, open_lives, [*_OPEN_COLUMNS, "refresh_due"], gone_at=None)
     unmatched = sorted({row.pid for row in mattering
                         if (boot_id, row.pid, row.start_time_ticks) not in known})
     for start in range(0, len(unmatched), _PIDS_PER_QUERY):
         pids = unmatched[start : start + _PIDS_PER_QUERY]
         gone = ProcessLife.objects.filter(host=host, boot_id=boot_id, pid__in=pids, gone_at__isnull=False)
-        for values in gone.values_list(*_GONE_COLUMNS):
-            life = dict(zip(_GONE_COLUMNS, values, strict=True))
-            known[(life.pop("boot_id"), life["pid"], life["start_time_ticks"])] = life
+        _add_lives(known, gone, _GONE_COLUMNS)
     return known
+
+
+def _add_lives(
+    known: dict[LifeKey, LifeValues], lives: QuerySet[ProcessLife], columns: list[str], **also: Any
+) -> None:
+    """Read ``columns`` of ``lives`` into ``known`` by identity, each life with ``also`` besides."""
+    for values in lives.values_list(*columns):
+        life = {**dict(zip(columns, values, strict=True)), **also}
+        known[(life.pop("boot_id"), life["pid"], life["start_time_ticks"])] = life
 
 
 def _extended(
