@@ -7,12 +7,14 @@ polls' answers, never for a time."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
 from playwright.sync_api import expect
 
 from gpuadmin.accounts.roles import Role
+from gpuadmin.kills import services
 from tests.browser.helpers import VIEWPORTS, sideways_scroll
 from tests.factories import proc
 from tests.kills.helpers import file, lab_snapshot, store_snapshot
@@ -23,6 +25,14 @@ pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
 VIEWPORT_NAMES = list(VIEWPORTS)
 # No htmx request in flight and no swap settling.
 SWAPS_DONE = "() => !document.querySelector('.htmx-request, .htmx-swapping, .htmx-settling')"
+
+
+# The lists' poll has fired since the listener went in, and no request or swap of the lists is under way.
+POLL_FIRED_AND_IDLE = """() => window.listsPollFired && !document.querySelector('#kill-request-lists')
+    .matches('.htmx-request, .htmx-swapping, .htmx-settling')"""
+LISTEN_FOR_THE_POLL = """() => { window.listsPollFired = false;
+    document.body.addEventListener('htmx:confirm', (event) => {
+        if (event.detail.elt.id === 'kill-request-lists') window.listsPollFired = true; }); }"""
 
 
 @pytest.fixture
@@ -123,3 +133,39 @@ def test_approving_from_the_list_moves_the_row_and_the_list_stays_current(
     # The polls did not wipe the announcement (they know of no decision).
     expect(page.locator("#kill-request-decision")).to_have_text(f"Request #{first.pk} approved.")
     assert page.evaluate("document.activeElement.name") == "reason"
+
+
+def test_a_poll_while_a_decision_is_on_its_way_waits_for_it(open_page, one_second_polls, monkeypatch):
+    """The server holds the approval's answer (the approval itself is committed) until the lists' poll
+    has fired. Answered first, that poll would remove the Approve form; the approval's answer would
+    then be swapped without the morph extension (htmx finds it from the requesting element), nesting
+    the lists in themselves and emptying the typed reason. Queued behind the decision, it waits."""
+    store_snapshot(lab_snapshot())
+    requester = make_person("rita", Role.REQUESTER)
+    first = file(requester, 4300)
+    second = file(requester, 4600, reason="evaluation hung since Friday")
+    answer_may_go = threading.Event()
+    approve = services.approve
+
+    def approve_and_hold_the_answer(*args: Any, **kwargs: Any) -> Any:
+        approved = approve(*args, **kwargs)
+        answer_may_go.wait(timeout=30)
+        return approved
+
+    monkeypatch.setattr(services, "approve", approve_and_hold_the_answer)
+    page = open_page(make_person("abe", Role.APPROVER))
+    page.goto("/kills/")
+    reason = page.get_by_label(f"reason to reject #{second.pk}")
+    reason.fill("not y")
+    page.locator(f"#kill-request-{first.pk}").get_by_role("button", name="Approve").click()
+    page.evaluate(LISTEN_FOR_THE_POLL)
+    page.wait_for_function(POLL_FIRED_AND_IDLE)
+    answer_may_go.set()
+
+    expect(page.locator("#kill-request-decision")).to_have_text(f"Request #{first.pk} approved.")
+    expect(page.locator(f"#kill-requests-active #kill-request-{first.pk}")).to_contain_text("Approved")
+    expect(page.locator("#kill-request-lists")).to_have_count(1)
+    expect(reason).to_have_value("not y")
+    wait_for_polls(page, "/kills/")  # and the polls after it agree
+    expect(page.locator("#kill-request-lists")).to_have_count(1)
+    expect(reason).to_have_value("not y")
