@@ -14,7 +14,11 @@ per database and only the values change:
   are handed to the driver as they are, only times get the backend's own form
   (SQLite stores text) and JSON values their field's (jsonb on PostgreSQL).
   Every column that cannot be NULL must be given: model defaults are
-  Django's, not the table's.
+  Django's, not the table's. On PostgreSQL the rows go as one array per
+  column (``INSERT ... SELECT * FROM UNNEST(...)``, as Django's own
+  bulk_create does there): the statement's text is the same for any number
+  of rows, so the driver parses it once, where a VALUES list of 200 rows
+  (over psycopg's 50 cached parameters) was split anew on every call.
 """
 
 from __future__ import annotations
@@ -135,28 +139,36 @@ class RowInsert:
             return [] if self._returning else None
         connection = connections[router.db_for_write(self.model)]
         returns = bool(self._returning) and connection.features.can_return_rows_from_bulk_insert
-        adapt = connection.ops.adapt_datetimefield_value
-        # SQLite caps the bound parameters of one statement (Django's own bulk_create batches alike).
-        most = connection.features.max_query_params or len(rows) * len(self.fields)
-        per_batch = max(1, most // len(self.fields))
-        returned: list[tuple[Any, ...]] = []
         with connection.cursor() as cursor:
+            if connection.vendor == "postgresql":
+                adapted = [self._adapted(row, connection) for row in rows]
+                columns = [list(column) for column in zip(*adapted, strict=True)]
+                cursor.execute(self._statement(connection, 0, returns), columns)
+                return [tuple(r) for r in cursor.fetchall()] if returns else None
+            # SQLite caps the bound parameters of one statement (Django's own bulk_create batches alike).
+            most = connection.features.max_query_params or len(rows) * len(self.fields)
+            per_batch = max(1, most // len(self.fields))
+            returned: list[tuple[Any, ...]] = []
             for start in range(0, len(rows), per_batch):
                 batch = rows[start : start + per_batch]
                 params: list[Any] = []
                 for row in batch:
-                    values = list(row)
-                    for n in self._times:
-                        values[n] = adapt(values[n])
-                    for n in self._json:
-                        values[n] = self.fields[n].get_db_prep_save(values[n], connection)
-                    params.extend(values)
+                    params.extend(self._adapted(row, connection))
                 cursor.execute(self._statement(connection, len(batch), returns), params)
                 if returns:
                     returned.extend(tuple(r) for r in cursor.fetchall())
         return returned if returns else None
 
+    def _adapted(self, row: Sequence[Any], connection: Any) -> list[Any]:
+        values = list(row)
+        for n in self._times:
+            values[n] = connection.ops.adapt_datetimefield_value(values[n])
+        for n in self._json:
+            values[n] = self.fields[n].get_db_prep_save(values[n], connection)
+        return values
+
     def _statement(self, connection: Any, count: int, returns: bool) -> str:
+        """The statement for ``count`` rows (0: PostgreSQL's one for any number, from arrays)."""
         key = (connection.vendor, count, returns)
         sql = self._sql.get(key)
         if sql is None:
@@ -167,8 +179,14 @@ class RowInsert:
         # Only quoted names of the model's own table and columns go into the text; values are bound.
         name = connection.ops.quote_name
         columns = ", ".join(name(f.column) for f in self.fields)
-        row = "(" + ", ".join(["%s"] * len(self.fields)) + ")"
-        sql = f"INSERT INTO {name(self.model._meta.db_table)} ({columns}) VALUES {', '.join([row] * count)}"  # noqa: S608
+        if count:
+            row = "(" + ", ".join(["%s"] * len(self.fields)) + ")"
+            rows = f"VALUES {', '.join([row] * count)}"
+        else:
+            # An array per column, typed without parameters (varchar[], not varchar(64)[]: no truncation).
+            arrays = ", ".join(f"(%s)::{f.db_type(connection).split('(')[0]}[]" for f in self.fields)
+            rows = f"SELECT * FROM UNNEST({arrays})"  # noqa: S608 - the model's own column types
+        sql = f"INSERT INTO {name(self.model._meta.db_table)} ({columns}) {rows}"
         if self._conflict:
             sql += f" ON CONFLICT ({', '.join(name(f.column) for f in self._conflict)})"
             if self._update:
