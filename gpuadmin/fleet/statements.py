@@ -183,8 +183,7 @@ class RowInsert:
             row = "(" + ", ".join(["%s"] * len(self.fields)) + ")"
             rows = f"VALUES {', '.join([row] * count)}"
         else:
-            # An array per column, typed without parameters (varchar[], not varchar(64)[]: no truncation).
-            arrays = ", ".join(f"(%s)::{f.db_type(connection).split('(')[0]}[]" for f in self.fields)
+            arrays = ", ".join(f"(%s)::{_array_type(f, connection)}" for f in self.fields)
             rows = f"SELECT * FROM UNNEST({arrays})"  # noqa: S608 - the model's own column types
         sql = f"INSERT INTO {name(self.model._meta.db_table)} ({columns}) {rows}"
         if self._conflict:
@@ -197,6 +196,15 @@ class RowInsert:
         if returns:
             sql += f" RETURNING {', '.join(name(f.column) for f in self._returning)}"
         return sql
+
+
+def _array_type(field: models.Field[Any, Any], connection: Any) -> str:
+    """An array of the column's type, without its parameters (varchar[], not varchar(64)[]: no
+    truncation on the way; the column still refuses what is too long)."""
+    db_type = field.db_type(connection)
+    if db_type is None:
+        raise TypeError(f"{field.name} has no column type")
+    return db_type.split("(")[0] + "[]"
 
 
 def _column(model: type[models.Model], name: str) -> models.Field[Any, Any]:

@@ -15,7 +15,15 @@ from django.utils import timezone
 
 from gpuadmin.fleet.models import Finding, Host
 from gpuadmin.fleet.process_tree import process_rows
+from gpuadmin.fleet.statements import Param, PreparedQuery
 from gpuadmin.kills.models import KillRequest, KillStep, KillTarget
+
+# Asked after every snapshot of every host (resolve_gone_unkillable), almost always in vain: its SQL
+# written once (fleet.statements), not built by the ORM each time.
+_ANY_OPEN_UNKILLABLE = PreparedQuery(
+    Finding.objects.open().filter(host=Param(Finding, "host"), kind=Finding.Kind.UNKILLABLE)
+    .order_by().values_list("pk")[:1]
+)
 
 
 def open_unkillable(kill_request: KillRequest, target: KillTarget, step: KillStep) -> None:
@@ -58,10 +66,10 @@ def open_unkillable(kill_request: KillRequest, target: KillTarget, step: KillSte
 
 def resolve_gone_unkillable(host: Host, document: dict[str, Any], *, now: datetime | None = None) -> int:
     """Close "unkillable" findings whose process this snapshot no longer shows (same boot, same start)."""
+    if not _ANY_OPEN_UNKILLABLE.rows(host=host.pk):
+        return 0  # the usual case: no need to read the snapshot's processes
     now = now or timezone.now()
     unkillable = list(Finding.objects.open().filter(host=host, kind=Finding.Kind.UNKILLABLE))
-    if not unkillable:
-        return 0  # the usual case: no need to read the snapshot's processes
     rows = process_rows(document)
     boot_id = document.get("host", {}).get("boot_id")
     resolved = 0

@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from gpuadmin.audit.models import Action
 from gpuadmin.fleet.models import Host
+from gpuadmin.fleet.statements import Param, PreparedQuery
 from gpuadmin.fleet.validation import document_taken_at
 from gpuadmin.kills import memory
 from gpuadmin.kills.models import KillRequest, KillTarget
@@ -27,6 +28,15 @@ from gpuadmin.text import human_bytes
 SETTLE_SECONDS = 60
 # Requests that finished longer ago than this are not waited on any more.
 WATCH_FOR = timedelta(hours=6)
+# The host's finished requests whose released memory is still to confirm: asked after every snapshot
+# of every host, its SQL written once (fleet.statements).
+_CANDIDATES = PreparedQuery(
+    KillRequest.objects.filter(
+        host=Param(KillRequest, "host"), status__in=RELEASING, memory_confirmed_at__isnull=True,
+        finished_at__isnull=False, finished_at__lt=Param(KillRequest, "finished_at", key="taken_at"),
+        finished_at__gte=Param(KillRequest, "finished_at", key="since"),
+    ).order_by("pk").values_list("pk")
+)
 
 
 def confirm_released(host: Host, document: dict[str, Any], *, now: datetime | None = None) -> list[int]:
@@ -35,12 +45,8 @@ def confirm_released(host: Host, document: dict[str, Any], *, now: datetime | No
     taken_at = document_taken_at(document)
     if taken_at is None:
         return []
-    candidates = KillRequest.objects.filter(
-        host=host, status__in=RELEASING, memory_confirmed_at__isnull=True,
-        finished_at__isnull=False, finished_at__lt=taken_at, finished_at__gte=now - WATCH_FOR,
-    ).values_list("pk", flat=True)
     confirmed: list[int] = []
-    for kill_request_id in list(candidates):
+    for (kill_request_id,) in _CANDIDATES.rows(host=host.pk, taken_at=taken_at, since=now - WATCH_FOR):
         if _confirm_one(kill_request_id, document, taken_at):
             confirmed.append(kill_request_id)
     return confirmed
