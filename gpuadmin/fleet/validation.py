@@ -31,6 +31,7 @@ from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import ValidationError, best_match
 
 from gpuadmin.fleet.process_tree import memory_by_gpu, memory_total_bytes
+from gpuadmin.fleet.schema_predicates import predicate
 from gpuadmin.text import clip, human_bytes
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "probe" / "snapshot.schema.json"
@@ -268,7 +269,10 @@ def fast_snapshot_check() -> Callable[[Any], Any]:
     (the same keywords, strict integers; formats checked, which jsonschema does not), so a document it
     accepts is valid; one it refuses goes to ``snapshot_validator``, which names the error and has the
     last word. tests/fleet/test_validation_fast.py holds the two to the same answers."""
-    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    return _compiled(json.loads(SCHEMA_PATH.read_text(encoding="utf-8")))
+
+
+def _compiled(schema: dict[str, Any]) -> Callable[[Any], Any]:
     # Every $ref is local ("#/$defs/..."); the relative $id would make the resolver look for a URL.
     schema.pop("$id", None)
     resolver = RefResolver.from_schema(schema, handlers={}, store={})
@@ -279,7 +283,30 @@ def fast_snapshot_check() -> Callable[[Any], Any]:
     return cast(Callable[[Any], Any], namespace[resolver.get_scope_name()])
 
 
+@lru_cache(maxsize=1)
+def quick_snapshot_check() -> Callable[[dict[str, Any]], bool]:
+    """True when a document is certainly valid: everything but the processes by the compiled schema
+    with no rule for a process, each process by a plain predicate (fleet/schema_predicates.py), about
+    a third of the compiled check's time on 200 processes. False may still be valid (a process with
+    MIG instances, say): ``_check_schema`` then asks the compiled and the full check."""
+    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    process = predicate(schema["$defs"]["process"], schema["$defs"])
+    schema["properties"]["processes"]["items"] = {}
+    outside = _compiled(schema)
+
+    def check(document: dict[str, Any]) -> bool:
+        try:
+            outside(document)
+        except JsonSchemaException:
+            return False
+        return all(process(p) for p in document.get("processes", ()))
+
+    return check
+
+
 def _check_schema(document: dict[str, Any]) -> None:
+    if quick_snapshot_check()(document):
+        return
     try:
         fast_snapshot_check()(document)
     except JsonSchemaException:
