@@ -37,7 +37,7 @@ from operator import itemgetter
 from typing import Any
 
 from django.conf import settings
-from django.db.models import BooleanField, ExpressionWrapper, Q, QuerySet
+from django.db.models import BooleanField, ExpressionWrapper, Q
 
 from gpuadmin.fleet.findings import HistoryFacts, PidSample, Rising
 from gpuadmin.fleet.models import Gpu, GpuSample, Host, HostSample, ProcessLife, ProcessPoint
@@ -94,6 +94,19 @@ _OPEN_COLUMNS = [
 ]
 _GONE_COLUMNS = [*_IDENTITY_COLUMNS, *_LIFE_UPDATE_FIELDS]
 
+
+# The host's open lives, each with whether its stored last_seen_at is due a refresh: read for every
+# snapshot (_known_lives), its SQL written once, unordered (the model's ordering would sort them).
+_OPEN_LIFE_COLUMNS = [*_OPEN_COLUMNS, "refresh_due"]
+_OPEN_LIVES = PreparedQuery(
+    ProcessLife.objects.filter(host=Param(ProcessLife, "host"), gone_at__isnull=True)
+    .annotate(refresh_due=ExpressionWrapper(
+        Q(last_seen_at__lt=Param(ProcessLife, "last_seen_at", key="refresh_before")),
+        output_field=BooleanField(),
+    ))
+    .order_by()
+    .values_list(*_OPEN_LIFE_COLUMNS)
+)
 
 # The lives and points a snapshot writes (their SQL written once: RowInsert).
 _LIFE_UPSERT = RowInsert(
@@ -303,24 +316,22 @@ def _known_lives(
     snapshot costs one query with no list of PIDs in it.
     """
     known: dict[LifeKey, LifeValues] = {}
-    open_lives = ProcessLife.objects.filter(host=host, gone_at__isnull=True).annotate(
-        refresh_due=ExpressionWrapper(Q(last_seen_at__lt=refresh_before), output_field=BooleanField())
-    )
-    _add_lives(known, open_lives, [*_OPEN_COLUMNS, "refresh_due"], gone_at=None)
+    open_lives = _OPEN_LIVES.rows(host=host.pk, refresh_before=refresh_before)
+    _add_lives(known, open_lives, _OPEN_LIFE_COLUMNS, gone_at=None)
     unmatched = sorted({row.pid for row in mattering
                         if (boot_id, row.pid, row.start_time_ticks) not in known})
     for start in range(0, len(unmatched), _PIDS_PER_QUERY):
         pids = unmatched[start : start + _PIDS_PER_QUERY]
         gone = ProcessLife.objects.filter(host=host, boot_id=boot_id, pid__in=pids, gone_at__isnull=False)
-        _add_lives(known, gone, _GONE_COLUMNS)
+        _add_lives(known, gone.values_list(*_GONE_COLUMNS), _GONE_COLUMNS)
     return known
 
 
 def _add_lives(
-    known: dict[LifeKey, LifeValues], lives: QuerySet[ProcessLife], columns: list[str], **also: Any
+    known: dict[LifeKey, LifeValues], rows: Iterable[tuple[Any, ...]], columns: list[str], **also: Any
 ) -> None:
-    """Read ``columns`` of ``lives`` into ``known`` by identity, each life with ``also`` besides."""
-    for values in lives.values_list(*columns):
+    """Put ``rows`` (values of ``columns``) into ``known`` by identity, each life with ``also`` besides."""
+    for values in rows:
         life = {**dict(zip(columns, values, strict=True)), **also}
         known[(life.pop("boot_id"), life["pid"], life["start_time_ticks"])] = life
 
