@@ -19,15 +19,11 @@ from typing import Any
 
 Predicate = Callable[[Any], bool]
 
+# The types of containers; leaves (numbers, strings, booleans) are ``_scalar``'s, with their bounds.
 _TYPES: dict[str, Callable[[Any], bool]] = {
-    # Strict, as validation's own integer check: True and 1.0 are no integers.
-    "integer": lambda v: type(v) is int,
-    "number": lambda v: type(v) is int or type(v) is float,
-    "string": lambda v: type(v) is str,
-    "boolean": lambda v: type(v) is bool,
-    "null": lambda v: v is None,
     "array": lambda v: type(v) is list,
     "object": lambda v: type(v) is dict,
+    "null": lambda v: v is None,
 }
 # Read for people or tools only; they constrain nothing.
 _ANNOTATIONS = frozenset({"description", "title", "$comment", "examples"})
@@ -50,9 +46,9 @@ def predicate(schema: Any, definitions: Mapping[str, Any]) -> Predicate:
     keywords = schema.keys() - _ANNOTATIONS
     if keywords & {"$ref", "anyOf"}:
         return _reference_or_choice(schema, keywords, definitions)
-    fused = _scalar(schema, keywords)
-    if fused is not None:
-        return fused
+    leaf = _scalar(schema, keywords)
+    if leaf is not None:
+        return leaf
     checks: list[Predicate] = []
     if keywords & _OBJECT_KEYWORDS:
         checks.append(_object(schema, definitions))
@@ -61,7 +57,7 @@ def predicate(schema: Any, definitions: Mapping[str, Any]) -> Predicate:
     for keyword in keywords - _OBJECT_KEYWORDS - _ARRAY_KEYWORDS:
         build = _KEYWORDS.get(keyword)
         # A keyword not known here: the full check decides.
-        checks.append(build(schema, definitions) if build is not None else _never)
+        checks.append(build(schema) if build is not None else _never)
     return _all(checks)
 
 
@@ -80,21 +76,25 @@ def _reference_or_choice(
 
 
 def _scalar(schema: dict[str, Any], keywords: set[str]) -> Predicate | None:
-    """One predicate for the usual leaf, an integer or a string (or null) with its bounds: the same
-    answers as the keywords' own predicates combined, in one call instead of three."""
+    """One predicate for a leaf: a number, a string or a boolean (or null) with its bounds; None for
+    anything else. Strict, as validation's own integer check: True and 1.0 are no integers."""
     names = schema.get("type")
     names = set(names) if isinstance(names, list) else {names}
     nullable = "null" in names
     names.discard("null")
-    if names == {"integer"} and keywords <= {"type", "minimum", "maximum"}:
+    if names in ({"integer"}, {"number"}) and keywords <= {"type", "minimum", "maximum"}:
         low = schema.get("minimum", float("-inf"))
         high = schema.get("maximum", float("inf"))
-        return lambda v: (type(v) is int and low <= v <= high) or (nullable and v is None)
+        if names == {"integer"}:
+            return lambda v: (type(v) is int and low <= v <= high) or (nullable and v is None)
+        return lambda v: (((type(v) is int or type(v) is float) and low <= v <= high)
+                          or (nullable and v is None))
     if names == {"string"} and keywords <= {"type", "maxLength", "pattern"}:
         most = schema.get("maxLength", float("inf"))
-        search = re.compile(schema["pattern"]).search if "pattern" in schema else None
-        if search is None:
+        if "pattern" not in schema:
             return lambda v: (type(v) is str and len(v) <= most) or (nullable and v is None)
+        # Searched, as JSON Schema (and jsonschema) read a pattern; ours are anchored.
+        search = re.compile(schema["pattern"]).search
         return lambda v: ((type(v) is str and len(v) <= most and search(v) is not None)
                           or (nullable and v is None))
     if names == {"boolean"} and keywords == {"type"}:
@@ -113,7 +113,8 @@ def _all(checks: list[Predicate]) -> Predicate:
     return lambda v: all(check(v) for check in checks)
 
 
-def _type(schema: dict[str, Any], _: Mapping[str, Any]) -> Predicate:
+def _type(schema: dict[str, Any]) -> Predicate:
+    """The type of a container (an object or an array; leaves are ``_scalar``'s)."""
     names = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
     if any(name not in _TYPES for name in names):
         return _never
@@ -123,32 +124,7 @@ def _type(schema: dict[str, Any], _: Mapping[str, Any]) -> Predicate:
     return lambda v: any(test(v) for test in tests)
 
 
-def _is_number(v: Any) -> bool:
-    return type(v) is int or type(v) is float
-
-
-def _minimum(schema: dict[str, Any], _: Mapping[str, Any]) -> Predicate:
-    low = schema["minimum"]
-    return lambda v: not _is_number(v) or v >= low
-
-
-def _maximum(schema: dict[str, Any], _: Mapping[str, Any]) -> Predicate:
-    high = schema["maximum"]
-    return lambda v: not _is_number(v) or v <= high
-
-
-def _max_length(schema: dict[str, Any], _: Mapping[str, Any]) -> Predicate:
-    most = schema["maxLength"]
-    return lambda v: type(v) is not str or len(v) <= most
-
-
-def _pattern(schema: dict[str, Any], _: Mapping[str, Any]) -> Predicate:
-    # Searched, as JSON Schema (and jsonschema) read a pattern; ours are anchored.
-    search = re.compile(schema["pattern"]).search
-    return lambda v: type(v) is not str or search(v) is not None
-
-
-def _enum(schema: dict[str, Any], _: Mapping[str, Any]) -> Predicate:
+def _enum(schema: dict[str, Any]) -> Predicate:
     # Equal and of the same type: 1 == True == 1.0 in Python, not in JSON.
     allowed = frozenset((type(value), value) for value in schema["enum"])
     return lambda v: (type(v), v) in allowed if v is None or type(v) in (str, int, bool) else False
@@ -204,11 +180,4 @@ def _array(schema: dict[str, Any], definitions: Mapping[str, Any]) -> Predicate:
     return check
 
 
-_KEYWORDS: dict[str, Callable[[dict[str, Any], Mapping[str, Any]], Predicate]] = {
-    "type": _type,
-    "minimum": _minimum,
-    "maximum": _maximum,
-    "maxLength": _max_length,
-    "pattern": _pattern,
-    "enum": _enum,
-}
+_KEYWORDS: dict[str, Callable[[dict[str, Any]], Predicate]] = {"type": _type, "enum": _enum}
