@@ -76,10 +76,15 @@ def _strict_integer(_checker: Any, instance: Any) -> bool:
     return isinstance(instance, int) and not isinstance(instance, bool)
 
 
+def snapshot_schema() -> dict[str, Any]:
+    """A fresh copy of the snapshot schema (each checker below builds from its own, some change it)."""
+    return cast(dict[str, Any], json.loads(SCHEMA_PATH.read_text(encoding="utf-8")))
+
+
 @lru_cache(maxsize=1)
 def snapshot_validator() -> Draft202012Validator:
     """The schema validator, built once per process (the schema does not change at run time)."""
-    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    schema = snapshot_schema()
     Draft202012Validator.check_schema(schema)
     strict = validators.extend(
         Draft202012Validator,
@@ -269,7 +274,7 @@ def fast_snapshot_check() -> Callable[[Any], Any]:
     (the same keywords, strict integers; formats checked, which jsonschema does not), so a document it
     accepts is valid; one it refuses goes to ``snapshot_validator``, which names the error and has the
     last word. tests/fleet/test_validation_fast.py holds the two to the same answers."""
-    return _compiled(json.loads(SCHEMA_PATH.read_text(encoding="utf-8")))
+    return _compiled(snapshot_schema())
 
 
 def _compiled(schema: dict[str, Any]) -> Callable[[Any], Any]:
@@ -289,7 +294,7 @@ def quick_snapshot_check() -> Callable[[dict[str, Any]], bool]:
     with no rule for a process, each process by a plain predicate (fleet/schema_predicates.py), about
     a third of the compiled check's time on 200 processes. False may still be valid (a process with
     MIG instances, say): ``_check_schema`` then asks the compiled and the full check."""
-    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    schema = snapshot_schema()
     process = predicate(schema["$defs"]["process"], schema["$defs"])
     schema["properties"]["processes"]["items"] = {}
     outside = _compiled(schema)

@@ -1,4 +1,5 @@
-"""The compiled schema check (fastjsonschema) is never more lenient than jsonschema; valid snapshots pass it.
+"""The compiled schema check (fastjsonschema) and the quick one (tests/fleet/test_schema_predicates.py)
+are never more lenient than jsonschema; valid snapshots pass them.
 
 A document the fast check accepts is stored without asking jsonschema, so for
 every mutation here the fast check must refuse whatever jsonschema refuses.
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 from fastjsonschema.exceptions import JsonSchemaException
 
-from gpuadmin.fleet.validation import fast_snapshot_check, snapshot_validator
+from gpuadmin.fleet.validation import fast_snapshot_check, quick_snapshot_check, snapshot_validator
 from tests.factories import GiB, gpu, proc, slurm_owner, snapshot
 
 
@@ -83,8 +84,9 @@ def mutations() -> list[tuple[str, Any]]:
 
 
 @pytest.mark.parametrize(("label", "mutate"), mutations(), ids=[label for label, _ in mutations()])
-def test_the_fast_check_refuses_what_jsonschema_refuses(label, mutate):
+def test_the_fast_and_the_quick_check_refuse_what_jsonschema_refuses(label, mutate):
     document = good()
     mutate(document)
     assert not jsonschema_accepts(document), f"{label}: not a mutation jsonschema refuses"
     assert not fast_accepts(document), f"{label}: the fast check let through what jsonschema refuses"
+    assert not quick_snapshot_check()(document), f"{label}: the quick check let that through too"
