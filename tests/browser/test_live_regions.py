@@ -23,13 +23,15 @@ from tests.people import make_person
 pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
 
 VIEWPORT_NAMES = list(VIEWPORTS)
-# No htmx request in flight and no swap settling.
-SWAPS_DONE = "() => !document.querySelector('.htmx-request, .htmx-swapping, .htmx-settling')"
+# An htmx request in flight, or a swap not yet settled.
+BUSY = ".htmx-request, .htmx-swapping, .htmx-settling"
+SWAPS_DONE = f"() => !document.querySelector('{BUSY}')"
 
 
 # The lists' poll has fired since the listener went in, and no request or swap of the lists is under way.
-POLL_FIRED_AND_IDLE = """() => window.listsPollFired && !document.querySelector('#kill-request-lists')
-    .matches('.htmx-request, .htmx-swapping, .htmx-settling')"""
+POLL_FIRED_AND_IDLE = (
+    f"() => window.listsPollFired && !document.querySelector('#kill-request-lists').matches('{BUSY}')"
+)
 LISTEN_FOR_THE_POLL = """() => { window.listsPollFired = false;
     document.body.addEventListener('htmx:confirm', (event) => {
         if (event.detail.elt.id === 'kill-request-lists') window.listsPollFired = true; }); }"""
