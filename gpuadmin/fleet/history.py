@@ -90,14 +90,14 @@ _compared_values = itemgetter(*_LIFE_COMPARED_FIELDS)
 # per snapshot): the previous snapshot saw it, and whether its refresh is due is a boolean.
 _IDENTITY_COLUMNS = ["pk", "boot_id", "pid", "start_time_ticks"]
 _OPEN_COLUMNS = [
-    *_IDENTITY_COLUMNS, *(name for name in _LIFE_UPDATE_FIELDS if name not in {"last_seen_at", "gone_at"})
+    *_IDENTITY_COLUMNS, *(name for name in _LIFE_UPDATE_FIELDS if name not in {"last_seen_at", "gone_at"}),
+    "refresh_due",
 ]
 _GONE_COLUMNS = [*_IDENTITY_COLUMNS, *_LIFE_UPDATE_FIELDS]
 
 
 # The host's open lives, each with whether its stored last_seen_at is due a refresh: read for every
 # snapshot (_known_lives), its SQL written once, unordered (the model's ordering would sort them).
-_OPEN_LIFE_COLUMNS = [*_OPEN_COLUMNS, "refresh_due"]
 _OPEN_LIVES = PreparedQuery(
     ProcessLife.objects.filter(host=Param(ProcessLife, "host"), gone_at__isnull=True)
     .annotate(refresh_due=ExpressionWrapper(
@@ -105,7 +105,7 @@ _OPEN_LIVES = PreparedQuery(
         output_field=BooleanField(),
     ))
     .order_by()
-    .values_list(*_OPEN_LIFE_COLUMNS)
+    .values_list(*_OPEN_COLUMNS)
 )
 
 # The lives and points a snapshot writes (their SQL written once: RowInsert).
@@ -317,7 +317,7 @@ def _known_lives(
     """
     known: dict[LifeKey, LifeValues] = {}
     open_lives = _OPEN_LIVES.rows(host=host.pk, refresh_before=refresh_before)
-    _add_lives(known, open_lives, _OPEN_LIFE_COLUMNS, gone_at=None)
+    _add_lives(known, open_lives, _OPEN_COLUMNS, gone_at=None)
     unmatched = sorted({row.pid for row in mattering
                         if (boot_id, row.pid, row.start_time_ticks) not in known})
     for start in range(0, len(unmatched), _PIDS_PER_QUERY):
