@@ -292,8 +292,8 @@ def _compiled(schema: dict[str, Any]) -> Callable[[Any], Any]:
 def quick_snapshot_check() -> Callable[[dict[str, Any]], bool]:
     """True when a document is certainly valid: everything but the processes by the compiled schema
     with no rule for a process, each process by a plain predicate (fleet/schema_predicates.py), about
-    a third of the compiled check's time on 200 processes. False may still be valid (a process with
-    MIG instances, say): ``_check_schema`` then asks the compiled and the full check."""
+    half the compiled check's time on 200 processes. False may still be valid (a keyword or a value
+    the predicates do not know): ``_check_schema`` then asks the compiled and the full check."""
     schema = snapshot_schema()
     process = predicate(schema["$defs"]["process"], schema["$defs"])
     schema["properties"]["processes"]["items"] = {}
