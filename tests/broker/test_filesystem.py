@@ -18,7 +18,10 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from queue import Empty
+from typing import Any
 
+import pytest
 from kombu import Connection
 
 from gpuadmin.broker.filesystem import LOCK_NAME, TRANSPORT_PATH, BrokerFolders, message_file_name
@@ -204,3 +207,39 @@ def test_a_consumer_that_stops_puts_its_unacknowledged_messages_back_under_their
 def test_message_file_names_sort_in_sending_order() -> None:
     names = [message_file_name(QUEUE) for _ in range(1000)]
     assert sorted(names) == names
+
+
+def test_polling_an_empty_queue_beside_a_backlog_does_not_keep_listing_the_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Celery's worker polls its remote-control queue between tasks. A listing of a long backlog
+    # costs thousands of times one delivery: it must be spaced out by its cost, not only by the
+    # polling interval (which made a traced worker spend most of its time listing).
+    folders = BrokerFolders(tmp_path / "broker")
+    backlog = 4000
+    with connect(folders) as connection, connection.SimpleQueue(QUEUE) as queue:
+        for number in range(backlog):
+            queue.put({"number": number})
+    listings = 0
+    real_listdir = os.listdir
+
+    def counting_listdir(path: Any = ".") -> list[str]:
+        nonlocal listings
+        listings += Path(path) == folders.queue
+        return real_listdir(path)
+
+    monkeypatch.setattr(os, "listdir", counting_listdir)
+    fast = Connection("filesystem://localhost/", transport=TRANSPORT_PATH,
+                      transport_options={"data_folder": str(folders.root), "polling_interval": 0.001})
+    taken = []
+    with fast as connection:
+        channel = connection.default_channel
+        for _ in range(500):
+            with contextlib.suppress(Empty):
+                channel._get("an-empty-queue")
+            taken.append(channel._get(QUEUE))
+            time.sleep(0.002)  # two polling intervals: the interval alone would allow a listing each time
+            numbers = [channel.Message(m, channel=channel).decode()["number"] for m in taken]
+    assert numbers == list(range(500))
+    # Unspaced, every poll of the empty queue listed 4,000 files again: 500 listings.
+    assert listings <= 50, listings
