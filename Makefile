@@ -19,8 +19,6 @@ PYTEST_ARGS ?=
 # what stays serial, why).
 PYTEST_WORKERS ?= 4
 XDIST := -n $(PYTEST_WORKERS) --dist load
-# pytest's exit status when PYTEST_ARGS selects none of the tests that run alone: not a failure.
-NO_TESTS_COLLECTED := 5
 
 ifdef PORT
 export PORT
@@ -49,9 +47,7 @@ test: $(INSTALLED)
 	$(MYPY) -m gpuadmin.data_dir >/dev/null
 	$(MYPY) -m mypy
 	@status=0; rm -rf $(COVERAGE_DATA); mkdir -p $(COVERAGE_DATA); \
-	echo "== pytest on SQLite"; $(COVERAGE) run -m pytest $(XDIST) -m "not alone" $(PYTEST_ARGS) || status=$$?; \
-	echo "== the tests that run alone (on SQLite)"; $(COVERAGE) run -m pytest -m alone $(PYTEST_ARGS) \
-	  || { rc=$$?; [ $$rc -eq $(NO_TESTS_COLLECTED) ] || status=$$rc; }; \
+	echo "== pytest on SQLite"; $(COVERAGE) run -m pytest $(XDIST) $(PYTEST_ARGS) || status=$$?; \
 	echo "== database tests on PostgreSQL"; $(COVERAGE) run tests/with_postgres.py --db-only $(XDIST) || status=$$?; \
 	echo "== coverage of both runs, subprocesses included"; \
 	$(COVERAGE) combine --quiet && \

@@ -10,8 +10,8 @@
 - Named people (`viewer`, `requester`, `approver`, `second_approver`,
   `stranger`, `viewer_client`, `requester_client`) come from tests/people.py,
   and so does `fast_password_hashing`, autouse for every test.
-- `make test` runs the suite on pytest-xdist workers; the tests in ALONE run after
-  the parallel run, in one process (tests/README.md).
+- `make test` runs the suite on pytest-xdist workers, every test among the others
+  (tests/README.md).
 - On SQLite the test database is a file in the run's GPUADMIN_DATA_DIR (see
   tests/environment.py), at the path gpuadmin.settings gives it, so worker
   processes started by a test with the same GPUADMIN_DATA_DIR share it.
@@ -66,24 +66,13 @@ def database_vendor() -> str:
 
 # --- parallel runs (make test: pytest -n 4 --dist load) ----------------------------
 
-# Marked `alone`: `make test` runs them after the parallel run, in one process, with nothing of
-# the suite beside them. The broker hammer: its four publishers outrun the one worker when the
-# cores are shared, the queue folder backs up to thousands of files, and deliveries then slow
-# to a few a second (measured: 496 in 120 s beside the parallel run, 20 000 in 162 s alone).
-ALONE = ("tests/broker/test_filesystem.py::test_many_publishers_and_a_worker",)
-
-
 def uses_database(item: pytest.Item) -> bool:
     if item.get_closest_marker("django_db") or item.get_closest_marker("postgres"):
         return True
     return bool(DB_FIXTURES & set(getattr(item, "fixturenames", ())))
 
 
-@pytest.hookimpl(tryfirst=True)  # `alone` is marked before -m reads the marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        if item.nodeid.startswith(ALONE):
-            item.add_marker(pytest.mark.alone)
     on_postgres = database_vendor() == "postgresql"
     db_only = config.getoption("--db-only")
     keep, drop = [], []

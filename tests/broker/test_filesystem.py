@@ -30,9 +30,8 @@ from tests.broker.hammer_app import QUEUE
 REPO = Path(__file__).resolve().parents[2]
 PUBLISHERS = 4
 MESSAGES_PER_PUBLISHER = 5_000
-# A bound for waits, not a speed requirement. Alone on 2 cores the whole run took 95 s in CI (each
-# wait well under this); with other work on the machine the queue folder backs up and deliveries
-# slow down (tests/README.md), and one rehearsal with benchmarks beside it missed 120 s.
+# A bound for waits, not a speed requirement: the whole run takes ~45 s under coverage, beside
+# the parallel run or alone (tests/README.md).
 WAIT_SECONDS = 300.0
 
 PUBLISH = textwrap.dedent("""
