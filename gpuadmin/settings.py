@@ -353,6 +353,9 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_DEFAULT_QUEUE = "central"
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Tasks, not Celery's Django fixup, decide when a database connection goes (gpuadmin/celery.py); the
+# fixup's own count then closes them only every this many tasks of a process.
+CELERY_DB_REUSE_MAX = 1000
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / data_dir.BEAT_SCHEDULE_FILE)
