@@ -7,6 +7,7 @@ polls' answers, never for a time."""
 
 from __future__ import annotations
 
+import re
 import threading
 from typing import Any
 
@@ -124,6 +125,8 @@ def test_approving_from_the_list_moves_the_row_and_the_list_stays_current(
     expect(active.locator(f"#kill-request-{first.pk}")).to_contain_text("Approved")
     expect(pending.locator(f"#kill-request-{first.pk}")).to_have_count(0)
     expect(page.locator("#kill-request-decision")).to_have_text(f"Request #{first.pk} approved.")
+    expect(page.locator("#kill-request-lists")).to_have_count(1)  # morphed, not nested in itself
+    expect(reason).to_have_value("not y")
     screenshot(page, f"after-approval-{viewport}")
 
     # A request filed elsewhere appears with the next poll; the half-typed reason is still there.
@@ -169,5 +172,41 @@ def test_a_poll_while_a_decision_is_on_its_way_waits_for_it(open_page, one_secon
     expect(page.locator("#kill-request-lists")).to_have_count(1)
     expect(reason).to_have_value("not y")
     wait_for_polls(page, "/kills/")  # and the polls after it agree
+    expect(page.locator("#kill-request-lists")).to_have_count(1)
+    expect(reason).to_have_value("not y")
+
+
+def test_a_decision_whose_form_left_the_page_on_the_way_is_still_morphed(open_page, monkeypatch):
+    """Whatever takes the deciding form off the page while its request is on the way (here a script;
+    a refresh that replaced the row would do it), the answer is still morphed into the lists: htmx
+    looks the morph extension up from the requesting element and its ancestors, so the form names
+    it itself. Swapped without it (innerHTML), the lists would nest in themselves and every typed
+    reason would be gone."""
+    store_snapshot(lab_snapshot())
+    requester = make_person("rita", Role.REQUESTER)
+    first = file(requester, 4300)
+    second = file(requester, 4600, reason="evaluation hung since Friday")
+    answer_may_go = threading.Event()
+    approve = services.approve
+
+    def approve_and_hold_the_answer(*args: Any, **kwargs: Any) -> Any:
+        approved = approve(*args, **kwargs)
+        answer_may_go.wait(timeout=30)
+        return approved
+
+    monkeypatch.setattr(services, "approve", approve_and_hold_the_answer)
+    page = open_page(make_person("abe", Role.APPROVER))
+    page.goto("/kills/")
+    reason = page.get_by_label(f"reason to reject #{second.pk}")
+    reason.fill("not y")
+    row = page.locator(f"#kill-request-{first.pk}")
+    deciding_form = row.locator("form").first
+    row.get_by_role("button", name="Approve").click()
+    expect(deciding_form).to_have_class(re.compile(r"\bhtmx-request\b"))  # on its way, held
+    deciding_form.evaluate("form => form.remove()")
+    answer_may_go.set()
+
+    expect(page.locator("#kill-request-decision")).to_have_text(f"Request #{first.pk} approved.")
+    expect(page.locator(f"#kill-requests-active #kill-request-{first.pk}")).to_contain_text("Approved")
     expect(page.locator("#kill-request-lists")).to_have_count(1)
     expect(reason).to_have_value("not y")
