@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -16,6 +18,7 @@ from playwright.sync_api import expect
 
 from gpuadmin.accounts.roles import Role
 from gpuadmin.kills import services
+from gpuadmin.kills.models import KillRequest
 from tests.browser.helpers import VIEWPORTS, sideways_scroll
 from tests.factories import proc
 from tests.kills.helpers import file, lab_snapshot, store_snapshot
@@ -140,11 +143,20 @@ def test_approving_from_the_list_moves_the_row_and_the_list_stays_current(
     assert page.evaluate("document.activeElement.name") == "reason"
 
 
-def test_a_poll_while_a_decision_is_on_its_way_waits_for_it(open_page, one_second_polls, monkeypatch):
-    """The server holds the approval's answer (the approval itself is committed) until the lists' poll
-    has fired. Answered first, that poll would remove the Approve form; the approval's answer would
-    then be swapped without the morph extension (htmx finds it from the requesting element), nesting
-    the lists in themselves and emptying the typed reason. Queued behind the decision, it waits."""
+@dataclass
+class HeldApproval:
+    """The kill list as an approver sees it: two pending requests, a reason typed to reject the second.
+    The server commits an approval at once but holds its answer until ``answer_may_go`` is set."""
+
+    page: Any
+    first: KillRequest
+    reason: Any
+    answer_may_go: threading.Event
+
+
+@pytest.fixture
+def held_approval(open_page, monkeypatch) -> Callable[[], HeldApproval]:
+    """Opens the list when called (after the test's own settings, such as the poll interval, apply)."""
     store_snapshot(lab_snapshot())
     requester = make_person("rita", Role.REQUESTER)
     first = file(requester, 4300)
@@ -158,55 +170,56 @@ def test_a_poll_while_a_decision_is_on_its_way_waits_for_it(open_page, one_secon
         return approved
 
     monkeypatch.setattr(services, "approve", approve_and_hold_the_answer)
-    page = open_page(make_person("abe", Role.APPROVER))
-    page.goto("/kills/")
-    reason = page.get_by_label(f"reason to reject #{second.pk}")
-    reason.fill("not y")
-    page.locator(f"#kill-request-{first.pk}").get_by_role("button", name="Approve").click()
-    page.evaluate(LISTEN_FOR_THE_POLL)
-    page.wait_for_function(POLL_FIRED_AND_IDLE)
-    answer_may_go.set()
 
+    def open_list() -> HeldApproval:
+        page = open_page(make_person("abe", Role.APPROVER))
+        page.goto("/kills/")
+        reason = page.get_by_label(f"reason to reject #{second.pk}")
+        reason.fill("not y")
+        return HeldApproval(page, first, reason, answer_may_go)
+
+    return open_list
+
+
+def expect_the_approval_morphed_in(held: HeldApproval) -> None:
+    """Announced, the request under its new status, the lists not nested, the typed reason kept."""
+    page, first = held.page, held.first
     expect(page.locator("#kill-request-decision")).to_have_text(f"Request #{first.pk} approved.")
     expect(page.locator(f"#kill-requests-active #kill-request-{first.pk}")).to_contain_text("Approved")
     expect(page.locator("#kill-request-lists")).to_have_count(1)
-    expect(reason).to_have_value("not y")
+    expect(held.reason).to_have_value("not y")
+
+
+def test_a_poll_while_a_decision_is_on_its_way_waits_for_it(one_second_polls, held_approval):
+    """The server holds the approval's answer (the approval itself is committed) until the lists' poll
+    has fired. Answered first, that poll would remove the Approve form; the approval's answer would
+    then be swapped without the morph extension (htmx finds it from the requesting element), nesting
+    the lists in themselves and emptying the typed reason. Queued behind the decision, it waits."""
+    held = held_approval()
+    page = held.page
+    page.locator(f"#kill-request-{held.first.pk}").get_by_role("button", name="Approve").click()
+    page.evaluate(LISTEN_FOR_THE_POLL)
+    page.wait_for_function(POLL_FIRED_AND_IDLE)
+    held.answer_may_go.set()
+
+    expect_the_approval_morphed_in(held)
     wait_for_polls(page, "/kills/")  # and the polls after it agree
     expect(page.locator("#kill-request-lists")).to_have_count(1)
-    expect(reason).to_have_value("not y")
+    expect(held.reason).to_have_value("not y")
 
 
-def test_a_decision_whose_form_left_the_page_on_the_way_is_still_morphed(open_page, monkeypatch):
+def test_a_decision_whose_form_left_the_page_on_the_way_is_still_morphed(held_approval):
     """Whatever takes the deciding form off the page while its request is on the way (here a script;
     a refresh that replaced the row would do it), the answer is still morphed into the lists: htmx
     looks the morph extension up from the requesting element and its ancestors, so the form names
     it itself. Swapped without it (innerHTML), the lists would nest in themselves and every typed
     reason would be gone."""
-    store_snapshot(lab_snapshot())
-    requester = make_person("rita", Role.REQUESTER)
-    first = file(requester, 4300)
-    second = file(requester, 4600, reason="evaluation hung since Friday")
-    answer_may_go = threading.Event()
-    approve = services.approve
-
-    def approve_and_hold_the_answer(*args: Any, **kwargs: Any) -> Any:
-        approved = approve(*args, **kwargs)
-        answer_may_go.wait(timeout=30)
-        return approved
-
-    monkeypatch.setattr(services, "approve", approve_and_hold_the_answer)
-    page = open_page(make_person("abe", Role.APPROVER))
-    page.goto("/kills/")
-    reason = page.get_by_label(f"reason to reject #{second.pk}")
-    reason.fill("not y")
-    row = page.locator(f"#kill-request-{first.pk}")
+    held = held_approval()
+    row = held.page.locator(f"#kill-request-{held.first.pk}")
     deciding_form = row.locator("form").first
     row.get_by_role("button", name="Approve").click()
     expect(deciding_form).to_have_class(re.compile(r"\bhtmx-request\b"))  # on its way, held
     deciding_form.evaluate("form => form.remove()")
-    answer_may_go.set()
+    held.answer_may_go.set()
 
-    expect(page.locator("#kill-request-decision")).to_have_text(f"Request #{first.pk} approved.")
-    expect(page.locator(f"#kill-requests-active #kill-request-{first.pk}")).to_contain_text("Approved")
-    expect(page.locator("#kill-request-lists")).to_have_count(1)
-    expect(reason).to_have_value("not y")
+    expect_the_approval_morphed_in(held)
