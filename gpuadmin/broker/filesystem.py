@@ -245,7 +245,7 @@ class Channel(filesystem.Channel):
         # is redone at most once per polling interval, and no sooner than
         # LISTING_SPACING_FACTOR times its own duration: with a backlog in one
         # queue, polling the empty ones (Celery's remote control queue) must not
-        # keep the consumer busy listing the folder (benchmarks/README.md, broker).
+        # keep the consumer busy listing the folder (docs/broker.md, "Latency").
         self._pending: dict[str, deque[str]] = {}
         self._next_listing = float("-inf")
         self._next_recovery = 0.0
