@@ -86,10 +86,10 @@ def hammer_env(tmp_path: Path) -> dict[str, str]:
             "HAMMER_RECORD": str(tmp_path / "record.txt"), "PYTHONUNBUFFERED": "1"}
 
 
-def connect(folders: BrokerFolders) -> Connection:
-    """A kombu connection of this process to the broker in `folders`."""
+def connect(folders: BrokerFolders, **options: Any) -> Connection:
+    """A kombu connection of this process to the broker in `folders` (`options`: more transport options)."""
     return Connection("filesystem://localhost/", transport=TRANSPORT_PATH,
-                      transport_options={"data_folder": str(folders.root)})
+                      transport_options={"data_folder": str(folders.root), **options})
 
 
 def start(argv: list[str], env: dict[str, str], log: Path | None = None) -> subprocess.Popen:
@@ -245,17 +245,15 @@ def test_polling_an_empty_queue_beside_a_backlog_does_not_keep_listing_the_folde
         return real_listdir(path)
 
     monkeypatch.setattr(os, "listdir", counting_listdir)
-    fast = Connection("filesystem://localhost/", transport=TRANSPORT_PATH,
-                      transport_options={"data_folder": str(folders.root), "polling_interval": 0.001})
     taken = []
-    with fast as connection:
+    with connect(folders, polling_interval=0.001) as connection:
         channel = connection.default_channel
         for _ in range(500):
             with contextlib.suppress(Empty):
                 channel._get("an-empty-queue")
             taken.append(channel._get(QUEUE))
             time.sleep(0.002)  # two polling intervals: the interval alone would allow a listing each time
-            numbers = [channel.Message(m, channel=channel).decode()["number"] for m in taken]
+        numbers = [channel.Message(m, channel=channel).decode()["number"] for m in taken]
     assert numbers == list(range(500))
     # Unspaced, every poll of the empty queue listed 4,000 files again: 500 listings.
     assert listings <= 50, listings
