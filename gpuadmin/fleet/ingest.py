@@ -70,6 +70,11 @@ _GPU_UPDATE_FIELDS = [
 _UPDATE_HOST = PreparedUpdate(
     Host.objects.filter(pk=Param(Host, "id")), **{name: Param(Host, name) for name in _HOST_SNAPSHOT_FIELDS}
 )
+# What LatestSnapshot.objects.filter(host=host).update(taken_at=..., received_at=..., document=...) would run.
+_UPDATE_LATEST = PreparedUpdate(
+    LatestSnapshot.objects.filter(host=Param(LatestSnapshot, "host")),
+    **{name: Param(LatestSnapshot, name) for name in ("taken_at", "received_at", "document")},
+)
 # The host's GPUs as plain values, unordered (Gpu's default ordering would join the host row for its name).
 _STORED_GPUS = PreparedQuery(
     Gpu.objects.filter(host=Param(Gpu, "host")).order_by().values_list("pk", "uuid", "present", "idle_since")
@@ -279,7 +284,7 @@ def _store_latest(
     # The validated text says the same as the document (nothing changes a parsed document): it is
     # stored as it is (a text column, fleet/json_text.py), so the steady case encodes nothing.
     stored: Any = document if text is None else ValidatedJson(text)
-    if created or not LatestSnapshot.objects.filter(host=host).update(**times, document=stored):
+    if created or not _UPDATE_LATEST.run(host=host.pk, **times, document=stored):
         # The new row is cached on the host (host.latest_snapshot): it must hold the document itself.
         LatestSnapshot.objects.create(host=host, **times, document=document)
 

@@ -14,16 +14,24 @@ per database and only the values change:
   are handed to the driver as they are, only times get the backend's own form
   (SQLite stores text) and JSON values their field's (jsonb on PostgreSQL).
   Every column that cannot be NULL must be given: model defaults are
-  Django's, not the table's. On PostgreSQL the rows go as one array per
-  column (``INSERT ... SELECT * FROM UNNEST(...)``, as Django's own
-  bulk_create does there): the statement's text is the same for any number
-  of rows, so the driver parses it once, where a VALUES list of 200 rows
-  (over psycopg's 50 cached parameters) was split anew on every call.
+  Django's, not the table's. On PostgreSQL the rows go as one JSON
+  parameter (``INSERT ... SELECT ... FROM jsonb_array_elements(%s)``): the
+  statement's text is the same for any number of rows, and the rows are
+  encoded by the json module in C, where psycopg spelled one array per
+  column in Python (``UNNEST``, about half a millisecond more per snapshot).
+
+On PostgreSQL these statements bind their values on the server and are
+prepared on first use (``_cursor``): the server parses and plans each once per
+connection. Measured on a 200-process snapshot, PostgreSQL's CPU per snapshot
+fell by about a third, and ingest's own by a tenth (client-side binding spelled
+every value, the latest document's 125 KB included, into the SQL text).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
+from functools import cache
 from typing import Any, cast
 
 from django.db import connections, models, router
@@ -72,7 +80,7 @@ class _Prepared:
         compiler, sql, params = compiled
         bound = [p.output_field.get_db_prep_save(values[p.name], connection) if isinstance(p, Param) else p
                  for p in params]
-        with connection.cursor() as cursor:
+        with _cursor(connection) as cursor:
             cursor.execute(sql, bound)
             return compiler, read(cursor)
 
@@ -127,6 +135,7 @@ class RowInsert:
             raise TypeError(f"RowInsert into {meta.label} must set {', '.join(left_out)} (not nullable)")
         self._times = [n for n, field in enumerate(self.fields) if isinstance(field, models.DateTimeField)]
         self._json = [n for n, field in enumerate(self.fields) if isinstance(field, models.JSONField)]
+        self._json_encoders = {n: cast("models.JSONField[Any]", self.fields[n]).encoder for n in self._json}
         self._conflict = [_column(model, name) for name in conflict]
         self._update = [_column(model, name) for name in update]
         self._returning = [_column(model, name) for name in returning]
@@ -139,11 +148,9 @@ class RowInsert:
             return [] if self._returning else None
         connection = connections[router.db_for_write(self.model)]
         returns = bool(self._returning) and connection.features.can_return_rows_from_bulk_insert
-        with connection.cursor() as cursor:
+        with _cursor(connection) as cursor:
             if connection.vendor == "postgresql":
-                adapted = [self._adapted(row, connection) for row in rows]
-                columns = [list(column) for column in zip(*adapted, strict=True)]
-                cursor.execute(self._statement(connection, 0, returns), columns)
+                cursor.execute(self._statement(connection, 0, returns), [self._json_rows(rows)])
                 return [tuple(r) for r in cursor.fetchall()] if returns else None
             # SQLite caps the bound parameters of one statement (Django's own bulk_create batches alike).
             most = connection.features.max_query_params or len(rows) * len(self.fields)
@@ -159,6 +166,23 @@ class RowInsert:
                     returned.extend(tuple(r) for r in cursor.fetchall())
         return returned if returns else None
 
+    def _json_rows(self, rows: Sequence[Sequence[Any]]) -> str:
+        """PostgreSQL's one parameter: the rows as a JSON array of arrays, times as ISO 8601 text and
+        JSON values as their field encodes them (the statement reads each back as its column's type)."""
+        if not self._times and not self._json:
+            return json.dumps(rows)
+        adapted = []
+        for row in rows:
+            values = list(row)
+            for n in self._times:
+                if values[n] is not None:
+                    values[n] = values[n].isoformat()
+            for n, encoder in self._json_encoders.items():
+                if values[n] is not None:
+                    values[n] = json.dumps(values[n], cls=encoder)
+            adapted.append(values)
+        return json.dumps(adapted)
+
     def _adapted(self, row: Sequence[Any], connection: Any) -> list[Any]:
         values = list(row)
         for n in self._times:
@@ -168,7 +192,7 @@ class RowInsert:
         return values
 
     def _statement(self, connection: Any, count: int, returns: bool) -> str:
-        """The statement for ``count`` rows (0: PostgreSQL's one for any number, from arrays)."""
+        """The statement for ``count`` rows (0: PostgreSQL's one for any number, from JSON)."""
         key = (connection.vendor, count, returns)
         sql = self._sql.get(key)
         if sql is None:
@@ -183,8 +207,8 @@ class RowInsert:
             row = "(" + ", ".join(["%s"] * len(self.fields)) + ")"
             rows = f"VALUES {', '.join([row] * count)}"
         else:
-            arrays = ", ".join(f"(%s)::{_array_type(f, connection)}" for f in self.fields)
-            rows = f"SELECT * FROM UNNEST({arrays})"  # noqa: S608 - the model's own column types
+            values = ", ".join(_json_element(f, n, connection) for n, f in enumerate(self.fields))
+            rows = f"SELECT {values} FROM jsonb_array_elements(%s::jsonb) AS r(v)"  # noqa: S608 - own columns
         sql = f"INSERT INTO {name(self.model._meta.db_table)} ({columns}) {rows}"
         if self._conflict:
             sql += f" ON CONFLICT ({', '.join(name(f.column) for f in self._conflict)})"
@@ -198,13 +222,43 @@ class RowInsert:
         return sql
 
 
-def _array_type(field: models.Field[Any, Any], connection: Any) -> str:
-    """An array of the column's type, without its parameters (varchar[], not varchar(64)[]: no
-    truncation on the way; the column still refuses what is too long)."""
+def _cursor(connection: Any) -> Any:
+    """A cursor for a fixed statement. On PostgreSQL, one that binds the values on the server: the
+    statement is prepared on its first run (settings: ``prepare_threshold``) and the connection
+    keeps it, so the server parses and plans it once per connection, not once per snapshot, and no
+    value is spelled into the SQL text (the latest document's ~125 KB). Django's own cursors bind
+    on the client and never prepare."""
+    if connection.vendor != "postgresql":
+        return connection.cursor()
+    connection.ensure_connection()
+    connection.validate_thread_sharing()
+    raw = _server_binding_cursor()(connection.connection)
+    return connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)
+
+
+@cache
+def _server_binding_cursor() -> type:
+    """Django's server-binding cursor class (psycopg 3 only, imported when PostgreSQL is used), which
+    also keeps a prepared statement's text where Django's query log reads it, as for any other."""
+    # Defined only where psycopg 3 is installed: the stubs do not know it.
+    from django.db.backends.postgresql.base import ServerBindingCursor  # type: ignore[attr-defined]
+
+    class PreparingCursor(ServerBindingCursor):
+        def _send_query_prepared(self, name: bytes, pgq: Any, **options: Any) -> None:
+            self._query = pgq  # psycopg sets it for an unprepared run only (Cursor._execute_send)
+            super()._send_query_prepared(name, pgq, **options)
+
+    return PreparingCursor
+
+
+def _json_element(field: models.Field[Any, Any], n: int, connection: Any) -> str:
+    """Element ``n`` of a row ``v`` of ``RowInsert._json_rows`` as the column's type, without its
+    parameters (varchar, not varchar(64): no truncation on the way; the column still refuses what is
+    too long). JSON values come as their text: null there is SQL NULL, as the ORM stores None."""
     db_type = field.db_type(connection)
     if db_type is None:
         raise TypeError(f"{field.name} has no column type")
-    return db_type.split("(")[0] + "[]"
+    return f"(v->>{n})::{db_type.split('(')[0]}"
 
 
 def _column(model: type[models.Model], name: str) -> models.Field[Any, Any]:

