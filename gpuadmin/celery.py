@@ -8,6 +8,7 @@ the tasks' names live beside it in ``gpuadmin.task_names`` (no Django there).
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -18,6 +19,8 @@ from django.db import close_old_connections
 from gpuadmin import task_names
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuadmin.settings")
+
+logger = logging.getLogger(__name__)
 
 CENTRAL_QUEUE = "central"
 KILL_SWEEP_PERIOD_SECONDS = 5.0
@@ -107,6 +110,14 @@ app.conf.beat_schedule = beat_schedule(settings.GPUADMIN_PROBE_INTERVAL_SECONDS)
 def _close_old_connections(sender: Any = None, **_: object) -> None:
     if not getattr(getattr(sender, "request", None), "is_eager", False):
         close_old_connections()
+
+
+# Celery's own retry line is INFO, on the logger that also says "received" and "succeeded" for every
+# task, which settings.LOGGING keeps quiet (GPUADMIN_TASK_LOG_LEVEL): a retry is worth a WARNING.
+@signals.task_retry.connect
+def _log_retry(sender: Any = None, request: Any = None, reason: object = None, **_: object) -> None:
+    name = getattr(sender, "name", "a task")
+    logger.warning("task %s[%s] will run again: %s", name, getattr(request, "id", "?"), reason)
 
 
 def send_central(name: str, *args: object) -> None:
