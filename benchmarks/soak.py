@@ -277,6 +277,8 @@ def soak(args: argparse.Namespace, work: Path) -> int:
         "GPUADMIN_PROBE_INTERVAL": str(args.probe_interval), "GPUADMIN_ADMIN_USER": ADMIN,
         "GPUADMIN_ADMIN_PASSWORD": PASSWORD, "SOAK_PASSWORD": PASSWORD, "PYTHONUNBUFFERED": "1",
         "DJANGO_SETTINGS_MODULE": "gpuadmin.settings",
+        # A line per task that succeeded, which the report counts (quiet by default: settings.LOGGING).
+        "GPUADMIN_TASK_LOG_LEVEL": "INFO",
     })
     manage(env, "migrate", "--no-input", "-v", "0")
     manage(env, "createuser", REQUESTER, "--role", "requester", "--role", "viewer", "--password-env",
