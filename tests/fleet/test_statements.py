@@ -183,7 +183,7 @@ def test_a_prepared_update_sets_its_fields_on_the_rows_its_values_pick() -> None
 
 
 @pytest.mark.postgres
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_on_postgresql_each_fixed_statement_is_prepared_once_per_connection() -> None:
     # A new connection: none of the statements earlier tests prepared (psycopg lets go of those
     # when a test's transaction is rolled back, and the server later).
