@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from functools import cache
 from typing import Any, cast
 
@@ -134,8 +135,9 @@ class RowInsert:
         if left_out:
             raise TypeError(f"RowInsert into {meta.label} must set {', '.join(left_out)} (not nullable)")
         self._times = [n for n, field in enumerate(self.fields) if isinstance(field, models.DateTimeField)]
-        self._json = [n for n, field in enumerate(self.fields) if isinstance(field, models.JSONField)]
-        self._json_encoders = {n: cast("models.JSONField[Any]", self.fields[n]).encoder for n in self._json}
+        self._json: dict[int, models.JSONField[Any]] = {
+            n: field for n, field in enumerate(self.fields) if isinstance(field, models.JSONField)
+        }
         self._conflict = [_column(model, name) for name in conflict]
         self._update = [_column(model, name) for name in update]
         self._returning = [_column(model, name) for name in returning]
@@ -153,6 +155,9 @@ class RowInsert:
                 cursor.execute(self._statement(connection, 0, returns), [self._json_rows(rows)])
                 return [tuple(r) for r in cursor.fetchall()] if returns else None
             # SQLite caps the bound parameters of one statement (Django's own bulk_create batches alike).
+            def prepare_json(field: models.JSONField[Any], value: Any) -> Any:
+                return field.get_db_prep_save(value, connection)
+
             most = connection.features.max_query_params or len(rows) * len(self.fields)
             per_batch = max(1, most // len(self.fields))
             returned: list[tuple[Any, ...]] = []
@@ -160,7 +165,7 @@ class RowInsert:
                 batch = rows[start : start + per_batch]
                 params: list[Any] = []
                 for row in batch:
-                    params.extend(self._adapted(row, connection))
+                    params.extend(self._adapted(row, connection.ops.adapt_datetimefield_value, prepare_json))
                 cursor.execute(self._statement(connection, len(batch), returns), params)
                 if returns:
                     returned.extend(tuple(r) for r in cursor.fetchall())
@@ -169,26 +174,19 @@ class RowInsert:
     def _json_rows(self, rows: Sequence[Sequence[Any]]) -> str:
         """PostgreSQL's one parameter: the rows as a JSON array of arrays, times as ISO 8601 text and
         JSON values as their field encodes them (the statement reads each back as its column's type)."""
-        if not self._times and not self._json:
-            return json.dumps(rows)
-        adapted = []
-        for row in rows:
-            values = list(row)
-            for n in self._times:
-                if values[n] is not None:
-                    values[n] = values[n].isoformat()
-            for n, encoder in self._json_encoders.items():
-                if values[n] is not None:
-                    values[n] = json.dumps(values[n], cls=encoder)
-            adapted.append(values)
-        return json.dumps(adapted)
+        return json.dumps([self._adapted(row, datetime.isoformat, _json_text) for row in rows])
 
-    def _adapted(self, row: Sequence[Any], connection: Any) -> list[Any]:
+    def _adapted(self, row: Sequence[Any], time: Callable[[Any], Any],
+                 document: Callable[[models.JSONField[Any], Any], Any]) -> list[Any]:
+        """``row`` with each time given to ``time`` and each JSON value to ``document`` (with its field);
+        None stays None."""
         values = list(row)
         for n in self._times:
-            values[n] = connection.ops.adapt_datetimefield_value(values[n])
-        for n in self._json:
-            values[n] = self.fields[n].get_db_prep_save(values[n], connection)
+            if values[n] is not None:
+                values[n] = time(values[n])
+        for n, field in self._json.items():
+            if values[n] is not None:
+                values[n] = document(field, values[n])
         return values
 
     def _statement(self, connection: Any, count: int, returns: bool) -> str:
@@ -249,6 +247,10 @@ def _server_binding_cursor() -> type:
             super()._send_query_prepared(name, pgq, **options)
 
     return PreparingCursor
+
+
+def _json_text(field: models.JSONField[Any], value: Any) -> str:
+    return json.dumps(value, cls=field.encoder)
 
 
 def _json_element(field: models.Field[Any, Any], n: int, connection: Any) -> str:
