@@ -1,0 +1,286 @@
+"""The snapshot schema as msgspec types: one pass in C over the JSON text that parses and checks.
+
+A 200-process snapshot costs ``json.loads`` about 1.3 ms and the schema check in Python about 1.8 ms
+more (benchmarks/fleet.py); msgspec's decoder, given types built here from the same schema file,
+checks the text in about a third of that. The check is never more lenient than jsonschema, which
+has the last word: what it accepts is valid; what it refuses goes to the full check, which names
+the error. So each keyword is expressed exactly or more strictly:
+
+- integers and numbers are bounded to 64 bits (validation refuses bigger ones anyway);
+- ``if``/``then`` on a ``const`` (schema version 2 requires owners) accepts only documents the
+  condition holds for, with ``then`` applied: an older version takes the full check;
+- ``uniqueItems`` (msgspec has no such constraint) is checked after decoding, on the few arrays
+  that carry it, and only for strings and integers;
+- ``format`` is not checked, as jsonschema does not check it (``validation.snapshot_validator``);
+- a keyword not known here raises ``Unsupported`` when the check is built: tests build it from the
+  shipped schema, so the schema file stays the one place the snapshot's shape is written.
+
+tests/fleet/test_schema_types.py holds the check to jsonschema's answers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from itertools import count
+from typing import Annotated, Any, Literal, Union
+
+import msgspec
+
+# What a decoded value must still pass beyond its type (``uniqueItems``); None when nothing.
+Check = Callable[[Any], bool] | None
+# A JSON Schema as a msgspec type, and what a value of it must still pass.
+Built = tuple[Any, Check]
+
+# Validation refuses a number beyond 64 bits (no database column holds more), so does this check.
+_INT64_MAX = 2**63 - 1
+_REF_PREFIX = "#/$defs/"
+# Read for people or tools only: they constrain nothing. ``format`` is one here, as in jsonschema,
+# whose answer is final.
+_ANNOTATIONS = frozenset({"description", "title", "$comment", "examples", "format"})
+_SCALAR_KEYWORDS = frozenset({"type", "minimum", "maximum", "minLength", "maxLength", "pattern"})
+_OBJECT_KEYWORDS = frozenset({"type", "properties", "required", "additionalProperties", "maxProperties",
+                              "propertyNames"})
+_ARRAY_KEYWORDS = frozenset({"type", "items", "maxItems", "uniqueItems"})
+
+
+class Unsupported(ValueError):
+    """The schema uses something these types cannot say exactly or more strictly."""
+
+
+def valid_json_check(schema: dict[str, Any]) -> Callable[[str | bytes], bool]:
+    """``text -> bool``: True only when ``text`` is JSON valid under ``schema`` (False may still be
+    valid: the full check decides). Raises ``Unsupported`` for a schema it cannot express."""
+    root = {k: v for k, v in schema.items() if k not in {"$schema", "$id", "$defs"}}
+    root_type, check = _Builder(schema.get("$defs", {})).built(root)
+    decode = msgspec.json.Decoder(root_type).decode
+
+    def valid(text: str | bytes) -> bool:
+        try:
+            document = decode(text)
+        except (msgspec.ValidationError, msgspec.DecodeError, UnicodeEncodeError):
+            # UnicodeEncodeError: a str with a raw lone surrogate, which is no UTF-8 text.
+            return False
+        return check is None or check(document)
+
+    return valid
+
+
+class _Builder:
+    def __init__(self, definitions: Mapping[str, Any]) -> None:
+        self.definitions = definitions
+        self.references: dict[str, Built] = {}
+        self.names = count()
+
+    def built(self, schema: Any) -> Built:
+        if not isinstance(schema, dict) or not schema.keys() - _ANNOTATIONS:
+            # Unconstrained (true, {}): msgspec's Any would take a number beyond 64 bits unseen.
+            raise Unsupported(f"schema {schema!r}: any value")
+        keywords = schema.keys() - _ANNOTATIONS
+        if "$ref" in keywords:
+            return self._reference(schema, keywords)
+        if "anyOf" in keywords:
+            return self._choice(schema, keywords)
+        if "if" in keywords:
+            return self._conditional(schema)
+        if keywords in ({"enum"}, {"const"}):
+            return _literal(schema["enum"] if "enum" in schema else [schema["const"]]), None
+        return self._typed(schema, keywords)
+
+    def _typed(self, schema: dict[str, Any], keywords: set[str]) -> Built:
+        """A schema with a ``type``: a container or a leaf, perhaps nullable."""
+        types = schema.get("type")
+        names = set(types) if isinstance(types, list) else {types}
+        nullable = "null" in names
+        names.discard("null")
+        if not names and nullable and keywords == {"type"}:
+            return None, None
+        if len(names) != 1:
+            raise Unsupported(f"type {types!r}")
+        (name,) = names
+        if name == "object":
+            built, check = self._object(schema, keywords)
+        elif name == "array":
+            built, check = self._array(schema, keywords)
+        else:
+            built, check = _scalar(name, schema, keywords), None
+        if not nullable:
+            return built, check
+        return built | None, (None if check is None else _or_none(check))
+
+    def _reference(self, schema: dict[str, Any], keywords: set[str]) -> Built:
+        ref = schema["$ref"]
+        if keywords != {"$ref"} or not isinstance(ref, str) or not ref.startswith(_REF_PREFIX):
+            raise Unsupported(f"$ref {ref!r} beside {sorted(keywords - {'$ref'})}")
+        name = ref[len(_REF_PREFIX):]
+        if name not in self.references:
+            if name not in self.definitions:
+                raise Unsupported(f"$ref {ref!r} to nothing")
+            self.references[name] = self.built(self.definitions[name])
+        return self.references[name]
+
+    def _choice(self, schema: dict[str, Any], keywords: set[str]) -> Built:
+        if keywords != {"anyOf"}:
+            raise Unsupported(f"anyOf beside {sorted(keywords - {'anyOf'})}")
+        options = [self.built(option) for option in schema["anyOf"]]
+        if any(check is not None for _, check in options):
+            raise Unsupported("anyOf over a uniqueItems array")
+        return Union[tuple(option for option, _ in options)], None  # noqa: UP007 - built at run time
+
+    def _conditional(self, schema: dict[str, Any]) -> Built:
+        """``if: {properties: {name: {const: c}}}, then: {...}``: only documents whose ``name`` is
+        ``c``, with ``then`` merged into their schema."""
+        condition, consequence = schema["if"], schema.get("then", {})
+        conditioned = condition.get("properties", {}) if isinstance(condition, dict) else {}
+        if "else" in schema or set(condition) != {"properties"} or len(conditioned) != 1:
+            raise Unsupported(f"if {condition!r}")
+        ((name, rule),) = conditioned.items()
+        if set(rule) != {"const"}:
+            raise Unsupported(f"if {condition!r}")
+        merged = self._merged({k: v for k, v in schema.items() if k not in {"if", "then"}}, consequence)
+        merged["properties"][name] = {"const": rule["const"]}
+        return self.built(merged)
+
+    def _merged(self, base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+        """``base`` with ``extra``'s keywords added (``then`` over the schema it applies to): nested
+        ``properties``/``items`` merged, ``required`` lists joined, a ``$ref`` in ``base`` inlined."""
+        ref = base.get("$ref")
+        if isinstance(ref, str) and ref.startswith(_REF_PREFIX) and extra:
+            inlined = self.definitions.get(ref[len(_REF_PREFIX):])
+            if not isinstance(inlined, dict):
+                raise Unsupported(f"$ref {ref!r} to nothing")
+            base = {**inlined, **{k: v for k, v in base.items() if k != "$ref"}}
+        merged = dict(base)
+        for keyword, value in extra.items():
+            if keyword == "properties":
+                properties = dict(merged.get("properties", {}))
+                for name, sub in value.items():
+                    properties[name] = self._merged(properties.get(name, {}), sub)
+                merged["properties"] = properties
+            elif keyword == "items":
+                merged["items"] = self._merged(merged.get("items", {}), value)
+            elif keyword == "required":
+                before = list(merged.get("required", ()))
+                merged["required"] = before + [name for name in value if name not in before]
+            elif keyword in merged and merged[keyword] != value:
+                raise Unsupported(f"then changes {keyword!r}")
+            else:
+                merged[keyword] = value
+        return merged
+
+    def _object(self, schema: dict[str, Any], keywords: set[str]) -> Built:
+        if not keywords <= _OBJECT_KEYWORDS:
+            raise Unsupported(f"object keywords {sorted(keywords - _OBJECT_KEYWORDS)}")
+        if "properties" not in schema:
+            return self._mapping(schema)
+        if schema.get("additionalProperties", True) is not False or keywords & {"maxProperties",
+                                                                                "propertyNames"}:
+            raise Unsupported("properties with additionalProperties, maxProperties or propertyNames")
+        required = set(schema.get("required", ()))
+        if required - set(schema["properties"]):
+            raise Unsupported(f"required, not described: {sorted(required - set(schema['properties']))}")
+        fields: list[tuple[str, Any, Any]] = []
+        checks: list[tuple[str, Callable[[Any], bool]]] = []
+        for n, (name, subschema) in enumerate(schema["properties"].items()):
+            # Attributes are f0, f1...: a JSON name need not be an identifier.
+            attribute = f"f{n}"
+            field_type, check = self.built(subschema)
+            if name in required:
+                fields.append((attribute, field_type, msgspec.field(name=name)))
+            else:
+                # UNSET, not None: absent and null are different values to the schema.
+                fields.append((attribute, field_type | msgspec.UnsetType,
+                               msgspec.field(name=name, default=msgspec.UNSET)))
+                check = None if check is None else _or_unset(check)
+            if check is not None:
+                checks.append((attribute, check))
+        struct = msgspec.defstruct(f"Object{next(self.names)}", fields, kw_only=True,
+                                   forbid_unknown_fields=True)
+        return struct, (_attributes_pass(checks) if checks else None)
+
+    def _mapping(self, schema: dict[str, Any]) -> Built:
+        """An object without named properties: its keys strings, or the words propertyNames allows."""
+        key: Any = str
+        names = schema.get("propertyNames")
+        if names is not None:
+            if not isinstance(names, dict) or names.keys() - _ANNOTATIONS != {"enum"}:
+                raise Unsupported(f"propertyNames {names!r}")
+            key = _literal(names["enum"])
+        value_type, check = self.built(schema.get("additionalProperties", {}))
+        if check is not None:
+            raise Unsupported("a mapping of uniqueItems arrays")
+        mapping: Any = dict[key, value_type]  # type: ignore[valid-type]
+        most = schema.get("maxProperties")
+        return (mapping if most is None else Annotated[mapping, msgspec.Meta(max_length=most)]), None
+
+    def _array(self, schema: dict[str, Any], keywords: set[str]) -> Built:
+        if not keywords <= _ARRAY_KEYWORDS:
+            raise Unsupported(f"array keywords {sorted(keywords - _ARRAY_KEYWORDS)}")
+        item_type, item_check = self.built(schema.get("items", {}))
+        array: Any = list[item_type]  # type: ignore[valid-type]
+        most = schema.get("maxItems")
+        if most is not None:
+            array = Annotated[array, msgspec.Meta(max_length=most)]
+        if schema.get("uniqueItems"):
+            if item_check is not None:
+                raise Unsupported("uniqueItems over arrays")
+            return array, _unique
+        return array, (None if item_check is None else _items_pass(item_check))
+
+
+def _scalar(name: str, schema: dict[str, Any], keywords: set[str]) -> Any:
+    if not keywords <= _SCALAR_KEYWORDS:
+        raise Unsupported(f"{name} keywords {sorted(keywords - _SCALAR_KEYWORDS)}")
+    if name in {"integer", "number"} and not keywords & {"minLength", "maxLength", "pattern"}:
+        low = max(schema.get("minimum", -_INT64_MAX), -_INT64_MAX)
+        high = min(schema.get("maximum", _INT64_MAX), _INT64_MAX)
+        # msgspec's int refuses 1.0 and true, as validation's strict integers do; its float takes
+        # JSON's integers too, as "number" does.
+        number: type = int if name == "integer" else float
+        return Annotated[number, msgspec.Meta(ge=low, le=high)]
+    if name == "string" and not keywords & {"minimum", "maximum"}:
+        pattern = schema.get("pattern")
+        if pattern is not None:
+            re.compile(pattern)  # searched, as JSON Schema reads a pattern (ours are anchored)
+        return Annotated[str, msgspec.Meta(min_length=schema.get("minLength"),
+                                           max_length=schema.get("maxLength"), pattern=pattern)]
+    if name == "boolean" and keywords == {"type"}:
+        return bool
+    raise Unsupported(f"type {name!r} with {sorted(keywords)}")
+
+
+def _literal(values: Any) -> Any:
+    # Strings, integers and null only: msgspec's Literal tells 1 from true and 1.0, as JSON does.
+    if not isinstance(values, list) or not values or any(
+        not (value is None or type(value) in (str, int)) for value in values
+    ):
+        raise Unsupported(f"enum {values!r}")
+    return Literal[tuple(values)]
+
+
+# --- what a decoded value must still pass ----------------------------------------------------
+
+
+def _unique(items: list[Any]) -> bool:
+    # Strings and integers only (an enum's, here): JSON's equality of other values (1 and 1.0 equal,
+    # true and 1 not) is the full check's business.
+    return all(type(item) in (str, int) for item in items) and len(set(items)) == len(items)
+
+
+def _or_none(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda value: value is None or check(value)
+
+
+def _or_unset(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda value: value is msgspec.UNSET or check(value)
+
+
+def _items_pass(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda items: all(check(item) for item in items)
+
+
+def _attributes_pass(checks: list[tuple[str, Callable[[Any], bool]]]) -> Callable[[Any], bool]:
+    if len(checks) == 1:
+        ((attribute, check),) = checks
+        return lambda value: check(getattr(value, attribute))
+    return lambda value: all(check(getattr(value, attribute)) for attribute, check in checks)

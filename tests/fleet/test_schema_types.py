@@ -1,0 +1,188 @@
+"""The quick schema check (fleet/schema_types.py, validation.quick_snapshot_check) is never more
+lenient than jsonschema: whatever JSON text it accepts, jsonschema accepts. It may refuse a valid
+document; the full check then has the word, so such a document is still stored."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+
+from gpuadmin.fleet.schema_types import Unsupported, valid_json_check
+from gpuadmin.fleet.validation import SnapshotRejected, parse_snapshot, quick_snapshot_check, snapshot_schema
+from tests.factories import GiB, container_owner, gpu, proc, slurm_owner, snapshot
+from tests.fleet.test_validation_fast import good, jsonschema_accepts
+
+SCHEMA = snapshot_schema()
+PROCESS_PROPERTIES = sorted(SCHEMA["$defs"]["process"]["properties"])
+OWNER_PROPERTIES = sorted(SCHEMA["$defs"]["owner"]["properties"])
+GPU_PROPERTIES = sorted(SCHEMA["properties"]["gpus"]["items"]["properties"])
+HOST_PROPERTIES = sorted(SCHEMA["properties"]["host"]["properties"])
+# Values of every JSON type, at and past the edges the schema draws.
+ODD_VALUES: list[Any] = [
+    None, True, False, 0, 1, -1, 1.0, 0.5, -0.5, 100, 101, 2**32, 2**63 - 1, 2**63, -(2**63), 1e300, "", "x",
+    "A", "AB", "a\n", "0" * 64, "g" * 64, "x" * 129, "x" * 257, "x" * 4097, "x" * 8193, [], ["x"], [1],
+    ["gpu", "gpu"], ["gpu", "zombie"], [1, 1], ["x" * 8193], {}, {"a": 1}, {"a": -1}, {"a": 1.0},
+    {"a": None}, {"kind": "slurm_job"}, {"kind": "vm"}, {str(n): 0 for n in range(257)},
+]
+
+
+def quick_accepts(document: dict[str, Any]) -> bool:
+    return quick_snapshot_check()(json.dumps(document))
+
+
+def test_a_usual_snapshot_is_accepted_quickly_as_text_or_bytes():
+    text = json.dumps(good())
+    assert quick_snapshot_check()(text)
+    assert quick_snapshot_check()(text.encode())
+    assert parse_snapshot(text.encode()) == json.loads(text)
+
+
+@pytest.mark.parametrize("name", PROCESS_PROPERTIES)
+def test_no_value_of_a_process_property_gets_through_that_jsonschema_refuses(name):
+    let_through = []
+    for value in ODD_VALUES:
+        document = good()
+        document["processes"][0][name] = value
+        if quick_accepts(document) and not jsonschema_accepts(document):
+            let_through.append(value)
+    assert let_through == []
+
+
+@pytest.mark.parametrize("name", OWNER_PROPERTIES)
+def test_no_value_of_an_owner_property_gets_through_that_jsonschema_refuses(name):
+    let_through = []
+    for value in ODD_VALUES:
+        document = good()
+        document["processes"][0]["owner"][name] = value
+        if quick_accepts(document) and not jsonschema_accepts(document):
+            let_through.append(value)
+    assert let_through == []
+
+
+@pytest.mark.parametrize(("where", "name"), [("gpus", n) for n in GPU_PROPERTIES]
+                         + [("host", n) for n in HOST_PROPERTIES])
+def test_no_value_of_a_gpu_or_host_property_gets_through_that_jsonschema_refuses(where, name):
+    let_through = []
+    for value in ODD_VALUES:
+        document = good()
+        target = document["gpus"][0] if where == "gpus" else document["host"]
+        target[name] = value
+        if quick_accepts(document) and not jsonschema_accepts(document):
+            let_through.append(value)
+    assert let_through == []
+
+
+def test_values_the_schema_allows_are_accepted_quickly():
+    # The usual range of each kind of field, so that the quick check is not merely strict.
+    document = good()
+    document["processes"][0].update(uid=None, user=None, rss_bytes=None, pgid=None, elapsed_seconds=12,
+                                    reasons=["gpu", "device"], exe=None)
+    document["gpus"][0].update(utilization_percent=100, memory_used_bytes=None)
+    document["host"].update(kernel=None, agent_pid=None)
+    document["left_out"] = {"processes": 3, "by_reason": {"ancestor": 3}, "cmdlines_shortened": 0,
+                            "max_bytes": 1000}
+    assert jsonschema_accepts(document)
+    assert quick_accepts(document)
+
+
+def test_a_missing_required_property_or_an_unknown_one_is_refused():
+    for mutate in (lambda p: p.pop("cmdline_sha256"), lambda p: p.update(surprise=1)):
+        document = good()
+        mutate(document["processes"][1])
+        assert not quick_accepts(document) and not jsonschema_accepts(document)
+
+
+def test_version_2_needs_owners_and_an_older_version_takes_the_full_check():
+    document = good()
+    del document["processes"][1]["owner"]
+    assert not quick_accepts(document) and not jsonschema_accepts(document)
+    document["schema_version"] = 1
+    assert jsonschema_accepts(document)
+    assert not quick_accepts(document), "the quick check covers the current version only"
+    assert parse_snapshot(json.dumps(document))["schema_version"] == 1
+
+
+def test_numbers_beyond_64_bits_and_repeated_reasons_are_refused_quickly_and_named_by_the_full_check():
+    document = good()
+    document["processes"][0]["rss_bytes"] = 2**64
+    assert jsonschema_accepts(document) and not quick_accepts(document)
+    with pytest.raises(SnapshotRejected, match=r"processes\[0\]\.rss_bytes: .* larger than a 64-bit integer"):
+        parse_snapshot(json.dumps(document))
+    document = good()
+    document["processes"][0]["reasons"] = ["gpu", "gpu"]
+    assert not quick_accepts(document)
+    with pytest.raises(SnapshotRejected, match=r"processes\[0\]\.reasons"):
+        parse_snapshot(json.dumps(document))
+
+
+def test_text_that_is_no_json_or_no_utf8_is_refused_quickly_and_named_by_the_full_check():
+    text = json.dumps(good())
+    for bad, reason in [(text[:-1], "not valid JSON"), (text.encode().replace(b'"python"', b'"\xff"', 1),
+                                                        "not UTF-8"),
+                        (text.replace('"python"', '"\\ud800"', 1), "lone UTF-16 surrogate"),
+                        (text.replace('"python"', '"a\\u0000"', 1), "NUL")]:
+        assert not quick_snapshot_check()(bad) or reason == "NUL", reason
+        with pytest.raises(SnapshotRejected, match=reason):
+            parse_snapshot(bad)
+
+
+def test_mig_instances_and_owners_of_every_kind_are_checked_to_their_bounds():
+    instance = {"gpu_uuid": "GPU-sim-0000", "gpu_instance_id": 1, "compute_instance_id": 0,
+                "used_memory_bytes": GiB}
+    mig = proc(12, gpu_memory={"GPU-sim-0000": GiB}, reasons=["gpu"], mig_instances=[instance])
+    container = proc(13, owner=container_owner("a" * 64))
+    document = snapshot("gpu01", processes=[mig, container], gpus=[gpu(0, used=2 * GiB)])
+    assert quick_accepts(document) and jsonschema_accepts(document)
+    assert parse_snapshot(json.dumps(document))["processes"][0]["mig_instances"][0]["gpu_instance_id"] == 1
+    for name, value in [("gpu_instance_id", 2**32), ("compute_instance_id", -1), ("used_memory_bytes", 1.5),
+                        ("gpu_uuid", "x" * 129), ("surprise", 1)]:
+        bad = copy.deepcopy(document)
+        bad["processes"][0]["mig_instances"][0][name] = value
+        assert not quick_accepts(bad) and not jsonschema_accepts(bad), name
+    bad = copy.deepcopy(document)
+    bad["processes"][1]["owner"]["container_id"] = "A" * 64  # the pattern is lower-case hex
+    assert not quick_accepts(bad) and not jsonschema_accepts(bad)
+
+
+def test_an_invalid_process_is_still_named_by_the_full_check():
+    document = snapshot("gpu01", processes=[proc(10, owner=slurm_owner()), proc(11, state="ZZ")])
+    with pytest.raises(SnapshotRejected, match=r"processes\[1\]\.state"):
+        parse_snapshot(json.dumps(document))
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "string", "minimum": 1},
+    {"type": "integer", "multipleOf": 2},
+    {"type": ["integer", "string"]},
+    {"$ref": "#/$defs/missing"},
+    {"$ref": "#/$defs/item", "type": "object"},
+    {"anyOf": [{"type": "null"}], "type": "object"},
+    {"enum": [1.5]},
+    {"type": "object", "properties": {}, "additionalProperties": True},
+    {"type": "object", "properties": {"a": {}}, "required": ["b"], "additionalProperties": False},
+    {"type": "array", "minItems": 1},
+    {"type": "object", "properties": {"v": {}}, "additionalProperties": False,
+     "if": {"properties": {"v": {"const": 2}}}, "then": {}, "else": {}},
+    {"allOf": [{}]},
+    {},
+    {"type": "array"},
+    {"type": "object", "maxProperties": 3},
+])
+def test_a_schema_it_cannot_express_exactly_or_more_strictly_is_refused_when_built(schema):
+    with pytest.raises(Unsupported):
+        valid_json_check({**schema, "$defs": {"item": {"type": "string"}}})
+
+
+def test_a_format_is_not_checked_as_jsonschema_does_not_and_integers_are_strict():
+    dated = valid_json_check({"type": "string", "format": "date-time"})
+    assert dated('"not a date"')
+    counted = valid_json_check({"type": "integer", "minimum": 0})
+    assert counted("0") and not counted("true") and not counted("1.0") and not counted("-1")
+    chosen = valid_json_check({"enum": [1, None]})
+    assert chosen("1") and chosen("null") and not chosen("true") and not chosen("1.0")
+    unique = valid_json_check({"type": "array", "items": {"type": ["string", "null"]}, "uniqueItems": True})
+    assert unique('["a", "b"]') and not unique('["a", "a"]')
+    assert not unique('["a", null]'), "unique nulls, numbers of two types...: the full check's to judge"
