@@ -323,6 +323,9 @@ class ProcessLife(models.Model):
     container_id = models.CharField(max_length=128, blank=True)
     # The snapshot's owner block (job, container, pod, unit), as last seen; null when none was recognised.
     owner = models.JSONField(null=True, blank=True)
+    # A digest of the seven values above (ppid to owner) as last written (history.description_digest):
+    # ingest compares it, not them, to tell a steady life. Null on lives written before it existed.
+    description_digest = models.BigIntegerField(null=True, blank=True)
     first_seen_at = models.DateTimeField()
     # Exact once the life is gone; while it is open, refreshed only every history.LIFE_SEEN_REFRESH:
     # ask latest_sighting_at().

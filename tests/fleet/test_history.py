@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from gpuadmin.fleet.history import description_digest
 from gpuadmin.fleet.models import GpuSample, Host, HostSample, ProcessLife, ProcessPoint
+from gpuadmin.fleet.process_tree import ProcessRow
 from tests.factories import GiB, gpu, proc, snapshot
 from tests.fleet.helpers import T0, at
 
@@ -242,3 +248,25 @@ def test_a_life_keeps_the_owner_of_its_process(ingest: Callable[..., Host]) -> N
     assert lives[7].owner == job
     assert lives[7].gone_at is not None  # the owner outlives the process in history
     assert lives[8].owner is None
+
+
+def test_a_description_digest_is_the_same_in_every_worker_process() -> None:
+    # Two central workers ingest one host's snapshots in turn: a digest that hashed with Python's
+    # per-process seed would find every life changed whenever the other worker wrote it.
+    owner = {"kind": "slurm_job", "job_id": "42", "step": "0", "uid": 7}
+    record = proc(7, gpu_memory={GPU0: GiB}, owner=owner)
+    here = description_digest(ProcessRow.from_document(record))
+    code = (
+        "import json, sys, django; django.setup()\n"
+        "from gpuadmin.fleet.history import description_digest\n"
+        "from gpuadmin.fleet.process_tree import ProcessRow\n"
+        "print(description_digest(ProcessRow.from_document(json.loads(sys.argv[1]))))\n"
+    )
+    seeds = {}
+    for seed in ("1", "2"):
+        child = subprocess.run([sys.executable, "-c", code, json.dumps(record)], capture_output=True,
+                               text=True, env={**os.environ, "PYTHONHASHSEED": seed}, check=True)
+        seeds[seed] = int(child.stdout)
+    assert seeds == {"1": here, "2": here}
+    moved = description_digest(ProcessRow.from_document({**record, "cmdline": ["python", "other.py"]}))
+    assert moved != here

@@ -81,6 +81,26 @@ def test_a_snapshot_where_nothing_changed_rewrites_no_process_life(ingest: Calla
     ]
 
 
+def test_an_open_life_is_compared_by_the_digest_of_its_description_not_by_reading_it(
+    ingest: Callable[..., Host],
+) -> None:
+    ingest(trainers(0))
+    with statements() as sql:
+        ingest(trainers(10))
+    (life_read,) = [s for s in sql if s.startswith("SELECT") and 'FROM "fleet_processlife"' in s]
+    assert '"description_digest"' in life_read
+    assert not re.search(r'"(cmdline|owner|user|name|ppid|uid|container_id)"', life_read.split(" FROM ")[0])
+    # Lives stored before the digest existed: each is written once, with it, then steady again.
+    ProcessLife.objects.update(description_digest=None)
+    with statements() as sql:
+        ingest(trainers(20))
+    assert len(writes_to("fleet_processlife", sql)) == 1
+    assert not ProcessLife.objects.filter(description_digest=None).exists()
+    with statements() as sql:
+        ingest(trainers(30))
+    assert writes_to("fleet_processlife", sql) == []
+
+
 def test_steady_lives_have_last_seen_at_refreshed_together_once_a_minute(ingest: Callable[..., Host]) -> None:
     for seconds in range(0, 70, 10):
         ingest(trainers(seconds))
