@@ -34,7 +34,6 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
-from operator import itemgetter
 from typing import Any
 
 import msgspec
@@ -82,10 +81,10 @@ _LIFE_UPDATE_FIELDS = [
     "memory_rising_from_bytes",
 ]
 
-# What a life's upsert would change other than when it was last seen: its description by digest.
+# What a life's upsert would change other than when it was last seen: its description by digest
+# (_is_steady tells whether any of it changes).
 _LIFE_COMPARED_FIELDS = [name for name in _LIFE_UPDATE_FIELDS
                          if name != "last_seen_at" and name not in _DESCRIPTION_FIELDS]
-_compared_values = itemgetter(*_LIFE_COMPARED_FIELDS)
 # What is read of a stored open life: its id and identity, and what a snapshot extends or compares.
 # Not read: its description (the digest says whether it changed; the two JSON columns of ~200 lives
 # cost ~1.8 ms to load per snapshot on PostgreSQL), its last_seen_at and gone_at (dates cost ~5 us
@@ -180,8 +179,9 @@ def record_process_lives(
     sure): a life absent from it is over ("gone" means it exited or stopped
     mattering and left the snapshot), and lives of an earlier boot are all over.
     A life seen again after being marked gone is reopened, keeping its first
-    sighting and its peak. Returns the lives this snapshot shows (each a dict of
-    ``_LIFE_UPDATE_FIELDS`` plus pid and start_time_ticks).
+    sighting and its peak. Returns the lives this snapshot shows: each a dict of
+    its values after it, with pid, start_time_ticks and the memory_rising_*
+    values (a steady life's as read, without its description).
 
     ``previous_taken_at``: the host's snapshot before this one (None for its
     first), the last that showed every life still open: a life that ends now
@@ -197,9 +197,21 @@ def record_process_lives(
     step = settings.GPUADMIN_HISTORY_PROCESS_STEP_BYTES  # read once, not once per process
     seen_before = previous_taken_at or taken_at
     lives: dict[LifeKey, LifeValues] = {}
+    changed: dict[LifeKey, LifeValues] = {}
+    steady: dict[int, bool] = {}  # by id: whether its stored last_seen_at is due a refresh
+
+    def extend(key: LifeKey, life: LifeValues | None, row: ProcessRow) -> None:
+        digest = description_digest(row)
+        if life is not None and _is_steady(life, row, digest, step):
+            lives[key] = life  # as read: nothing of it changes (most lives, most snapshots)
+            steady[life["pk"]] = life["refresh_due"]
+        else:
+            lives[key] = changed[key] = _extended(life, row, digest=digest, taken_at=taken_at,
+                                                  seen_before=seen_before, step=step)
+
     for row in mattering:
         key = (boot_id, row.pid, row.start_time_ticks)
-        lives[key] = _extended(known.get(key), row, taken_at=taken_at, seen_before=seen_before, step=step)
+        extend(key, known.get(key), row)
     gone_ids: list[int] = []
     for key, life in known.items():
         if key in lives or life["gone_at"] is not None:
@@ -209,14 +221,14 @@ def record_process_lives(
             gone_ids.append(life["pk"])
         else:
             # Still alive, no longer matters by itself (e.g. freed its memory): keep it current.
-            lives[key] = _extended(life, current, taken_at=taken_at, seen_before=seen_before, step=step)
+            extend(key, life, current)
 
-    if lives:
-        ids, steady = _write_changed(host, known, lives)
-        if any(steady.values()):
-            # All of them at once: they stay in step, and the next refresh is a minute away.
-            _update_in_chunks(list(steady), last_seen_at=taken_at)
-        _record_points(host, known, lives, ids, taken_at=taken_at)
+    if changed:
+        ids = _write_changed(host, known, changed)
+        _record_points(host, known, changed, ids, taken_at=taken_at)
+    if any(steady.values()):
+        # All of them at once: they stay in step, and the next refresh is a minute away.
+        _update_in_chunks(list(steady), last_seen_at=taken_at)
     _update_in_chunks(gone_ids, gone_at=taken_at, last_seen_at=seen_before)
     return list(lives.values())
 
@@ -227,35 +239,20 @@ def _update_in_chunks(ids: list[int], **values: Any) -> None:
 
 
 def _write_changed(
-    host: Host, known: Mapping[LifeKey, LifeValues], lives: Mapping[LifeKey, LifeValues]
-) -> tuple[dict[LifeKey, int | None], dict[int, bool]]:
-    """Upsert the lives that are new or changed; the ids known so far, and the steady lives (nothing
-    but last_seen_at would change) by id, with whether their last_seen_at is due for a refresh.
-
-    Most processes that matter are steady from one snapshot to the next (a
-    training job's memory stays where its allocator put it): they are not
-    written (benchmarks/fleet.py).
-    """
-    ids: dict[LifeKey, int | None] = {}
-    steady: dict[int, bool] = {}
-    changed: list[LifeKey] = []
-    for key, life in lives.items():
-        before = known.get(key)
-        if before is not None and _compared_values(life) == _compared_values(before):
-            steady[before["pk"]] = before["refresh_due"]
-            ids[key] = before["pk"]
-        else:
-            changed.append(key)
+    host: Host, known: Mapping[LifeKey, LifeValues], changed: Mapping[LifeKey, LifeValues]
+) -> dict[LifeKey, int | None]:
+    """Upsert the lives that are new or changed; their ids, where known."""
     returned = _LIFE_UPSERT.run([
-        (host.pk, key[0], lives[key]["pid"], lives[key]["start_time_ticks"], lives[key]["first_seen_at"],
-         *(lives[key][name] for name in _LIFE_UPDATE_FIELDS))
-        for key in changed
+        (host.pk, key[0], life["pid"], life["start_time_ticks"], life["first_seen_at"],
+         *(life[name] for name in _LIFE_UPDATE_FIELDS))
+        for key, life in changed.items()
     ])
+    ids: dict[LifeKey, int | None] = {}
     for n, key in enumerate(changed):
         # The database's id when the upsert returned it; else the one read before, if any.
         before = known.get(key)
         ids[key] = returned[n][0] if returned else (before["pk"] if before else None)
-    return ids, steady
+    return ids
 
 
 def _record_points(
@@ -335,12 +332,35 @@ def _add_lives(
         known[(life.pop("boot_id"), life["pid"], life["start_time_ticks"])] = life
 
 
+def _is_steady(life: LifeValues, row: ProcessRow, digest: int, step: int) -> bool:
+    """Whether this snapshot changes nothing of an open life but when it was seen: what ``_extended``
+    would return equals the stored values (``_LIFE_COMPARED_FIELDS``). Its description (by digest),
+    state and memory are as stored, no flag is newly set, and its newest point stays: then its peak
+    and its count of rising snapshots stay too (memory neither rose nor fell).
+
+    Most processes that matter are steady from one snapshot to the next (a training job's memory
+    stays where its allocator put it): they are not written, and no dict is built for them
+    (benchmarks/fleet.py). tests/fleet/test_history_steady.py holds this to ``_extended``."""
+    return (
+        life["gone_at"] is None
+        and life["description_digest"] == digest
+        and life["last_state"] == row.state
+        and life["last_gpu_memory_bytes"] == row.total_gpu_memory_bytes
+        and (life["held_device"] or not row.device_files)
+        and (life["was_zombie"] or not row.is_zombie)
+        and (life["was_orphaned"] or not row.orphaned)
+        and _next_point(life, row.total_gpu_memory_bytes, row.state, step)
+        == (life["point_gpu_memory_bytes"], life["point_state"])
+    )
+
+
 def _extended(
-    life: LifeValues | None, row: ProcessRow, *, taken_at: datetime, seen_before: datetime, step: int
+    life: LifeValues | None, row: ProcessRow, *, digest: int, taken_at: datetime, seen_before: datetime,
+    step: int,
 ) -> LifeValues:
     """The life's values after this snapshot (``_LIFE_UPDATE_FIELDS``, pid, start_time_ticks, and
-    first_seen_at for a new life); ``seen_before``: when the previous snapshot showed it, if open;
-    ``step``: GPUADMIN_HISTORY_PROCESS_STEP_BYTES."""
+    first_seen_at for a new life); ``digest``: ``description_digest(row)``; ``seen_before``: when the
+    previous snapshot showed it, if open; ``step``: GPUADMIN_HISTORY_PROCESS_STEP_BYTES."""
     memory_bytes = row.total_gpu_memory_bytes
     point_memory, point_state = _next_point(life, memory_bytes, row.state, step)
     if life is not None and life["gone_at"] is not None:
@@ -356,7 +376,7 @@ def _extended(
         "cmdline": list(row.cmdline),
         "container_id": row.container_id or "",
         "owner": row.owner,
-        "description_digest": description_digest(row),
+        "description_digest": digest,
         "first_seen_at": taken_at,  # written for a new life only (_LIFE_UPDATE_FIELDS)
         "last_seen_at": taken_at,
         "gone_at": None,

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from gpuadmin.probe.owners import (
@@ -107,8 +108,9 @@ class ProcessRow:
         """The Slurm job, container or pod this process runs in (None for units, sessions, no owner)."""
         return workload_of(self.owner)
 
-    @property
+    @cached_property
     def total_gpu_memory_bytes(self) -> int:
+        # Cached (ingest asks ~4 times per process); a frozen row's memory never changes.
         return memory_total_bytes(self.gpu_memory_bytes)
 
     @property
