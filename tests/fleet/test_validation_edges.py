@@ -39,10 +39,17 @@ def test_the_largest_64_bit_integer_is_accepted_and_one_more_is_not() -> None:
 
 @pytest.mark.parametrize("field", ["ppid", "pgid", "sid"])
 def test_every_process_id_field_is_held_to_pid_max_limit(field: str) -> None:
-    document = good(processes=[proc(10)])
-    document["processes"][0][field] = PID_MAX_LIMIT + 1
+    document = good(processes=[proc(10), proc(11, pgid=None), proc(12)])
+    document["processes"][2][field] = PID_MAX_LIMIT + 1
     assert rejection(json.dumps(document)).message.startswith(
-        f"processes[0].{field}: {PID_MAX_LIMIT + 1} is greater than Linux's PID_MAX_LIMIT"
+        f"processes[2].{field}: {PID_MAX_LIMIT + 1} is greater than Linux's PID_MAX_LIMIT"
+    )
+
+
+def test_a_uid_too_big_for_its_column_is_named_with_its_process() -> None:
+    document = good(processes=[proc(10, uid=None), proc(11, uid=2**31)])
+    assert rejection(json.dumps(document)).message == (
+        "processes[1].uid: 2147483648 is greater than 2147483647 (2147483647)"
     )
 
 
