@@ -34,7 +34,7 @@ by tests/services.py's ``postgres_server``, fsync off as in the tests), with
 
 ``--profile N`` adds, after the rates, the queries of one steady-state snapshot
 (by kind of statement) and a cProfile of N more received by one process;
-``--stages N`` the wall milliseconds per snapshot of each step of ingest (the
+``--stages N`` the wall and CPU milliseconds per snapshot of each step of ingest (the
 functions ``STAGES`` names, each timed where ingest calls it; nested steps
 are inside their callers' figures), over N more snapshots received by one
 process without a profiler;
