@@ -145,8 +145,10 @@ def payload_size_bytes(payload: str | bytes) -> int:
         return len(payload)
     if not isinstance(payload, str):
         return 0
-    if len(payload) > settings.GPUADMIN_SNAPSHOT_MAX_BYTES:
-        return len(payload)  # each character is at least one byte: too big already, skip the copy
+    if len(payload) > settings.GPUADMIN_SNAPSHOT_MAX_BYTES or payload.isascii():
+        # Each character is at least one byte (too big already), or exactly one (signed snapshots
+        # are ASCII): no copy of ~125 KB to count.
+        return len(payload)
     return len(payload.encode("utf-8", "surrogatepass"))
 
 
