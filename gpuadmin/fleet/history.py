@@ -43,7 +43,7 @@ from django.db.models import BooleanField, ExpressionWrapper, Q
 from gpuadmin.fleet.findings import HistoryFacts, PidSample, Rising
 from gpuadmin.fleet.models import Gpu, GpuSample, Host, HostSample, ProcessLife, ProcessPoint
 from gpuadmin.fleet.process_tree import ProcessRow
-from gpuadmin.fleet.statements import Param, PreparedQuery, RowInsert
+from gpuadmin.fleet.statements import Param, PreparedQuery, PreparedUpdate, RowInsert
 
 LifeKey = tuple[str, int, int]  # boot id, pid, start time in ticks
 # A life's stored or new values by column name (plain values: no model instance per process).
@@ -104,6 +104,14 @@ _OPEN_LIVES = PreparedQuery(
     ))
     .order_by()
     .values_list(*_OPEN_COLUMNS)
+)
+
+# The refresh of the host's open lives' stored last_seen_at (LIFE_SEEN_REFRESH), its SQL written once
+# and without a list of ids: every open life is in the snapshot, and the new or changed ones were
+# just written with this snapshot's time anyway. Lives it ends are written after it.
+_SEEN_NOW = PreparedUpdate(
+    ProcessLife.objects.filter(host=Param(ProcessLife, "host"), gone_at__isnull=True),
+    last_seen_at=Param(ProcessLife, "last_seen_at"),
 )
 
 # The lives and points a snapshot writes (their SQL written once: RowInsert).
@@ -198,13 +206,13 @@ def record_process_lives(
     seen_before = previous_taken_at or taken_at
     lives: dict[LifeKey, LifeValues] = {}
     changed: dict[LifeKey, LifeValues] = {}
-    steady: dict[int, bool] = {}  # by id: whether its stored last_seen_at is due a refresh
+    refresh_due: list[bool] = []  # of each steady life: is its stored last_seen_at due a refresh?
 
     def extend(key: LifeKey, life: LifeValues | None, row: ProcessRow) -> None:
         digest = description_digest(row)
         if life is not None and _is_steady(life, row, digest, step):
             lives[key] = life  # as read: nothing of it changes (most lives, most snapshots)
-            steady[life["pk"]] = life["refresh_due"]
+            refresh_due.append(life["refresh_due"])
         else:
             lives[key] = changed[key] = _extended(life, row, digest=digest, taken_at=taken_at,
                                                   seen_before=seen_before, step=step)
@@ -226,9 +234,9 @@ def record_process_lives(
     if changed:
         ids = _write_changed(host, known, changed)
         _record_points(host, known, changed, ids, taken_at=taken_at)
-    if any(steady.values()):
+    if any(refresh_due):
         # All of them at once: they stay in step, and the next refresh is a minute away.
-        _update_in_chunks(list(steady), last_seen_at=taken_at)
+        _SEEN_NOW.run(host=host.pk, last_seen_at=taken_at)
     _update_in_chunks(gone_ids, gone_at=taken_at, last_seen_at=seen_before)
     return list(lives.values())
 

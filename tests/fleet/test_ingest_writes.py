@@ -104,12 +104,16 @@ def test_an_open_life_is_compared_by_the_digest_of_its_description_not_by_readin
 def test_steady_lives_have_last_seen_at_refreshed_together_once_a_minute(ingest: Callable[..., Host]) -> None:
     for seconds in range(0, 70, 10):
         ingest(trainers(seconds))
+    ended = trainers(70)  # the stored last_seen_at (0) is now more than a minute old
+    ended["processes"] = [p for p in ended["processes"] if p["pid"] != 12]
     with statements() as sql:
-        ingest(trainers(70))  # the stored last_seen_at (0) is now more than a minute old
-    refreshes = [s for s in sql if s.startswith('UPDATE "fleet_processlife"')]
-    assert len(refreshes) == 1
-    assert sorted(ProcessLife.objects.values_list("pid", "last_seen_at")) == [
-        (10, at(70)), (11, at(70)), (12, at(70))
+        ingest(ended)
+    refresh, ending = [s for s in sql if s.startswith('UPDATE "fleet_processlife"')]
+    assert " IN (" not in refresh, "one statement of fixed SQL, not a list of ids"
+    assert '"gone_at" = ' in ending.split(" WHERE ")[0]
+    # The life that ends is written after the refresh: last seen by the snapshot before.
+    assert sorted(ProcessLife.objects.values_list("pid", "last_seen_at", "gone_at")) == [
+        (10, at(70), None), (11, at(70), None), (12, at(60), at(70))
     ]
     with statements() as sql:
         ingest(trainers(80))
