@@ -225,7 +225,7 @@ def test_unchanged_findings_are_only_seen_again_and_a_changed_one_is_rewritten(
     assert len(writes_to("fleet_finding", sql)) == 1
     finding.refresh_from_db()
     assert finding.details["zombie_count"] == 3 and finding.title.startswith("3 zombies")
-    assert finding.first_seen_at == at(1)
+    assert (finding.first_seen_at, finding.last_seen_at) == (at(1), at(21))
 
 
 def test_gpus_are_upserted_without_a_read_back_and_keep_their_idle_since(ingest: Callable[..., Host]) -> None:
