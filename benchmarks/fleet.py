@@ -198,6 +198,8 @@ STAGES = [
     ("gpuadmin.fleet.history", "_record_points"),
     ("gpuadmin.fleet.findings", "compute_findings"),
     ("gpuadmin.fleet.findings", "sync_findings"),
+    ("gpuadmin.fleet.history", "findings_facts"),
+    ("gpuadmin.fleet.history", "update_idle_since"),
 ]
 
 
