@@ -239,6 +239,12 @@ def test_gpus_are_upserted_without_a_read_back_and_keep_their_idle_since(ingest:
     again = Gpu.objects.get(uuid=GPU0)
     assert (again.pk, again.idle_since, again.updated_at, again.present) == (first.pk, at(0), at(11), True)
     assert GpuSample.objects.filter(gpu=again).count() == 2
+    # Computing again: idle_since cleared by one UPDATE of that GPU alone.
+    with statements() as sql:
+        ingest(trainers(20, gpus=[gpu(0, used=12 * GiB, utilization_percent=40)]))
+    (cleared,) = [s for s in sql if s.startswith('UPDATE "fleet_gpu"')]
+    assert cleared.startswith('UPDATE "fleet_gpu" SET "idle_since" = ') and "CASE" not in cleared
+    assert Gpu.objects.get(uuid=GPU0).idle_since is None
 
 
 def test_a_new_gpu_gets_its_row_and_samples_and_a_missing_one_is_marked_not_present(
