@@ -6,7 +6,8 @@ checks the text in about a third of that. The check is never more lenient than j
 has the last word: what it accepts is valid; what it refuses goes to the full check, which names
 the error. So each keyword is expressed exactly or more strictly:
 
-- integers and numbers are bounded to 64 bits (validation refuses bigger ones anyway);
+- integers and numbers are bounded by ``largest_number`` (validation's 64 bits: it refuses bigger
+  ones anyway);
 - ``if``/``then`` on a ``const`` (schema version 2 requires owners) accepts only documents the
   condition holds for, with ``then`` applied: an older version takes the full check;
 - ``uniqueItems`` (msgspec has no such constraint) is checked after decoding, on the few arrays
@@ -32,8 +33,6 @@ Check = Callable[[Any], bool] | None
 # A JSON Schema as a msgspec type, and what a value of it must still pass.
 Built = tuple[Any, Check]
 
-# Validation refuses a number beyond 64 bits (no database column holds more), so does this check.
-_INT64_MAX = 2**63 - 1
 _REF_PREFIX = "#/$defs/"
 # Read for people or tools only: they constrain nothing. ``format`` is one here, as in jsonschema,
 # whose answer is final.
@@ -48,11 +47,12 @@ class Unsupported(ValueError):
     """The schema uses something these types cannot say exactly or more strictly."""
 
 
-def valid_json_check(schema: dict[str, Any]) -> Callable[[str | bytes], bool]:
-    """``text -> bool``: True only when ``text`` is JSON valid under ``schema`` (False may still be
-    valid: the full check decides). Raises ``Unsupported`` for a schema it cannot express."""
+def valid_json_check(schema: dict[str, Any], *, largest_number: int) -> Callable[[str | bytes], bool]:
+    """``text -> bool``: True only when ``text`` is JSON valid under ``schema`` with no number beyond
+    ``largest_number`` either way (False may still be valid: the full check decides). Raises
+    ``Unsupported`` for a schema it cannot express."""
     root = {k: v for k, v in schema.items() if k not in {"$schema", "$id", "$defs"}}
-    root_type, check = _Builder(schema.get("$defs", {})).built(root)
+    root_type, check = _Builder(schema.get("$defs", {}), largest_number).built(root)
     decode = msgspec.json.Decoder(root_type).decode
 
     def valid(text: str | bytes) -> bool:
@@ -67,8 +67,9 @@ def valid_json_check(schema: dict[str, Any]) -> Callable[[str | bytes], bool]:
 
 
 class _Builder:
-    def __init__(self, definitions: Mapping[str, Any]) -> None:
+    def __init__(self, definitions: Mapping[str, Any], largest_number: int) -> None:
         self.definitions = definitions
+        self.largest_number = largest_number
         self.references: dict[str, Built] = {}
         self.names = count()
 
@@ -103,7 +104,7 @@ class _Builder:
         elif name == "array":
             built, check = self._array(schema, keywords)
         else:
-            built, check = _scalar(name, schema, keywords), None
+            built, check = _scalar(name, schema, keywords, self.largest_number), None
         if not nullable:
             return built, check
         return built | None, (None if check is None else _or_none(check))
@@ -112,12 +113,16 @@ class _Builder:
         ref = schema["$ref"]
         if keywords != {"$ref"} or not isinstance(ref, str) or not ref.startswith(_REF_PREFIX):
             raise Unsupported(f"$ref {ref!r} beside {sorted(keywords - {'$ref'})}")
-        name = ref[len(_REF_PREFIX):]
-        if name not in self.references:
-            if name not in self.definitions:
-                raise Unsupported(f"$ref {ref!r} to nothing")
-            self.references[name] = self.built(self.definitions[name])
-        return self.references[name]
+        if ref not in self.references:
+            self.references[ref] = self.built(self._definition(ref))
+        return self.references[ref]
+
+    def _definition(self, ref: str) -> dict[str, Any]:
+        """The schema ``#/$defs/<name>`` points to."""
+        definition = self.definitions.get(ref[len(_REF_PREFIX):]) if ref.startswith(_REF_PREFIX) else None
+        if not isinstance(definition, dict):
+            raise Unsupported(f"$ref {ref!r} to nothing")
+        return definition
 
     def _choice(self, schema: dict[str, Any], keywords: set[str]) -> Built:
         if keywords != {"anyOf"}:
@@ -131,8 +136,10 @@ class _Builder:
         """``if: {properties: {name: {const: c}}}, then: {...}``: only documents whose ``name`` is
         ``c``, with ``then`` merged into their schema."""
         condition, consequence = schema["if"], schema.get("then", {})
-        conditioned = condition.get("properties", {}) if isinstance(condition, dict) else {}
-        if "else" in schema or set(condition) != {"properties"} or len(conditioned) != 1:
+        if "else" in schema or not isinstance(condition, dict) or set(condition) != {"properties"}:
+            raise Unsupported(f"if {condition!r}")
+        conditioned = condition["properties"]
+        if not isinstance(conditioned, dict) or len(conditioned) != 1:
             raise Unsupported(f"if {condition!r}")
         ((name, rule),) = conditioned.items()
         if set(rule) != {"const"}:
@@ -145,11 +152,8 @@ class _Builder:
         """``base`` with ``extra``'s keywords added (``then`` over the schema it applies to): nested
         ``properties``/``items`` merged, ``required`` lists joined, a ``$ref`` in ``base`` inlined."""
         ref = base.get("$ref")
-        if isinstance(ref, str) and ref.startswith(_REF_PREFIX) and extra:
-            inlined = self.definitions.get(ref[len(_REF_PREFIX):])
-            if not isinstance(inlined, dict):
-                raise Unsupported(f"$ref {ref!r} to nothing")
-            base = {**inlined, **{k: v for k, v in base.items() if k != "$ref"}}
+        if isinstance(ref, str) and extra:
+            base = {**self._definition(ref), **{k: v for k, v in base.items() if k != "$ref"}}
         merged = dict(base)
         for keyword, value in extra.items():
             if keyword == "properties":
@@ -228,12 +232,12 @@ class _Builder:
         return array, (None if item_check is None else _items_pass(item_check))
 
 
-def _scalar(name: str, schema: dict[str, Any], keywords: set[str]) -> Any:
+def _scalar(name: str, schema: dict[str, Any], keywords: set[str], largest: int) -> Any:
     if not keywords <= _SCALAR_KEYWORDS:
         raise Unsupported(f"{name} keywords {sorted(keywords - _SCALAR_KEYWORDS)}")
     if name in {"integer", "number"} and not keywords & {"minLength", "maxLength", "pattern"}:
-        low = max(schema.get("minimum", -_INT64_MAX), -_INT64_MAX)
-        high = min(schema.get("maximum", _INT64_MAX), _INT64_MAX)
+        low = max(schema.get("minimum", -largest), -largest)
+        high = min(schema.get("maximum", largest), largest)
         # msgspec's int refuses 1.0 and true, as validation's strict integers do; its float takes
         # JSON's integers too, as "number" does.
         number: type = int if name == "integer" else float

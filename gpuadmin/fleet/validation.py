@@ -119,18 +119,16 @@ def parse_snapshot(payload: str | bytes, *, now: datetime | None = None) -> dict
             "(GPUADMIN_SNAPSHOT_MAX_BYTES); run the probe without --all, or raise the limit",
             host_name=host_name_from_text(payload),
         )
-    if quick_snapshot_check()(payload):
+    quick = quick_snapshot_check()(payload)
+    if quick:
         # Valid JSON under the schema, numbers within 64 bits: parsed once more into plain values.
         document = msgspec.json.decode(payload)
-        text = payload if isinstance(payload, str) else bytes(payload).decode("utf-8")
-        suspect = _may_hold_suspect_text(text)
-        schema_checked = True
+        suspect = _may_hold_suspect_text(payload if isinstance(payload, str) else bytes(payload).decode())
     else:
         document, suspect = _decode(payload)
-        schema_checked = False
     host_name = _host_name_from_document(document)
     try:
-        if not schema_checked:
+        if not quick:
             _check_schema_version(document)
             _check_schema(document)
         _check_semantics(document, now=now or timezone.now(), walk=suspect)
@@ -307,7 +305,7 @@ def quick_snapshot_check() -> Callable[[str | bytes], bool]:
     the schema (fleet/schema_types.py), about a third of parsing and checking in Python. False may
     still be valid (an older version, a value the types do not know): ``parse_snapshot`` then parses
     with ``_decode`` and asks the compiled and the full check, which names the error."""
-    return valid_json_check(snapshot_schema())
+    return valid_json_check(snapshot_schema(), largest_number=INT64_MAX)
 
 
 def _check_schema(document: dict[str, Any]) -> None:
@@ -419,10 +417,9 @@ def _check_column_ranges(document: dict[str, Any]) -> None:
     processes = document["processes"]
     for field, limit, limit_name in _PROCESS_COLUMN_LIMITS:
         # Field by field over all processes (~200): one comparison each, a message only for the first too big.
-        values = [process.get(field) for process in processes]
-        if max((value for value in values if value is not None), default=0) > limit:
-            i, value = next((i, v) for i, v in enumerate(values) if v is not None and v > limit)
-            _at_most(value, limit, f"processes[{i}].{field}", limit_name)
+        for i, value in enumerate([process.get(field) for process in processes]):
+            if value is not None and value > limit:
+                _at_most(value, limit, f"processes[{i}].{field}", limit_name)
 
 
 _PROCESS_COLUMN_LIMITS = [
