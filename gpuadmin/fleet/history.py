@@ -254,11 +254,12 @@ def _write_changed(
     host: Host, known: Mapping[LifeKey, LifeValues], changed: Mapping[LifeKey, LifeValues]
 ) -> dict[LifeKey, int | None]:
     """Upsert the lives that are new or changed; their ids, where known."""
-    returned = _LIFE_UPSERT.run([
-        (host.pk, key[0], life["pid"], life["start_time_ticks"], life["first_seen_at"],
-         *(life[name] for name in _LIFE_UPDATE_FIELDS))
-        for key, life in changed.items()
-    ])
+    returned = _LIFE_UPSERT.run(
+        [(host.pk, key[0], life["pid"], life["start_time_ticks"], life["first_seen_at"],
+          *(life[name] for name in _LIFE_UPDATE_FIELDS))
+         for key, life in changed.items()],
+        returning=not known.keys() >= changed.keys(),  # ids of new lives only: the rest were read
+    )
     ids: dict[LifeKey, int | None] = {}
     for n, key in enumerate(changed):
         # The database's id when the upsert returned it; else the one read before, if any.

@@ -25,7 +25,7 @@ from gpuadmin.fleet.json_text import ValidatedJson
 from gpuadmin.fleet.models import Gpu, Host, LatestSnapshot, SnapshotRejection
 from gpuadmin.fleet.process_tree import ProcessRow, attributed_memory_bytes, process_rows
 from gpuadmin.fleet.signals import snapshot_ingested
-from gpuadmin.fleet.statements import Param, PreparedQuery, PreparedUpdate, RowInsert
+from gpuadmin.fleet.statements import Param, PreparedQuery, PreparedUpdate, RowInsert, pipelined
 from gpuadmin.fleet.validation import (
     INT32_MAX,
     SnapshotRejected,
@@ -70,11 +70,9 @@ _GPU_UPDATE_FIELDS = [
 _UPDATE_HOST = PreparedUpdate(
     Host.objects.filter(pk=Param(Host, "id")), **{name: Param(Host, name) for name in _HOST_SNAPSHOT_FIELDS}
 )
-# What LatestSnapshot.objects.filter(host=host).update(taken_at=..., received_at=..., document=...) would run.
-_UPDATE_LATEST = PreparedUpdate(
-    LatestSnapshot.objects.filter(host=Param(LatestSnapshot, "host")),
-    **{name: Param(LatestSnapshot, name) for name in ("taken_at", "received_at", "document")},
-)
+# The host's latest document, replaced (or stored, the first time) without asking whether it was there.
+_LATEST_UPSERT = RowInsert(LatestSnapshot, ["host", "taken_at", "received_at", "document"], conflict=["host"],
+                           update=["taken_at", "received_at", "document"])
 # The host's GPUs as plain values, unordered (Gpu's default ordering would join the host row for its name).
 _STORED_GPUS = PreparedQuery(
     Gpu.objects.filter(host=Param(Gpu, "host")).order_by().values_list("pk", "uuid", "present", "idle_since")
@@ -191,19 +189,20 @@ def ingest_document(
         rows = process_rows(document)
         attributed_bytes = attributed_memory_bytes(rows)
         previous_taken_at = host.last_snapshot_taken_at  # before _update_host moves it to this one
-        _update_host(host, document, rows, taken_at=taken_at, received_at=received_at)
-        _store_latest(host, document, taken_at=taken_at, received_at=received_at, created=created, text=text)
-        gpus_by_uuid = _upsert_gpus(host, document, attributed_bytes, received_at=received_at)
-        history.record_samples(
-            host, document, gpus_by_uuid=gpus_by_uuid, attributed_bytes=attributed_bytes, taken_at=taken_at
-        )
-        history.update_idle_since(gpus_by_uuid, document, attributed_bytes, taken_at=taken_at)
-        boot_id = document["host"]["boot_id"]
-        lives = history.record_process_lives(host, rows, boot_id=boot_id, taken_at=taken_at,
-                                             previous_taken_at=previous_taken_at)
-        facts = history.findings_facts(host, lives, gpus_by_uuid.values(), taken_at=taken_at,
-                                       zombies=document["process_counts"]["zombies"])
-        findings.sync_findings(host, findings.compute_findings(document, facts, rows=rows), received_at)
+        # Writes go out without waiting for each answer; the reads in between wait for them.
+        with pipelined():
+            _update_host(host, document, rows, taken_at=taken_at, received_at=received_at)
+            _store_latest(host, document, taken_at=taken_at, received_at=received_at, text=text)
+            gpus_by_uuid = _upsert_gpus(host, document, attributed_bytes, received_at=received_at)
+            history.record_samples(host, document, gpus_by_uuid=gpus_by_uuid,
+                                   attributed_bytes=attributed_bytes, taken_at=taken_at)
+            history.update_idle_since(gpus_by_uuid, document, attributed_bytes, taken_at=taken_at)
+            boot_id = document["host"]["boot_id"]
+            lives = history.record_process_lives(host, rows, boot_id=boot_id, taken_at=taken_at,
+                                                 previous_taken_at=previous_taken_at)
+            facts = history.findings_facts(host, lives, gpus_by_uuid.values(), taken_at=taken_at,
+                                           zombies=document["process_counts"]["zombies"])
+            findings.sync_findings(host, findings.compute_findings(document, facts, rows=rows), received_at)
         transaction.on_commit(
             partial(snapshot_ingested.send, sender=Host, host=host, document=document), robust=True
         )
@@ -277,16 +276,12 @@ def _update_host(
 
 
 def _store_latest(
-    host: Host, document: dict[str, Any], *, taken_at: datetime, received_at: datetime, created: bool,
-    text: str | None,
+    host: Host, document: dict[str, Any], *, taken_at: datetime, received_at: datetime, text: str | None
 ) -> None:
-    times = {"taken_at": taken_at, "received_at": received_at}
     # The validated text says the same as the document (nothing changes a parsed document): it is
     # stored as it is (a text column, fleet/json_text.py), so the steady case encodes nothing.
     stored: Any = document if text is None else ValidatedJson(text)
-    if created or not _UPDATE_LATEST.run(host=host.pk, **times, document=stored):
-        # The new row is cached on the host (host.latest_snapshot): it must hold the document itself.
-        LatestSnapshot.objects.create(host=host, **times, document=document)
+    _LATEST_UPSERT.run([(host.pk, taken_at, received_at, stored)])
 
 
 def _upsert_gpus(
@@ -315,9 +310,9 @@ def _upsert_gpus(
         )
         for g in document["gpus"]
     }
-    returned = _GPU_UPSERT.run([
-        (host.pk, g.uuid, *(getattr(g, name) for name in _GPU_UPDATE_FIELDS)) for g in gpus_by_uuid.values()
-    ])
+    rows = [(host.pk, g.uuid, *(getattr(g, n) for n in _GPU_UPDATE_FIELDS)) for g in gpus_by_uuid.values()]
+    # Ids asked back for new GPUs only: the others' were read above.
+    returned = _GPU_UPSERT.run(rows, returning=not stored.keys() >= gpus_by_uuid.keys())
     ids = dict(returned or [])
     for uuid, gpu in gpus_by_uuid.items():
         before = stored.get(uuid)

@@ -12,32 +12,45 @@ per database and only the values change:
 - ``RowInsert``: an INSERT of many rows (optionally an upsert) written from
   the model's columns; numbers, text, booleans, times and foreign keys (ids)
   are handed to the driver as they are, only times get the backend's own form
-  (SQLite stores text) and JSON values their field's (jsonb on PostgreSQL).
-  Every column that cannot be NULL must be given: model defaults are
-  Django's, not the table's. On PostgreSQL the rows go as one JSON
-  parameter (``INSERT ... SELECT ... FROM jsonb_array_elements(%s)``): the
-  statement's text is the same for any number of rows, and the rows are
+  (SQLite stores text), JSON values their field's (jsonb on PostgreSQL) and a
+  ``JsonTextField`` its text. Every column that cannot be NULL must be given:
+  model defaults are Django's, not the table's. On PostgreSQL several rows go
+  as one JSON parameter (``INSERT ... SELECT ... FROM jsonb_array_elements(%s)``):
+  the statement's text is the same for any number of rows, and the rows are
   encoded by the json module in C, where psycopg spelled one array per
   column in Python (``UNNEST``, about half a millisecond more per snapshot).
+  One row binds its values as they are: the latest document's 125 KB is not
+  escaped into a JSON array for the server to parse back out.
 
 On PostgreSQL these statements bind their values on the server and are
 prepared on first use (``_cursor``): the server parses and plans each once per
 connection. Measured on a 200-process snapshot, PostgreSQL's CPU per snapshot
 fell by about a third, and ingest's own by a tenth (client-side binding spelled
 every value, the latest document's 125 KB included, into the SQL text).
+
+``pipelined()``: inside a transaction on PostgreSQL, statements are sent
+without waiting for each one's answer (psycopg's pipeline mode); the answers
+come back together when something is read (a SELECT's rows, an upsert's
+returned ids) or when the block ends. A steady snapshot's writes then cost one
+round trip instead of one each. So nothing run inside may depend on a row
+count: ``PreparedUpdate.run`` returns none, and an upsert returns rows only
+when asked (``RowInsert.run(returning=...)``).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from functools import cache
 from typing import Any, cast
 
-from django.db import connections, models, router
+from django.db import DEFAULT_DB_ALIAS, connections, models, router
 from django.db.models.expressions import Expression
 from django.db.models.sql.subqueries import UpdateQuery
+
+from gpuadmin.fleet.json_text import JsonTextField
 
 # Fields whose values the database drivers take as they are (DateTimeField and JSONField are adapted
 # below).
@@ -99,8 +112,8 @@ class PreparedQuery(_Prepared):
 
 
 class PreparedUpdate(_Prepared):
-    """``queryset.update(**fields)``, where ``fields`` values may be ``Param``s; ``run(**values)`` the
-    number of rows it changed."""
+    """``queryset.update(**fields)``, where ``fields`` values may be ``Param``s, run by ``run(**values)``.
+    It returns no row count: inside ``pipelined()`` the count is not known when it returns."""
 
     def __init__(self, queryset: models.QuerySet[Any, Any], **fields: Any) -> None:
         query = cast(UpdateQuery, queryset.query.chain(UpdateQuery))
@@ -108,9 +121,8 @@ class PreparedUpdate(_Prepared):
         model = queryset.model
         super().__init__(query, lambda: router.db_for_write(model))
 
-    def run(self, **values: Any) -> int:
-        rowcount: int = self._execute(values, lambda cursor: cursor.rowcount)[1]
-        return rowcount
+    def run(self, **values: Any) -> None:
+        self._execute(values, lambda cursor: None)
 
 
 class RowInsert:
@@ -138,20 +150,25 @@ class RowInsert:
         self._json: dict[int, models.JSONField[Any]] = {
             n: field for n, field in enumerate(self.fields) if isinstance(field, models.JSONField)
         }
+        # A document or ValidatedJson, as the field writes it (its text).
+        self._document_texts = [
+            (n, field) for n, field in enumerate(self.fields) if isinstance(field, JsonTextField)
+        ]
         self._conflict = [_column(model, name) for name in conflict]
         self._update = [_column(model, name) for name in update]
         self._returning = [_column(model, name) for name in returning]
         self._sql: dict[tuple[str, int, bool], str] = {}
 
-    def run(self, rows: Sequence[Sequence[Any]]) -> list[tuple[Any, ...]] | None:
+    def run(self, rows: Sequence[Sequence[Any]], *, returning: bool = True) -> list[tuple[Any, ...]] | None:
         """Insert ``rows`` (values in ``fields`` order); the ``returning`` values of each row, in order,
-        or None when the database returns no rows from an insert (or nothing was asked)."""
+        or None when the database returns no rows from an insert or nothing was asked. ``returning``
+        False: not this time (every id is known already), so inside ``pipelined()`` nothing waits."""
         if not rows:
-            return [] if self._returning else None
+            return [] if self._returning and returning else None
         connection = connections[router.db_for_write(self.model)]
-        returns = bool(self._returning) and connection.features.can_return_rows_from_bulk_insert
+        returns = returning and bool(self._returning) and connection.features.can_return_rows_from_bulk_insert
         with _cursor(connection) as cursor:
-            if connection.vendor == "postgresql":
+            if connection.vendor == "postgresql" and len(rows) > 1:
                 cursor.execute(self._statement(connection, 0, returns), [self._json_rows(rows)])
                 return [tuple(r) for r in cursor.fetchall()] if returns else None
             # SQLite caps the bound parameters of one statement (Django's own bulk_create batches alike).
@@ -187,6 +204,8 @@ class RowInsert:
         for n, field in self._json.items():
             if values[n] is not None:
                 values[n] = document(field, values[n])
+        for n, text_field in self._document_texts:
+            values[n] = text_field.get_prep_value(values[n])
         return values
 
     def _statement(self, connection: Any, count: int, returns: bool) -> str:
@@ -218,6 +237,25 @@ class RowInsert:
         if returns:
             sql += f" RETURNING {', '.join(name(f.column) for f in self._returning)}"
         return sql
+
+
+@contextmanager
+def pipelined(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
+    """Inside a transaction on PostgreSQL, send statements without waiting for each one's answer
+    (psycopg's pipeline mode): a read waits for everything sent before it, the end of the block for
+    the rest. Elsewhere (SQLite, outside a transaction) statements run one by one, as always.
+
+    Only statements whose result nobody needs before the next read belong here, and nothing inside
+    may depend on a row count (psycopg gives -1 until the answer arrives): no ``Model.save()``, whose
+    update is judged by its count. An error surfaces at the next read or at the end of the block,
+    as Django's exception (``wrap_database_errors``), and fails the transaction as any other."""
+    connection = connections[using]
+    if connection.vendor != "postgresql" or not connection.in_atomic_block:
+        yield
+        return
+    connection.ensure_connection()
+    with connection.wrap_database_errors, connection.connection.pipeline():
+        yield
 
 
 def _cursor(connection: Any) -> Any:

@@ -314,7 +314,7 @@ def test_the_latest_document_is_stored_from_the_text_as_received() -> None:
     stored = LatestSnapshot.objects.get(host__name="gpu01")
     assert stored.document == second and stored.taken_at == at(10)
     assert stored.document["processes"][1]["name"] == "tr\u00e4iner \U0001f600"
-    assert len([s for s in sql if s.startswith('UPDATE "fleet_latestsnapshot"')]) == 1
+    assert len([s for s in sql if s.startswith('INSERT INTO "fleet_latestsnapshot"')]) == 1  # one upsert
     # The text itself went to the database: a second encoding would have written 60.0.
     assert LatestSnapshot.objects.filter(pk=stored.pk).values_list(Cast("document", TextField()),
                                                                    flat=True).get() == text

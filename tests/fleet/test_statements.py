@@ -5,11 +5,14 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
-from django.db import connection
+from django.db import IntegrityError, connection, transaction
+from django.db.models import TextField
+from django.db.models.functions import Cast
 from django.test.utils import CaptureQueriesContext
 
-from gpuadmin.fleet.models import Finding, Gpu, GpuSample, Host, HostRollup
-from gpuadmin.fleet.statements import Param, PreparedQuery, PreparedUpdate, RowInsert
+from gpuadmin.fleet.json_text import ValidatedJson
+from gpuadmin.fleet.models import Finding, Gpu, GpuSample, Host, HostRollup, LatestSnapshot
+from gpuadmin.fleet.statements import Param, PreparedQuery, PreparedUpdate, RowInsert, pipelined
 from tests.fleet.helpers import at
 
 pytestmark = pytest.mark.django_db
@@ -63,16 +66,17 @@ def test_the_sql_is_written_once_per_row_count_and_on_postgresql_once() -> None:
         insert.run([gpu_row(host, "GPU-a", 0, at(1))])
         insert.run([gpu_row(host, "GPU-b", 1, at(1))])
         insert.run([gpu_row(host, f"GPU-{n}", n, at(1)) for n in (2, 3)])
+        insert.run([gpu_row(host, f"GPU-{n}", n, at(1)) for n in (4, 5, 6)])
     # Each statement is in the query log as its text, also when it ran prepared (PostgreSQL).
     sql = [query["sql"] for query in captured]
-    assert len(sql) == 3 and all(s.startswith('INSERT INTO "fleet_gpu"') for s in sql)
+    assert len(sql) == 4 and all(s.startswith('INSERT INTO "fleet_gpu"') for s in sql)
     if connection.vendor == "postgresql":
-        # The rows go as one JSON parameter: the same text for any row count.
-        assert len(insert._sql) == 1 and len(set(sql)) == 1
+        # One row binds its values; more go as one JSON parameter: the same text for any count.
+        assert len(insert._sql) == 2 and sql[0] == sql[1] and sql[2] == sql[3] and " VALUES " in sql[0]
     else:
-        assert len(insert._sql) == 2 and len({s.split(" VALUES ")[0] for s in sql}) == 1
+        assert len(insert._sql) == 3 and len({s.split(" VALUES ")[0] for s in sql}) == 1
     assert sorted(Gpu.objects.values_list("uuid", "index")) == [
-        ("GPU-2", 2), ("GPU-3", 3), ("GPU-a", 0), ("GPU-b", 1)
+        *((f"GPU-{n}", n) for n in range(2, 7)), ("GPU-a", 0), ("GPU-b", 1)
     ]
 
 
@@ -98,6 +102,30 @@ def test_without_returned_rows_the_caller_is_told_so(monkeypatch: pytest.MonkeyP
     assert UPSERT.run([gpu_row(host, "GPU-a", 0, at(1))]) is None
     assert Gpu.objects.get().uuid == "GPU-a"
     assert UPSERT.run([]) == []
+
+
+def test_rows_not_asked_back_are_stored_all_the_same() -> None:
+    host = Host.objects.create(name="gpu01", first_seen_at=at(0))
+    assert UPSERT.run([gpu_row(host, "GPU-a", 0, at(1))], returning=False) is None
+    two = [gpu_row(host, "GPU-a", 3, at(2)), gpu_row(host, "GPU-b", 1, at(2))]
+    assert UPSERT.run(two, returning=False) is None
+    assert UPSERT.run([], returning=False) is None
+    assert sorted(Gpu.objects.values_list("uuid", "index")) == [("GPU-a", 3), ("GPU-b", 1)]
+
+
+def test_a_document_kept_as_text_is_written_as_its_field_writes_it() -> None:
+    """JsonTextField: validated text as it is, anything else encoded; one row or several."""
+    gpu01, gpu02, gpu03 = (Host.objects.create(name=f"gpu0{n}", first_seen_at=at(0)) for n in (1, 2, 3))
+    latest = RowInsert(LatestSnapshot, ["host", "taken_at", "received_at", "document"], conflict=["host"],
+                       update=["taken_at", "document"])
+    text = '{"b": 6e1,  "a": "caf\\u00e9"}'
+    latest.run([(gpu01.pk, at(1), at(1), ValidatedJson(text))])
+    latest.run([(gpu02.pk, at(1), at(1), {"n": 1}), (gpu03.pk, at(1), at(1), "not validated")])
+    stored = dict(LatestSnapshot.objects.values_list("host__name", Cast("document", TextField())))
+    assert stored == {"gpu01": text, "gpu02": '{"n":1}', "gpu03": '"not validated"'}
+    latest.run([(gpu01.pk, at(2), at(5), {"n": 2})])  # the conflict: replaced, received_at kept
+    replaced = LatestSnapshot.objects.filter(host=gpu01).values_list("taken_at", "received_at", "document")
+    assert replaced.get() == (at(2), at(1), {"n": 2})
 
 
 def test_a_conflict_with_nothing_to_update_is_skipped() -> None:
@@ -173,11 +201,11 @@ def test_a_prepared_update_sets_its_fields_on_the_rows_its_values_pick() -> None
     finding(gpu01, "a", 5)
     finding(gpu01, "b", 5, resolved_at=at(6))
     finding(gpu02, "c", 5)
-    assert SEEN.run(host=gpu01.pk, last_seen_at=at(20)) == 1
+    SEEN.run(host=gpu01.pk, last_seen_at=at(20))
     assert sorted(Finding.objects.values_list("key", "last_seen_at", "title")) == [
         ("a", at(20), "seen"), ("b", at(5), "t"), ("c", at(5), "t")
     ]
-    assert SEEN.run(host=gpu02.pk, last_seen_at=at(30)) == 1
+    SEEN.run(host=gpu02.pk, last_seen_at=at(30))
     assert Finding.objects.get(key="c").last_seen_at == at(30)
     assert Finding.objects.filter(last_seen_at=at(30)).count() == 1  # stored in the form the ORM queries
 
@@ -203,3 +231,43 @@ def test_on_postgresql_each_fixed_statement_is_prepared_once_per_connection() ->
     # The values were bound, not written into the statements.
     assert not any("gpu01" in s or "GPU-1" in s for s in prepared)
     assert sorted(Gpu.objects.values_list("uuid", flat=True)) == ["GPU-0", "GPU-1", "GPU-2"]
+
+
+def _pipeline_on() -> bool:
+    return connection.vendor == "postgresql" and connection.connection.pgconn.pipeline_status != 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_pipelined_writes_are_all_done_when_read_and_at_the_end() -> None:
+    host = Host.objects.create(name="gpu01", first_seen_at=at(0))
+    finding(host, "a", 5)
+    with pipelined():
+        assert not _pipeline_on()  # outside a transaction: one by one, as always
+    with transaction.atomic(), pipelined():
+        assert _pipeline_on() == (connection.vendor == "postgresql")
+        UPSERT.run([gpu_row(host, "GPU-a", 0, at(1))], returning=False)
+        SEEN.run(host=host.pk, last_seen_at=at(20))
+        # A read waits for every write sent before it.
+        assert FINDINGS.rows(host=host.pk, since=at(20)) == [("a", {"pids": [1, 2], "key": "a"}, at(20),
+                                                              None)]
+        UPSERT.run([gpu_row(host, "GPU-b", 1, at(1))], returning=False)
+    assert not _pipeline_on()
+    assert sorted(Gpu.objects.values_list("uuid", flat=True)) == ["GPU-a", "GPU-b"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_pipelined_write_that_fails_fails_the_transaction_with_djangos_error() -> None:
+    host = Host.objects.create(name="gpu01", first_seen_at=at(0))
+    finding(host, "a", 5)
+    plain = RowInsert(Gpu, GPU_FIELDS)  # no conflict clause: a second GPU-a breaks the unique constraint
+    plain.run([gpu_row(host, "GPU-a", 0, at(1))])
+    with pytest.raises(IntegrityError), transaction.atomic(), pipelined():
+        SEEN.run(host=host.pk, last_seen_at=at(20))
+        plain.run([gpu_row(host, "GPU-a", 1, at(2))])
+        UPSERT.run([gpu_row(host, "GPU-b", 1, at(2))], returning=False)
+    # Nothing of the transaction stayed, the write before the failing one included.
+    assert Finding.objects.get().last_seen_at == at(5)
+    assert list(Gpu.objects.values_list("uuid", "index")) == [("GPU-a", 0)]
+    assert not _pipeline_on()
+    SEEN.run(host=host.pk, last_seen_at=at(30))  # the connection works on
+    assert Finding.objects.get().last_seen_at == at(30)
