@@ -237,7 +237,7 @@ def _pipeline_on() -> bool:
     return connection.vendor == "postgresql" and connection.connection.pgconn.pipeline_status != 0
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_pipelined_writes_are_all_done_when_read_and_at_the_end() -> None:
     host = Host.objects.create(name="gpu01", first_seen_at=at(0))
     finding(host, "a", 5)
@@ -255,7 +255,7 @@ def test_pipelined_writes_are_all_done_when_read_and_at_the_end() -> None:
     assert sorted(Gpu.objects.values_list("uuid", flat=True)) == ["GPU-a", "GPU-b"]
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_a_pipelined_write_that_fails_fails_the_transaction_with_djangos_error() -> None:
     host = Host.objects.create(name="gpu01", first_seen_at=at(0))
     finding(host, "a", 5)
