@@ -30,7 +30,12 @@ by tests/services.py's ``postgres_server``, fsync off as in the tests), with
 
     python benchmarks/fleet.py [--hosts 1000] [--gpus 8] [--processes 200] [--workers 2]
                                [--rate-hosts 300] [--repeats 30] [--database sqlite|postgresql|both]
-                               [--no-wait] [--skip-ingest] [--skip-pages] [--profile N] [--stages N]
+                               [--over tcp|socket] [--no-wait] [--skip-ingest] [--skip-pages]
+                               [--profile N] [--stages N]
+
+``--over``: how the processes reach PostgreSQL, TCP on 127.0.0.1 (the default,
+as in the figures before stop 25) or the server's Unix socket (a database on
+central's own machine, as deploy/central.env.example offers);
 
 ``--profile N`` adds, after the rates, the queries of one steady-state snapshot
 (by kind of statement) and a cProfile of N more received by one process;
@@ -328,7 +333,8 @@ def run_database(args: argparse.Namespace, vendor: str, database_url: str | None
 
     logging.disable(logging.WARNING)  # a thousand "host offered key" lines say nothing here
     hosts = demo.demo_hosts(settings.DATA_DIR, args.hosts, gpus=args.gpus, processes=args.processes)
-    print(f"\n== {vendor}: {args.hosts} hosts x {args.gpus} GPUs, {args.processes} processes each, "
+    over = f" over {args.over}" if vendor == "postgresql" else ""
+    print(f"\n== {vendor}{over}: {args.hosts} hosts x {args.gpus} GPUs, {args.processes} processes each, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start ==", flush=True)
     began = time.perf_counter()
     for host in hosts:
@@ -374,6 +380,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-ingest", action="store_true",
                         help="measure no ingest rate (step 2): enrolment and the pages only")
     parser.add_argument("--database", choices=["sqlite", "postgresql", "both"], default="both")
+    parser.add_argument("--over", choices=["tcp", "socket"], default="tcp",
+                        help="PostgreSQL over TCP on 127.0.0.1 or over its Unix socket")
     parser.add_argument("--no-wait", action="store_true", help="do not wait for running pytest processes")
     parser.add_argument("--skip-pages", action="store_true", help="measure ingest only, not the pages")
     parser.add_argument("--stages", type=int, default=0, metavar="N",
@@ -411,8 +419,9 @@ def _run_child(args: argparse.Namespace, vendor: str) -> None:
         from tests import services
 
         with services.postgres_server() as server:
-            setup_django(server.url)
-            run_database(args, vendor, server.url)
+            url = server.socket_url if args.over == "socket" else server.url
+            setup_django(url)
+            run_database(args, vendor, url)
 
 
 if __name__ == "__main__":

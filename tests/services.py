@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 START_TIMEOUT_SECONDS = 30.0
 STOP_TIMEOUT_SECONDS = 10.0
@@ -227,6 +228,11 @@ class PostgresServer:
     @property
     def url(self) -> str:
         return f"postgresql://{self.user}@127.0.0.1:{self.port}/{self.database}"
+
+    @property
+    def socket_url(self) -> str:
+        """The same server over its Unix socket (the directory as the host, percent-encoded)."""
+        return f"postgresql://{self.user}@{quote(str(self.socket_dir), safe='')}:{self.port}/{self.database}"
 
 
 def _postgres_os_user() -> tuple[str, list[str]]:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import dj_database_url
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -86,3 +87,14 @@ def test_the_example_central_env_passes_check_deploy_through_gpuadmin_manage(tmp
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "System check identified no issues (0 silenced)." in result.stdout
+
+
+def test_the_example_socket_database_url_names_the_socket_directory_and_no_password() -> None:
+    """central.env.example's other DATABASE_URL, for PostgreSQL on the same machine, read as settings
+    read DATABASE_URL: psycopg takes a host that is a path as the socket's directory."""
+    example = (REPO / "deploy" / "central.env.example").read_text()
+    (line,) = [line for line in example.splitlines() if line.startswith("#DATABASE_URL=")]
+    parsed = dj_database_url.parse(line.split("=", 1)[1].strip("'"))
+    assert (parsed["ENGINE"], parsed["HOST"], parsed["USER"], parsed["PASSWORD"], parsed["NAME"]) == (
+        "django.db.backends.postgresql", "/var/run/postgresql", "gpuadmin", "", "gpuadmin"
+    )
