@@ -136,14 +136,15 @@ _HOST_SAMPLE = RowInsert(
 # stalls on its data. bulk_update built its CASE statement anew each time (~1.5 ms of CPU).
 _SET_IDLE_SINCE = PreparedUpdate(Gpu.objects.filter(pk=Param(Gpu, "id")), idle_since=Param(Gpu, "idle_since"))
 
-# The host's samples of the last PID_TREND_SECONDS (findings_facts), compiled once.
-_PID_TREND = PreparedQuery(
-    HostSample.objects.filter(
-        host=Param(HostSample, "host"),
-        taken_at__gte=Param(HostSample, "taken_at", key="since"),
-        taken_at__lte=Param(HostSample, "taken_at", key="until"),
-    ).order_by("taken_at").values_list("taken_at", "pids_in_use", "zombie_count")
-)
+# The host's samples of the last PID_TREND_SECONDS (findings_facts), compiled once; and the zombie
+# count of the oldest of them alone.
+_TREND_SAMPLES = HostSample.objects.filter(
+    host=Param(HostSample, "host"),
+    taken_at__gte=Param(HostSample, "taken_at", key="since"),
+    taken_at__lte=Param(HostSample, "taken_at", key="until"),
+).order_by("taken_at")
+_PID_TREND = PreparedQuery(_TREND_SAMPLES.values_list("taken_at", "pids_in_use", "zombie_count"))
+_PID_TREND_FIRST_ZOMBIES = PreparedQuery(_TREND_SAMPLES.values_list("zombie_count")[:1])
 
 
 def matters_by_itself(row: ProcessRow) -> bool:
@@ -479,16 +480,20 @@ def findings_facts(
     taken_at: datetime,
     zombies: int | None = None,
 ) -> HistoryFacts:
-    """What the history-based findings need beside the snapshot: at most one query (the PID trend).
+    """What the history-based findings need beside the snapshot: the PID trend, when it can matter.
 
-    ``zombies``: the snapshot's zombie count, when known. The trend (an hour
-    of samples, 360 rows at a 10 s interval) serves only "PIDs running out",
-    which needs zombies growing up to this snapshot: none now, no trend read.
+    ``zombies``: the snapshot's zombie count, when known (its host sample is
+    stored already). The trend (an hour of samples, 360 rows at a 10 s
+    interval) serves only "PIDs running out", which needs more zombies now
+    than at the start of the window (``findings.pids_running_out``): none now,
+    nothing read; no more than the window's oldest sample shows (a host with
+    the same few zombies for hours, the usual case), that one count read.
     """
     trend: Iterable[tuple[datetime, int, int]] = ()
-    if zombies != 0:
-        trend = _PID_TREND.rows(host=host.pk, since=taken_at - timedelta(seconds=PID_TREND_SECONDS),
-                                until=taken_at)
+    window = {"host": host.pk, "since": taken_at - timedelta(seconds=PID_TREND_SECONDS), "until": taken_at}
+    if zombies is None or (zombies > 0 and any(zombies > first for first, in
+                                               _PID_TREND_FIRST_ZOMBIES.rows(**window))):
+        trend = _PID_TREND.rows(**window)
     return HistoryFacts(
         taken_at=taken_at,
         rising={

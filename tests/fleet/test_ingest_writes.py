@@ -277,14 +277,27 @@ def test_a_signed_snapshot_locks_its_host_row_once() -> None:
     assert ProcessLife.objects.select_related("host").get(pid=11).latest_sighting_at() == at(10)
 
 
-def test_the_pid_trend_is_read_only_while_the_snapshot_shows_zombies(ingest: Callable[..., Host]) -> None:
+def test_the_pid_trend_is_read_only_while_zombies_grow(ingest: Callable[..., Host]) -> None:
+    def trend_reads(sql: list[str]) -> list[str]:
+        return [s for s in sql if s.startswith("SELECT") and 'FROM "fleet_hostsample"' in s]
+
     ingest(trainers(0))
     with statements() as sql:
         ingest(trainers(10))
-    assert not [s for s in sql if s.startswith("SELECT") and 'FROM "fleet_hostsample"' in s]
+    assert trend_reads(sql) == []  # no zombies: nothing read
     with statements() as sql:
         ingest(trainers(20, zombies=True))
-    assert len([s for s in sql if s.startswith("SELECT") and 'FROM "fleet_hostsample"' in s]) == 1
+    # Two zombies now, none at the window's start: the oldest sample's count, then the trend.
+    assert [s.endswith("LIMIT 1") for s in trend_reads(sql)] == [True, False]
+    with statements() as sql:
+        ingest(trainers(30, zombies=True))
+    assert [s.endswith("LIMIT 1") for s in trend_reads(sql)] == [True, False]  # still more than at 0
+    ingest(trainers(200, zombies=True))
+    with statements() as sql:
+        ingest(trainers(3700, zombies=True))
+    # The window (an hour back, from 100) starts at 200 with the same two zombies: not growing, one
+    # count read.
+    assert [s.endswith("LIMIT 1") for s in trend_reads(sql)] == [True]
 
 
 def test_a_database_that_returns_no_ids_from_an_upsert_gets_them_read_back(
