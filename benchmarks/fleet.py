@@ -30,9 +30,13 @@ by tests/services.py's ``postgres_server``, fsync off as in the tests), with
 
     python benchmarks/fleet.py [--hosts 1000] [--gpus 8] [--processes 200] [--workers 2]
                                [--rate-hosts 300] [--repeats 30] [--database sqlite|postgresql|both]
-                               [--over tcp|socket] [--no-wait] [--skip-ingest] [--skip-pages]
-                               [--profile N] [--stages N]
+                               [--over tcp|socket] [--history-minutes M] [--no-wait]
+                               [--skip-ingest] [--skip-pages] [--profile N] [--stages N]
 
+``--history-minutes M``: before the rates, each host gets M minutes of host
+samples (one per 10 s, its own counts), as a fleet that has run that long has:
+the PID trend of a host with zombies reads the last hour of them (default 0,
+as in the figures before stop 25);
 ``--over``: how the processes reach PostgreSQL, TCP on 127.0.0.1 (the default,
 as in the figures before stop 25) or the server's Unix socket (a database on
 central's own machine, as deploy/central.env.example offers);
@@ -324,6 +328,31 @@ def measure_pages(client: Any, hosts: list[Any], round_number: int, repeats: int
     return rows
 
 
+def add_host_history(hosts: list[Any], minutes: int) -> None:
+    """Each host's samples of the ``minutes`` before its enrolment, one per probe interval (10 s) with
+    its round-0 counts: the history a fleet that has run that long reads at each snapshot (the PID
+    trend of a host with zombies spans the last hour)."""
+    from datetime import timedelta
+
+    from gpuadmin.fleet.models import Host, HostSample
+
+    ids = dict(Host.objects.filter(name__in=[h.name for h in hosts]).values_list("name", "pk"))
+    end = Host.objects.order_by("first_seen_at").values_list("first_seen_at", flat=True).first()
+    samples = []
+    for host in hosts:
+        document = host.document(0)
+        counts, facts = document["process_counts"], document["host"]
+        samples += [
+            HostSample(host_id=ids[host.name], taken_at=end - timedelta(seconds=10 * n),
+                       process_count=counts["total"], zombie_count=counts["zombies"],
+                       uninterruptible_count=counts["uninterruptible"], pids_in_use=facts["pids_in_use"],
+                       pid_max=facts["pid_max"])
+            for n in range(1, 6 * minutes + 1)
+        ]
+    HostSample.objects.bulk_create(samples, batch_size=5000)
+    print(f"history: {len(samples)} host samples of the {minutes} minutes before enrolment", flush=True)
+
+
 def run_database(args: argparse.Namespace, vendor: str, database_url: str | None) -> None:
     from django.conf import settings
     from django.contrib.auth import get_user_model
@@ -341,6 +370,8 @@ def run_database(args: argparse.Namespace, vendor: str, database_url: str | None
         demo.send(host, 0)
     print(f"enrolment (offer, accept, store): {len(hosts) / (time.perf_counter() - began):.0f} hosts/s",
           flush=True)
+    if args.history_minutes:
+        add_host_history(hosts, args.history_minutes)
     measured = [] if args.skip_ingest else hosts[: args.rate_hosts]
     for round_number, workers in enumerate(sorted({1, args.workers}) if measured else [], start=1):
         rate, cpu_ms, server_cpu_ms = ingest_round(measured, round_number, workers)
@@ -382,6 +413,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--database", choices=["sqlite", "postgresql", "both"], default="both")
     parser.add_argument("--over", choices=["tcp", "socket"], default="tcp",
                         help="PostgreSQL over TCP on 127.0.0.1 or over its Unix socket")
+    parser.add_argument("--history-minutes", type=int, default=0, metavar="M",
+                        help="give each host M minutes of host samples before the rates (60: an hour, "
+                             "the PID trend's window)")
     parser.add_argument("--no-wait", action="store_true", help="do not wait for running pytest processes")
     parser.add_argument("--skip-pages", action="store_true", help="measure ingest only, not the pages")
     parser.add_argument("--stages", type=int, default=0, metavar="N",
