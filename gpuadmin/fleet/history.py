@@ -472,6 +472,12 @@ def update_idle_since(
         _SET_IDLE_SINCE.run(id=gpu.pk, idle_since=gpu.idle_since)
 
 
+def _zombies_grew(window: dict[str, Any], zombies: int) -> bool:
+    """Whether ``zombies`` is more than the window's oldest host sample shows (no sample: no)."""
+    oldest = _PID_TREND_FIRST_ZOMBIES.rows(**window)
+    return bool(oldest) and zombies > oldest[0][0]
+
+
 def findings_facts(
     host: Host,
     lives: Iterable[LifeValues],
@@ -491,8 +497,7 @@ def findings_facts(
     """
     trend: Iterable[tuple[datetime, int, int]] = ()
     window = {"host": host.pk, "since": taken_at - timedelta(seconds=PID_TREND_SECONDS), "until": taken_at}
-    if zombies is None or (zombies > 0 and any(zombies > first for first, in
-                                               _PID_TREND_FIRST_ZOMBIES.rows(**window))):
+    if zombies is None or (zombies > 0 and _zombies_grew(window, zombies)):
         trend = _PID_TREND.rows(**window)
     return HistoryFacts(
         taken_at=taken_at,
