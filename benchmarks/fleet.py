@@ -329,26 +329,20 @@ def measure_pages(client: Any, hosts: list[Any], round_number: int, repeats: int
 
 
 def add_host_history(hosts: list[Any], minutes: int) -> None:
-    """Each host's samples of the ``minutes`` before its enrolment, one per probe interval (10 s) with
-    its round-0 counts: the history a fleet that has run that long reads at each snapshot (the PID
-    trend of a host with zombies spans the last hour)."""
+    """Each host's samples of the ``minutes`` before its enrolment, one per probe interval (10 s), each
+    a copy of the sample its enrolment stored: the history a fleet that has run that long reads at
+    each snapshot (the PID trend of a host with zombies spans the last hour)."""
+    from copy import copy
     from datetime import timedelta
 
-    from gpuadmin.fleet.models import Host, HostSample
+    from gpuadmin.fleet.models import HostSample
 
-    ids = dict(Host.objects.filter(name__in=[h.name for h in hosts]).values_list("name", "pk"))
-    end = Host.objects.order_by("first_seen_at").values_list("first_seen_at", flat=True).first()
     samples = []
-    for host in hosts:
-        document = host.document(0)
-        counts, facts = document["process_counts"], document["host"]
-        samples += [
-            HostSample(host_id=ids[host.name], taken_at=end - timedelta(seconds=10 * n),
-                       process_count=counts["total"], zombie_count=counts["zombies"],
-                       uninterruptible_count=counts["uninterruptible"], pids_in_use=facts["pids_in_use"],
-                       pid_max=facts["pid_max"])
-            for n in range(1, 6 * minutes + 1)
-        ]
+    for enrolled in HostSample.objects.filter(host__name__in=[h.name for h in hosts]):
+        for n in range(1, 6 * minutes + 1):
+            earlier = copy(enrolled)
+            earlier.pk, earlier.taken_at = None, enrolled.taken_at - timedelta(seconds=10 * n)
+            samples.append(earlier)
     HostSample.objects.bulk_create(samples, batch_size=5000)
     print(f"history: {len(samples)} host samples of the {minutes} minutes before enrolment", flush=True)
 

@@ -552,12 +552,18 @@ def pid_forecast(trend: Iterable[PidSample], pid_max: int) -> tuple[float, datet
     return slope, last.taken_at + timedelta(seconds=max(0, pid_max - last.pids_in_use) / slope)
 
 
+def zombies_grew(oldest: int, newest: int) -> bool:
+    """Whether a host's zombies grew over the PID trend's window: else PIDs are not running out
+    (``pids_running_out``), and ingest need not read the trend (``history.findings_facts``)."""
+    return newest > oldest
+
+
 def pids_running_out(
     document: dict[str, Any], trees: list[ZombieTree], facts: HistoryFacts
 ) -> list[FindingDraft]:
     """Zombies growing and PIDs in use rising fast enough to reach pid_max within the horizon."""
     trend = facts.pid_trend
-    if len(trend) < 2 or trend[-1].zombies <= trend[0].zombies:
+    if len(trend) < 2 or not zombies_grew(trend[0].zombies, trend[-1].zombies):
         return []
     pid_max = document["host"]["pid_max"]
     forecast = pid_forecast(trend, pid_max)

@@ -40,7 +40,7 @@ import msgspec
 from django.conf import settings
 from django.db.models import BooleanField, ExpressionWrapper, Q
 
-from gpuadmin.fleet.findings import HistoryFacts, PidSample, Rising
+from gpuadmin.fleet.findings import HistoryFacts, PidSample, Rising, zombies_grew
 from gpuadmin.fleet.models import Gpu, GpuSample, Host, HostSample, ProcessLife, ProcessPoint
 from gpuadmin.fleet.process_tree import ProcessRow
 from gpuadmin.fleet.statements import Param, PreparedQuery, PreparedUpdate, RowInsert
@@ -472,10 +472,10 @@ def update_idle_since(
         _SET_IDLE_SINCE.run(id=gpu.pk, idle_since=gpu.idle_since)
 
 
-def _zombies_grew(window: dict[str, Any], zombies: int) -> bool:
-    """Whether ``zombies`` is more than the window's oldest host sample shows (no sample: no)."""
+def _zombies_grew_since_oldest(window: dict[str, Any], zombies: int) -> bool:
+    """``findings.zombies_grew`` from the window's oldest host sample to ``zombies`` (no sample: no)."""
     oldest = _PID_TREND_FIRST_ZOMBIES.rows(**window)
-    return bool(oldest) and zombies > oldest[0][0]
+    return bool(oldest) and zombies_grew(oldest[0][0], zombies)
 
 
 def findings_facts(
@@ -491,13 +491,13 @@ def findings_facts(
     ``zombies``: the snapshot's zombie count, when known (its host sample is
     stored already). The trend (an hour of samples, 360 rows at a 10 s
     interval) serves only "PIDs running out", which needs more zombies now
-    than at the start of the window (``findings.pids_running_out``): none now,
+    than at the start of the window (``findings.zombies_grew``): none now,
     nothing read; no more than the window's oldest sample shows (a host with
     the same few zombies for hours, the usual case), that one count read.
     """
     trend: Iterable[tuple[datetime, int, int]] = ()
     window = {"host": host.pk, "since": taken_at - timedelta(seconds=PID_TREND_SECONDS), "until": taken_at}
-    if zombies is None or (zombies > 0 and _zombies_grew(window, zombies)):
+    if zombies is None or (zombies > 0 and _zombies_grew_since_oldest(window, zombies)):
         trend = _PID_TREND.rows(**window)
     return HistoryFacts(
         taken_at=taken_at,

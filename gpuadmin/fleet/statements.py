@@ -52,8 +52,8 @@ from django.db.models.sql.subqueries import UpdateQuery
 
 from gpuadmin.fleet.json_text import JsonTextField
 
-# Fields whose values the database drivers take as they are (DateTimeField and JSONField are adapted
-# below).
+# Fields whose values the database drivers take as they are (DateTimeField, JSONField and JsonTextField,
+# a TextField, are adapted below).
 _PLAIN_FIELDS = (models.IntegerField, models.CharField, models.TextField, models.BooleanField,
                  models.ForeignKey, models.DateTimeField, models.JSONField)
 
