@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any
 
 from gpuadmin.probe.owners import (
@@ -52,13 +51,20 @@ class ProcessRow:
     owner: dict[str, Any] | None = None
     # The executable (/proc/<pid>/exe) as the probe read it; None when unknown or from an older agent.
     exe: str | None = None
+    # The process's GPU memory over all its GPUs (memory_total_bytes), worked out once when the row is
+    # made: ingest asks about four times per process, and a cached_property took a lock each first time.
+    total_gpu_memory_bytes: int = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "total_gpu_memory_bytes", memory_total_bytes(self.gpu_memory_bytes))
 
     @classmethod
     def from_document(cls, p: dict[str, Any]) -> ProcessRow:
         # Filled in directly rather than through the frozen dataclass's __init__, which sets each of
-        # the 21 fields through object.__setattr__: a third of the time, and ingest reads ~200 a
+        # the 22 fields through object.__setattr__: a third of the time, and ingest reads ~200 a
         # snapshot. Every field is set (tests/fleet/test_process_tree.py holds it to the field list).
         row = object.__new__(cls)
+        gpu_memory_bytes = dict(p.get("gpu_memory_bytes", {}))
         row.__dict__.update(
             pid=p["pid"],
             ppid=p["ppid"],
@@ -77,10 +83,11 @@ class ProcessRow:
             orphaned=p.get("orphaned", False),
             kernel_thread=p.get("kernel_thread", False),
             reasons=tuple(p.get("reasons", ())),
-            gpu_memory_bytes=dict(p.get("gpu_memory_bytes", {})),
+            gpu_memory_bytes=gpu_memory_bytes,
             device_files=tuple(p.get("device_files", ())),
             owner=p.get("owner"),
             exe=p.get("exe"),
+            total_gpu_memory_bytes=memory_total_bytes(gpu_memory_bytes) if gpu_memory_bytes else 0,
         )
         return row
 
@@ -107,11 +114,6 @@ class ProcessRow:
     def workload(self) -> Workload | None:
         """The Slurm job, container or pod this process runs in (None for units, sessions, no owner)."""
         return workload_of(self.owner)
-
-    @cached_property
-    def total_gpu_memory_bytes(self) -> int:
-        # Cached (ingest asks ~4 times per process); a frozen row's memory never changes.
-        return memory_total_bytes(self.gpu_memory_bytes)
 
     @property
     def holds_gpu(self) -> bool:

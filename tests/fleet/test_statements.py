@@ -11,7 +11,7 @@ from django.db.models.functions import Cast
 from django.test.utils import CaptureQueriesContext
 
 from gpuadmin.fleet.json_text import ValidatedJson
-from gpuadmin.fleet.models import Finding, Gpu, GpuSample, Host, HostRollup, LatestSnapshot
+from gpuadmin.fleet.models import Finding, Gpu, GpuSample, Host, HostRollup, LatestSnapshot, ProcessLife
 from gpuadmin.fleet.statements import Param, PreparedQuery, PreparedUpdate, RowInsert, pipelined
 from tests.fleet.helpers import at
 
@@ -145,6 +145,26 @@ def test_json_values_are_stored_as_their_field_stores_them() -> None:
                 (host.pk, "zombies", "k2", "warning", "t", "r", [], at(1), at(1))])
     assert list(Finding.objects.order_by("key").values_list("details", flat=True)) == [details, []]
     assert Finding.objects.filter(details__pids__1=2).count() == 1  # real JSON, not a string
+
+
+def test_a_json_column_given_none_is_null_and_a_json_null_inside_a_value_stays() -> None:
+    host = Host.objects.create(name="gpu01", first_seen_at=at(0))
+    life = {"host": host.pk, "boot_id": "boot", "start_time_ticks": 1, "first_seen_at": at(1), "ppid": 1,
+            "uid": None, "user": "", "name": "python", "cmdline": ["python"], "container_id": "",
+            "description_digest": 0, "last_seen_at": at(1), "gone_at": None, "last_state": "S",
+            "last_gpu_memory_bytes": 0, "peak_gpu_memory_bytes": 0, "held_device": False, "was_zombie": False,
+            "was_orphaned": False, "point_gpu_memory_bytes": None, "point_state": "S",
+            "memory_rising_samples": 0, "memory_rising_since": None, "memory_rising_from_bytes": 0}
+    fields = ["pid", "owner", *(name for name in life if name != "owner")]
+    insert = RowInsert(ProcessLife, fields)
+    owner = {"kind": "slurm_job", "job_id": "42", "step": None}
+    insert.run([(pid, value, *(life[name] for name in fields[2:]))
+                for pid, value in ((1, None), (2, owner), (3, []))])
+    stored = dict(ProcessLife.objects.values_list("pid", "owner"))
+    assert stored == {1: None, 2: owner, 3: []}
+    # None is SQL NULL, as the ORM stores it, not the JSON null; a null inside a value is JSON's.
+    assert list(ProcessLife.objects.filter(owner__isnull=True).values_list("pid", flat=True)) == [1]
+    assert list(ProcessLife.objects.filter(owner__step=None).values_list("pid", flat=True)) == [2]
 
 
 def test_only_plain_values_are_passed_as_they_are_and_every_required_column_is_set() -> None:
