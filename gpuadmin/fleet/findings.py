@@ -98,6 +98,8 @@ class SyncResult:
     opened: int
     refreshed: int
     resolved: int
+    # The kinds of the host's findings open after the sync: this snapshot's and other apps' (unkillable).
+    open_kinds: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -650,11 +652,7 @@ def sync_findings(host: Host, drafts: Iterable[FindingDraft], now: datetime) -> 
         if draft.kind not in SNAPSHOT_KINDS:
             raise ValueError(f"{draft.kind} findings are not drawn from snapshots")
         wanted[(draft.kind, draft.key)] = draft
-    still_open: dict[tuple[str, str], tuple[int, tuple[Any, ...]]] = {
-        (kind, key): (pk, tuple(stored))
-        for kind, key, pk, *stored in _OPEN_FINDINGS.rows(host=host.pk)
-        if kind in SNAPSHOT_KINDS
-    }
+    still_open, others = _open_findings(host)
     created, refreshed, only_seen = [], [], []
     for kind_key, draft in wanted.items():
         fields = {name: getattr(draft, name) for name in _DRAFT_FIELDS}
@@ -678,8 +676,22 @@ def sync_findings(host: Host, drafts: Iterable[FindingDraft], now: datetime) -> 
         # seen (the new and rewritten ones were already), rather than a list of ids.
         _SEEN.run(host=host.pk, last_seen_at=now)
     return SyncResult(
-        opened=len(created), refreshed=len(refreshed) + len(only_seen), resolved=len(still_open)
+        opened=len(created), refreshed=len(refreshed) + len(only_seen), resolved=len(still_open),
+        open_kinds=frozenset(kind for kind, _ in wanted) | others,
     )
+
+
+def _open_findings(host: Host) -> tuple[dict[tuple[str, str], tuple[int, tuple[Any, ...]]], set[str]]:
+    """The host's open findings that snapshots draw, by (kind, key): their id and ``_DRAFT_FIELDS``
+    values; and the kinds of its other open findings (other apps')."""
+    drawn: dict[tuple[str, str], tuple[int, tuple[Any, ...]]] = {}
+    others: set[str] = set()
+    for kind, key, pk, *stored in _OPEN_FINDINGS.rows(host=host.pk):
+        if kind in SNAPSHOT_KINDS:
+            drawn[(kind, key)] = (pk, tuple(stored))
+        else:
+            others.add(kind)
+    return drawn, others
 
 
 # --- wording --------------------------------------------------------------

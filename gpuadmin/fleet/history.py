@@ -90,6 +90,7 @@ _LIFE_COMPARED_FIELDS = [name for name in _LIFE_UPDATE_FIELDS
 # cost ~1.8 ms to load per snapshot on PostgreSQL), its last_seen_at and gone_at (dates cost ~5 us
 # each to load; the previous snapshot saw it, and whether its refresh is due is a boolean).
 _IDENTITY_COLUMNS = ["pk", "boot_id", "pid", "start_time_ticks"]
+assert _IDENTITY_COLUMNS[1:] == ["boot_id", "pid", "start_time_ticks"], "LifeKey's order (_add_lives)"
 _OPEN_COLUMNS = [*_IDENTITY_COLUMNS, *_LIFE_COMPARED_FIELDS, "refresh_due"]
 _GONE_COLUMNS = [*_IDENTITY_COLUMNS, *_LIFE_UPDATE_FIELDS]
 
@@ -327,7 +328,7 @@ def _known_lives(
     """
     known: dict[LifeKey, LifeValues] = {}
     open_lives = _OPEN_LIVES.rows(host=host.pk, refresh_before=refresh_before)
-    _add_lives(known, open_lives, _OPEN_COLUMNS, gone_at=None)
+    _add_lives(known, open_lives, _OPEN_COLUMNS)
     unmatched = sorted({row.pid for row in mattering
                         if (boot_id, row.pid, row.start_time_ticks) not in known})
     for start in range(0, len(unmatched), _PIDS_PER_QUERY):
@@ -337,13 +338,11 @@ def _known_lives(
     return known
 
 
-def _add_lives(
-    known: dict[LifeKey, LifeValues], rows: Iterable[tuple[Any, ...]], columns: list[str], **also: Any
-) -> None:
-    """Put ``rows`` (values of ``columns``) into ``known`` by identity, each life with ``also`` besides."""
+def _add_lives(known: dict[LifeKey, LifeValues], rows: Iterable[tuple[Any, ...]], columns: list[str]) -> None:
+    """Put ``rows`` (values of ``columns``, identity first: ``_IDENTITY_COLUMNS``) into ``known`` by
+    identity, each life a dict of its values (its boot id among them)."""
     for values in rows:
-        life = {**dict(zip(columns, values, strict=True)), **also}
-        known[(life.pop("boot_id"), life["pid"], life["start_time_ticks"])] = life
+        known[(values[1], values[2], values[3])] = dict(zip(columns, values, strict=True))
 
 
 def _is_steady(life: LifeValues, row: ProcessRow, digest: int, step: int) -> bool:

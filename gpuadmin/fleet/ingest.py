@@ -202,9 +202,12 @@ def ingest_document(
                                                  previous_taken_at=previous_taken_at)
             facts = history.findings_facts(host, lives, gpus_by_uuid.values(), taken_at=taken_at,
                                            zombies=document["process_counts"]["zombies"])
-            findings.sync_findings(host, findings.compute_findings(document, facts, rows=rows), received_at)
+            synced = findings.sync_findings(host, findings.compute_findings(document, facts, rows=rows),
+                                            received_at)
         transaction.on_commit(
-            partial(snapshot_ingested.send, sender=Host, host=host, document=document), robust=True
+            partial(snapshot_ingested.send, sender=Host, host=host, document=document,
+                    open_finding_kinds=synced.open_kinds),
+            robust=True,
         )
     return host
 

@@ -258,7 +258,7 @@ def attributed_memory_bytes(rows: dict[int, ProcessRow]) -> dict[str, int]:
 
 def memory_total_bytes(gpu_memory_bytes: Mapping[str, int | None]) -> int:
     """One process's GPU memory over all its GPUs (a snapshot's ``gpu_memory_bytes``; null counts 0)."""
-    return sum(v for v in gpu_memory_bytes.values() if v)
+    return sum(filter(None, gpu_memory_bytes.values()))  # filter, not a generator: half the time
 
 
 def memory_by_gpu(gpu_memory: Iterable[Mapping[str, int | None]]) -> dict[str, int]:

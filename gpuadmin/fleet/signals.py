@@ -1,10 +1,13 @@
 """Signals the fleet app sends to the rest of central.
 
-``snapshot_ingested(sender=Host, host=Host, document=dict)`` is sent once per
-accepted snapshot that became the host's latest, after its transaction
-committed (so receivers see the stored rows). Snapshots that arrive late or
-twice do not send it. The kills app listens to confirm that GPU memory came
-back after a kill.
+``snapshot_ingested(sender=Host, host=Host, document=dict, open_finding_kinds=frozenset)``
+is sent once per accepted snapshot that became the host's latest, after its
+transaction committed (so receivers see the stored rows). Snapshots that
+arrive late or twice do not send it. ``open_finding_kinds``: the kinds of the
+host's findings open as the snapshot's transaction left them, other apps'
+included (ingest read them anyway; a finding opened since is seen by the next
+snapshot). The kills app listens to confirm that GPU memory came back after a
+kill and to close "unkillable" findings whose process is gone.
 """
 
 from __future__ import annotations

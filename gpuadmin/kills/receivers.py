@@ -6,6 +6,7 @@ A receiver only calls services: the rules stay in ``services/``.
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from typing import Any
 
 from gpuadmin.fleet.models import Host
@@ -14,10 +15,11 @@ from gpuadmin.kills.services import confirm_released, resolve_gone_unkillable
 logger = logging.getLogger(__name__)
 
 
-def on_snapshot_ingested(sender: Any, host: Host, document: dict[str, Any], **kwargs: Any) -> None:
+def on_snapshot_ingested(sender: Any, host: Host, document: dict[str, Any],
+                         open_finding_kinds: Collection[str] | None = None, **kwargs: Any) -> None:
     """A new snapshot of ``host`` committed: close what it shows gone, confirm memory that came back."""
     try:
-        resolve_gone_unkillable(host, document)
+        resolve_gone_unkillable(host, document, open_kinds=open_finding_kinds)
         confirm_released(host, document)
     except Exception:
         # A receiver error must not look like a failed ingest: the snapshot is stored.

@@ -69,10 +69,13 @@ def test_findings_of_the_kills_app_are_never_touched(host: Host) -> None:
         first_seen_at=T0,
         last_seen_at=T0,
     )
-    sync_findings(host, [], at(10))
+    result = sync_findings(host, [zombies("4120:1", 2)], at(10))
     unkillable.refresh_from_db()
     assert unkillable.resolved_at is None
     assert unkillable.last_seen_at == T0
+    # What stays open, told to snapshot_ingested's receivers: the snapshot's kinds and the others'.
+    assert result.open_kinds == {Kind.ZOMBIES, Kind.UNKILLABLE}
+    assert sync_findings(host, [], at(20)).open_kinds == {Kind.UNKILLABLE}
     with pytest.raises(ValueError, match="not drawn from snapshots"):
         sync_findings(host, [FindingDraft(Kind.UNKILLABLE, "x", Severity.INFO, "t", "r")], at(20))
 

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from django.utils import timezone
 
 from gpuadmin.audit.models import AuditEvent
 from gpuadmin.fleet.ingest import ingest_snapshot
@@ -123,5 +124,25 @@ def test_an_unkillable_finding_closes_when_a_snapshot_shows_the_process_gone(
     finding.refresh_from_db()
     assert finding.is_open  # still there, still stuck
     ingest_after(refreshed(kill_request), 10, lab_snapshot(drop=(4300,)))
+    finding.refresh_from_db()
+    assert not finding.is_open
+
+
+@pytest.mark.usefixtures("lab")
+def test_an_unkillable_finding_is_looked_for_only_when_ingest_saw_one_open(
+    requester, approver, sent, approve_committed, django_assert_num_queries
+):
+    kill_request = file(requester, 4300)
+    finding = Finding.objects.create(
+        host=kill_request.host, kind=Finding.Kind.UNKILLABLE, key="4300:430000", severity="critical",
+        title="t", remedy="r", details={"pid": 4300, "start_time_ticks": 430000},
+        first_seen_at=timezone.now(), last_seen_at=timezone.now(),
+    )
+    gone = lab_snapshot(drop=(4300,))
+    # Ingest read the host's open findings with the snapshot: none unkillable then, nothing asked now.
+    with django_assert_num_queries(0):
+        assert services.resolve_gone_unkillable(kill_request.host, gone, open_kinds=frozenset()) == 0
+    assert services.resolve_gone_unkillable(kill_request.host, gone,
+                                            open_kinds={Finding.Kind.UNKILLABLE}) == 1
     finding.refresh_from_db()
     assert not finding.is_open

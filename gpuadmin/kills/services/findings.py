@@ -8,6 +8,7 @@ time). The fleet pages list it with the host's other findings.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
@@ -64,10 +65,17 @@ def open_unkillable(kill_request: KillRequest, target: KillTarget, step: KillSte
     )
 
 
-def resolve_gone_unkillable(host: Host, document: dict[str, Any], *, now: datetime | None = None) -> int:
-    """Close "unkillable" findings whose process this snapshot no longer shows (same boot, same start)."""
-    if not _ANY_OPEN_UNKILLABLE.rows(host=host.pk):
-        return 0  # the usual case: no need to read the snapshot's processes
+def resolve_gone_unkillable(host: Host, document: dict[str, Any], *,
+                            open_kinds: Collection[str] | None = None, now: datetime | None = None) -> int:
+    """Close "unkillable" findings whose process this snapshot no longer shows (same boot, same start).
+
+    ``open_kinds``: the kinds of the host's open findings when the caller knows them (ingest read them
+    with the snapshot, ``snapshot_ingested``); else they are asked for."""
+    if open_kinds is not None:
+        if Finding.Kind.UNKILLABLE not in open_kinds:
+            return 0  # the usual case: nothing to ask, no need to read the snapshot's processes
+    elif not _ANY_OPEN_UNKILLABLE.rows(host=host.pk):
+        return 0
     now = now or timezone.now()
     unkillable = list(Finding.objects.open().filter(host=host, kind=Finding.Kind.UNKILLABLE))
     rows = process_rows(document)
