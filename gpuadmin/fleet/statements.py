@@ -42,6 +42,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import UTC
 from functools import cache
 from typing import Any, cast
 
@@ -80,7 +81,7 @@ class _Prepared:
     def __init__(self, query: Any, alias: Callable[[], str]) -> None:
         self._query = query
         self._alias = alias
-        self._compiled: dict[tuple[str, str], tuple[Any, str, tuple[Any, ...]]] = {}
+        self._compiled: dict[tuple[str, str], tuple[Any, str, tuple[Any, ...], bool]] = {}
 
     def _execute(self, values: dict[str, Any], read: Callable[[Any], Any]) -> tuple[Any, Any]:
         alias = self._alias()
@@ -90,11 +91,14 @@ class _Prepared:
         if compiled is None:
             compiler = self._query.get_compiler(alias)
             sql, params = compiler.as_sql()
-            compiled = self._compiled[key] = (compiler, sql, tuple(params))
-        compiler, sql, params = compiled
+            # A SELECT of a time column (UPDATE compilers select nothing).
+            reads_times = any(isinstance(getattr(selected[0], "output_field", None), models.DateTimeField)
+                              for selected in getattr(compiler, "select", None) or ())
+            compiled = self._compiled[key] = (compiler, sql, tuple(params), reads_times)
+        compiler, sql, params, reads_times = compiled
         bound = [p.output_field.get_db_prep_save(values[p.name], connection) if isinstance(p, Param) else p
                  for p in params]
-        with _cursor(connection) as cursor:
+        with _cursor(connection, reads_times=reads_times) as cursor:
             cursor.execute(sql, bound)
             return compiler, read(cursor)
 
@@ -279,7 +283,7 @@ def pipelined(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
         yield
 
 
-def _cursor(connection: Any) -> Any:
+def _cursor(connection: Any, *, reads_times: bool = False) -> Any:
     """A cursor for a fixed statement. On PostgreSQL, one that binds the values on the server: the
     statement is prepared on its first run (settings: ``prepare_threshold``) and the connection
     keeps it, so the server parses and plans it once per connection, not once per snapshot, and no
@@ -290,7 +294,25 @@ def _cursor(connection: Any) -> Any:
     connection.ensure_connection()
     connection.validate_thread_sharing()
     raw = _server_binding_cursor()(connection.connection)
+    session_zone = connection.connection.info.parameter_status("TimeZone") if reads_times else None
+    if session_zone == "UTC" and connection.timezone is UTC:
+        # Times as Django's own loader gives them (aware, in datetime.UTC: psycopg gives that in a UTC
+        # session), read by psycopg's loader, in C: Django's is psycopg's Python one, set up anew for
+        # each time column of each result and a few microseconds a value (the host row has eight).
+        raw.adapters.register_loader("timestamptz", _psycopg_timestamptz_loader())
     return connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)
+
+
+@cache
+def _psycopg_timestamptz_loader() -> type:
+    """psycopg's own loader of timestamptz text (in C where psycopg's C extension is installed)."""
+    import psycopg
+    from psycopg.pq import Format
+
+    loader = psycopg.adapters.get_loader(psycopg.postgres.types["timestamptz"].oid, Format.TEXT)
+    if loader is None:
+        raise LookupError("psycopg has no loader of timestamptz")
+    return loader
 
 
 @cache

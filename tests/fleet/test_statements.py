@@ -206,6 +206,9 @@ def test_a_prepared_query_reads_what_the_queryset_would_with_each_runs_values() 
         ("a", {"pids": [1, 2], "key": "a"}, at(5), None),
         ("b", {"pids": [1, 2], "key": "b"}, at(10), at(11)),
     ]
+    # In the zone the ORM gives them in (on PostgreSQL read by psycopg's own loader, not Django's).
+    prepared = FINDINGS.rows(host=gpu01.pk, since=at(5))
+    assert {row[2].tzinfo for row in expected} == {row[2].tzinfo for row in prepared} == {UTC}
     with CaptureQueriesContext(connection) as captured:
         assert FINDINGS.rows(host=gpu01.pk, since=at(6)) == [expected[1]]
         other_host = FINDINGS.rows(host=gpu02.pk, since=at(0))
