@@ -252,20 +252,20 @@ def demo_hosts(data_dir: Path, count: int, *, gpus: int = 8, processes: int = 20
 # --- through central's real path (needs Django) ----------------------------------------------
 
 
-def send(host: DemoHost, round_number: int, *, accept: bool = True) -> bool:
+def send(host: DemoHost, round_number: int, *, accept: bool = True, taken_at: datetime | None = None) -> bool:
     """Deliver the host's snapshot of ``round_number`` as a central worker receives it; True if stored.
 
     A host central does not know yet offers its key with its first snapshot; with
     ``accept`` it is then accepted by fingerprint (as an approver would, audited)
-    and the snapshot is sent again, now stored.
+    and the snapshot is sent again, now stored. ``taken_at``: as ``DemoHost.message``.
     """
     from gpuadmin.fleet import trust
     from gpuadmin.fleet.ingest import receive_snapshot
 
-    if receive_snapshot(host.message(round_number)) is not None:
+    if receive_snapshot(host.message(round_number, taken_at=taken_at)) is not None:
         return True
     if not accept:
         return False
     trust.accept_host(host.name, actor_name="demo_fleet", expected_fingerprint=host.fingerprint,
                       ask_for_snapshot=False)
-    return receive_snapshot(host.message(round_number)) is not None
+    return receive_snapshot(host.message(round_number, taken_at=taken_at)) is not None

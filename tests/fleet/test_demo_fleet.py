@@ -1,5 +1,6 @@
 """manage.py demo_fleet: synthetic hosts through the signed, accepted ingest path."""
 
+from datetime import UTC, datetime, timedelta
 from io import StringIO
 
 import pytest
@@ -69,3 +70,14 @@ def test_a_host_name_taken_by_another_key_is_refused_with_what_to_do():
     (settings.DATA_DIR / demo.DEMO_FLEET_KEY).unlink()  # another data directory's demo, say
     with pytest.raises(CommandError, match="forget_host_key demo-0000"):
         run("--hosts", "1", "--processes", "20")
+
+
+def test_a_snapshot_can_be_sent_as_taken_at_a_given_moment_enrolment_included():
+    # benchmarks/ingest_side_by_side.py dates a whole run in the past, 10 s between rounds.
+    host = demo.demo_hosts(settings.DATA_DIR, 1, processes=20)[0]
+    enrolled_at = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+    assert demo.send(host, 0, taken_at=enrolled_at)
+    assert demo.send(host, 1, taken_at=enrolled_at + timedelta(seconds=10))
+    stored = Host.objects.get(name=host.name)
+    assert stored.last_snapshot_taken_at == enrolled_at + timedelta(seconds=10)
+    assert stored.samples.count() == 2

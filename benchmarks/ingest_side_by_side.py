@@ -1,0 +1,180 @@
+"""Two versions of ingest at once, side by side: a fair A/B on a machine whose speed drifts.
+
+On the shared 2-CPU VM these benchmarks run on, the same command can give
+1.5-1.8 times the rate a few minutes later (benchmarks/README.md). Comparing
+two versions by running ``fleet.py`` on each in turn then measures the
+machine as much as the code. Here both versions ingest at the same time,
+into one PostgreSQL, so whatever slows the machine slows both:
+
+1. one PostgreSQL (``tests/services.py``) and ``--hosts`` synthetic hosts
+   (``gpuadmin.fleet.demo``), enrolled by this tree's code; the whole run's
+   snapshots are dated in the past, 10 s apart (a host's interval), so that
+   what depends on time (the lives' once-a-minute refresh) happens as often
+   as in a real fleet;
+2. two processes, one running this tree's ``gpuadmin``, the other the
+   ``--base`` tree's, each with its own connection; in each round every
+   host sends one fresh snapshot, and each
+   process takes half the hosts, the other half going to the other process;
+   halves swap every round, so both versions see every host in every state;
+   rounds run in lockstep (no host is ingested by both at once);
+3. per version: its process's CPU and its PostgreSQL backend's CPU per
+   snapshot (``receive_snapshot``: verify, check the key, validate, store;
+   messages are signed before the clock starts);
+4. ``--pairs`` times, each pair twice with the processes started in the
+   other order.
+
+Both trees must share the database schema: the base tree's migrations must
+be this tree's (checked). A base tree is e.g. ``git worktree add /tmp/base
+<commit>``; the base tree's own ``benchmarks/fleet.py`` and
+``gpuadmin/fleet/demo.py`` are used in its process.
+
+    python benchmarks/ingest_side_by_side.py --base /tmp/base [--hosts 100] [--rounds 20] [--pairs 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from benchmarks.django_bench import setup_django, throwaway_data_dir  # noqa: E402
+
+# One version's process: ingests its half of each round's snapshots when told to, then reports.
+_CHILD = r"""
+import json, logging, sys, time
+from datetime import UTC, datetime
+tree, url, hosts, rounds, parity, first_at, round_seconds = sys.argv[1:8]
+hosts, rounds, parity = int(hosts), int(rounds), int(parity)
+first_at, round_seconds = float(first_at), float(round_seconds)
+sys.path.insert(0, tree)
+from benchmarks.django_bench import setup_django
+from benchmarks.fleet import database_server_pid, process_cpu_seconds
+setup_django(url)
+from django.conf import settings
+from django.db import connection
+from gpuadmin.fleet import demo
+from gpuadmin.fleet.ingest import receive_snapshot
+logging.disable(logging.WARNING)
+demo_hosts = demo.demo_hosts(settings.DATA_DIR, hosts)
+connection.ensure_connection()
+server_pid = database_server_pid()
+halves = [[h.message(r, taken_at=datetime.fromtimestamp(first_at + round_seconds * (r - 1), UTC))
+           for n, h in enumerate(demo_hosts) if (n + r + parity) % 2 == 0] for r in range(1, rounds + 1)]
+print("ready", flush=True)
+client = server = 0.0
+count = 0
+for messages in halves:
+    sys.stdin.readline()
+    for message in messages:
+        client_before, server_before = time.process_time(), process_cpu_seconds(server_pid)
+        if receive_snapshot(message) is None:
+            raise SystemExit("a snapshot was not stored")
+        client += time.process_time() - client_before
+        server += process_cpu_seconds(server_pid) - server_before
+        count += 1
+    print("done", flush=True)
+print(json.dumps({"snapshots": count, "client": client, "server": server}), flush=True)
+"""
+# A host's probe interval: a round's snapshots are taken this long after the round before.
+ROUND_SECONDS = 10
+
+
+def migrations(tree: Path) -> set[str]:
+    return {str(path.relative_to(tree)) for path in tree.glob("gpuadmin/*/migrations/0*.py")}
+
+
+def run_pair(trees: list[Path], url: str, hosts: int, rounds: int, first_at: float) -> list[dict[str, float]]:
+    """Both trees ingesting ``rounds`` rounds at once, the first taken at ``first_at`` (a Unix time),
+    the others ``ROUND_SECONDS`` apart; each tree's totals, in ``trees`` order."""
+    children = [
+        subprocess.Popen([sys.executable, "-c", _CHILD, str(tree), url, str(hosts), str(rounds), str(parity),
+                          str(first_at), str(ROUND_SECONDS)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         text=True)
+        for parity, tree in enumerate(trees)
+    ]
+    try:
+        for child in children:
+            if child.stdout.readline().strip() != "ready":  # type: ignore[union-attr]
+                raise SystemExit(f"{child.args[3]} did not start")
+        for _ in range(rounds):
+            for child in children:
+                child.stdin.write("go\n")  # type: ignore[union-attr]
+                child.stdin.flush()  # type: ignore[union-attr]
+            for child in children:
+                if child.stdout.readline().strip() != "done":  # type: ignore[union-attr]
+                    raise SystemExit("a round failed")
+        return [json.loads(child.stdout.readline()) for child in children]  # type: ignore[union-attr]
+    finally:
+        for child in children:
+            child.stdin.close()  # type: ignore[union-attr]
+            child.wait(timeout=60)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base", type=Path, required=True, help="the other version's checkout")
+    parser.add_argument("--hosts", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--pairs", type=int, default=2)
+    args = parser.parse_args(argv)
+    base = args.base.resolve()
+    if migrations(base) != migrations(REPO):
+        raise SystemExit(f"{base} has other migrations than {REPO}: the two cannot share a database")
+    print(f"command: python benchmarks/ingest_side_by_side.py --base {args.base} --hosts {args.hosts} "
+          f"--rounds {args.rounds} --pairs {args.pairs}")
+    os.environ["GPUADMIN_PROBE_INTERVAL"] = "3600"  # no host goes offline meanwhile
+    from tests import services
+
+    ratios: list[float] = []
+    with throwaway_data_dir("side-by-side-", wait=False), services.postgres_server() as server:
+        setup_django(server.url)
+        from django.conf import settings
+        from django.db import connections
+
+        from gpuadmin.fleet import demo
+
+        logging.disable(logging.WARNING)
+        # Every round of the run 10 s after the one before, the last one a minute ago.
+        runs = 2 * args.pairs
+        enrolled_at = time.time() - 60 - ROUND_SECONDS * runs * args.rounds
+        for host in demo.demo_hosts(settings.DATA_DIR, args.hosts):
+            demo.send(host, 0, taken_at=datetime.fromtimestamp(enrolled_at, UTC))
+        connections.close_all()
+        run = 0
+        print(f"{args.hosts} hosts x 8 GPUs, 200 processes each; CPU per snapshot (ms): client + PostgreSQL")
+        for pair in range(args.pairs):
+            for trees in ([REPO, base], [base, REPO]):
+                first_at = enrolled_at + ROUND_SECONDS * (1 + run * args.rounds)
+                run += 1
+                totals = dict(zip(trees, run_pair(trees, server.url, args.hosts, args.rounds, first_at),
+                                  strict=True))
+                line = []
+                per_snapshot = {}
+                for tree in (REPO, base):
+                    total = totals[tree]
+                    n = total["snapshots"]
+                    client, database = 1000 * total["client"] / n, 1000 * total["server"] / n
+                    per_snapshot[tree] = client + database
+                    name = "this" if tree == REPO else "base"
+                    line.append(f"{name} {client:.2f} + {database:.2f} = {client + database:.2f}")
+                ratios.append(per_snapshot[REPO] / per_snapshot[base])
+                started = "this" if trees[0] == REPO else "base"
+                print(f"pair {pair + 1}, {started} started first: {'; '.join(line)}; "
+                      f"this/base {ratios[-1]:.3f}")
+    print(f"this/base, CPU per snapshot: median {statistics.median(ratios):.3f} "
+          f"(min {min(ratios):.3f}, max {max(ratios):.3f}, {len(ratios)} runs)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
