@@ -28,6 +28,8 @@ prepared on first use (``_cursor``): the server parses and plans each once per
 connection. Measured on a 200-process snapshot, PostgreSQL's CPU per snapshot
 fell by about a third, and ingest's own by a tenth (client-side binding spelled
 every value, the latest document's 125 KB included, into the SQL text).
+A SELECT of time columns reads them with psycopg's own loader, in C, where the
+session and Django both use UTC (the same values; Django's loader is Python).
 
 ``pipelined()``: inside a transaction on PostgreSQL, statements are sent
 without waiting for each one's answer (psycopg's pipeline mode); the answers
