@@ -142,7 +142,15 @@ def test_an_unkillable_finding_is_looked_for_only_when_ingest_saw_one_open(
     # Ingest read the host's open findings with the snapshot: none unkillable then, nothing asked now.
     with django_assert_num_queries(0):
         assert services.resolve_gone_unkillable(kill_request.host, gone, open_kinds=frozenset()) == 0
+    # Told one is open, or told nothing (it asks): the finding whose process is gone is closed.
     assert services.resolve_gone_unkillable(kill_request.host, gone,
                                             open_kinds={Finding.Kind.UNKILLABLE}) == 1
     finding.refresh_from_db()
     assert not finding.is_open
+    Finding.objects.filter(pk=finding.pk).update(resolved_at=None)
+    assert services.resolve_gone_unkillable(kill_request.host, lab_snapshot()) == 0  # still there
+    assert services.resolve_gone_unkillable(kill_request.host, gone) == 1
+    finding.refresh_from_db()
+    assert not finding.is_open
+    with django_assert_num_queries(1):  # asked: none open
+        assert services.resolve_gone_unkillable(kill_request.host, gone) == 0
