@@ -47,23 +47,41 @@ class Unsupported(ValueError):
     """The schema uses something these types cannot say exactly or more strictly."""
 
 
-def valid_json_check(schema: dict[str, Any], *, largest_number: int) -> Callable[[str | bytes], bool]:
-    """``text -> bool``: True only when ``text`` is JSON valid under ``schema`` with no number beyond
-    ``largest_number`` either way (False may still be valid: the full check decides). Raises
-    ``Unsupported`` for a schema it cannot express."""
+# What a checked decoder gives for a text it cannot vouch for.
+NOT_VALID: Any = object()
+
+
+def checked_json_decoder(schema: dict[str, Any], *, largest_number: int) -> Callable[[str | bytes], Any]:
+    """``text -> value``: the JSON value of ``text`` as plain Python values, equal to what
+    ``msgspec.json.decode`` gives (dicts, lists, str, int, float, bool, None), only when ``text`` is
+    valid under ``schema`` with no number beyond ``largest_number`` either way; else ``NOT_VALID``
+    (which may still be valid: the full check decides). One pass of msgspec parses and checks; the
+    checked value is turned into plain values in C. Raises ``Unsupported`` for a schema it cannot
+    express."""
     root = {k: v for k, v in schema.items() if k not in {"$schema", "$id", "$defs"}}
     root_type, check = _Builder(schema.get("$defs", {}), largest_number).built(root)
     decode = msgspec.json.Decoder(root_type).decode
+    to_builtins = msgspec.to_builtins
 
-    def valid(text: str | bytes) -> bool:
+    def checked(text: str | bytes) -> Any:
         try:
-            document = decode(text)
+            value = decode(text)
         except (msgspec.ValidationError, msgspec.DecodeError, UnicodeEncodeError):
             # UnicodeEncodeError: a str with a raw lone surrogate, which is no UTF-8 text.
-            return False
-        return check is None or check(document)
+            return NOT_VALID
+        if check is not None and not check(value):
+            return NOT_VALID
+        # Objects are Structs named by the schema's property names: back to dicts, an absent
+        # property (UNSET) absent again.
+        return to_builtins(value)
 
-    return valid
+    return checked
+
+
+def valid_json_check(schema: dict[str, Any], *, largest_number: int) -> Callable[[str | bytes], bool]:
+    """``text -> bool``: whether ``checked_json_decoder`` vouches for ``text``."""
+    checked = checked_json_decoder(schema, largest_number=largest_number)
+    return lambda text: checked(text) is not NOT_VALID
 
 
 class _Builder:
@@ -238,10 +256,12 @@ def _scalar(name: str, schema: dict[str, Any], keywords: set[str], largest: int)
     if name in {"integer", "number"} and not keywords & {"minLength", "maxLength", "pattern"}:
         low = max(schema.get("minimum", -largest), -largest)
         high = min(schema.get("maximum", largest), largest)
-        # msgspec's int refuses 1.0 and true, as validation's strict integers do; its float takes
-        # JSON's integers too, as "number" does.
-        number: type = int if name == "integer" else float
-        return Annotated[number, msgspec.Meta(ge=low, le=high)]
+        # msgspec's int refuses 1.0 and true, as validation's strict integers do. A "number" takes
+        # JSON's integers too, kept as int (not turned into float) as a plain decode keeps them.
+        bounds = msgspec.Meta(ge=low, le=high)
+        if name == "integer":
+            return Annotated[int, bounds]
+        return Union[Annotated[int, bounds], Annotated[float, bounds]]  # noqa: UP007 - built at run time
     if name == "string" and not keywords & {"minimum", "maximum"}:
         pattern = schema.get("pattern")
         if pattern is not None:

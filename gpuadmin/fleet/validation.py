@@ -21,7 +21,6 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, cast
 
-import msgspec
 from django.conf import settings
 from django.utils import timezone
 from fastjsonschema.draft04 import CodeGeneratorDraft04
@@ -32,7 +31,7 @@ from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import ValidationError, best_match
 
 from gpuadmin.fleet.process_tree import memory_by_gpu, memory_total_bytes
-from gpuadmin.fleet.schema_types import valid_json_check
+from gpuadmin.fleet.schema_types import NOT_VALID, checked_json_decoder
 from gpuadmin.text import clip, human_bytes
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "probe" / "snapshot.schema.json"
@@ -119,10 +118,10 @@ def parse_snapshot(payload: str | bytes, *, now: datetime | None = None) -> dict
             "(GPUADMIN_SNAPSHOT_MAX_BYTES); run the probe without --all, or raise the limit",
             host_name=host_name_from_text(payload),
         )
-    quick = quick_snapshot_check()(payload)
+    document = quick_snapshot_decoder()(payload)
+    quick = document is not NOT_VALID
     if quick:
-        # Valid JSON under the schema, numbers within 64 bits: parsed once more into plain values.
-        document = msgspec.json.decode(payload)
+        # Valid JSON under the schema, numbers within 64 bits, already plain values.
         suspect = _may_hold_suspect_text(payload if isinstance(payload, str) else bytes(payload).decode())
     else:
         document, suspect = _decode(payload)
@@ -299,13 +298,20 @@ def _compiled(schema: dict[str, Any]) -> Callable[[Any], Any]:
 
 
 @lru_cache(maxsize=1)
+def quick_snapshot_decoder() -> Callable[[str | bytes], Any]:
+    """``text -> document``: the snapshot as plain values when the JSON text is certainly a valid
+    snapshot of the current schema version with no number beyond 64 bits, else ``NOT_VALID``: one
+    pass of msgspec over the text with types built from the schema (fleet/schema_types.py), about a
+    third of parsing and checking in Python. ``NOT_VALID`` may still be valid (an older version, a
+    value the types do not know): ``parse_snapshot`` then parses with ``_decode`` and asks the
+    compiled and the full check, which names the error."""
+    return checked_json_decoder(snapshot_schema(), largest_number=INT64_MAX)
+
+
 def quick_snapshot_check() -> Callable[[str | bytes], bool]:
-    """``text -> bool``: True when the JSON text is certainly a valid snapshot of the current schema
-    version with no number beyond 64 bits: one pass of msgspec over the text with types built from
-    the schema (fleet/schema_types.py), about a third of parsing and checking in Python. False may
-    still be valid (an older version, a value the types do not know): ``parse_snapshot`` then parses
-    with ``_decode`` and asks the compiled and the full check, which names the error."""
-    return valid_json_check(snapshot_schema(), largest_number=INT64_MAX)
+    """``text -> bool``: whether ``quick_snapshot_decoder`` vouches for the text."""
+    decode = quick_snapshot_decoder()
+    return lambda text: decode(text) is not NOT_VALID
 
 
 def _check_schema(document: dict[str, Any]) -> None:

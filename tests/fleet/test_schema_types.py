@@ -8,6 +8,7 @@ import copy
 import json
 from typing import Any
 
+import msgspec
 import pytest
 
 from gpuadmin.fleet import schema_types
@@ -17,6 +18,7 @@ from gpuadmin.fleet.validation import (
     SnapshotRejected,
     parse_snapshot,
     quick_snapshot_check,
+    quick_snapshot_decoder,
     snapshot_schema,
 )
 from tests.factories import GiB, container_owner, gpu, proc, slurm_owner, snapshot
@@ -50,6 +52,25 @@ def test_a_usual_snapshot_is_accepted_quickly_as_text_or_bytes():
     assert quick_snapshot_check()(text)
     assert quick_snapshot_check()(text.encode())
     assert parse_snapshot(text.encode()) == json.loads(text)
+
+
+def test_what_the_quick_check_vouches_for_comes_back_as_a_plain_decode_gives_it():
+    # parse_snapshot's only decode of a usual snapshot: it must equal what msgspec.json.decode gives,
+    # down to the type of each value (an integer in a "number" field stays an int, not 60.0).
+    document = good()
+    document["probe_duration_seconds"] = 3
+    document["processes"][0]["elapsed_seconds"] = 60
+    document["processes"][1]["elapsed_seconds"] = 0.5
+    assert "exe" not in document["processes"][1]  # optional, and absent: absent it stays
+    text = json.dumps(document)
+    decoded = quick_snapshot_decoder()(text)
+    assert decoded is not schema_types.NOT_VALID
+    assert decoded == msgspec.json.decode(text) == document
+    assert json.dumps(decoded, sort_keys=True) == json.dumps(document, sort_keys=True)  # types too
+    assert type(decoded["probe_duration_seconds"]) is int
+    assert type(decoded["processes"][1]["elapsed_seconds"]) is float
+    assert "exe" not in decoded["processes"][1]
+    assert quick_snapshot_decoder()(text.replace('"processes"', '"processes!"', 1)) is schema_types.NOT_VALID
 
 
 @pytest.mark.parametrize("name", PROCESS_PROPERTIES)
