@@ -78,12 +78,6 @@ def checked_json_decoder(schema: dict[str, Any], *, largest_number: int) -> Call
     return checked
 
 
-def valid_json_check(schema: dict[str, Any], *, largest_number: int) -> Callable[[str | bytes], bool]:
-    """``text -> bool``: whether ``checked_json_decoder`` vouches for ``text``."""
-    checked = checked_json_decoder(schema, largest_number=largest_number)
-    return lambda text: checked(text) is not NOT_VALID
-
-
 class _Builder:
     def __init__(self, definitions: Mapping[str, Any], largest_number: int) -> None:
         self.definitions = definitions

@@ -308,12 +308,6 @@ def quick_snapshot_decoder() -> Callable[[str | bytes], Any]:
     return checked_json_decoder(snapshot_schema(), largest_number=INT64_MAX)
 
 
-def quick_snapshot_check() -> Callable[[str | bytes], bool]:
-    """``text -> bool``: whether ``quick_snapshot_decoder`` vouches for the text."""
-    decode = quick_snapshot_decoder()
-    return lambda text: decode(text) is not NOT_VALID
-
-
 def _check_schema(document: dict[str, Any]) -> None:
     try:
         fast_snapshot_check()(document)

@@ -1,4 +1,4 @@
-"""The quick schema check (fleet/schema_types.py, validation.quick_snapshot_check) is never more
+"""The quick schema check (fleet/schema_types.py, validation.quick_snapshot_decoder) is never more
 lenient than jsonschema: whatever JSON text it accepts, jsonschema accepts. It may refuse a valid
 document; the full check then has the word, so such a document is still stored."""
 
@@ -17,7 +17,6 @@ from gpuadmin.fleet.validation import (
     INT64_MAX,
     SnapshotRejected,
     parse_snapshot,
-    quick_snapshot_check,
     quick_snapshot_decoder,
     snapshot_schema,
 )
@@ -39,8 +38,15 @@ ODD_VALUES: list[Any] = [
 
 
 def valid_json_check(schema: dict[str, Any]) -> Any:
-    """The check as validation builds it: numbers held to 64 bits."""
-    return schema_types.valid_json_check(schema, largest_number=INT64_MAX)
+    """``text -> bool``: whether the decoder validation would build for ``schema`` vouches for the text
+    (numbers held to 64 bits)."""
+    decode = schema_types.checked_json_decoder(schema, largest_number=INT64_MAX)
+    return lambda text: decode(text) is not schema_types.NOT_VALID
+
+
+def quick_snapshot_check() -> Any:
+    """``text -> bool``: whether validation's quick decoder vouches for the snapshot text."""
+    return lambda text: quick_snapshot_decoder()(text) is not schema_types.NOT_VALID
 
 
 def quick_accepts(document: dict[str, Any]) -> bool:
