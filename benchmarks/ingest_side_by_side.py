@@ -93,7 +93,8 @@ def migrations(tree: Path) -> set[str]:
     return {str(path.relative_to(tree)) for path in tree.glob("gpuadmin/*/migrations/0*.py")}
 
 
-def run_pair(trees: list[Path], url: str, hosts: int, rounds: int, first_at: float) -> list[dict[str, float]]:
+def run_together(trees: list[Path], url: str, hosts: int, rounds: int,
+                 first_at: float) -> list[dict[str, float]]:
     """Both trees ingesting ``rounds`` rounds at once, the first taken at ``first_at`` (a Unix time),
     the others ``ROUND_SECONDS`` apart; each tree's totals, in ``trees`` order."""
     children = [
@@ -156,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
             for trees in ([REPO, base], [base, REPO]):
                 first_at = enrolled_at + ROUND_SECONDS * (1 + run * args.rounds)
                 run += 1
-                totals = dict(zip(trees, run_pair(trees, server.url, args.hosts, args.rounds, first_at),
+                totals = dict(zip(trees, run_together(trees, server.url, args.hosts, args.rounds, first_at),
                                   strict=True))
                 line = []
                 per_snapshot = {}

@@ -89,8 +89,8 @@ _LIFE_COMPARED_FIELDS = [name for name in _LIFE_UPDATE_FIELDS
 # Not read: its description (the digest says whether it changed; the two JSON columns of ~200 lives
 # cost ~1.8 ms to load per snapshot on PostgreSQL), its last_seen_at and gone_at (dates cost ~5 us
 # each to load; the previous snapshot saw it, and whether its refresh is due is a boolean).
-_IDENTITY_COLUMNS = ["pk", "boot_id", "pid", "start_time_ticks"]
-assert _IDENTITY_COLUMNS[1:] == ["boot_id", "pid", "start_time_ticks"], "LifeKey's order (_add_lives)"
+_LIFE_KEY_COLUMNS = ["boot_id", "pid", "start_time_ticks"]  # a LifeKey's, in its order
+_IDENTITY_COLUMNS = ["pk", *_LIFE_KEY_COLUMNS]
 _OPEN_COLUMNS = [*_IDENTITY_COLUMNS, *_LIFE_COMPARED_FIELDS, "refresh_due"]
 _GONE_COLUMNS = [*_IDENTITY_COLUMNS, *_LIFE_UPDATE_FIELDS]
 
@@ -339,10 +339,10 @@ def _known_lives(
 
 
 def _add_lives(known: dict[LifeKey, LifeValues], rows: Iterable[tuple[Any, ...]], columns: list[str]) -> None:
-    """Put ``rows`` (values of ``columns``, identity first: ``_IDENTITY_COLUMNS``) into ``known`` by
+    """Put ``rows`` (values of ``columns``, which begin with ``_IDENTITY_COLUMNS``) into ``known`` by
     identity, each life a dict of its values (its boot id among them)."""
     for values in rows:
-        known[(values[1], values[2], values[3])] = dict(zip(columns, values, strict=True))
+        known[values[1 : 1 + len(_LIFE_KEY_COLUMNS)]] = dict(zip(columns, values, strict=True))
 
 
 def _is_steady(life: LifeValues, row: ProcessRow, digest: int, step: int) -> bool:

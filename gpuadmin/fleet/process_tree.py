@@ -87,7 +87,7 @@ class ProcessRow:
             device_files=tuple(p.get("device_files", ())),
             owner=p.get("owner"),
             exe=p.get("exe"),
-            total_gpu_memory_bytes=memory_total_bytes(gpu_memory_bytes) if gpu_memory_bytes else 0,
+            total_gpu_memory_bytes=memory_total_bytes(gpu_memory_bytes),
         )
         return row
 

@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC
 from functools import cache
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import msgspec
 from django.db import DEFAULT_DB_ALIAS, connections, models, router
@@ -77,32 +77,50 @@ class Param(Expression):
         return self
 
 
-class _Prepared:
-    """SQL compiled once per database from a query with ``Param``s; each run binds new values."""
+class _Compiled(NamedTuple):
+    """A statement as compiled for one database, and what a SELECT's rows need, found once."""
 
-    def __init__(self, query: Any, alias: Callable[[], str]) -> None:
+    compiler: Any
+    sql: str
+    params: tuple[Any, ...]
+    # A SELECT's: what the ORM's results_iter applies to each row (it looks them up field by field
+    # on every run, a tenth of a millisecond for a wide row), and whether a column is a time.
+    converters: dict[int, Any]
+    reads_times: bool
+
+
+class _Prepared:
+    """SQL compiled once per database from a query with ``Param``s; each run binds new values.
+    ``selects``: the query is a SELECT, whose columns' converters are found when it is compiled."""
+
+    def __init__(self, query: Any, alias: Callable[[], str], *, selects: bool = False) -> None:
         self._query = query
         self._alias = alias
-        self._compiled: dict[tuple[str, str], tuple[Any, str, tuple[Any, ...], bool]] = {}
+        self._selects = selects
+        self._compiled: dict[tuple[str, str], _Compiled] = {}
 
-    def _execute(self, values: dict[str, Any], read: Callable[[Any], Any]) -> tuple[Any, Any]:
+    def _execute(self, values: dict[str, Any], read: Callable[[Any], Any]) -> tuple[_Compiled, Any]:
         alias = self._alias()
         connection = connections[alias]
         key = (alias, connection.vendor)
         compiled = self._compiled.get(key)
         if compiled is None:
-            compiler = self._query.get_compiler(alias)
-            sql, params = compiler.as_sql()
-            # A SELECT of a time column (UPDATE compilers select nothing).
-            reads_times = any(isinstance(getattr(selected[0], "output_field", None), models.DateTimeField)
-                              for selected in getattr(compiler, "select", None) or ())
-            compiled = self._compiled[key] = (compiler, sql, tuple(params), reads_times)
-        compiler, sql, params, reads_times = compiled
+            compiled = self._compiled[key] = self._compile(alias)
         bound = [p.output_field.get_db_prep_save(values[p.name], connection) if isinstance(p, Param) else p
-                 for p in params]
-        with _cursor(connection, reads_times=reads_times) as cursor:
-            cursor.execute(sql, bound)
-            return compiler, read(cursor)
+                 for p in compiled.params]
+        with _cursor(connection, reads_times=compiled.reads_times) as cursor:
+            cursor.execute(compiled.sql, bound)
+            return compiled, read(cursor)
+
+    def _compile(self, alias: str) -> _Compiled:
+        compiler = self._query.get_compiler(alias)
+        sql, params = compiler.as_sql()
+        columns = [selected[0] for selected in compiler.select[: compiler.col_count]] if self._selects else []
+        if compiler.has_composite_fields(columns):
+            raise TypeError("a PreparedQuery cannot select a composite primary key")
+        converters = cast(dict[int, Any], compiler.get_converters(columns)) if columns else {}
+        reads_times = any(isinstance(column.output_field, models.DateTimeField) for column in columns)
+        return _Compiled(compiler, sql, tuple(params), converters, reads_times)
 
 
 class PreparedQuery(_Prepared):
@@ -110,19 +128,13 @@ class PreparedQuery(_Prepared):
     converted as the queryset would give them."""
 
     def __init__(self, queryset: models.QuerySet[Any, Any]) -> None:
-        super().__init__(queryset.query, lambda: queryset.db)
-        # Per compiler (one per database): the columns' converters, found once. The ORM looks them up
-        # field by field on every run (results_iter), a tenth of a millisecond for a wide row.
-        self._converters: dict[Any, dict[int, Any]] = {}
+        super().__init__(queryset.query, lambda: queryset.db, selects=True)
 
     def rows(self, **values: Any) -> list[tuple[Any, ...]]:
-        compiler, rows = self._execute(values, lambda cursor: cursor.fetchall())
-        converters = self._converters.get(compiler)
-        if converters is None:
-            converters = self._converters[compiler] = _converters(compiler)
-        if not converters:
+        compiled, rows = self._execute(values, lambda cursor: cursor.fetchall())
+        if not compiled.converters:
             return cast(list[tuple[Any, ...]], rows)
-        return [tuple(row) for row in compiler.apply_converters(rows, converters)]
+        return [tuple(row) for row in compiled.compiler.apply_converters(rows, compiled.converters)]
 
 
 class PreparedUpdate(_Prepared):
@@ -330,14 +342,6 @@ def _server_binding_cursor() -> type:
             super()._send_query_prepared(name, pgq, **options)
 
     return PreparingCursor
-
-
-def _converters(compiler: Any) -> dict[int, Any]:
-    """What ``compiler.results_iter`` applies to each row of its SELECT (none, mostly)."""
-    columns = [selected[0] for selected in compiler.select[: compiler.col_count]]
-    if compiler.has_composite_fields(columns):
-        raise TypeError("a PreparedQuery cannot select a composite primary key")
-    return cast(dict[int, Any], compiler.get_converters(columns))
 
 
 _encode_json = msgspec.json.Encoder().encode

@@ -71,11 +71,10 @@ def resolve_gone_unkillable(host: Host, document: dict[str, Any], *,
 
     ``open_kinds``: the kinds of the host's open findings when the caller knows them (ingest read them
     with the snapshot, ``snapshot_ingested``); else they are asked for."""
-    if open_kinds is not None:
-        if Finding.Kind.UNKILLABLE not in open_kinds:
-            return 0  # the usual case: nothing to ask, no need to read the snapshot's processes
-    elif not _ANY_OPEN_UNKILLABLE.rows(host=host.pk):
-        return 0
+    any_open = (Finding.Kind.UNKILLABLE in open_kinds if open_kinds is not None
+                else bool(_ANY_OPEN_UNKILLABLE.rows(host=host.pk)))
+    if not any_open:
+        return 0  # the usual case: no need to read the snapshot's processes
     now = now or timezone.now()
     unkillable = list(Finding.objects.open().filter(host=host, kind=Finding.Kind.UNKILLABLE))
     rows = process_rows(document)
