@@ -12,10 +12,13 @@ by tests/services.py's ``postgres_server``, fsync off as in the tests), with
    task runs: verify the signature, check the host's key, validate, store in
    one transaction under the host's row lock), first by one process, then by
    ``--workers`` processes at once, each taking its share of the first
-   ``--rate-hosts`` hosts (``--skip-ingest``: not measured). Each
-   process signs its messages before the clock starts (signing is the
-   agents' work, not central's) and the broker is left out: this is central's
-   cost per snapshot;
+   ``--rate-hosts`` hosts, ``--rounds`` snapshots each (``--skip-ingest``:
+   not measured). Each process signs its messages before the clock starts
+   (signing is the agents' work, not central's) and the broker is left out:
+   this is central's cost per snapshot. Enrolment and the rounds are dated in
+   the past, one probe interval (10 s) apart, so that what depends on time
+   (the lives' once-a-minute refresh) comes as often as in a fleet; on
+   PostgreSQL the tables are analyzed after enrolment, as autovacuum would;
 3. the fleet page through django.test.Client as a logged-in superuser (the
    whole request path, no network): full page, a page filtered by finding
    kind, page 20, and the htmx poll when nothing changed (204), after one
@@ -29,7 +32,7 @@ by tests/services.py's ``postgres_server``, fsync off as in the tests), with
    goes offline (and changes its row) while the pages are measured.
 
     python benchmarks/fleet.py [--hosts 1000] [--gpus 8] [--processes 200] [--workers 2]
-                               [--rate-hosts 300] [--repeats 30] [--database sqlite|postgresql|both]
+                               [--rate-hosts 300] [--rounds 1] [--repeats 30] [--database sqlite|postgresql|both]
                                [--over tcp|socket] [--history-minutes M] [--no-wait]
                                [--skip-ingest] [--skip-pages] [--profile N] [--stages N]
 
@@ -64,6 +67,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -73,6 +77,8 @@ from benchmarks.django_bench import setup_django, throwaway_data_dir  # noqa: E4
 from benchmarks.pages import percentile  # noqa: E402
 
 WARM_UP_REQUESTS = 2
+# A host's probe interval: a round's snapshots are taken this long after the round before.
+ROUND_SECONDS = 10
 POLLER = re.compile(r'<div id="fleet-poll" hidden hx-get="([^"]+)"')
 
 
@@ -87,14 +93,15 @@ class Timed:
     queries: int
 
 
-def _ingest_share(hosts: list[Any], round_number: int, barrier: Any, results: Any) -> None:
-    """One central worker process: sign its hosts' snapshots, wait for the others, receive them all."""
+def _ingest_share(hosts: list[Any], rounds: list[tuple[int, datetime]], barrier: Any, results: Any) -> None:
+    """One central worker process: sign its hosts' snapshots of every round, wait for the others,
+    receive them all, round after round."""
     from django.db import connections
 
     from gpuadmin.fleet.ingest import receive_snapshot
 
     connections.close_all()  # never share the parent's connection
-    messages = [host.message(round_number) for host in hosts]
+    messages = [host.message(number, taken_at=taken_at) for number, taken_at in rounds for host in hosts]
     server_pid = database_server_pid()
     barrier.wait()
     cpu_began, server_cpu_began = time.process_time(), process_cpu_seconds(server_pid)
@@ -127,11 +134,13 @@ def process_cpu_seconds(pid: int | None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def ingest_round(hosts: list[Any], round_number: int, workers: int) -> tuple[float, float, float]:
-    """Snapshots per second of one round received by ``workers`` processes at once, and the CPU
-    milliseconds per snapshot of the receiving processes and of the PostgreSQL backends serving
-    them (0 on SQLite): on a machine others load too, the figures that move least, and their sum
-    bounds the rate the machine's cores allow."""
+def ingest_rounds(hosts: list[Any], rounds: list[tuple[int, datetime]],
+                  workers: int) -> tuple[float, float, float]:
+    """Snapshots per second of ``rounds`` (round number, taken at) of every host, received by
+    ``workers`` processes at once, each with its share of the hosts; and the CPU milliseconds per
+    snapshot of the receiving processes and of the PostgreSQL backends serving them (0 on SQLite):
+    on a machine others load too, the figures that move least, and their sum bounds the rate the
+    machine's cores allow."""
     from django.db import connections
 
     connections.close_all()
@@ -139,7 +148,7 @@ def ingest_round(hosts: list[Any], round_number: int, workers: int) -> tuple[flo
     barrier = context.Barrier(workers + 1)
     results = context.Queue()
     shares = [hosts[n::workers] for n in range(workers)]
-    processes = [context.Process(target=_ingest_share, args=(share, round_number, barrier, results))
+    processes = [context.Process(target=_ingest_share, args=(share, rounds, barrier, results))
                  for share in shares]
     for process in processes:
         process.start()
@@ -154,9 +163,9 @@ def ingest_round(hosts: list[Any], round_number: int, workers: int) -> tuple[flo
         process.join()
         if process.exitcode != 0:
             raise RuntimeError(f"an ingest process exited with {process.exitcode}")
-    if received != len(hosts):
-        raise RuntimeError(f"received {received} of {len(hosts)} snapshots")
-    return len(hosts) / elapsed, 1000 * cpu_seconds / len(hosts), 1000 * server_cpu_seconds / len(hosts)
+    if received != len(hosts) * len(rounds):
+        raise RuntimeError(f"received {received} of {len(hosts) * len(rounds)} snapshots")
+    return received / elapsed, 1000 * cpu_seconds / received, 1000 * server_cpu_seconds / received
 
 
 def profile_ingest(hosts: list[Any], round_number: int, count: int) -> None:
@@ -347,6 +356,17 @@ def add_host_history(hosts: list[Any], minutes: int) -> None:
     print(f"history: {len(samples)} host samples of the {minutes} minutes before enrolment", flush=True)
 
 
+def analyze_after_setup() -> None:
+    """On PostgreSQL, the statistics of the tables enrolment and history have just filled, as
+    autovacuum has them a minute later: without them the first rate measured the planner's guesses
+    over near-empty tables, and autovacuum catching up meanwhile (146 against 215 snapshots/s)."""
+    from django.db import connection
+
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE")
+
+
 def run_database(args: argparse.Namespace, vendor: str, database_url: str | None) -> None:
     from django.conf import settings
     from django.contrib.auth import get_user_model
@@ -359,25 +379,36 @@ def run_database(args: argparse.Namespace, vendor: str, database_url: str | None
     over = f" over {args.over}" if vendor == "postgresql" else ""
     print(f"\n== {vendor}{over}: {args.hosts} hosts x {args.gpus} GPUs, {args.processes} processes each, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start ==", flush=True)
+    measured = [] if args.skip_ingest else hosts[: args.rate_hosts]
+    rate_runs = sorted({1, args.workers}) if measured else []
+    # The rates' rounds dated in the past, one probe interval apart, the last a minute ago: what
+    # depends on time (the lives' once-a-minute refresh) comes as often as in a fleet.
+    enrolled_at = datetime.now(UTC) - timedelta(seconds=60 + ROUND_SECONDS * len(rate_runs) * args.rounds)
     began = time.perf_counter()
     for host in hosts:
-        demo.send(host, 0)
+        demo.send(host, 0, taken_at=enrolled_at)
     print(f"enrolment (offer, accept, store): {len(hosts) / (time.perf_counter() - began):.0f} hosts/s",
           flush=True)
     if args.history_minutes:
         add_host_history(hosts, args.history_minutes)
-    measured = [] if args.skip_ingest else hosts[: args.rate_hosts]
-    for round_number, workers in enumerate(sorted({1, args.workers}) if measured else [], start=1):
-        rate, cpu_ms, server_cpu_ms = ingest_round(measured, round_number, workers)
+    analyze_after_setup()
+    last_round = 0
+    for workers in rate_runs:
+        rounds = [(n, enrolled_at + timedelta(seconds=ROUND_SECONDS * n))
+                  for n in range(last_round + 1, last_round + args.rounds + 1)]
+        last_round = rounds[-1][0]
+        rate, cpu_ms, server_cpu_ms = ingest_rounds(measured, rounds, workers)
         server = f", {server_cpu_ms:.1f} ms of PostgreSQL's" if vendor == "postgresql" else ""
-        print(f"ingest, {workers} process{'es' if workers > 1 else ''}, {len(measured)} snapshots: "
-              f"{rate:.0f} snapshots/s ({1000 * workers / rate:.1f} ms per snapshot per process; "
-              f"CPU per snapshot: {cpu_ms:.1f} ms of the ingest process{server}), "
+        of_rounds = f" ({args.rounds} rounds of {len(measured)} hosts)" if args.rounds > 1 else ""
+        print(f"ingest, {workers} process{'es' if workers > 1 else ''}, {len(measured) * args.rounds} "
+              f"snapshots{of_rounds}: {rate:.0f} snapshots/s ({1000 * workers / rate:.1f} ms per snapshot "
+              f"per process; CPU per snapshot: {cpu_ms:.1f} ms of the ingest process{server}), "
               f"load average {os.getloadavg()[0]:.1f}", flush=True)
+    # Later snapshots are dated now, after every round above.
     if args.stages and measured:
-        time_stages(measured, len({1, args.workers}) + 1, args.stages)
+        time_stages(measured, last_round + 1, args.stages)
     if args.profile and measured:
-        profile_ingest(measured, len({1, args.workers}) + 2 + bool(args.stages), args.profile)
+        profile_ingest(measured, last_round + 2 + bool(args.stages), args.profile)
     if args.skip_pages:
         print(f"load average {os.getloadavg()[0]:.1f} at the end")
         return
@@ -385,7 +416,7 @@ def run_database(args: argparse.Namespace, vendor: str, database_url: str | None
                                                      password=uuid.uuid4().hex)
     client = Client()
     client.force_login(admin)
-    pages = measure_pages(client, hosts, 3, args.repeats)
+    pages = measure_pages(client, hosts, last_round + 4, args.repeats)
     print(f"load average {os.getloadavg()[0]:.1f} at the end")
     print(f"{'request':28}{'median ms':>10}{'p95 ms':>9}{'CPU ms':>8}{'status':>8}{'bytes':>9}{'queries':>9}")
     for r in pages:
@@ -401,6 +432,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2, help="ingest processes at once (after one alone)")
     parser.add_argument("--rate-hosts", type=int, default=300,
                         help="hosts whose fresh snapshots the ingest rate is measured on (after all enrol)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="snapshots of every rate host per rate, each round dated 10 s after the last")
     parser.add_argument("--repeats", type=int, default=30, help="timed requests per page (after 2 warm-ups)")
     parser.add_argument("--skip-ingest", action="store_true",
                         help="measure no ingest rate (step 2): enrolment and the pages only")

@@ -48,6 +48,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks.django_bench import setup_django, throwaway_data_dir  # noqa: E402
+from benchmarks.fleet import ROUND_SECONDS  # noqa: E402
 
 # One version's process: ingests its half of each round's snapshots when told to, then reports.
 _CHILD = r"""
@@ -85,10 +86,6 @@ for messages in halves:
     print("done", flush=True)
 print(json.dumps({"snapshots": count, "client": client, "server": server}), flush=True)
 """
-# A host's probe interval: a round's snapshots are taken this long after the round before.
-ROUND_SECONDS = 10
-
-
 def migrations(tree: Path) -> set[str]:
     return {str(path.relative_to(tree)) for path in tree.glob("gpuadmin/*/migrations/0*.py")}
 
