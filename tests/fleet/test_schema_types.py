@@ -8,6 +8,7 @@ import copy
 import json
 from typing import Any
 
+import jsonschema
 import msgspec
 import pytest
 
@@ -225,3 +226,59 @@ def test_a_format_is_not_checked_as_jsonschema_does_not_and_integers_are_strict(
     unique = valid_json_check({"type": "array", "items": {"type": ["string", "null"]}, "uniqueItems": True})
     assert unique('["a", "b"]') and not unique('["a", "a"]')
     assert not unique('["a", null]'), "unique nulls, numbers of two types...: the full check's to judge"
+
+
+# Patterns of one character class repeated: checked as a length and the characters, all the strings
+# of an array at once (schema_types._Characters). Values around each pattern's edges.
+CLASS_PATTERNS = ["^[a-c]$", "^[a-c]{2}$", "^[a-c]{2,3}$", "^[a-c]{2,}$", "^[a-c]+$", "^[a-c]*$",
+                  "^[^a-c]{2}$"]
+CLASS_VALUES = ["", "a", "d", "ab", "aB", "a\n", "ab\n", "abc", "abd", "abca", "xy", "é", "ab" * 40]
+
+
+@pytest.mark.parametrize("pattern", CLASS_PATTERNS)
+@pytest.mark.parametrize("where", ["alone", "array", "array of objects", "nullable", "optional"])
+def test_a_character_class_pattern_accepts_exactly_what_jsonschema_does_wherever_it_stands(pattern, where):
+    string = {"type": ["string", "null"] if where == "nullable" else "string", "pattern": pattern}
+    schema: dict[str, Any] = {
+        "alone": string,
+        "array": {"type": "array", "items": string},
+    }.get(where) or {"type": "array", "items": {
+        "type": "object", "properties": {"id": {"type": "integer"}, "v": string},
+        "required": ["id"] if where == "optional" else ["id", "v"], "additionalProperties": False}}
+    quick = valid_json_check(schema)
+    # Each value between two that the pattern takes: every item is checked, not only the first.
+    fine = next(v for v in ["ab", "a", "xy"] if jsonschema.Draft202012Validator(string).is_valid(v))
+
+    def document(value: Any) -> Any:
+        if where == "alone":
+            return value
+        if where == "array":
+            return [fine, value, fine]
+        return [{"id": 1, "v": fine}, {"id": 2, "v": value}, {"id": 3, "v": fine}]
+
+    differ = []
+    for value in [*CLASS_VALUES, *([None] if where == "nullable" else [])]:
+        valid = jsonschema.Draft202012Validator(schema).is_valid(document(value))
+        # Never more lenient; here, with patterns jsonschema reads as we do, exactly as lenient. (Python's
+        # "$" also matches before a final newline: jsonschema takes "ab\n" for ^[a-c]{2}$, we do not.)
+        if quick(json.dumps(document(value))) != valid and not (valid and value.endswith("\n")):
+            differ.append(value)
+    if where == "optional":
+        assert quick(json.dumps([{"id": 1}]))
+    assert differ == []
+
+
+def test_a_process_with_a_state_or_digest_out_of_its_class_is_refused_among_good_ones():
+    for name, value in [("state", "1"), ("state", "é"), ("cmdline_sha256", "A" * 64),
+                        ("cmdline_sha256", "0" * 63 + "g")]:
+        document = good()
+        document["processes"][1][name] = value  # the second of two: not only the first is looked at
+        assert jsonschema_accepts(good()) and not jsonschema_accepts(document)
+        assert not quick_accepts(document), (name, value)
+
+
+def test_other_patterns_stay_with_msgspec():
+    alternatives = valid_json_check({"type": "string", "pattern": "^(ab|cd)$"})
+    assert alternatives('"cd"') and not alternatives('"ac"')
+    escaped = valid_json_check({"type": "array", "items": {"type": "string", "pattern": "^[\\w]{2}$"}})
+    assert escaped('["a_"]') and not escaped('["a-"]')
