@@ -39,7 +39,7 @@ from gpuadmin.fleet.process_tree import (
     process_rows,
     zombie_trees,
 )
-from gpuadmin.fleet.statements import Param, PreparedQuery, PreparedUpdate
+from gpuadmin.fleet.statements import Param, PendingRows, PreparedQuery, PreparedUpdate
 from gpuadmin.probe.owners import SLURM_JOB
 from gpuadmin.text import clip, human_bytes, human_duration, utc_text
 
@@ -640,19 +640,23 @@ _REWRITE = PreparedUpdate(
 )
 
 
-def sync_findings(host: Host, drafts: Iterable[FindingDraft], now: datetime) -> SyncResult:
+def sync_findings(host: Host, drafts: Iterable[FindingDraft], now: datetime,
+                  open_findings: PendingRows | None = None) -> SyncResult:
     """Open the new findings, refresh those still present, resolve those that vanished.
 
     Matching is by (kind, key): a finding keeps its first_seen_at for as long as
     consecutive snapshots show it. A resolved finding that comes back opens a
-    new row, so the history of each episode stays intact.
+    new row, so the history of each episode stays intact. ``open_findings``: the
+    host's open findings, asked for already in this transaction (``start_reading_open``).
     """
     wanted: dict[tuple[str, str], FindingDraft] = {}
     for draft in drafts:
         if draft.kind not in SNAPSHOT_KINDS:
             raise ValueError(f"{draft.kind} findings are not drawn from snapshots")
         wanted[(draft.kind, draft.key)] = draft
-    still_open, others = _open_findings(host)
+    if open_findings is None:
+        open_findings = start_reading_open(host.pk)
+    still_open, others = _open_findings(open_findings)
     created, refreshed, only_seen = [], [], []
     for kind_key, draft in wanted.items():
         fields = {name: getattr(draft, name) for name in _DRAFT_FIELDS}
@@ -681,12 +685,19 @@ def sync_findings(host: Host, drafts: Iterable[FindingDraft], now: datetime) -> 
     )
 
 
-def _open_findings(host: Host) -> tuple[dict[tuple[str, str], tuple[int, tuple[Any, ...]]], set[str]]:
+def start_reading_open(host_pk: int) -> PendingRows:
+    """The open findings of the host ``sync_findings`` reads, asked for now (``PreparedQuery.start``)."""
+    return _OPEN_FINDINGS.start(host=host_pk)
+
+
+def _open_findings(
+    pending: PendingRows,
+) -> tuple[dict[tuple[str, str], tuple[int, tuple[Any, ...]]], set[str]]:
     """The host's open findings that snapshots draw, by (kind, key): their id and ``_DRAFT_FIELDS``
     values; and the kinds of its other open findings (other apps')."""
     drawn: dict[tuple[str, str], tuple[int, tuple[Any, ...]]] = {}
     others: set[str] = set()
-    for kind, key, pk, *stored in _OPEN_FINDINGS.rows(host=host.pk):
+    for kind, key, pk, *stored in pending.rows():
         if kind in SNAPSHOT_KINDS:
             drawn[(kind, key)] = (pk, tuple(stored))
         else:

@@ -43,7 +43,7 @@ from django.db.models import BooleanField, ExpressionWrapper, Q
 from gpuadmin.fleet.findings import HistoryFacts, PidSample, Rising, zombies_grew
 from gpuadmin.fleet.models import Gpu, GpuSample, Host, HostSample, ProcessLife, ProcessPoint
 from gpuadmin.fleet.process_tree import ProcessRow
-from gpuadmin.fleet.statements import Param, PreparedQuery, PreparedUpdate, RowInsert
+from gpuadmin.fleet.statements import Param, PendingRows, PreparedQuery, PreparedUpdate, RowInsert
 
 LifeKey = tuple[str, int, int]  # boot id, pid, start time in ticks
 # A life's stored or new values by column name (plain values: no model instance per process).
@@ -186,6 +186,7 @@ def record_process_lives(
     boot_id: str,
     taken_at: datetime,
     previous_taken_at: datetime | None,
+    open_lives: PendingRows | None = None,
 ) -> list[LifeValues]:
     """Start or extend the lives of the processes in this snapshot, end those it no longer shows.
 
@@ -199,7 +200,8 @@ def record_process_lives(
 
     ``previous_taken_at``: the host's snapshot before this one (None for its
     first), the last that showed every life still open: a life that ends now
-    was last seen then.
+    was last seen then. ``open_lives``: the host's open lives, asked for
+    already in this transaction (``start_reading_open_lives``).
 
     Stored lives are read as plain values (no model instances) and only the
     lives whose values changed, or that are new, are written in full; the
@@ -207,7 +209,9 @@ def record_process_lives(
     refresh of their last_seen_at once every ``LIFE_SEEN_REFRESH``.
     """
     mattering = [row for row in rows.values() if matters_by_itself(row)]
-    known = _known_lives(host, boot_id, mattering, refresh_before=taken_at - LIFE_SEEN_REFRESH)
+    if open_lives is None:
+        open_lives = start_reading_open_lives(host.pk, taken_at=taken_at)
+    known = _known_lives(host, boot_id, mattering, open_lives)
     step = settings.GPUADMIN_HISTORY_PROCESS_STEP_BYTES  # read once, not once per process
     seen_before = previous_taken_at or taken_at
     lives: dict[LifeKey, LifeValues] = {}
@@ -315,20 +319,25 @@ def _life_ids(host_id: int, keys: list[LifeKey]) -> dict[LifeKey, int]:
     return ids
 
 
+def start_reading_open_lives(host_pk: int, *, taken_at: datetime) -> PendingRows:
+    """The host's open lives (any boot), as a snapshot taken at ``taken_at`` compares them, asked for
+    now (``PreparedQuery.start``). An open life's ``refresh_due``: its stored last_seen_at is more
+    than ``LIFE_SEEN_REFRESH`` older than the snapshot."""
+    return _OPEN_LIVES.start(host=host_pk, refresh_before=taken_at - LIFE_SEEN_REFRESH)
+
+
 def _known_lives(
-    host: Host, boot_id: str, mattering: Iterable[ProcessRow], *, refresh_before: datetime
+    host: Host, boot_id: str, mattering: Iterable[ProcessRow], open_lives: PendingRows
 ) -> dict[LifeKey, LifeValues]:
-    """The host's open lives (any boot), then the gone lives of this boot that processes of this
-    snapshot not among them may reopen, as the values ``_extended`` and ``_write_changed`` read (no
-    model instances: a snapshot reads ~200). An open life's ``refresh_due``: its stored last_seen_at
-    is older than ``refresh_before``.
+    """The host's open lives (``start_reading_open_lives``), then the gone lives of this boot that
+    processes of this snapshot not among them may reopen, as the values ``_extended`` and
+    ``_write_changed`` read (no model instances: a snapshot reads ~200).
 
     The second query runs only for processes without an open life (new ones, mostly none): a steady
     snapshot costs one query with no list of PIDs in it.
     """
     known: dict[LifeKey, LifeValues] = {}
-    open_lives = _OPEN_LIVES.rows(host=host.pk, refresh_before=refresh_before)
-    _add_lives(known, open_lives, _OPEN_COLUMNS)
+    _add_lives(known, open_lives.rows(), _OPEN_COLUMNS)
     unmatched = sorted({row.pid for row in mattering
                         if (boot_id, row.pid, row.start_time_ticks) not in known})
     for start in range(0, len(unmatched), _PIDS_PER_QUERY):

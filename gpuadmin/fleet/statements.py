@@ -8,7 +8,9 @@ per database and only the values change:
 
 - ``PreparedQuery`` (a SELECT) and ``PreparedUpdate`` (an UPDATE): a queryset
   the ORM compiles once, with ``Param`` placeholders where each run's values go
-  (rows come back converted as ``values_list`` would give them).
+  (rows come back converted as ``values_list`` would give them). A SELECT can be
+  sent now and read later (``start``): inside ``pipelined()``, several reads
+  then cost one round trip.
 - ``RowInsert``: an INSERT of many rows (optionally an upsert) written from
   the model's columns; numbers, text, booleans, times and foreign keys (ids)
   are handed to the driver as they are, only times get the backend's own form
@@ -99,7 +101,9 @@ class _Prepared:
         self._selects = selects
         self._compiled: dict[tuple[str, str], _Compiled] = {}
 
-    def _execute(self, values: dict[str, Any], read: Callable[[Any], Any]) -> tuple[_Compiled, Any]:
+    def _send(self, values: dict[str, Any]) -> tuple[_Compiled, Any, Any]:
+        """The statement run with ``values``: what it was compiled to, the cursor that has its answer
+        (to read and close), and the connection."""
         alias = self._alias()
         connection = connections[alias]
         key = (alias, connection.vendor)
@@ -108,8 +112,17 @@ class _Prepared:
             compiled = self._compiled[key] = self._compile(alias)
         bound = [p.output_field.get_db_prep_save(values[p.name], connection) if isinstance(p, Param) else p
                  for p in compiled.params]
-        with _cursor(connection, reads_times=compiled.reads_times) as cursor:
+        cursor = _cursor(connection, reads_times=compiled.reads_times)
+        try:
             cursor.execute(compiled.sql, bound)
+        except BaseException:
+            cursor.close()
+            raise
+        return compiled, cursor, connection
+
+    def _execute(self, values: dict[str, Any], read: Callable[[Any], Any]) -> tuple[_Compiled, Any]:
+        compiled, cursor, _ = self._send(values)
+        with cursor:
             return compiled, read(cursor)
 
     def _compile(self, alias: str) -> _Compiled:
@@ -132,9 +145,51 @@ class PreparedQuery(_Prepared):
 
     def rows(self, **values: Any) -> list[tuple[Any, ...]]:
         compiled, rows = self._execute(values, lambda cursor: cursor.fetchall())
-        if not compiled.converters:
-            return cast(list[tuple[Any, ...]], rows)
-        return [tuple(row) for row in compiled.compiler.apply_converters(rows, compiled.converters)]
+        return _converted(compiled, rows)
+
+    def start(self, **values: Any) -> PendingRows:
+        """The SELECT sent, its rows read later (``PendingRows.rows()``): inside ``pipelined()`` the
+        statements sent after it go out before its answer is awaited, and all come back in one round
+        trip. Elsewhere it runs now."""
+        compiled, cursor, connection = self._send(values)
+        if connection.vendor == "postgresql":
+            # psycopg holds the whole answer once it arrives: nothing sent later changes it.
+            return PendingRows(compiled, cursor)
+        # SQLite steps through the rows as they are fetched, and would see writes made meanwhile.
+        with cursor:
+            return PendingRows(compiled, rows=cursor.fetchall())
+
+
+class PendingRows:
+    """A SELECT's rows still to read (``PreparedQuery.start``): ``rows()`` waits for them, once;
+    ``close()`` gives up on them."""
+
+    def __init__(self, compiled: _Compiled, cursor: Any = None, *, rows: list[Any] | None = None) -> None:
+        self._compiled = compiled
+        self._cursor = cursor
+        self._rows = rows
+
+    def rows(self) -> list[tuple[Any, ...]]:
+        if self._cursor is not None:
+            with self._cursor as cursor:
+                self._rows = cursor.fetchall()
+            self._cursor = None
+        if self._rows is None:
+            raise RuntimeError("these rows were read already or given up")
+        rows, self._rows = self._rows, None
+        return _converted(self._compiled, rows)
+
+    def close(self) -> None:
+        if self._cursor is not None:
+            self._cursor.close()
+        self._cursor = self._rows = None
+
+
+def _converted(compiled: _Compiled, rows: list[Any]) -> list[tuple[Any, ...]]:
+    """A SELECT's rows as the queryset would give them."""
+    if not compiled.converters:
+        return cast(list[tuple[Any, ...]], rows)
+    return [tuple(row) for row in compiled.compiler.apply_converters(rows, compiled.converters)]
 
 
 class PreparedUpdate(_Prepared):

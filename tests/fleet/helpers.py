@@ -3,10 +3,15 @@ as the pages and the API see them, stored through the real ingest path."""
 
 from __future__ import annotations
 
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from gpuadmin.fleet.ingest import ingest_snapshot
@@ -110,3 +115,25 @@ def store_hostile_host(host: str = "gpu66") -> Host:
         proc(4243, ppid=4242, state="Z", user=HOSTILE_USER, name=HOSTILE_NAME, cmdline=[],
              reasons=["zombie"]),
     ], gpus=[gpu(0, used=1 * GiB)])
+
+
+@contextmanager
+def counted_round_trips() -> Iterator[list[int]]:
+    """``[n]`` after the block: how many times the default connection (PostgreSQL) waited for the
+    server's answer while the block ran, each turn from sending to receiving in libpq's trace of the
+    protocol."""
+    from psycopg.pq import Trace
+
+    connection.ensure_connection()
+    pgconn = connection.connection.pgconn
+    counted: list[int] = []
+    with tempfile.TemporaryFile() as trace:
+        pgconn.trace(trace.fileno())
+        pgconn.set_trace_flags(Trace.SUPPRESS_TIMESTAMPS)
+        try:
+            yield counted
+        finally:
+            pgconn.untrace()
+            trace.seek(0)
+            senders = [line.split("\t", 1)[0] for line in trace.read().decode(errors="replace").splitlines()]
+            counted.append(sum(1 for turn in pairwise(senders) if turn == ("F", "B")))
