@@ -8,6 +8,7 @@ the tasks' names live beside it in ``gpuadmin.task_names`` (no Django there).
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 from typing import Any
@@ -110,6 +111,25 @@ app.conf.beat_schedule = beat_schedule(settings.GPUADMIN_PROBE_INTERVAL_SECONDS)
 def _close_old_connections(sender: Any = None, **_: object) -> None:
     if not getattr(getattr(sender, "request", None), "is_eager", False):
         close_old_connections()
+
+
+# Python's collector looks at young objects after 700 more were made than freed, and now and then at
+# every object. Parsing a 200-process snapshot keeps thousands alive at once, so a central worker
+# collected about three times per snapshot, and every few hundred snapshots went through all of
+# Django and the apps (~120,000 objects): ~1.1 ms of CPU per snapshot, an eighth of ingest's
+# (benchmarks/README.md, "Ingest, stop 27"). What a worker process holds when it starts never becomes
+# garbage: frozen, the collector skips it; young objects wait for this many.
+GC_YOUNG_THRESHOLD = 10_000
+
+
+@signals.worker_init.connect
+@signals.worker_process_init.connect
+def settle_garbage_collector(**_: object) -> None:
+    """Leave what the worker process holds now out of the collector's scans, and collect young
+    objects less often (before the pool forks, and in each pool process)."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
 
 
 # Celery's own retry line is INFO, on the logger that also says "received" and "succeeded" for every
