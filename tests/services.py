@@ -18,7 +18,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -247,7 +247,8 @@ def _postgres_os_user() -> tuple[str, list[str]]:
 
 
 @contextlib.contextmanager
-def postgres_server() -> Iterator[PostgresServer]:
+def postgres_server(settings: Sequence[str] = ()) -> Iterator[PostgresServer]:
+    """A throwaway server; ``settings``: more ``name=value`` for it (a benchmark's extension)."""
     bin_dirs = glob.glob(POSTGRES_BIN_GLOB)
     initdb = find_binary("initdb", bin_dirs)
     pg_ctl = find_binary("pg_ctl", bin_dirs)
@@ -265,7 +266,7 @@ def postgres_server() -> Iterator[PostgresServer]:
         _run([*as_user, initdb, "-D", str(data_dir), "-U", os_user, "--auth=trust",
               "--encoding=UTF8", "--no-locale", "--no-sync"], "initdb")
         options = f"-p {port} -k {socket_dir} -c listen_addresses=127.0.0.1 -c fsync=off " \
-                  "-c synchronous_commit=off -c full_page_writes=off"
+                  "-c synchronous_commit=off -c full_page_writes=off" + "".join(f" -c {v}" for v in settings)
         _run([*as_user, pg_ctl, "-D", str(data_dir), "-l", str(log_path), "-o", options, "-w",
               "-t", str(int(START_TIMEOUT_SECONDS)), "start"], "pg_ctl start", log_path)
         started = True

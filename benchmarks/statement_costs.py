@@ -1,0 +1,121 @@
+"""What PostgreSQL spends on each statement of a steady snapshot (pg_stat_statements).
+
+A throwaway server (``tests/services.py``) with pg_stat_statements loaded, and
+``--hosts`` synthetic hosts (``gpuadmin.fleet.demo``) enrolled through the real
+path and analyzed, as ``fleet.py`` does; one round ingested to reach the steady
+state; then ``--rounds`` rounds, dated a probe interval apart, received by this
+process as a central worker would (``receive_snapshot``, its collector settled
+as a worker's). Prints, per statement: the server's time per snapshot (planning
+and execution), calls and rows per snapshot; the backend's whole CPU per
+snapshot (the rest is the protocol, parsing parameters, commits); and for each
+table updated, the share of its updates that stayed on their page (heap-only:
+no index touched).
+
+    python benchmarks/statement_costs.py [--hosts 100] [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from benchmarks.django_bench import setup_django, throwaway_data_dir  # noqa: E402
+from benchmarks.fleet import (  # noqa: E402
+    ROUND_SECONDS,
+    analyze_after_setup,
+    database_server_pid,
+    process_cpu_seconds,
+    settle_worker_process,
+)
+
+SHOWN_STATEMENT_CHARS = 90
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args(argv)
+    print(f"command: python benchmarks/statement_costs.py --hosts {args.hosts} --rounds {args.rounds}")
+    os.environ["GPUADMIN_PROBE_INTERVAL"] = "3600"  # no host goes offline meanwhile
+    from tests import services
+
+    with throwaway_data_dir("statement-costs-", wait=False), \
+            services.postgres_server(settings=["shared_preload_libraries=pg_stat_statements"]) as server:
+        setup_django(server.url)
+        from django.conf import settings
+        from django.db import connection
+
+        from gpuadmin.fleet import demo
+        from gpuadmin.fleet.ingest import receive_snapshot
+
+        logging.disable(logging.WARNING)
+        with connection.cursor() as cursor:
+            cursor.execute("CREATE EXTENSION pg_stat_statements")
+        hosts = demo.demo_hosts(settings.DATA_DIR, args.hosts)
+        enrolled_at = datetime.now(UTC) - timedelta(seconds=60 + ROUND_SECONDS * (args.rounds + 1))
+        for host in hosts:
+            demo.send(host, 0, taken_at=enrolled_at)
+        analyze_after_setup()
+        rounds = [[host.message(n, taken_at=enrolled_at + timedelta(seconds=ROUND_SECONDS * n))
+                   for host in hosts] for n in range(1, args.rounds + 2)]
+        for message in rounds[0]:  # the steady state: every host's reads now go out with its lock
+            receive_snapshot(message)
+        settle_worker_process()
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_stat_statements_reset()")
+            cursor.execute("SELECT pg_stat_reset()")
+        server_pid = database_server_pid()
+        client_began, server_began = time.process_time(), process_cpu_seconds(server_pid)
+        count = 0
+        for messages in rounds[1:]:
+            for message in messages:
+                receive_snapshot(message)
+                count += 1
+        client_ms = 1000 * (time.process_time() - client_began) / count
+        server_ms = 1000 * (process_cpu_seconds(server_pid) - server_began) / count
+        report(count, client_ms, server_ms)
+    return 0
+
+
+def report(count: int, client_ms: float, server_ms: float) -> None:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT calls, total_plan_time + total_exec_time, rows, regexp_replace(query, '\\s+', ' ', 'g') "
+            "FROM pg_stat_statements WHERE query LIKE '%%fleet_%%' OR query LIKE '%%kills_%%' "
+            "OR query IN ('BEGIN', 'COMMIT') ORDER BY 2 DESC"
+        )
+        statements = cursor.fetchall()
+        # The statistics collector reports a little after the fact.
+        time.sleep(1)
+        cursor.execute(
+            "SELECT relname, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE n_tup_upd > 0 "
+            "ORDER BY n_tup_upd DESC"
+        )
+        updated = cursor.fetchall()
+    print(f"{count} snapshots; CPU per snapshot: {client_ms:.2f} ms of this process, "
+          f"{server_ms:.2f} ms of its PostgreSQL backend")
+    print(f"{'us/snapshot':>11} {'calls':>6} {'rows/call':>9}  statement")
+    total_ms = 0.0
+    for calls, spent_ms, rows, query in statements:
+        total_ms += spent_ms
+        print(f"{1000 * spent_ms / count:11.1f} {calls / count:6.2f} {rows / max(calls, 1):9.1f}  "
+              f"{query[:SHOWN_STATEMENT_CHARS]}")
+    print(f"{1000 * total_ms / count:11.1f} in all (planning and execution; the backend's CPU is "
+          f"{1000 * server_ms:.0f} us)")
+    print(f"{'table':28}{'updates':>9}{'on their page':>15}")
+    for table, updates, hot in updated:
+        print(f"{table:28}{updates:9}{100 * hot / updates:14.0f}%")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
