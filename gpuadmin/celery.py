@@ -122,11 +122,12 @@ def _close_old_connections(sender: Any = None, **_: object) -> None:
 GC_YOUNG_THRESHOLD = 10_000
 
 
-@signals.worker_init.connect
 @signals.worker_process_init.connect
+@signals.worker_ready.connect
 def settle_garbage_collector(**_: object) -> None:
     """Leave what the worker process holds now out of the collector's scans, and collect young
-    objects less often (before the pool forks, and in each pool process)."""
+    objects less often: in each pool process as it starts, and in the main process once it is
+    ready (where the solo pool runs the tasks)."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])

@@ -122,7 +122,7 @@ def receive_snapshot(message: Any, *, received_at: datetime | None = None) -> Ho
             with pipelined():
                 # The lock, and behind it the reads of a steady snapshot: one round trip for all.
                 locking = trust.start_locking(host_name)
-                ahead = _read_ahead(host_name, snapshot_taken_at(document, received_at))
+                ahead = _read_ahead(host_name, _clamped_taken_at(document, received_at))
             try:
                 host = trust.admit(host_name, opened, received_at=received_at, locking=locking)
                 if host is None:
@@ -172,7 +172,7 @@ def _read_ahead(host_name: str, taken_at: datetime) -> ReadAhead | None:
                      findings=findings.start_reading_open(host_pk))
 
 
-def snapshot_taken_at(document: dict[str, Any], received_at: datetime) -> datetime:
+def _clamped_taken_at(document: dict[str, Any], received_at: datetime) -> datetime:
     """When a validated snapshot was taken, as ingest reads it: never after it arrived (see
     ``ingest_document``)."""
     return min(parse_taken_at(document["taken_at"]), received_at)
@@ -230,7 +230,7 @@ def ingest_document(
     document as it is instead of encoding the document again (~125 KB for 200 processes).
     ``ahead``: the host's reads, sent already in this transaction (``receive_snapshot``).
     """
-    taken_at = snapshot_taken_at(document, received_at)
+    taken_at = _clamped_taken_at(document, received_at)
     # No savepoint inside the caller's transaction: any error here fails the whole snapshot anyway.
     with transaction.atomic(savepoint=False):
         if locked_host is not None:
@@ -253,7 +253,7 @@ def ingest_document(
             _update_host(host, document, rows, taken_at=taken_at, received_at=received_at)
             _store_latest(host, document, taken_at=taken_at, received_at=received_at, text=text)
             gpus_by_uuid = _upsert_gpus(host, document, attributed_bytes, received_at=received_at,
-                                        stored_gpus=ahead.gpus if ahead else _STORED_GPUS.start(host=host.pk))
+                                        stored_gpus=ahead.gpus if ahead else None)
             history.record_samples(host, document, gpus_by_uuid=gpus_by_uuid,
                                    attributed_bytes=attributed_bytes, taken_at=taken_at)
             history.update_idle_since(gpus_by_uuid, document, attributed_bytes, taken_at=taken_at)
@@ -350,14 +350,17 @@ def _store_latest(
 
 def _upsert_gpus(
     host: Host, document: dict[str, Any], attributed_bytes: dict[str, int], *, received_at: datetime,
-    stored_gpus: PendingRows,
+    stored_gpus: PendingRows | None = None,
 ) -> dict[str, Gpu]:
     """GPU rows as this snapshot lists them; GPUs it no longer lists stay, marked not present.
 
-    The host's GPUs are read first (``stored_gpus``: their ids and idle_since), so
-    that the upsert needs no read-back and a GPU is marked not present only when
-    one is missing (the host row is locked: nothing else adds GPUs meanwhile).
+    The host's GPUs are read first (their ids and idle_since; ``stored_gpus``: asked
+    for already in this transaction), so that the upsert needs no read-back and a
+    GPU is marked not present only when one is missing (the host row is locked:
+    nothing else adds GPUs meanwhile).
     """
+    if stored_gpus is None:
+        stored_gpus = _STORED_GPUS.start(host=host.pk)
     stored = {uuid: (pk, present, idle) for pk, uuid, present, idle in stored_gpus.rows()}
     uuids = [g["uuid"] for g in document["gpus"]]
     gpus_by_uuid = {
