@@ -120,11 +120,6 @@ class _Prepared:
             raise
         return compiled, cursor, connection
 
-    def _execute(self, values: dict[str, Any], read: Callable[[Any], Any]) -> tuple[_Compiled, Any]:
-        compiled, cursor, _ = self._send(values)
-        with cursor:
-            return compiled, read(cursor)
-
     def _compile(self, alias: str) -> _Compiled:
         compiler = self._query.get_compiler(alias)
         sql, params = compiler.as_sql()
@@ -144,8 +139,7 @@ class PreparedQuery(_Prepared):
         super().__init__(queryset.query, lambda: queryset.db, selects=True)
 
     def rows(self, **values: Any) -> list[tuple[Any, ...]]:
-        compiled, rows = self._execute(values, lambda cursor: cursor.fetchall())
-        return _converted(compiled, rows)
+        return self.start(**values).rows()
 
     def start(self, **values: Any) -> PendingRows:
         """The SELECT sent, its rows read later (``PendingRows.rows()``): inside ``pipelined()`` the
@@ -170,6 +164,7 @@ class PendingRows:
         self._rows = rows
 
     def rows(self) -> list[tuple[Any, ...]]:
+        """The rows, converted as the queryset would give them."""
         if self._cursor is not None:
             with self._cursor as cursor:
                 self._rows = cursor.fetchall()
@@ -177,19 +172,15 @@ class PendingRows:
         if self._rows is None:
             raise RuntimeError("these rows were read already or given up")
         rows, self._rows = self._rows, None
-        return _converted(self._compiled, rows)
+        compiled = self._compiled
+        if not compiled.converters:
+            return cast(list[tuple[Any, ...]], rows)
+        return [tuple(row) for row in compiled.compiler.apply_converters(rows, compiled.converters)]
 
     def close(self) -> None:
         if self._cursor is not None:
             self._cursor.close()
         self._cursor = self._rows = None
-
-
-def _converted(compiled: _Compiled, rows: list[Any]) -> list[tuple[Any, ...]]:
-    """A SELECT's rows as the queryset would give them."""
-    if not compiled.converters:
-        return cast(list[tuple[Any, ...]], rows)
-    return [tuple(row) for row in compiled.compiler.apply_converters(rows, compiled.converters)]
 
 
 class PreparedUpdate(_Prepared):
@@ -203,7 +194,8 @@ class PreparedUpdate(_Prepared):
         super().__init__(query, lambda: router.db_for_write(model))
 
     def run(self, **values: Any) -> None:
-        self._execute(values, lambda cursor: None)
+        with self._send(values)[1]:
+            pass  # nothing to read: the cursor is closed as Django closes one
 
 
 class RowInsert:
