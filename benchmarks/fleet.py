@@ -368,6 +368,23 @@ def add_host_history(hosts: list[Any], minutes: int) -> None:
     print(f"history: {len(samples)} host samples of the {minutes} minutes before enrolment", flush=True)
 
 
+def enrol_in_the_past(hosts: list[Any], *, rounds_to_come: int) -> datetime:
+    """Enrol every host (its first signed snapshot, key accepted), dated so that ``rounds_to_come``
+    rounds after it (``round_taken_at``) end a minute ago: what depends on time (the lives'
+    once-a-minute refresh) then comes as often as in a fleet. Returns when enrolment was taken."""
+    from gpuadmin.fleet import demo
+
+    enrolled_at = datetime.now(UTC) - timedelta(seconds=60 + ROUND_SECONDS * rounds_to_come)
+    for host in hosts:
+        demo.send(host, 0, taken_at=enrolled_at)
+    return enrolled_at
+
+
+def round_taken_at(enrolled_at: datetime, number: int) -> datetime:
+    """When round ``number`` after an enrolment taken at ``enrolled_at`` is taken."""
+    return enrolled_at + timedelta(seconds=ROUND_SECONDS * number)
+
+
 def analyze_after_setup() -> None:
     """On PostgreSQL, the statistics of the tables enrolment and history have just filled, as
     autovacuum has them a minute later: without them the first rate measured the planner's guesses
@@ -393,12 +410,8 @@ def run_database(args: argparse.Namespace, vendor: str, database_url: str | None
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start ==", flush=True)
     measured = [] if args.skip_ingest else hosts[: args.rate_hosts]
     rate_runs = sorted({1, args.workers}) if measured else []
-    # The rates' rounds dated in the past, one probe interval apart, the last a minute ago: what
-    # depends on time (the lives' once-a-minute refresh) comes as often as in a fleet.
-    enrolled_at = datetime.now(UTC) - timedelta(seconds=60 + ROUND_SECONDS * len(rate_runs) * args.rounds)
     began = time.perf_counter()
-    for host in hosts:
-        demo.send(host, 0, taken_at=enrolled_at)
+    enrolled_at = enrol_in_the_past(hosts, rounds_to_come=len(rate_runs) * args.rounds)
     print(f"enrolment (offer, accept, store): {len(hosts) / (time.perf_counter() - began):.0f} hosts/s",
           flush=True)
     if args.history_minutes:
@@ -406,8 +419,8 @@ def run_database(args: argparse.Namespace, vendor: str, database_url: str | None
     analyze_after_setup()
     last_round = 0
     for workers in rate_runs:
-        rounds = [(n, enrolled_at + timedelta(seconds=ROUND_SECONDS * n))
-                  for n in range(last_round + 1, last_round + args.rounds + 1)]
+        numbers = range(last_round + 1, last_round + args.rounds + 1)
+        rounds = [(n, round_taken_at(enrolled_at, n)) for n in numbers]
         last_round = rounds[-1][0]
         rate, cpu_ms, server_cpu_ms = ingest_rounds(measured, rounds, workers)
         server = f", {server_cpu_ms:.1f} ms of PostgreSQL's" if vendor == "postgresql" else ""

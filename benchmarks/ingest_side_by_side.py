@@ -40,15 +40,13 @@ import os
 import statistics
 import subprocess
 import sys
-import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks.django_bench import setup_django, throwaway_data_dir  # noqa: E402
-from benchmarks.fleet import ROUND_SECONDS  # noqa: E402
+from benchmarks.fleet import ROUND_SECONDS, enrol_in_the_past  # noqa: E402
 
 # One version's process: ingests its half of each round's snapshots when told to, then reports.
 _CHILD = r"""
@@ -149,9 +147,8 @@ def main(argv: list[str] | None = None) -> int:
         logging.disable(logging.WARNING)
         # Every round of the run 10 s after the one before, the last one a minute ago.
         runs = 2 * args.pairs
-        enrolled_at = time.time() - 60 - ROUND_SECONDS * runs * args.rounds
-        for host in demo.demo_hosts(settings.DATA_DIR, args.hosts):
-            demo.send(host, 0, taken_at=datetime.fromtimestamp(enrolled_at, UTC))
+        hosts = demo.demo_hosts(settings.DATA_DIR, args.hosts)
+        enrolled_at = enrol_in_the_past(hosts, rounds_to_come=runs * args.rounds).timestamp()
         connections.close_all()
         run = 0
         print(f"{args.hosts} hosts x 8 GPUs, 200 processes each; CPU per snapshot (ms): client + PostgreSQL")

@@ -21,17 +21,17 @@ import logging
 import os
 import sys
 import time
-from datetime import UTC, datetime, timedelta
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from benchmarks.django_bench import setup_django, throwaway_data_dir  # noqa: E402
 from benchmarks.fleet import (  # noqa: E402
-    ROUND_SECONDS,
     analyze_after_setup,
     database_server_pid,
+    enrol_in_the_past,
     process_cpu_seconds,
+    round_taken_at,
     settle_worker_process,
 )
 
@@ -60,12 +60,10 @@ def main(argv: list[str] | None = None) -> int:
         with connection.cursor() as cursor:
             cursor.execute("CREATE EXTENSION pg_stat_statements")
         hosts = demo.demo_hosts(settings.DATA_DIR, args.hosts)
-        enrolled_at = datetime.now(UTC) - timedelta(seconds=60 + ROUND_SECONDS * (args.rounds + 1))
-        for host in hosts:
-            demo.send(host, 0, taken_at=enrolled_at)
+        enrolled_at = enrol_in_the_past(hosts, rounds_to_come=args.rounds + 1)
         analyze_after_setup()
-        rounds = [[host.message(n, taken_at=enrolled_at + timedelta(seconds=ROUND_SECONDS * n))
-                   for host in hosts] for n in range(1, args.rounds + 2)]
+        rounds = [[host.message(n, taken_at=round_taken_at(enrolled_at, n)) for host in hosts]
+                  for n in range(1, args.rounds + 2)]
         for message in rounds[0]:  # the steady state: every host's reads now go out with its lock
             receive_snapshot(message)
         settle_worker_process()
