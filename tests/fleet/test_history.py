@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gpuadmin.fleet.history import description_digest
+from gpuadmin.fleet.history import _add_lives, description_digest
 from gpuadmin.fleet.models import GpuSample, Host, HostSample, ProcessLife, ProcessPoint
 from gpuadmin.fleet.process_tree import ProcessRow
 from tests.factories import GiB, gpu, proc, snapshot
@@ -270,3 +270,21 @@ def test_a_description_digest_is_the_same_in_every_worker_process() -> None:
     assert seeds == {"1": here, "2": here}
     moved = description_digest(ProcessRow.from_document({**record, "cmdline": ["python", "other.py"]}))
     assert moved != here
+
+
+def test_a_description_digest_keeps_its_value_across_releases() -> None:
+    # Stored lives keep the digest of their description: a new way of computing it that gave other
+    # values would find every open life changed once, and rewrite them all. Values as stop 27 gave them.
+    owner = {"kind": "slurm_job", "job_id": "42", "step": "0", "uid": 7}
+    assert description_digest(ProcessRow.from_document(proc(7, owner=owner))) == -3017617851121095684
+    bare = {"pid": 3, "ppid": 1, "state": "S", "start_time_ticks": 1}
+    assert description_digest(ProcessRow.from_document(bare)) == -351599472650376275
+
+
+def test_stored_lives_of_another_width_than_their_columns_are_refused() -> None:
+    known: dict = {}
+    columns = ["pk", "boot_id", "pid", "start_time_ticks", "last_state"]
+    _add_lives(known, [(1, "b", 7, 70, "S"), (2, "b", 8, 80, "R")], columns)
+    assert known[("b", 8, 80)] == dict(zip(columns, (2, "b", 8, 80, "R"), strict=True))
+    with pytest.raises(ValueError, match="4 values for 5 columns"):
+        _add_lives({}, [(1, "b", 7, 70)], columns)
