@@ -150,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hosts", type=int, default=50)
     parser.add_argument("--warm", type=int, default=2, help="rounds of every host before counting")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of every host counted")
+    parser.add_argument("--keep", type=Path, metavar="DIR",
+                        help="keep each tree's callgrind file there (for callgrind_annotate: C functions)")
     args = parser.parse_args(argv)
     base = args.base.resolve()
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
@@ -163,7 +165,9 @@ def main(argv: list[str] | None = None) -> int:
 
     trees = {"this": REPO, "base": base}
     with throwaway_data_dir("instructions-", wait=False), services.postgres_server() as server, \
-            tempfile.TemporaryDirectory(prefix="callgrind-") as out:
+            tempfile.TemporaryDirectory(prefix="callgrind-") as scratch:
+        out = args.keep or Path(scratch)
+        out.mkdir(parents=True, exist_ok=True)
         setup_django(server.url)
         import psycopg
         from django.conf import settings
@@ -182,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
                 urls[name] = dataclasses.replace(server, database=f"ingest_{name}").url
         results = counted({
             name: start_counting(tree, urls[name], args, data_dir=str(settings.DATA_DIR),
-                                 first_at=enrolled_at + ROUND_SECONDS, out_dir=Path(out))
+                                 first_at=enrolled_at + ROUND_SECONDS, out_dir=out)
             for name, tree in trees.items()
         })
     print(f"{args.hosts} hosts x 8 GPUs, 200 processes each; {args.rounds} rounds counted after {args.warm}")

@@ -268,9 +268,9 @@ def test_a_character_class_pattern_accepts_exactly_what_jsonschema_does_wherever
     assert differ == []
 
 
-def test_a_process_with_a_state_or_digest_out_of_its_class_is_refused_among_good_ones():
+def test_a_process_with_a_state_or_digest_out_of_its_class_or_repeated_reasons_is_refused_among_good_ones():
     for name, value in [("state", "1"), ("state", "é"), ("cmdline_sha256", "A" * 64),
-                        ("cmdline_sha256", "0" * 63 + "g")]:
+                        ("cmdline_sha256", "0" * 63 + "g"), ("reasons", ["gpu", "zombie", "gpu"])]:
         document = good()
         document["processes"][1][name] = value  # the second of two: not only the first is looked at
         assert jsonschema_accepts(good()) and not jsonschema_accepts(document)
@@ -282,3 +282,46 @@ def test_other_patterns_stay_with_msgspec():
     assert alternatives('"cd"') and not alternatives('"ac"')
     escaped = valid_json_check({"type": "array", "items": {"type": "string", "pattern": "^[\\w]{2}$"}})
     assert escaped('["a_"]') and not escaped('["a-"]')
+
+
+# uniqueItems over items of each kind of type, checked for all the arrays of an array of objects at once
+# (schema_types._Unique). Values that JSON's equality and Python's disagree on among them.
+UNIQUE_ITEMS = [{"enum": ["a", "b", 1, None]}, {"type": "string"}, {"type": "integer"},
+                {"type": ["string", "null"]}, {"type": "number"}, {"type": "boolean"},
+                {"type": "array", "items": {"type": "string"}}]
+UNIQUE_VALUES: list[Any] = [
+    [], ["a"], ["a", "b"], ["a", "a"], ["b", "a", "b"], [1], [1, 1], [1, "1"], [1, 1.0], [1.0, 1.5], [None],
+    [None, None], ["a", None], [True, 1], [True, True], [0, False], [["a"], ["b"]], [["a"], ["a"]],
+]
+
+
+@pytest.mark.parametrize("items", UNIQUE_ITEMS, ids=json.dumps)
+@pytest.mark.parametrize("where", ["alone", "array of objects", "optional", "nullable"])
+def test_unique_items_are_never_taken_where_jsonschema_refuses_them(items, where):
+    unique = {"type": ["array", "null"] if where == "nullable" else "array", "items": items,
+              "uniqueItems": True}
+    schema = unique if where == "alone" else {"type": "array", "items": {
+        "type": "object", "properties": {"id": {"type": "integer"}, "v": unique},
+        "required": ["id"] if where == "optional" else ["id", "v"], "additionalProperties": False}}
+    quick = valid_json_check(schema)
+
+    def document(value: Any) -> Any:
+        # Between two good arrays: every object's array is looked at, not only the first.
+        return value if where == "alone" else [{"id": 1, "v": []}, {"id": 2, "v": value}, {"id": 3, "v": []}]
+
+    lenient, stricter = [], []
+    values = [*UNIQUE_VALUES, *([None] if where == "nullable" else [])]
+    for value in values:
+        valid = jsonschema.Draft202012Validator(schema).is_valid(document(value))
+        taken = quick(json.dumps(document(value)))
+        if taken and not valid:
+            lenient.append(value)
+        if valid and not taken:
+            stricter.append(value)
+    assert lenient == []
+    if where == "optional":
+        assert quick(json.dumps([{"id": 1}, {"id": 2, "v": ["a", "a"]}])) is False
+        assert quick(json.dumps([{"id": 1}, {"id": 2, "v": []}]))
+    if items.get("enum") or items.get("type") in ("string", "integer"):
+        # Items msgspec decodes as strings and integers only: exactly jsonschema's answer.
+        assert stricter == []
