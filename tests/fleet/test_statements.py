@@ -220,6 +220,52 @@ def test_a_prepared_query_reads_what_the_queryset_would_with_each_runs_values() 
     assert len(FINDINGS._compiled) == 1
 
 
+GPU_COLUMNS = ("pk", "uuid", "index", "memory_total_bytes", "memory_used_bytes", "utilization_percent",
+               "present", "idle_since", "updated_at")
+BINARY_GPUS = PreparedQuery(
+    Gpu.objects.filter(host=Param(Gpu, "host")).order_by("index").values_list(*GPU_COLUMNS), binary=True
+)
+
+
+def test_a_binary_prepared_query_reads_the_same_values_as_the_orm() -> None:
+    host = Host.objects.create(name="gpu01", first_seen_at=at(0))
+    Gpu.objects.create(host=host, index=0, uuid="GPU-0", memory_total_bytes=2**62, memory_used_bytes=-(2**40),
+                       utilization_percent=0, present=False, idle_since=at(3) + timedelta(microseconds=7),
+                       updated_at=at(4))
+    Gpu.objects.create(host=host, index=1, uuid="GPU-é", memory_total_bytes=None, memory_used_bytes=0,
+                       utilization_percent=None, present=True, idle_since=None, updated_at=at(5))
+    expected = list(Gpu.objects.filter(host=host).order_by("index").values_list(*GPU_COLUMNS))
+    rows = BINARY_GPUS.rows(host=host.pk)
+    assert rows == expected and [type(v) for v in rows[0]] == [type(v) for v in expected[0]]
+    assert rows[0][7].tzinfo == UTC  # an aware time in UTC, as the ORM gives it
+    assert BINARY_GPUS.rows(host=host.pk + 1) == []
+
+
+@pytest.mark.postgres
+def test_on_postgresql_the_binary_query_s_rows_come_in_binary_and_others_in_text() -> None:
+    host = Host.objects.create(name="gpu01", first_seen_at=at(0))
+    Gpu.objects.create(host=host, index=0, uuid="GPU-0")
+    finding(host, "a", 5)
+    formats = {}
+    for name, query, values in [("binary", BINARY_GPUS, {"host": host.pk}),
+                                ("text", FINDINGS, {"host": host.pk, "since": at(0)})]:
+        pending = query.start(**values)
+        try:
+            result = pending._cursor.cursor.pgresult  # the server's answer, as libpq holds it
+            formats[name] = {result.fformat(n) for n in range(result.nfields)}
+        finally:
+            pending.close()
+    assert formats == {"binary": {1}, "text": {0}}
+
+
+def test_a_binary_prepared_query_of_a_json_column_is_refused() -> None:
+    host = Host.objects.create(name="gpu01", first_seen_at=at(0))
+    details = PreparedQuery(Finding.objects.filter(host=Param(Finding, "host")).values_list("details"),
+                            binary=True)
+    with pytest.raises(TypeError, match="cannot select a JSON column"):
+        details.rows(host=host.pk)
+
+
 def test_a_prepared_update_sets_its_fields_on_the_rows_its_values_pick() -> None:
     gpu01, gpu02 = (Host.objects.create(name=name, first_seen_at=at(0)) for name in ("gpu01", "gpu02"))
     finding(gpu01, "a", 5)
