@@ -17,7 +17,8 @@ import re
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
-from itertools import islice
+from itertools import chain, islice
+from operator import itemgetter, methodcaller
 from pathlib import Path
 from typing import Any, cast
 
@@ -416,8 +417,12 @@ def _check_column_ranges(document: dict[str, Any]) -> None:
         _at_most(gpu["index"], INT32_MAX, f"gpus[{i}].index", "2147483647")
     processes = document["processes"]
     for field, limit, limit_name in _PROCESS_COLUMN_LIMITS:
-        # Field by field over all processes (~200): one comparison each, a message only for the first too big.
-        for i, value in enumerate([process.get(field) for process in processes]):
+        # Field by field over all processes (~200), the largest found in C; a message only for the first
+        # too big. (None and 0 are left out: neither is too big.)
+        values = [process.get(field) for process in processes]
+        if max(filter(None, values), default=0) <= limit:
+            continue
+        for i, value in enumerate(values):
             if value is not None and value > limit:
                 _at_most(value, limit, f"processes[{i}].{field}", limit_name)
 
@@ -453,6 +458,9 @@ def _check_gpus(gpus: list[dict[str, Any]]) -> set[str]:
 
 
 def _check_processes(processes: list[dict[str, Any]], gpu_uuids: set[str]) -> None:
+    if _processes_plainly_fine(processes, gpu_uuids):
+        return
+    # Something is wrong: one process after the other, to name the first error.
     seen_pids: dict[int, int] = {}
     for i, process in enumerate(processes):
         pid = process["pid"]
@@ -482,6 +490,27 @@ def _check_processes(processes: list[dict[str, Any]], gpu_uuids: set[str]) -> No
                 f"processes: the memory they hold on GPU {_clip(json.dumps(uuid))} adds up to more than a "
                 "64-bit integer"
             )
+
+
+def _processes_plainly_fine(processes: list[dict[str, Any]], gpu_uuids: set[str]) -> bool:
+    """Whether ``_check_processes`` finds nothing wrong, asked of all ~200 processes at once, in C
+    (a Python loop over them cost ~0.2 ms a snapshot). Memory is never negative (the schema): when
+    all of it adds up to a 64-bit integer, so does each process's and each GPU's."""
+    pids = list(map(_PID, processes))
+    memories = list(map(_GPU_MEMORY, processes))
+    mig_instances = chain.from_iterable(map(_MIG_INSTANCES, processes))
+    return (
+        len(set(pids)) == len(pids)
+        and gpu_uuids.issuperset(chain.from_iterable(memories))
+        and gpu_uuids.issuperset(map(_GPU_UUID, mig_instances))
+        and sum(filter(None, chain.from_iterable(map(dict.values, memories)))) <= INT64_MAX
+    )
+
+
+_PID = itemgetter("pid")
+_GPU_MEMORY = itemgetter("gpu_memory_bytes")
+_MIG_INSTANCES = methodcaller("get", "mig_instances", ())
+_GPU_UUID = itemgetter("gpu_uuid")
 
 
 # --- wording --------------------------------------------------------------
