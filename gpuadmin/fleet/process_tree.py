@@ -248,7 +248,7 @@ def memory_total_bytes(gpu_memory_bytes: Mapping[str, int | None]) -> int:
 def memory_by_gpu(gpu_memory: Iterable[Mapping[str, int | None]]) -> dict[str, int]:
     """Per GPU uuid, the memory of several processes' ``gpu_memory_bytes`` added up (null counts 0)."""
     per_gpu: dict[str, int] = defaultdict(int)
-    for memory in gpu_memory:
+    for memory in filter(None, gpu_memory):  # most processes hold none: skipped in C
         for uuid, used in memory.items():
             per_gpu[uuid] += used or 0
     return dict(per_gpu)
