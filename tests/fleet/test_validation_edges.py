@@ -258,3 +258,15 @@ def test_a_big_but_valid_integer_is_walked_and_accepted() -> None:
     document = good(processes=[proc(10)])
     document["processes"][0]["rss_bytes"] = 10**18 + 1  # 19 digits: looked at, and it fits
     assert parse_snapshot(json.dumps(document), now=NOW)["processes"][0]["rss_bytes"] == 10**18 + 1
+
+
+@pytest.mark.parametrize(("text", "suspect"), [
+    ('{"cmdline": ["python", "train.py"]}', False),  # no backslash at all: one memchr says so
+    ('{"cmdline": ["echo", "say \\"hi\\" \\\\ bye\\n"]}', False),  # escapes, none of them \u
+    ('{"cmdline": ["a\\u0000b"]}', True),
+    ('{"cmdline": ["\\ud800"]}', True),
+    ('{"cmdline": ["\\u00e9t\\u00e9"]}', False),  # \u escapes, no NUL and no surrogate among them
+    ('{"cmdline": ["\udc80"]}', True),  # a raw lone surrogate in a str payload
+])
+def test_only_text_that_may_hold_a_nul_or_a_lone_surrogate_is_walked(text: str, suspect: bool) -> None:
+    assert validation._may_hold_suspect_text(text) is suspect
