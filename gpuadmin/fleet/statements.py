@@ -63,6 +63,11 @@ _PLAIN_FIELDS = (models.IntegerField, models.CharField, models.TextField, models
                  models.ForeignKey, models.DateTimeField, models.JSONField)
 
 
+# What a binary PreparedQuery may read: the same values in either form (a ForeignKey's is its id).
+_BINARY_READ_FIELDS = (models.IntegerField, models.BooleanField, models.CharField, models.TextField,
+                       models.DateTimeField, models.ForeignKey)
+
+
 class Param(Expression):
     """Where a value goes in a prepared statement: ``Param(Host, "name")`` takes the run's ``name``
     value, prepared as the model's field prepares it (``key``: another name for the value, when one
@@ -129,9 +134,10 @@ class _Prepared:
         columns = [selected[0] for selected in compiler.select[: compiler.col_count]] if self._selects else []
         if compiler.has_composite_fields(columns):
             raise TypeError("a PreparedQuery cannot select a composite primary key")
-        if self._binary and any(isinstance(column.output_field, models.JSONField) for column in columns):
-            # Django loads jsonb from its text; psycopg's binary loader would hand it a parsed value.
-            raise TypeError("a binary PreparedQuery cannot select a JSON column")
+        if self._binary and not all(isinstance(c.output_field, _BINARY_READ_FIELDS) for c in columns):
+            # Django loads jsonb (and inet) from its text itself; psycopg's binary loaders would hand it
+            # other values. Numbers, booleans, text and times come back the same either way.
+            raise TypeError("a binary PreparedQuery reads integers, booleans, text and times only")
         converters = cast(dict[int, Any], compiler.get_converters(columns)) if columns else {}
         reads_times = any(isinstance(column.output_field, models.DateTimeField) for column in columns)
         return _Compiled(compiler, sql, tuple(params), converters, reads_times)
@@ -142,7 +148,8 @@ class PreparedQuery(_Prepared):
     converted as the queryset would give them.
 
     ``binary``: on PostgreSQL the rows come in the binary form, the same values: a number is its
-    bytes, not digits for psycopg to parse (a snapshot's open lives hold ~1,600). No JSON column.
+    bytes, not digits for psycopg to parse (a snapshot's open lives hold ~1,600), a time its
+    microseconds. Integers, booleans, text and times only.
     """
 
     def __init__(self, queryset: models.QuerySet[Any, Any], *, binary: bool = False) -> None:

@@ -260,9 +260,9 @@ def test_on_postgresql_the_binary_query_s_rows_come_in_binary_and_others_in_text
 
 def test_a_binary_prepared_query_of_a_json_column_is_refused() -> None:
     host = Host.objects.create(name="gpu01", first_seen_at=at(0))
-    details = PreparedQuery(Finding.objects.filter(host=Param(Finding, "host")).values_list("details"),
+    details = PreparedQuery(Finding.objects.filter(host=Param(Finding, "host")).values_list("key", "details"),
                             binary=True)
-    with pytest.raises(TypeError, match="cannot select a JSON column"):
+    with pytest.raises(TypeError, match="integers, booleans, text and times only"):
         details.rows(host=host.pk)
 
 
