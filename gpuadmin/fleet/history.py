@@ -35,7 +35,7 @@ import hashlib
 import struct
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 from django.conf import settings
@@ -150,6 +150,16 @@ _PID_TREND = PreparedQuery(_TREND_SAMPLES.values_list("taken_at", "pids_in_use",
 _PID_TREND_FIRST_ZOMBIES = PreparedQuery(_TREND_SAMPLES.values_list("zombie_count")[:1])
 
 
+class GpuRow(Protocol):
+    """What history reads of a GPU's row: a ``Gpu``, or ingest's ``ListedGpu`` (no model instance)."""
+
+    uuid: str
+    idle_since: datetime | None
+
+    @property
+    def pk(self) -> Any: ...
+
+
 def matters_by_itself(row: ProcessRow) -> bool:
     """A process worth a life of its own in history (not mere family of one)."""
     return row.holds_gpu or row.is_zombie or row.is_uninterruptible or row.orphaned
@@ -159,7 +169,7 @@ def record_samples(
     host: Host,
     document: dict[str, Any],
     *,
-    gpus_by_uuid: Mapping[str, Gpu],
+    gpus_by_uuid: Mapping[str, GpuRow],
     attributed_bytes: Mapping[str, int],
     taken_at: datetime,
 ) -> None:
@@ -474,7 +484,7 @@ def _rising(
 
 
 def update_idle_since(
-    gpus_by_uuid: Mapping[str, Gpu], document: dict[str, Any], attributed_bytes: Mapping[str, int], *,
+    gpus_by_uuid: Mapping[str, GpuRow], document: dict[str, Any], attributed_bytes: Mapping[str, int], *,
     taken_at: datetime,
 ) -> None:
     """Keep each GPU's ``idle_since``: set when visible processes hold memory on it at 0% utilization,
@@ -502,7 +512,7 @@ def _zombies_grew_since_oldest(window: dict[str, Any], zombies: int) -> bool:
 def findings_facts(
     host: Host,
     lives: Iterable[LifeValues],
-    gpus: Iterable[Gpu],
+    gpus: Iterable[GpuRow],
     *,
     taken_at: datetime,
     zombies: int | None = None,

@@ -351,7 +351,7 @@ def _store_latest(
 def _upsert_gpus(
     host: Host, document: dict[str, Any], attributed_bytes: dict[str, int], *, received_at: datetime,
     stored_gpus: PendingRows | None = None,
-) -> dict[str, Gpu]:
+) -> dict[str, history.GpuRow]:
     """GPU rows as this snapshot lists them; GPUs it no longer lists stay, marked not present.
 
     The host's GPUs are read first (their ids and idle_since; ``stored_gpus``: asked
@@ -362,33 +362,20 @@ def _upsert_gpus(
     if stored_gpus is None:
         stored_gpus = _STORED_GPUS.start(host=host.pk)
     stored = {uuid: (pk, present, idle) for pk, uuid, present, idle in stored_gpus.rows()}
-    uuids = [g["uuid"] for g in document["gpus"]]
-    gpus_by_uuid = {
-        g["uuid"]: Gpu(
-            host=host,
-            uuid=g["uuid"],
-            index=g["index"],
-            name=g["name"],
-            memory_total_bytes=g["memory_total_bytes"],
-            memory_used_bytes=g["memory_used_bytes"],
-            memory_attributed_bytes=attributed_bytes.get(g["uuid"], 0),
-            utilization_percent=g["utilization_percent"],
-            present=True,
-            updated_at=received_at,
-        )
-        for g in document["gpus"]
-    }
-    rows = [(host.pk, g.uuid, *(getattr(g, n) for n in _GPU_UPDATE_FIELDS)) for g in gpus_by_uuid.values()]
+    listed = document["gpus"]
+    # In _GPU_UPDATE_FIELDS order.
+    rows = [(host.pk, g["uuid"], g["index"], g["name"], g["memory_total_bytes"], g["memory_used_bytes"],
+             attributed_bytes.get(g["uuid"], 0), g["utilization_percent"], True, received_at) for g in listed]
     # Ids asked back for new GPUs only: the others' were read above.
-    returned = _GPU_UPSERT.run(rows, returning=not stored.keys() >= gpus_by_uuid.keys())
+    returned = _GPU_UPSERT.run(rows, returning=not stored.keys() >= {g["uuid"] for g in listed})
     ids = dict(returned or [])
-    for uuid, gpu in gpus_by_uuid.items():
+    gpus_by_uuid: dict[str, history.GpuRow] = {}
+    for g in listed:
+        uuid = g["uuid"]
         before = stored.get(uuid)
-        if before is not None:
-            # The upsert leaves idle_since as stored; the id is the stored row's.
-            gpu.pk, _, gpu.idle_since = before
-        else:
-            gpu.pk = ids.get(uuid)
+        # The upsert leaves idle_since as stored; the id is the stored row's.
+        gpus_by_uuid[uuid] = (ListedGpu(uuid, before[0], before[2]) if before is not None
+                              else ListedGpu(uuid, ids.get(uuid), None))
     unlisted = [pk for uuid, (pk, present, _) in stored.items() if present and uuid not in gpus_by_uuid]
     if unlisted:
         Gpu.objects.filter(pk__in=unlisted).update(present=False, updated_at=received_at)
@@ -397,4 +384,14 @@ def _upsert_gpus(
         # New GPUs, on a database that returns no ids from an upsert: read them back.
         for gpu in Gpu.objects.filter(host=host, uuid__in=unknown_ids):
             gpus_by_uuid[gpu.uuid] = gpu
-    return {uuid: gpus_by_uuid[uuid] for uuid in uuids}
+    return gpus_by_uuid
+
+
+@dataclass(slots=True)
+class ListedGpu:
+    """A GPU of the snapshot as ingest goes on with it: its row's id and idle_since (``history.GpuRow``;
+    no model instance per GPU per snapshot: Django's ``Model.__init__`` cost ~8 us each)."""
+
+    uuid: str
+    pk: int | None
+    idle_since: datetime | None
