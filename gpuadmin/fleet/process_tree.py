@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 import msgspec
@@ -66,7 +67,9 @@ class ProcessRow(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     total_gpu_memory_bytes: int = 0
 
     def __post_init__(self) -> None:
-        force_setattr(self, "total_gpu_memory_bytes", memory_total_bytes(self.gpu_memory_bytes))
+        # Most processes hold no GPU memory: their total stays the default 0, without a call.
+        if self.gpu_memory_bytes or self.total_gpu_memory_bytes:
+            force_setattr(self, "total_gpu_memory_bytes", memory_total_bytes(self.gpu_memory_bytes))
 
     @classmethod
     def from_document(cls, record: dict[str, Any]) -> ProcessRow:
@@ -237,7 +240,10 @@ def orphans(rows: dict[int, ProcessRow]) -> list[ProcessRow]:
 
 def attributed_memory_bytes(rows: dict[int, ProcessRow]) -> dict[str, int]:
     """Per GPU uuid: the memory the visible processes account for."""
-    return memory_by_gpu(row.gpu_memory_bytes for row in rows.values())
+    return memory_by_gpu(map(_GPU_MEMORY, rows.values()))
+
+
+_GPU_MEMORY = attrgetter("gpu_memory_bytes")
 
 
 def memory_total_bytes(gpu_memory_bytes: Mapping[str, int | None]) -> int:

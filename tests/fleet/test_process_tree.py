@@ -38,6 +38,7 @@ def test_the_memory_total_is_worked_out_never_taken_from_the_record() -> None:
     record = {**proc(8, gpu_memory={"GPU-0": GiB, "GPU-1": None, "GPU-2": 2 * GiB}),
               "total_gpu_memory_bytes": 1}
     assert ProcessRow.from_document(record).total_gpu_memory_bytes == 3 * GiB
+    assert ProcessRow.from_document({**proc(9), "total_gpu_memory_bytes": 5}).total_gpu_memory_bytes == 0
 
 
 def test_process_rows_keys_each_row_by_pid_and_ignores_fields_it_does_not_read() -> None:
