@@ -348,6 +348,16 @@ def _store_latest(
     _LATEST_UPSERT.run([(host.pk, taken_at, received_at, stored)])
 
 
+@dataclass(slots=True)
+class ListedGpu:
+    """A GPU of the snapshot as ingest goes on with it: its row's id and idle_since (``history.GpuRow``;
+    no model instance per GPU per snapshot: Django's ``Model.__init__`` cost ~8 us each)."""
+
+    uuid: str
+    pk: int | None
+    idle_since: datetime | None
+
+
 def _upsert_gpus(
     host: Host, document: dict[str, Any], attributed_bytes: dict[str, int], *, received_at: datetime,
     stored_gpus: PendingRows | None = None,
@@ -363,9 +373,13 @@ def _upsert_gpus(
         stored_gpus = _STORED_GPUS.start(host=host.pk)
     stored = {uuid: (pk, present, idle) for pk, uuid, present, idle in stored_gpus.rows()}
     listed = document["gpus"]
-    # In _GPU_UPDATE_FIELDS order.
-    rows = [(host.pk, g["uuid"], g["index"], g["name"], g["memory_total_bytes"], g["memory_used_bytes"],
-             attributed_bytes.get(g["uuid"], 0), g["utilization_percent"], True, received_at) for g in listed]
+    rows = []
+    for g in listed:
+        values = {"index": g["index"], "name": g["name"], "memory_total_bytes": g["memory_total_bytes"],
+                  "memory_used_bytes": g["memory_used_bytes"],
+                  "memory_attributed_bytes": attributed_bytes.get(g["uuid"], 0),
+                  "utilization_percent": g["utilization_percent"], "present": True, "updated_at": received_at}
+        rows.append((host.pk, g["uuid"], *(values[name] for name in _GPU_UPDATE_FIELDS)))
     # Ids asked back for new GPUs only: the others' were read above.
     returned = _GPU_UPSERT.run(rows, returning=not stored.keys() >= {g["uuid"] for g in listed})
     ids = dict(returned or [])
@@ -386,12 +400,3 @@ def _upsert_gpus(
             gpus_by_uuid[gpu.uuid] = gpu
     return gpus_by_uuid
 
-
-@dataclass(slots=True)
-class ListedGpu:
-    """A GPU of the snapshot as ingest goes on with it: its row's id and idle_since (``history.GpuRow``;
-    no model instance per GPU per snapshot: Django's ``Model.__init__`` cost ~8 us each)."""
-
-    uuid: str
-    pk: int | None
-    idle_since: datetime | None
