@@ -55,8 +55,8 @@ from benchmarks.ingest_side_by_side import migrations  # noqa: E402
 _CHILD = r"""
 import json, logging, sys
 from datetime import UTC, datetime
-tree, url, data_dir, hosts, warm, rounds, first_at, round_seconds = sys.argv[1:9]
-hosts, warm, rounds = int(hosts), int(warm), int(rounds)
+tree, url, data_dir, hosts, processes, warm, rounds, first_at, round_seconds = sys.argv[1:10]
+hosts, processes, warm, rounds = int(hosts), int(processes), int(warm), int(rounds)
 first_at, round_seconds = float(first_at), float(round_seconds)
 sys.path.insert(0, tree)
 from benchmarks.django_bench import setup_django
@@ -67,7 +67,7 @@ from gpuadmin.fleet import demo
 from gpuadmin.fleet.ingest import receive_snapshot
 from pathlib import Path
 logging.disable(logging.WARNING)
-demo_hosts = demo.demo_hosts(Path(data_dir), hosts)
+demo_hosts = demo.demo_hosts(Path(data_dir), hosts, processes=processes)
 messages = [[h.message(r, taken_at=datetime.fromtimestamp(first_at + round_seconds * (r - 1), UTC))
              for h in demo_hosts] for r in range(1, warm + rounds + 1)]
 try:
@@ -103,7 +103,8 @@ def start_counting(tree: Path, url: str, args: argparse.Namespace, *, data_dir: 
     return subprocess.Popen(
         ["valgrind", "--tool=callgrind", "--instr-atstart=no",
          f"--callgrind-out-file={out_dir / (tree.name + '.%p.out')}",
-         sys.executable, "-c", _CHILD, str(tree), url, data_dir, str(args.hosts), str(args.warm),
+         sys.executable, "-c", _CHILD, str(tree), url, data_dir, str(args.hosts), str(args.processes),
+         str(args.warm),
          str(args.rounds), str(first_at), str(ROUND_SECONDS)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )
@@ -148,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", type=Path, required=True, help="the other version's checkout")
     parser.add_argument("--hosts", type=int, default=50)
+    parser.add_argument("--processes", type=int, default=200, help="relevant processes per snapshot")
     parser.add_argument("--warm", type=int, default=2, help="rounds of every host before counting")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of every host counted")
     parser.add_argument("--keep", type=Path, metavar="DIR",
@@ -159,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     if migrations(base) != migrations(REPO):
         raise SystemExit(f"{base} has other migrations than {REPO}: the two cannot share a database")
     print(f"command: python benchmarks/ingest_instructions.py --base {args.base} --hosts {args.hosts} "
-          f"--warm {args.warm} --rounds {args.rounds}")
+          f"--processes {args.processes} --warm {args.warm} --rounds {args.rounds}")
     os.environ["GPUADMIN_PROBE_INTERVAL"] = "3600"  # no host goes offline meanwhile
     from tests import services
 
@@ -176,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         from gpuadmin.fleet import demo
 
         logging.disable(logging.WARNING)
-        hosts = demo.demo_hosts(settings.DATA_DIR, args.hosts)
+        hosts = demo.demo_hosts(settings.DATA_DIR, args.hosts, processes=args.processes)
         enrolled_at = enrol_in_the_past(hosts, rounds_to_come=args.warm + args.rounds).timestamp()
         connections.close_all()
         urls = {}
@@ -189,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
                                  first_at=enrolled_at + ROUND_SECONDS, out_dir=out)
             for name, tree in trees.items()
         })
-    print(f"{args.hosts} hosts x 8 GPUs, 200 processes each; {args.rounds} rounds counted after {args.warm}")
+    print(f"{args.hosts} hosts x 8 GPUs, {args.processes} processes each; {args.rounds} rounds counted after "
+          f"{args.warm}")
     per_snapshot = {}
     for name, result in results.items():
         n = result["snapshots"]
