@@ -49,50 +49,28 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.django_bench import setup_django, throwaway_data_dir  # noqa: E402
 from benchmarks.fleet import ROUND_SECONDS, enrol_in_the_past  # noqa: E402
-from benchmarks.ingest_side_by_side import migrations  # noqa: E402
+from benchmarks.ingest_side_by_side import child_command, migrations  # noqa: E402
 
 # One tree's process: its warm rounds uncounted, then, when told, the counted ones.
 _CHILD = r"""
-import json, logging, sys
-from datetime import UTC, datetime
-tree, url, data_dir, hosts, processes, warm, rounds, first_at, round_seconds = sys.argv[1:10]
-hosts, processes, warm, rounds = int(hosts), int(processes), int(warm), int(rounds)
-first_at, round_seconds = float(first_at), float(round_seconds)
-sys.path.insert(0, tree)
-from benchmarks.django_bench import setup_django
-from benchmarks.fleet import database_server_pid, process_cpu_seconds
-setup_django(url)
-from django.db import connection
-from gpuadmin.fleet import demo
-from gpuadmin.fleet.ingest import receive_snapshot
-from pathlib import Path
-logging.disable(logging.WARNING)
-demo_hosts = demo.demo_hosts(Path(data_dir), hosts, processes=processes)
-messages = [[h.message(r, taken_at=datetime.fromtimestamp(first_at + round_seconds * (r - 1), UTC))
-             for h in demo_hosts] for r in range(1, warm + rounds + 1)]
-try:
-    from benchmarks.fleet import settle_worker_process
-except ImportError:  # a tree older than it: its workers did nothing at start
-    settle_worker_process = lambda: None  # noqa: E731
+warm, rounds = map(int, more)
+messages = [[message(h, r) for h in demo_hosts] for r in range(1, warm + rounds + 1)]
 settle_worker_process()
-def ingest(batch):
-    for message in batch:
-        if receive_snapshot(message) is None:
-            raise SystemExit("a snapshot was not stored")
 for batch in messages[:warm]:
-    ingest(batch)
+    for one in batch:
+        ingest(one)
 connection.ensure_connection()
 server_pid = database_server_pid()
 print("ready", flush=True)
 sys.stdin.readline()
 server_before = process_cpu_seconds(server_pid)
 for batch in messages[warm:]:
-    ingest(batch)
+    for one in batch:
+        ingest(one)
 server = process_cpu_seconds(server_pid) - server_before
 print(json.dumps({"snapshots": hosts * rounds, "server": server}), flush=True)
 sys.stdin.readline()
 """
-
 _COLLECTED = re.compile(r"Collected : (\d+)")
 
 
@@ -103,9 +81,8 @@ def start_counting(tree: Path, url: str, args: argparse.Namespace, *, data_dir: 
     return subprocess.Popen(
         ["valgrind", "--tool=callgrind", "--instr-atstart=no",
          f"--callgrind-out-file={out_dir / (tree.name + '.%p.out')}",
-         sys.executable, "-c", _CHILD, str(tree), url, data_dir, str(args.hosts), str(args.processes),
-         str(args.warm),
-         str(args.rounds), str(first_at), str(ROUND_SECONDS)],
+         *child_command(_CHILD, tree, url, data_dir=data_dir, hosts=args.hosts, processes=args.processes,
+                        first_at=first_at, more=(args.warm, args.rounds))],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )
 

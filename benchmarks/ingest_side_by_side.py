@@ -40,6 +40,7 @@ import os
 import statistics
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -48,41 +49,60 @@ sys.path.insert(0, str(REPO))
 from benchmarks.django_bench import setup_django, throwaway_data_dir  # noqa: E402
 from benchmarks.fleet import ROUND_SECONDS, enrol_in_the_past  # noqa: E402
 
-# One version's process: ingests its half of each round's snapshots when told to, then reports.
-_CHILD = r"""
+# What every child of an A/B run (this script's, ingest_instructions.py's) does first, inside the tree
+# it measures, whose own benchmarks may be older than this file. Its arguments: the tree, the
+# database URL, the data directory (the demo hosts' keys), hosts, processes per snapshot, when round
+# 1 was taken (a Unix time), the seconds between rounds; then the child's own (``more``).
+CHILD_PRELUDE = r"""
 import json, logging, sys, time
 from datetime import UTC, datetime
-tree, url, hosts, rounds, parity, first_at, round_seconds = sys.argv[1:8]
-hosts, rounds, parity = int(hosts), int(rounds), int(parity)
-first_at, round_seconds = float(first_at), float(round_seconds)
+from pathlib import Path
+tree, url, data_dir, hosts, processes, first_at, round_seconds, *more = sys.argv[1:]
+hosts, processes, first_at, round_seconds = int(hosts), int(processes), float(first_at), float(round_seconds)
 sys.path.insert(0, tree)
 from benchmarks.django_bench import setup_django
 from benchmarks.fleet import database_server_pid, process_cpu_seconds
 setup_django(url)
-from django.conf import settings
 from django.db import connection
 from gpuadmin.fleet import demo
 from gpuadmin.fleet.ingest import receive_snapshot
 logging.disable(logging.WARNING)
-demo_hosts = demo.demo_hosts(settings.DATA_DIR, hosts)
-connection.ensure_connection()
-server_pid = database_server_pid()
-halves = [[h.message(r, taken_at=datetime.fromtimestamp(first_at + round_seconds * (r - 1), UTC))
-           for n, h in enumerate(demo_hosts) if (n + r + parity) % 2 == 0] for r in range(1, rounds + 1)]
+demo_hosts = demo.demo_hosts(Path(data_dir), hosts, processes=processes)
+def message(host, r):  # the host's round r (from 1), taken round_seconds after round r - 1
+    return host.message(r, taken_at=datetime.fromtimestamp(first_at + round_seconds * (r - 1), UTC))
+def ingest(message):
+    if receive_snapshot(message) is None:
+        raise SystemExit("a snapshot was not stored")
 try:
     from benchmarks.fleet import settle_worker_process
 except ImportError:  # a tree older than it: its workers did nothing at start
     settle_worker_process = lambda: None  # noqa: E731
+"""
+
+
+def child_command(body: str, tree: Path, url: str, *, data_dir: str, hosts: int, processes: int,
+                  first_at: float, more: Sequence[object] = ()) -> list[str]:
+    """The command of a child that runs ``CHILD_PRELUDE``, then ``body``, in ``tree``."""
+    return [sys.executable, "-c", CHILD_PRELUDE + body, str(tree), url, data_dir, str(hosts), str(processes),
+            str(first_at), str(ROUND_SECONDS), *map(str, more)]
+
+
+# One version's process: ingests its half of each round's snapshots when told to, then reports.
+_CHILD = r"""
+rounds, parity = map(int, more)
+connection.ensure_connection()
+server_pid = database_server_pid()
+halves = [[message(h, r) for n, h in enumerate(demo_hosts) if (n + r + parity) % 2 == 0]
+          for r in range(1, rounds + 1)]
 settle_worker_process()
 print("ready", flush=True)
 client = server = 0.0
 count = 0
 for messages in halves:
     sys.stdin.readline()
-    for message in messages:
+    for one in messages:
         client_before, server_before = time.process_time(), process_cpu_seconds(server_pid)
-        if receive_snapshot(message) is None:
-            raise SystemExit("a snapshot was not stored")
+        ingest(one)
         client += time.process_time() - client_before
         server += process_cpu_seconds(server_pid) - server_before
         count += 1
@@ -93,14 +113,14 @@ def migrations(tree: Path) -> set[str]:
     return {str(path.relative_to(tree)) for path in tree.glob("gpuadmin/*/migrations/0*.py")}
 
 
-def run_together(trees: list[Path], url: str, hosts: int, rounds: int,
+def run_together(trees: list[Path], url: str, hosts: int, rounds: int, *, data_dir: str,
                  first_at: float) -> list[dict[str, float]]:
     """Both trees ingesting ``rounds`` rounds at once, the first taken at ``first_at`` (a Unix time),
     the others ``ROUND_SECONDS`` apart; each tree's totals, in ``trees`` order."""
     children = [
-        subprocess.Popen([sys.executable, "-c", _CHILD, str(tree), url, str(hosts), str(rounds), str(parity),
-                          str(first_at), str(ROUND_SECONDS)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         text=True)
+        subprocess.Popen(child_command(_CHILD, tree, url, data_dir=data_dir, hosts=hosts, processes=200,
+                                       first_at=first_at, more=(rounds, parity)),
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         for parity, tree in enumerate(trees)
     ]
     try:
@@ -156,8 +176,9 @@ def main(argv: list[str] | None = None) -> int:
             for trees in ([REPO, base], [base, REPO]):
                 first_at = enrolled_at + ROUND_SECONDS * (1 + run * args.rounds)
                 run += 1
-                totals = dict(zip(trees, run_together(trees, server.url, args.hosts, args.rounds, first_at),
-                                  strict=True))
+                run_totals = run_together(trees, server.url, args.hosts, args.rounds,
+                                          data_dir=str(settings.DATA_DIR), first_at=first_at)
+                totals = dict(zip(trees, run_totals, strict=True))
                 line = []
                 per_snapshot = {}
                 for tree in (REPO, base):
