@@ -250,7 +250,7 @@ class _Builder:
             if item_check is not None:
                 raise Unsupported("uniqueItems over arrays")
             return array, _Unique(typed=_only_strings_and_integers(item_type))
-        if isinstance(item_check, _Batchable | _StructCheck):
+        if isinstance(item_check, _Batchable):
             return array, item_check.over_items
         return array, (None if item_check is None else _items_pass(item_check))
 
@@ -407,9 +407,9 @@ def _searched(built: Built) -> Built:
     return (check.searched, None) if isinstance(check, _Characters) else built
 
 
-class _StructCheck:
+class _StructCheck(_Batchable):
     """What a Struct's attributes must still pass. Over an array of Structs, each attribute whose check
-    is ``_Batchable`` is checked for all items at once."""
+    is ``_Batchable`` (a nested object's among them) is checked for all items at once."""
 
     def __init__(self, checks: list[tuple[str, Callable[[Any], bool]]]) -> None:
         self.batched = [(attrgetter(attribute), check) for attribute, check in checks

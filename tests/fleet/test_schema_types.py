@@ -325,3 +325,22 @@ def test_unique_items_are_never_taken_where_jsonschema_refuses_them(items, where
     if items.get("enum") or items.get("type") in ("string", "integer"):
         # Items msgspec decodes as strings and integers only: exactly jsonschema's answer.
         assert stricter == []
+
+
+@pytest.mark.parametrize("required", [True, False], ids=["required", "optional"])
+def test_a_nested_object_s_checks_are_made_for_every_item_of_the_outer_array(required):
+    inner = {"type": "object", "properties": {"tags": {"type": "array", "items": {"enum": ["a", "b"]},
+                                                        "uniqueItems": True}},
+             "required": ["tags"], "additionalProperties": False}
+    outer = {"type": "object", "properties": {"id": {"type": "integer"}, "in": inner},
+             "required": ["id", "in"] if required else ["id"], "additionalProperties": False}
+    schema = {"type": "array", "items": outer}
+    quick = valid_json_check(schema)
+    for tags in (["a"], ["a", "b"], ["b", "b"], []):
+        # The odd one in the middle: the check reaches past the first item.
+        document = [{"id": 1, "in": {"tags": ["a"]}}, {"id": 2, "in": {"tags": tags}},
+                    {"id": 3, "in": {"tags": []}}]
+        assert quick(json.dumps(document)) == jsonschema.Draft202012Validator(schema).is_valid(document), tags
+    if not required:
+        assert quick(json.dumps([{"id": 1}, {"id": 2, "in": {"tags": ["a"]}}]))
+        assert not quick(json.dumps([{"id": 1}, {"id": 2, "in": {"tags": ["a", "a"]}}]))
