@@ -132,7 +132,7 @@ class KillRequest(models.Model):
     dispatch_attempts = models.PositiveIntegerField(default=0)
     last_dispatch_error = models.TextField(blank=True)
 
-    # Execution, as the agent reported it.
+    # Execution, as the agent reported it (the agent's clock; ``start_received_at`` is central's).
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     result_detail = models.TextField(blank=True)
@@ -196,11 +196,29 @@ class KillRequest(models.Model):
 
     @property
     def finish_deadline(self) -> datetime | None:
-        """By when the agent owes its "finished" report: the plan's length after it began, plus a margin."""
-        began = self.started_at or self.decided_at
+        """By when the agent owes its "finished" report, on central's clock: the plan's length after
+        it began, plus a margin.
+
+        The sweeper compares it with central's clock, so it counts from when central received the
+        "started" report, not from ``started_at``: that is the agent's clock, and a host clock behind
+        central's would fail a kill still in its grace periods (docs/kill-order.md, *Clocks*). The
+        report left after the start, so the deadline is never early. Not started: from the approval.
+        """
+        began = self.start_received_at or self.decided_at
         if began is None:
             return None
         return began + timedelta(seconds=plans.total_seconds(self.plan)) + FINISH_REPORT_MARGIN
+
+    @property
+    def start_received_at(self) -> datetime | None:
+        """When central received the agent's "started" report (central's clock); None before it.
+
+        ``started_at`` is set from that report, so without it there is nothing to look up.
+        """
+        if self.started_at is None:
+            return None
+        started = self.steps.filter(event=protocol.Event.STARTED).order_by("received_at")
+        return started.values_list("received_at", flat=True).first()
 
     @property
     def is_cancellable(self) -> bool:

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 
+from gpuadmin.celery import app
 from gpuadmin.kills import services
+from gpuadmin.kills.services import dispatch, sweeper
 from gpuadmin.kills.states import Status
 from gpuadmin.probe.kill import validate_order
 from gpuadmin.probe.kill.order import verify_order
@@ -106,3 +112,109 @@ def test_an_order_never_sent_before_its_deadline_expires(
     assert "could not be sent" in kill_request.result_detail
     assert sent.orders() == []
     assert actions(kill_request)[-1] == "expired"
+
+
+# --- a cancel racing the send: the request's row lock puts one after the other ----------
+
+# How long a cancel from another connection is given while the order is being sent.
+# Unhindered it commits in milliseconds; held by the row lock, it cannot.
+CANCEL_WAIT_SECONDS = 1.5
+
+
+class CancelInAnotherConnection(threading.Thread):
+    """The requester cancels from another thread, with its own database connection (another web request)."""
+
+    def __init__(self, kill_request_id: int, user: Any) -> None:
+        super().__init__()
+        self.kill_request_id, self.user = kill_request_id, user
+        self.outcome = ""
+
+    def run(self) -> None:
+        try:
+            services.cancel(self.kill_request_id, self.user, "changed my mind")
+            self.outcome = "cancelled"
+        except services.Conflict as conflict:
+            self.outcome = conflict.message
+        finally:
+            connection.close()
+
+
+def _approved_but_not_sent(requester, approver, broker_down) -> Any:
+    """Approved while the broker was down: cancellable, and the sweeper's to send."""
+    broker_down(True)
+    kill_request = file(requester, 4600)
+    services.approve(kill_request.pk, approver)  # commits; its own send fails
+    broker_down(False)
+    kill_request = refreshed(kill_request)
+    assert kill_request.is_cancellable
+    return kill_request
+
+
+def _run_first(action: Callable[[], None], then: Callable[..., Any]) -> Callable[..., Any]:
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        action()
+        return then(*args, **kwargs)
+
+    return wrapped
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+@pytest.mark.usefixtures("lab")
+@pytest.mark.parametrize("moment", ["after_reading_the_request", "during_the_publish"])
+def test_a_cancel_while_the_order_is_being_sent_waits_and_is_refused(  # noqa: PLR0917 - fixtures
+    moment, requester, approver, broker_down, sent, monkeypatch
+):
+    kill_request = _approved_but_not_sent(requester, approver, broker_down)
+    canceller = CancelInAnotherConnection(kill_request.pk, requester)
+    finished_while_sending: list[bool] = []
+
+    def cancel_meanwhile() -> None:
+        canceller.start()
+        canceller.join(timeout=CANCEL_WAIT_SECONDS)
+        finished_while_sending.append(not canceller.is_alive())
+
+    if moment == "during_the_publish":
+        send_task = app.send_task
+
+        def send_task_meanwhile(name: str, *args: Any, **kwargs: Any) -> Any:
+            if name == EXECUTE_KILL_ORDER:
+                cancel_meanwhile()
+            return send_task(name, *args, **kwargs)
+
+        monkeypatch.setattr(app, "send_task", send_task_meanwhile)
+    else:
+        # After send_order read the request, before it publishes.
+        monkeypatch.setattr(dispatch, "build_order", _run_first(cancel_meanwhile, dispatch.build_order))
+
+    result = services.sweep(now=timezone.now() + timedelta(seconds=5))
+    canceller.join(timeout=30)
+
+    assert finished_while_sending == [False]  # it waited for the send to commit
+    assert result.resent == 1 and len(sent.orders()) == 1
+    assert "already sent" in canceller.outcome
+    kill_request = refreshed(kill_request)
+    assert kill_request.status == Status.APPROVED and kill_request.dispatched_at is not None
+    assert actions(kill_request) == ["requested", "approved", "dispatched"]
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+@pytest.mark.usefixtures("lab")
+def test_a_cancel_committed_after_the_sweeper_listed_the_request_means_nothing_is_sent(
+    requester, approver, broker_down, sent, monkeypatch
+):
+    kill_request = _approved_but_not_sent(requester, approver, broker_down)
+    canceller = CancelInAnotherConnection(kill_request.pk, requester)
+
+    def cancel_to_the_end() -> None:
+        canceller.start()
+        canceller.join(timeout=30)
+
+    # Between the sweeper's unlocked list of unsent orders and the send of this one.
+    monkeypatch.setattr(sweeper, "send_order", _run_first(cancel_to_the_end, sweeper.send_order))
+    result = services.sweep(now=timezone.now() + timedelta(seconds=5))
+
+    assert canceller.outcome == "cancelled"
+    assert result.resent == 0 and sent.orders() == []
+    kill_request = refreshed(kill_request)
+    assert kill_request.status == Status.CANCELLED and kill_request.dispatched_at is None
+    assert actions(kill_request) == ["requested", "approved", "cancelled"]

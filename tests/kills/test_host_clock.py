@@ -5,7 +5,9 @@ order's ``host_deadline`` with its own clock; central computes it from the
 host's newest snapshot (taken_at on the host's clock, received_at on
 central's). Here a host runs 4 minutes ahead (central refuses snapshots more
 than 5 minutes ahead, fleet/validation.py) or 10 minutes behind, and the
-agent's check runs with the host's skewed clock.
+agent's check runs with the host's skewed clock. The other way, the agent's
+reports carry its clock, and central's deadline for its "finished" still counts
+on central's.
 """
 
 from __future__ import annotations
@@ -15,9 +17,12 @@ from datetime import datetime, timedelta
 
 import pytest
 from django.conf import settings
+from django.utils import timezone
 
 from gpuadmin.fleet.models import LatestSnapshot
+from gpuadmin.kills import services
 from gpuadmin.kills.services.dispatch import host_deadline
+from gpuadmin.kills.states import Status
 from gpuadmin.probe.kill.order import OrderRefused, verify_order
 from gpuadmin.probe.kill.protocol import OrderRefusal
 from tests.kills.helpers import file, refreshed
@@ -25,13 +30,13 @@ from tests.kills.helpers import file, refreshed
 pytestmark = pytest.mark.django_db
 
 
-def _order_for_a_host_off_by(skew: timedelta, requester, approver, sent, approve_committed):
+def _order_for_a_host_off_by(skew: timedelta, requester, approver, sent, approve_committed, **filing):
     # The lab snapshot was taken "a minute ago" on a correct clock; on a skewed
     # host the same document arrives when central's clock reads taken_at - skew.
     latest = LatestSnapshot.objects.get(host__name="gpu01")
     latest.received_at = datetime.fromisoformat(latest.document["taken_at"]) - skew
     latest.save(update_fields=["received_at"])
-    kill_request = file(requester, 4120)
+    kill_request = file(requester, 4120, **filing)
     approve_committed(kill_request, approver)
     return refreshed(kill_request), sent.orders()[-1]
 
@@ -76,3 +81,27 @@ def test_an_order_without_the_correction_is_what_a_skewed_host_gets_wrong(
         verify_order(message, central_key=settings.GPUADMIN_CENTRAL_PUBLIC_KEY, host_name="gpu01",
                      now=host_now_past_deadline)
     assert refused.value.reason is OrderRefusal.EXPIRED
+
+
+@pytest.mark.usefixtures("lab")
+def test_a_host_clock_behind_does_not_fail_a_kill_still_in_its_plan(
+    requester, approver, sent, approve_committed,
+):
+    """The agent writes its "started" on its own clock, 90 s behind central's; the sweeper,
+    on central's clock, must still give it the plan's 20 s and the margin from when it began."""
+    skew = timedelta(seconds=-90)
+    plan = [{"signal": "SIGTERM", "grace_seconds": 20}]
+    kill_request, _message = _order_for_a_host_off_by(skew, requester, approver, sent, approve_committed,
+                                                      plan=plan)
+    central_now = timezone.now()
+    services.record_progress({"request_id": kill_request.order_request_id, "seq": 1, "event": "started",
+                              "at": (central_now + skew).isoformat()})
+    kill_request = refreshed(kill_request)
+    assert kill_request.started_at == central_now + skew  # shown as the agent reported it
+
+    # 15 s into the 20 s grace period: still running.
+    assert services.sweep(now=central_now + timedelta(seconds=15)).failed == 0
+    assert refreshed(kill_request).status == Status.RUNNING
+    # An agent silent past the plan and the margin, on central's clock, is still failed.
+    assert services.sweep(now=central_now + timedelta(seconds=20 + 60 + 1)).failed == 1
+    assert refreshed(kill_request).status == Status.FAILED

@@ -84,6 +84,20 @@ def test_a_signed_order_refusal_is_audited_and_changes_no_request(approved) -> N
     assert refreshed(approved).status == Status.APPROVED
 
 
+def test_another_hosts_order_refusal_naming_a_request_is_not_attached_to_it(approved) -> None:
+    # gpu02 read gpu01's order (its request id and key) off a queue, and signs a refusal of it.
+    accept("gpu02")
+    event = order_refused_event(approved.order_request_id, at=datetime.now(UTC).isoformat(),
+                                reason=OrderRefusal.WRONG_HOST, detail="the order is for gpu01")
+    services.receive_report(signed_report(event, "gpu02"))
+    refusal = AuditEvent.objects.get(action="order_refused")
+    assert refusal.host_name == "gpu02"
+    assert refusal.kill_request_id is None  # as for a request central never ordered
+    assert refusal.details["claimed_request_id"] == approved.order_request_id
+    assert not AuditEvent.objects.filter(action="order_refused", kill_request_id=approved.pk).exists()
+    assert refreshed(approved).status == Status.APPROVED
+
+
 def test_an_order_refusal_not_signed_by_the_host_is_a_rejected_message(approved) -> None:
     event = order_refused_event("999", at=datetime.now(UTC).isoformat(), reason=OrderRefusal.UNSIGNED,
                                 detail="x")

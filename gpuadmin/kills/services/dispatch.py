@@ -3,9 +3,10 @@
 The order is signed with central's key (``gpuadmin.keys``): agents execute
 nothing else. It leaves only after the approval committed (``transaction.on_commit``),
 so a rolled-back approval never reaches a host. ``dispatched_at`` is set once
-the broker accepted the message; the sweeper re-sends approved orders that
-never left. A second copy is harmless: the agent's journal executes a request
-id once.
+the broker accepted the message, in the transaction that holds the request's
+row lock across the publish (a cancel waits for it); the sweeper re-sends
+approved orders that never left. A second copy (the broker took it, then the
+commit failed) is harmless: the agent's journal executes a request id once.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from gpuadmin.task_names import EXECUTE_KILL_ORDER
 logger = logging.getLogger(__name__)
 
 # Publishing waits at most about this long for a broker that is down; the
-# sweeper tries again later instead of holding the approver's page.
+# sweeper tries again later instead of holding the approver's page, or the
+# request's row lock that send_order holds across the publish.
 PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
 
 
@@ -75,52 +77,74 @@ def build_order(kill_request: KillRequest) -> dict[str, Any]:
 def send_order(kill_request_id: int, *, now: datetime | None = None) -> bool:
     """Publish the order to the host's queue; True when the broker accepted it.
 
-    Never raises for a broker failure: it is recorded on the request and the
-    sweeper retries while the start deadline allows.
+    Checks, publishes and records the outcome under the request's row lock, so a
+    cancel (which takes the same lock) either comes first, and nothing is sent,
+    or waits until the order has left and then finds it sent, no longer
+    cancellable. Never raises for a broker failure: it is recorded on the
+    request and the sweeper retries while the start deadline allows.
     """
-    from gpuadmin.celery import app, host_queue
+    from gpuadmin.celery import host_queue
 
     now = now or timezone.now()
-    kill_request = KillRequest.objects.select_related("host").get(pk=kill_request_id)
+    with transaction.atomic():
+        kill_request = KillRequest.objects.locked(kill_request_id)
+        if not _may_send(kill_request, now):
+            return False
+        order = build_order(kill_request)
+        queue = host_queue(kill_request.host.name)
+        # The lock spans the publish: released before it, a cancel could commit while
+        # the order is on its way, and the host would execute a cancelled request.
+        # Holding it is bounded: the publish retries only as PUBLISH_RETRY_POLICY allows.
+        try:
+            _publish(order, queue)
+        except Exception as exc:  # any broker/transport failure: kombu, redis, socket errors
+            _record_failure(kill_request, queue, exc)
+            return False
+        _record_sent(kill_request, queue, order)
+    return True
+
+
+def _may_send(kill_request: KillRequest, now: datetime) -> bool:
+    """Approved, never sent, still before its start deadline, to a host whose key is accepted."""
     if kill_request.status != Status.APPROVED or kill_request.dispatched_at is not None:
-        return False
+        return False  # cancelled, already sent, or closed otherwise
     if kill_request.start_deadline is None or kill_request.start_deadline <= now:
         return False  # too late: the sweeper expires it
     if not kill_request.host.key_accepted:
         # Filing refuses such hosts; a key forgotten since the approval stops the order here.
         logger.warning("kill request %s: host %s has no accepted key; order not sent",
-                       kill_request_id, kill_request.host.name)
+                       kill_request.pk, kill_request.host.name)
         return False
-    order = build_order(kill_request)
-    queue = host_queue(kill_request.host.name)
-    try:
-        message = seal(order, MessageKind.ORDER, central_signing_key())
-        # Celery's own expiry is checked by the agent's worker on the host's clock too.
-        expires = datetime.fromisoformat(order["host_deadline"])
-        app.send_task(
-            EXECUTE_KILL_ORDER, args=[message], queue=queue, expires=expires,
-            retry=True, retry_policy=PUBLISH_RETRY_POLICY,
-        )
-    except Exception as exc:  # any broker/transport failure: kombu, redis, socket errors
-        logger.warning("kill request %s: order not sent to %s: %s", kill_request_id, queue, exc)
-        with transaction.atomic():
-            locked = KillRequest.objects.locked(kill_request_id)
-            locked.dispatch_attempts += 1
-            locked.last_dispatch_error = f"{type(exc).__name__}: {exc}"[:2000]
-            locked.save(update_fields=["dispatch_attempts", "last_dispatch_error"])
-        return False
-    with transaction.atomic():
-        locked = KillRequest.objects.locked(kill_request_id)
-        locked.dispatch_attempts += 1
-        if locked.dispatched_at is not None:
-            locked.save(update_fields=["dispatch_attempts"])
-            return True
-        locked.dispatched_at = timezone.now()
-        locked.last_dispatch_error = ""
-        locked.save(update_fields=["dispatched_at", "dispatch_attempts", "last_dispatch_error"])
-        audit(Action.DISPATCHED, locked, details={"queue": queue, "attempt": locked.dispatch_attempts,
-                                             "deadline": order["deadline"]})
     return True
+
+
+def _publish(order: dict[str, Any], queue: str) -> None:
+    """Sign the order and hand it to the broker for the host's queue; raises what the broker raised."""
+    from gpuadmin.celery import app
+
+    message = seal(order, MessageKind.ORDER, central_signing_key())
+    # Celery's own expiry is checked by the agent's worker on the host's clock too.
+    expires = datetime.fromisoformat(order["host_deadline"])
+    app.send_task(
+        EXECUTE_KILL_ORDER, args=[message], queue=queue, expires=expires,
+        retry=True, retry_policy=PUBLISH_RETRY_POLICY,
+    )
+
+
+def _record_failure(kill_request: KillRequest, queue: str, exc: Exception) -> None:
+    logger.warning("kill request %s: order not sent to %s: %s", kill_request.pk, queue, exc)
+    kill_request.dispatch_attempts += 1
+    kill_request.last_dispatch_error = f"{type(exc).__name__}: {exc}"[:2000]
+    kill_request.save(update_fields=["dispatch_attempts", "last_dispatch_error"])
+
+
+def _record_sent(kill_request: KillRequest, queue: str, order: dict[str, Any]) -> None:
+    kill_request.dispatch_attempts += 1
+    kill_request.dispatched_at = timezone.now()
+    kill_request.last_dispatch_error = ""
+    kill_request.save(update_fields=["dispatched_at", "dispatch_attempts", "last_dispatch_error"])
+    audit(Action.DISPATCHED, kill_request, details={"queue": queue, "attempt": kill_request.dispatch_attempts,
+                                                    "deadline": order["deadline"]})
 
 
 def dispatch_after_commit(kill_request_id: int) -> None:

@@ -316,15 +316,15 @@ def _checked_report(message: Any) -> dict[str, Any] | None:
         _parsed, request_id, order_key = _check(event)
     except BadEvent as error:
         raise trust.MessageRejected(f"kill report refused: {error}", host_name=claimed_host) from None
-    kill_request = KillRequest.objects.select_related("host").filter(pk=request_id).first()
-    if kill_request is None or kill_request.order_key != order_key:
+    kill_request = _ordered_request(request_id, order_key)
+    if kill_request is None:
         raise trust.MessageRejected(
             f"kill report for request {clip(str(event.get('request_id')), 80)!r}, "
             "which central never ordered",
             host_name=claimed_host,
         )
     request_host = kill_request.host.name
-    if claimed_host != request_host:
+    if not _is_for_host(kill_request, claimed_host):
         raise trust.MessageRejected(f"kill report for request #{request_id} (host {request_host}) names host "
                                     f"{clip(claimed_host, 100)!r}", host_name=request_host)
     try:
@@ -335,8 +335,25 @@ def _checked_report(message: Any) -> dict[str, Any] | None:
     return event
 
 
+def _ordered_request(request_id: int, order_key: str) -> KillRequest | None:
+    """The request (with its host) an order's request id names; None when central never ordered it."""
+    kill_request = KillRequest.objects.select_related("host").filter(pk=request_id).first()
+    return kill_request if kill_request is not None and kill_request.order_key == order_key else None
+
+
+def _is_for_host(kill_request: KillRequest, host_name: str) -> bool:
+    """Whether the request is one of ``host_name``'s: only its own host may report about it."""
+    return kill_request.host.name == host_name
+
+
 def _order_refused(event: dict[str, Any], host_name: str) -> None:
-    """Write "order refused by host: <why>" to the audit log; no request changes (it may be forged)."""
+    """Write "order refused by host: <why>" to the audit log; no request changes (it may be forged).
+
+    The refusal is attached to the request it names only when that request is
+    the reporting host's: order keys travel on host queues that other hosts can
+    read, so another host's refusal naming it is kept unattached, like one
+    naming a request central never ordered.
+    """
     claimed = event.get("request_id")
     kill_request_id = None
     try:
@@ -344,8 +361,8 @@ def _order_refused(event: dict[str, Any], host_name: str) -> None:
     except ValueError:
         pass
     else:
-        found = KillRequest.objects.filter(pk=pk, order_key=order_key).first()
-        kill_request_id = found.pk if found is not None else None
+        found = _ordered_request(pk, order_key)
+        kill_request_id = found.pk if found is not None and _is_for_host(found, host_name) else None
     reason = clip(str(event.get("reason")), 40)
     detail = clip(str(event.get("detail")), DETAIL_MAX_CHARS)
     logger.warning("host %s refused an order (claimed request %r): %s: %s", host_name, claimed, reason,
