@@ -293,6 +293,12 @@ def record_rejection(rejected: SnapshotRejected, *, size_bytes: int, received_at
 
 
 def _store_late(host: Host, document: dict[str, Any], taken_at: datetime) -> None:
+    if retention.is_rolled_up(host, taken_at):
+        # Its bucket is closed and its raw rows may be pruned already: rolling it up again would
+        # summarise this sample alone (a replayed old snapshot would rewrite the past).
+        logger.info("snapshot of %s taken at %s is older than its rolled-up history; ignored",
+                    host.name, taken_at)
+        return
     if taken_at == host.last_snapshot_taken_at or history.has_samples_at(host, taken_at):
         logger.info("snapshot of %s taken at %s already stored; ignored", host.name, taken_at)
         return
@@ -305,7 +311,6 @@ def _store_late(host: Host, document: dict[str, Any], taken_at: datetime) -> Non
         attributed_bytes=attributed_memory_bytes(process_rows(document)),
         taken_at=taken_at,
     )
-    retention.move_back_rolled_up_until(host, taken_at)
 
 
 def _update_host(

@@ -137,8 +137,8 @@ class Host(models.Model):
     last_rejected_message_reason = models.TextField(blank=True)
     # When someone last pressed "probe now" for this host: at most once per probe interval.
     probe_now_sent_at = models.DateTimeField(null=True, blank=True)
-    # Samples taken before this are in the 5-minute rollups (gpuadmin/fleet/retention.py);
-    # a late snapshot older than it moves it back, so its bucket is rolled up again.
+    # Samples taken before this are in the 5-minute rollups (gpuadmin/fleet/retention.py),
+    # whose buckets are closed: a late snapshot older than it is not stored.
     history_rolled_up_until = models.DateTimeField(null=True, blank=True)
 
     objects = HostQuerySet.as_manager()

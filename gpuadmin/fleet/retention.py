@@ -9,9 +9,11 @@ histories and resolved findings ``GPUADMIN_HISTORY_DAYS``.
 ``maintain_history`` (the periodic task ``gpuadmin.fleet.maintain_history``)
 does both in bounded steps, each in its own short transaction, and never takes
 the host row lock that ingest holds: a long catch-up cannot stall snapshots.
-Each host remembers how far it is rolled up (``Host.history_rolled_up_until``);
-a late snapshot older than that moves it back (``ingest``), and the next run
-rolls its bucket up again (rollups are upserted, so that is idempotent).
+Each host remembers how far it is rolled up (``Host.history_rolled_up_until``).
+Buckets before that are closed: a late snapshot taken in one is not stored
+(``ingest``), because its bucket's raw rows may be pruned already and rolling
+it up again would summarise the late sample alone. Each host is rolled up in
+its own transaction, so one host's data can never stop the others' history.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import models, transaction
+from django.db.backends.base.operations import BaseDatabaseOperations
 from django.db.models import Min, Q
 from django.utils import timezone
 
@@ -81,6 +84,36 @@ _HOST_ROLLUP_FIELDS = [
 ]
 
 
+def _integer_column_bounds(
+    model: type[models.Model], field_names: Sequence[str]
+) -> dict[str, tuple[int, int]]:
+    """The (lowest, highest) value each integer column among ``field_names`` holds.
+
+    Django's declared range for the field's type, not the connection's: SQLite stores any
+    64-bit value, and a rollup must read the same on SQLite as on PostgreSQL.
+    """
+    ranges = BaseDatabaseOperations.integer_field_ranges
+    types = {f.name: f.get_internal_type() for f in model._meta.concrete_fields if f.name in field_names}
+    return {name: ranges[kind] for name, kind in types.items() if kind in ranges}
+
+
+_GPU_ROLLUP_BOUNDS = _integer_column_bounds(GpuRollup, _GPU_ROLLUP_FIELDS)
+_HOST_ROLLUP_BOUNDS = _integer_column_bounds(HostRollup, _HOST_ROLLUP_FIELDS)
+
+
+def _clamp_to_columns(rollup: models.Model, bounds: dict[str, tuple[int, int]]) -> None:
+    """Set each value that would not fit its column to the column's nearest bound.
+
+    A host signs whatever it likes (the schema allows 2**63-1 bytes of GPU memory): a claim
+    beyond any real GPU, such as 2 PiB, is nonsense, and a clamped value still reads as
+    "very large" on the charts, where an out-of-range one would fail the whole row.
+    """
+    for name, (lowest, highest) in bounds.items():
+        value = getattr(rollup, name)
+        if value is not None:
+            setattr(rollup, name, min(max(value, lowest), highest))
+
+
 def bucket_of(moment: datetime) -> int:
     """The 5-minute bucket a moment falls in: Unix seconds // 300."""
     return int(moment.timestamp()) // BUCKET_SECONDS
@@ -135,22 +168,22 @@ def gpu_rollups(rows: Iterable[Sequence[Any]]) -> list[GpuRollup]:
         attributed_min, attributed_mean, attributed_max = _mib(summarise(r[3] for r in members))
         utilization = summarise(r[4] for r in members)
         mean_tenths = None if utilization.mean is None else round(utilization.mean * 10)
-        rollups.append(
-            GpuRollup(
-                gpu_id=gpu_id,
-                bucket=bucket,
-                sample_count=len(members),
-                memory_used_min_mib=used_min,
-                memory_used_mean_mib=used_mean,
-                memory_used_max_mib=used_max,
-                memory_attributed_min_mib=attributed_min or 0,
-                memory_attributed_mean_mib=attributed_mean or 0,
-                memory_attributed_max_mib=attributed_max or 0,
-                utilization_min_percent=utilization.minimum,
-                utilization_mean_tenths_percent=mean_tenths,
-                utilization_max_percent=utilization.maximum,
-            )
+        rollup = GpuRollup(
+            gpu_id=gpu_id,
+            bucket=bucket,
+            sample_count=len(members),
+            memory_used_min_mib=used_min,
+            memory_used_mean_mib=used_mean,
+            memory_used_max_mib=used_max,
+            memory_attributed_min_mib=attributed_min or 0,
+            memory_attributed_mean_mib=attributed_mean or 0,
+            memory_attributed_max_mib=attributed_max or 0,
+            utilization_min_percent=utilization.minimum,
+            utilization_mean_tenths_percent=mean_tenths,
+            utilization_max_percent=utilization.maximum,
         )
+        _clamp_to_columns(rollup, _GPU_ROLLUP_BOUNDS)
+        rollups.append(rollup)
     return rollups
 
 
@@ -165,23 +198,23 @@ def host_rollups(rows: Iterable[Sequence[Any]]) -> list[HostRollup]:
         zombies = _known(summarise(r[2] for r in members))
         d_state = _known(summarise(r[3] for r in members))
         pids = _known(summarise(r[4] for r in members))
-        rollups.append(
-            HostRollup(
-                host_id=host_id,
-                bucket=bucket,
-                sample_count=len(members),
-                zombies_min=zombies.minimum,
-                zombies_mean=zombies.mean,
-                zombies_max=zombies.maximum,
-                d_state_min=d_state.minimum,
-                d_state_mean=d_state.mean,
-                d_state_max=d_state.maximum,
-                pids_in_use_min=pids.minimum,
-                pids_in_use_mean=pids.mean,
-                pids_in_use_max=pids.maximum,
-                pid_max=max(r[5] for r in members),
-            )
+        rollup = HostRollup(
+            host_id=host_id,
+            bucket=bucket,
+            sample_count=len(members),
+            zombies_min=zombies.minimum,
+            zombies_mean=zombies.mean,
+            zombies_max=zombies.maximum,
+            d_state_min=d_state.minimum,
+            d_state_mean=d_state.mean,
+            d_state_max=d_state.maximum,
+            pids_in_use_min=pids.minimum,
+            pids_in_use_mean=pids.mean,
+            pids_in_use_max=pids.maximum,
+            pid_max=max(r[5] for r in members),
         )
+        _clamp_to_columns(rollup, _HOST_ROLLUP_BOUNDS)
+        rollups.append(rollup)
     return rollups
 
 
@@ -218,30 +251,42 @@ def roll_up(now: datetime, *, max_buckets: int = MAX_BUCKETS_PER_HOST_PER_RUN) -
     """Roll up every host's complete buckets, at most ``max_buckets`` per host; return buckets written."""
     complete_before = bucket_start(bucket_of(now - timedelta(seconds=SETTLE_SECONDS)))
     written = 0
-    for host_id, stored in Host.objects.values_list("pk", "history_rolled_up_until"):
-        until = stored
-        if until is None:
-            first = HostSample.objects.filter(host_id=host_id).aggregate(first=Min("taken_at"))["first"]
-            if first is None:
-                continue
-            until = bucket_start(bucket_of(first))
-        end = min(complete_before, until + timedelta(seconds=BUCKET_SECONDS * max_buckets))
-        if end <= until:
-            continue
-        written += roll_up_host(Host(pk=host_id), until, end)
-        # Only if no late snapshot moved it back meanwhile; then the next run starts from there.
-        unchanged = (
-            Q(history_rolled_up_until__isnull=True) if stored is None else Q(history_rolled_up_until=stored)
-        )
-        Host.objects.filter(unchanged, pk=host_id).update(history_rolled_up_until=end)
+    for host_id, name, stored in Host.objects.values_list("pk", "name", "history_rolled_up_until"):
+        # A host signs whatever it likes, so whatever its data makes fail must stop only its own
+        # history: its buckets are rolled back and tried again next run, and the other hosts go on.
+        try:
+            with transaction.atomic():
+                written += _roll_up_host_from(host_id, stored, complete_before, max_buckets=max_buckets)
+        except Exception:
+            logger.exception("history: rolling up %s failed; the other hosts go on", name)
     return written
 
 
-def move_back_rolled_up_until(host: Host, taken_at: datetime) -> None:
-    """A late snapshot landed in an already rolled-up bucket: roll that bucket up again next run."""
-    if host.history_rolled_up_until is not None and taken_at < host.history_rolled_up_until:
-        host.history_rolled_up_until = bucket_start(bucket_of(taken_at))
-        Host.objects.filter(pk=host.pk).update(history_rolled_up_until=host.history_rolled_up_until)
+def _roll_up_host_from(
+    host_id: int, stored: datetime | None, complete_before: datetime, *, max_buckets: int
+) -> int:
+    """Roll up one host's complete buckets from ``stored`` on and move it past them; return buckets."""
+    until = stored
+    if until is None:
+        first = HostSample.objects.filter(host_id=host_id).aggregate(first=Min("taken_at"))["first"]
+        if first is None:
+            return 0
+        until = bucket_start(bucket_of(first))
+    end = min(complete_before, until + timedelta(seconds=BUCKET_SECONDS * max_buckets))
+    if end <= until:
+        return 0
+    written = roll_up_host(Host(pk=host_id), until, end)
+    # Only if no other run moved it meanwhile (a run held behind a slow worker may overlap the next).
+    unchanged = (
+        Q(history_rolled_up_until__isnull=True) if stored is None else Q(history_rolled_up_until=stored)
+    )
+    Host.objects.filter(unchanged, pk=host_id).update(history_rolled_up_until=end)
+    return written
+
+
+def is_rolled_up(host: Host, taken_at: datetime) -> bool:
+    """Whether ``taken_at`` falls in a bucket of ``host`` that is rolled up already (closed)."""
+    return host.history_rolled_up_until is not None and taken_at < host.history_rolled_up_until
 
 
 @dataclass(frozen=True)
@@ -313,7 +358,11 @@ class MaintenanceResult:
 
 
 def maintain_history(now: datetime | None = None) -> MaintenanceResult:
-    """One run of the periodic task: roll up what is complete, then prune what is past keeping."""
+    """One run of the periodic task: roll up what is complete, then prune what is past keeping.
+
+    Pruning runs even when some host's roll-up failed (``roll_up`` logs it): that host keeps
+    the raw rows it has not rolled up, as raw rows go only once rolled up; the rest is pruned.
+    """
     now = now or timezone.now()
     buckets = roll_up(now)
     pruned = prune(now)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.db.models import Avg, Count, Max, Min
 
 from gpuadmin.fleet import retention
+from gpuadmin.fleet.ingest import ingest_snapshot, receive_snapshot
 from gpuadmin.fleet.models import (
     Finding,
     GpuRollup,
@@ -21,8 +24,10 @@ from gpuadmin.fleet.models import (
     ProcessPoint,
 )
 from gpuadmin.fleet.tasks import maintain_history_task
+from gpuadmin.fleet.validation import INT32_MAX
 from tests.factories import GiB, gpu, proc, snapshot
 from tests.fleet.helpers import at
+from tests.keys import accept, signed_snapshot
 
 pytestmark = pytest.mark.django_db
 
@@ -134,18 +139,135 @@ def test_a_run_rolls_up_a_bounded_number_of_buckets_and_the_next_one_continues(t
     assert GpuRollup.objects.count() == 8
 
 
-def test_a_late_snapshot_is_rolled_up_again_into_its_bucket(
+def test_a_late_snapshot_in_a_bucket_not_rolled_up_yet_is_rolled_up_with_it(
+    twenty_minutes: Host, ingest: Callable[..., Host]
+) -> None:
+    retention.roll_up(at(1199))  # 12:00-12:15 rolled up; 12:15-12:20 still open
+    late = varying_snapshot(905)
+    late["gpus"][0]["memory_used_bytes"] = 70 * GiB
+    ingest(late, received_after_seconds=300)
+    assert HostSample.objects.filter(taken_at=at(905)).exists()
+    assert retention.roll_up(at(1260)) == 1
+    rollup = GpuRollup.objects.get(gpu__index=0, bucket=retention.bucket_of(at(900)))
+    assert (rollup.sample_count, rollup.memory_used_max_mib) == (31, 70 * 1024)
+
+
+def test_a_late_snapshot_older_than_the_rolled_up_history_is_not_stored(
     twenty_minutes: Host, ingest: Callable[..., Host]
 ) -> None:
     retention.roll_up(at(1260))
+    before = rollup_rows()
     late = varying_snapshot(5)
     late["gpus"][0]["memory_used_bytes"] = 70 * GiB
     ingest(late, received_after_seconds=1300)
     twenty_minutes.refresh_from_db()
-    assert twenty_minutes.history_rolled_up_until == at(0)
-    assert retention.roll_up(at(1260)) == 4
-    rollup = GpuRollup.objects.get(gpu__index=0, bucket=retention.bucket_of(at(0)))
-    assert (rollup.sample_count, rollup.memory_used_max_mib) == (31, 70 * 1024)
+    assert twenty_minutes.history_rolled_up_until == at(1200)
+    assert not HostSample.objects.filter(taken_at=at(5)).exists()
+    assert retention.roll_up(at(1260)) == 0
+    assert rollup_rows() == before
+
+
+def rollup_rows() -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """Every stored rollup, each with all its values."""
+    gpu_fields = ["gpu__uuid", "bucket", *(f.name for f in GpuRollup._meta.concrete_fields[2:])]
+    host_fields = ["host__name", "bucket", *(f.name for f in HostRollup._meta.concrete_fields[2:])]
+    return (
+        list(GpuRollup.objects.order_by("gpu__uuid", "bucket").values_list(*gpu_fields)),
+        list(HostRollup.objects.order_by("host__name", "bucket").values_list(*host_fields)),
+    )
+
+
+def test_a_replayed_snapshot_does_not_rewrite_the_rollups_of_pruned_samples(settings: Any) -> None:
+    settings.GPUADMIN_HISTORY_RAW_DAYS = 2
+    accept("gpu01")
+    captured = [signed_snapshot(varying_snapshot(seconds)) for seconds in range(0, 600, 10)]
+    for message in captured:
+        receive_snapshot(message, received_at=at(600))
+    later = at(0) + timedelta(days=3)
+    retention.maintain_history(later)
+    assert not HostSample.objects.exists()  # rolled up, then pruned
+    before = rollup_rows()
+    rolled_up_until = Host.objects.get().history_rolled_up_until
+
+    # Someone who can write to the broker sends the first snapshot again; the host sends one of year 1.
+    receive_snapshot(captured[0], received_at=later)
+    year_one = varying_snapshot(0)
+    year_one["taken_at"] = "0001-01-01T00:00:00.000000Z"
+    ingest_snapshot(json.dumps(year_one), received_at=later)
+    assert not HostSample.objects.exists()
+    assert Host.objects.get().history_rolled_up_until == rolled_up_until
+
+    retention.maintain_history(later + timedelta(minutes=5))
+    assert rollup_rows() == before
+
+
+def test_a_host_claiming_absurd_gpu_memory_is_rolled_up_clamped_beside_the_others(
+    ingest: Callable[..., Host], settings: Any
+) -> None:
+    settings.GPUADMIN_HISTORY_RAW_DAYS = 2
+    absurd = 2**62  # bytes, 4 EiB: the schema allows up to 2**63-1
+    for seconds in (0, 60):
+        hog = proc(1000, gpu_memory={GPU0: absurd})
+        gpus = [gpu(0, total=absurd, used=absurd)]
+        ingest(snapshot("gpu01", processes=[hog], gpus=gpus, taken_at=at(seconds)))
+        ingest(snapshot("gpu02", gpus=[gpu(0, used=10 * GiB)], taken_at=at(seconds)))
+
+    result = retention.maintain_history(at(0) + timedelta(days=3))
+
+    assert result.buckets_rolled_up == 2
+    clamped = GpuRollup.objects.get(gpu__host__name="gpu01")
+    assert (clamped.memory_used_min_mib, clamped.memory_used_mean_mib, clamped.memory_used_max_mib) == (
+        INT32_MAX, INT32_MAX, INT32_MAX
+    )
+    assert clamped.memory_attributed_max_mib == INT32_MAX
+    assert GpuRollup.objects.get(gpu__host__name="gpu02").memory_used_max_mib == 10 * 1024
+    assert (result.pruned.gpu_samples, result.pruned.host_samples) == (4, 4)
+
+
+def test_a_bucket_with_more_samples_than_its_count_column_holds_is_rolled_up(
+    ingest: Callable[..., Host]
+) -> None:
+    host = ingest(snapshot("gpu01", taken_at=at(0)))
+    # A host may stamp as many snapshots into five minutes as it likes: 32,768 in all here.
+    HostSample.objects.bulk_create(
+        HostSample(host=host, taken_at=at(0) + timedelta(microseconds=n), process_count=0, zombie_count=0,
+                   uninterruptible_count=0, pids_in_use=500, pid_max=4194304)
+        for n in range(1, 2**15)
+    )
+    assert retention.roll_up(at(360)) == 1
+    assert HostRollup.objects.get().sample_count == 2**15 - 1  # a PositiveSmallIntegerField's largest
+
+
+def test_a_host_whose_roll_up_fails_stops_neither_the_other_hosts_nor_pruning(
+    ingest: Callable[..., Host],
+    settings: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    settings.GPUADMIN_HISTORY_RAW_DAYS = 2
+    broken = ingest(snapshot("gpu01", gpus=[gpu(0, used=GiB)], taken_at=at(0)))
+    ingest(snapshot("gpu02", gpus=[gpu(0, used=GiB)], taken_at=at(0)))
+    roll_up_host = retention.roll_up_host
+
+    def failing_for_gpu01(host: Host, start: datetime, end: datetime) -> int:
+        written = roll_up_host(host, start, end)
+        if host.pk == broken.pk:
+            # A real database error once its rollups are written: on PostgreSQL it spoils the transaction.
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT * FROM no_such_table")
+        return written
+
+    monkeypatch.setattr(retention, "roll_up_host", failing_for_gpu01)
+    result = retention.maintain_history(at(0) + timedelta(days=3))
+
+    assert result.buckets_rolled_up == 1
+    assert list(HostRollup.objects.values_list("host__name", flat=True)) == ["gpu02"]
+    assert dict(Host.objects.values_list("name", "history_rolled_up_until")) == {
+        "gpu01": None,
+        "gpu02": at(0) + timedelta(days=1),  # one run rolls up at most a day per host
+    }
+    assert list(HostSample.objects.values_list("host__name", flat=True)) == ["gpu01"]  # not rolled up: kept
+    assert "rolling up gpu01 failed" in caplog.text
 
 
 def test_raw_samples_go_after_the_raw_days_and_only_once_rolled_up(
