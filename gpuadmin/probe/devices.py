@@ -13,6 +13,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from gpuadmin.probe.procfs import other_thread_dirs
+
 _WILDCARDS = re.compile(r"[*?\[]")
 
 
@@ -47,10 +49,15 @@ class DeviceScan:
 
 def open_device_files(pid: int, matcher: DeviceMatcher) -> list[str] | None:
     """The device paths pid holds open (sorted, distinct); None when we may not look."""
+    return _open_device_files_in(f"/proc/{pid}", matcher, pid)
+
+
+def _open_device_files_in(directory: str, matcher: DeviceMatcher, pid: int | None) -> list[str] | None:
+    """Those of the /proc entry ``directory`` (a process's, or with ``pid`` None one of its threads')."""
     # Links are read relative to the open fd directory: the kernel then resolves one
     # name per link instead of /proc/<pid>/fd/<n> from the root (about 10% of the scan).
     try:
-        fd_dir = os.open(f"/proc/{pid}/fd", os.O_RDONLY | os.O_DIRECTORY)
+        fd_dir = os.open(f"{directory}/fd", os.O_RDONLY | os.O_DIRECTORY)
     except PermissionError:
         return None
     except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
@@ -62,6 +69,10 @@ def open_device_files(pid: int, matcher: DeviceMatcher) -> list[str] | None:
             return None
         except (FileNotFoundError, ProcessLookupError):
             return []
+        if not fds and pid is not None:
+            # No open file at all: perhaps a process whose leader has exited, whose files
+            # only its other threads show (procfs.other_thread_dirs). Rare, so cheap.
+            return _open_device_files_of_threads(pid, matcher)
         readlink = os.readlink
         matches = matcher.matches
         found: set[str] = set()
@@ -75,6 +86,15 @@ def open_device_files(pid: int, matcher: DeviceMatcher) -> list[str] | None:
         return sorted(found)
     finally:
         os.close(fd_dir)
+
+
+def _open_device_files_of_threads(pid: int, matcher: DeviceMatcher) -> list[str] | None:
+    # Its threads share its open files; one that exited meanwhile shows none, so ask on.
+    for directory in other_thread_dirs(pid):
+        found = _open_device_files_in(directory, matcher, None)
+        if found is None or found:
+            return found
+    return []
 
 
 def scan_device_holders(pids: Iterable[int], matcher: DeviceMatcher) -> DeviceScan:

@@ -14,11 +14,18 @@ import os
 import pwd
 from collections.abc import Iterable
 
-from gpuadmin.probe.procfs import CLOCK_TICKS_PER_SECOND, StatFields, cmdline_sha256, parse_stat
+from gpuadmin.probe.procfs import (
+    CLOCK_TICKS_PER_SECOND,
+    StatFields,
+    cmdline_sha256,
+    parse_stat,
+    process_state,
+    read_cmdline_bytes,
+    read_executable,
+)
 
 PAGE_SIZE_BYTES = os.sysconf("SC_PAGE_SIZE")
 CMDLINE_MAX_ARGUMENTS = 4096  # the schema's limit; reached only by a command line of empty arguments
-ZOMBIE = "Z"
 UNINTERRUPTIBLE = "D"
 
 _user_names: dict[int, str | None] = {}
@@ -100,21 +107,22 @@ def describe(stat: StatFields, *, uptime_seconds: float, cmdline_max_bytes: int)
     container_id, owner, orphaned, reasons, gpu_memory_bytes, device_files)."""
     pid = stat.pid
     try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            raw = f.read()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        raw = b""  # gone since the stat pass; the row still says what it was
+        raw = read_cmdline_bytes(pid) or b""  # b"": gone since the stat pass; the row still says what it was
+    except PermissionError:
+        raw = b""
     argv, truncated = split_cmdline(raw, cmdline_max_bytes)
     uid = read_status_uid(pid)
     try:
-        exe: str | None = os.readlink(f"/proc/{pid}/exe").removesuffix(" (deleted)")
+        exe: str | None = read_executable(pid)
     except OSError:
         exe = None  # a kernel thread, a zombie, or another user's process without CAP_SYS_PTRACE
     start_seconds = stat.start_time_ticks / CLOCK_TICKS_PER_SECOND
     return {
         "pid": pid,
         "ppid": stat.ppid,
-        "state": stat.state,
+        # Not "Z" for a process whose leader exited: central would take it for a zombie, which
+        # cannot be killed, and refuse the kill that frees its GPU memory.
+        "state": process_state(stat),
         "start_time_ticks": stat.start_time_ticks,
         "uid": uid,
         "user": user_name(uid),

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 # probe CLI a few milliseconds of start-up, and this was the only module on its path using it.
 PF_KTHREAD = 0x00200000  # include/linux/sched.h: "I am a kernel thread"
 CLOCK_TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
+ZOMBIE_STATE = "Z"  # of one thread; whether the process is a zombie is StatFields.zombie
+_DELETED_SUFFIX = " (deleted)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,12 +30,30 @@ class StatFields:
     pgid: int
     sid: int
     flags: int
+    num_threads: int
     start_time_ticks: int
     rss_pages: int
 
     @property
     def kernel_thread(self) -> bool:
         return bool(self.flags & PF_KTHREAD)
+
+    @property
+    def zombie(self) -> bool:
+        """The whole process has exited and waits for its parent to reap it.
+
+        State "Z" alone does not say so: it is the state of the thread-group
+        leader, which shows "Z" as soon as it exits (pthread_exit) while other
+        threads of the process still run, keep its memory (GPU memory too) and
+        take its signals (leader_exited). Only a process down to its leader
+        alone is a zombie (0 threads while it is being reaped).
+        """
+        return self.state == ZOMBIE_STATE and self.num_threads <= 1
+
+    @property
+    def leader_exited(self) -> bool:
+        """Its leader has exited, but other threads still run: alive, though /proc/<pid> looks empty."""
+        return self.state == ZOMBIE_STATE and self.num_threads > 1
 
 
 def parse_stat(text: str) -> StatFields:
@@ -56,6 +76,7 @@ def parse_stat(text: str) -> StatFields:
         pgid=int(rest[2]),
         sid=int(rest[3]),
         flags=int(rest[6]),
+        num_threads=int(rest[17]),
         start_time_ticks=int(rest[19]),
         rss_pages=int(rest[21]),
     )
@@ -63,20 +84,94 @@ def parse_stat(text: str) -> StatFields:
 
 def read_stat(pid: int) -> StatFields | None:
     """The stat fields of a live PID, or None when it is gone."""
+    return _read_stat_in(f"/proc/{pid}")
+
+
+def _read_stat_in(directory: str) -> StatFields | None:
     try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
+        with open(f"{directory}/stat", encoding="utf-8", errors="replace") as f:
             return parse_stat(f.read())
     except (FileNotFoundError, ProcessLookupError):
         return None
 
 
-def read_cmdline_bytes(pid: int) -> bytes | None:
-    """The raw NUL-separated command line; b"" for kernel threads and zombies; None when gone."""
+def other_thread_dirs(pid: int) -> list[str]:
+    """/proc/<pid>/task/<tid> of each thread of process ``pid`` but its leader.
+
+    Once the leader has exited while other threads run, the kernel has dropped
+    the leader's hold on the process's memory and open files: /proc/<pid>/cmdline
+    reads empty, /proc/<pid>/exe and /proc/<pid>/fd show nothing, though the
+    process still has them; its other threads' entries show them. The kernel
+    lists a thread under /proc/<pid>/task only while it belongs to ``pid``, so
+    nothing read there is another process's.
+    """
     try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except (FileNotFoundError, ProcessLookupError):
+        return []
+    return [f"/proc/{pid}/task/{tid}" for tid in tids if tid != str(pid)]
+
+
+def process_state(stat: StatFields) -> str:
+    """The state letter of the process: its leader's, or once the leader has exited, a running thread's.
+
+    A leader that exited shows "Z" for a process that still runs (StatFields.leader_exited);
+    what the process is doing (running, sleeping, stuck in D) is what its threads do.
+    """
+    if not stat.leader_exited:
+        return stat.state
+    for directory in other_thread_dirs(stat.pid):
+        thread = _read_stat_in(directory)
+        if thread is not None and thread.state != ZOMBIE_STATE:
+            return thread.state
+    return stat.state  # its last threads exited meanwhile: a zombie now
+
+
+def read_cmdline_bytes(pid: int) -> bytes | None:
+    """The raw NUL-separated command line; b"" for kernel threads and zombies; None when gone.
+
+    A process whose leader has exited still runs its command line: it is read
+    from one of its other threads (other_thread_dirs), so that its digest stays
+    the one a kill target was approved with.
+    """
+    raw = _read_cmdline_in(f"/proc/{pid}")
+    if raw == b"":
+        for directory in other_thread_dirs(pid):
+            if thread_raw := _read_cmdline_in(directory):
+                return thread_raw
+    return raw
+
+
+def _read_cmdline_in(directory: str) -> bytes | None:
+    try:
+        with open(f"{directory}/cmdline", "rb") as f:
             return f.read()
     except (FileNotFoundError, ProcessLookupError):
         return None
+
+
+def read_executable(pid: int) -> str:
+    """The path the kernel executes for ``pid``, even once its leader has exited; OSError when unreadable.
+
+    FileNotFoundError for kernel threads, zombies and PIDs that are gone.
+    """
+    try:
+        path = os.readlink(f"/proc/{pid}/exe")
+    except FileNotFoundError:
+        found = _executable_of_other_threads(pid)
+        if found is None:
+            raise
+        path = found
+    return path.removesuffix(_DELETED_SUFFIX)
+
+
+def _executable_of_other_threads(pid: int) -> str | None:
+    for directory in other_thread_dirs(pid):
+        try:
+            return os.readlink(f"{directory}/exe")
+        except FileNotFoundError:
+            continue  # that thread exited meanwhile
+    return None
 
 
 def cmdline_sha256(raw: bytes) -> str:

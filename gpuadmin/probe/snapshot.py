@@ -21,13 +21,12 @@ from gpuadmin.probe.host import host_facts
 from gpuadmin.probe.owners import OwnerResolver
 from gpuadmin.probe.processes import (
     UNINTERRUPTIBLE,
-    ZOMBIE,
     describe,
     list_pids,
     read_stats,
     read_uptime_seconds,
 )
-from gpuadmin.probe.procfs import StatFields, read_cmdline_bytes, read_pid_max
+from gpuadmin.probe.procfs import StatFields, process_state, read_cmdline_bytes, read_pid_max
 
 # The newest version in snapshot.schema.json's schema_version enum (tests hold the two together).
 SCHEMA_VERSION = 2
@@ -65,8 +64,8 @@ def take_snapshot(config: ProbeConfig | None = None) -> dict[str, object]:
         row["device_files"] = devices.holders.get(pid, [])
         rows.append(row)
 
-    zombies = sum(1 for s in stats.values() if s.state == ZOMBIE)
-    uninterruptible = sum(1 for s in stats.values() if s.state == UNINTERRUPTIBLE)
+    zombies = sum(1 for s in stats.values() if s.zombie)
+    uninterruptible = sum(1 for s in stats.values() if process_state(s) == UNINTERRUPTIBLE)
     return {
         "schema_version": SCHEMA_VERSION,
         "host": host_facts(
@@ -100,7 +99,7 @@ def scan_host(matcher: DeviceMatcher) -> tuple[dict[int, StatFields], DeviceScan
     stats = read_stats(list_pids())
     agent = agent_processes(stats)
     # Zombies and kernel threads have no open files to look at; the agent's own files are NVML's.
-    live = [pid for pid, s in stats.items() if s.state != ZOMBIE and not s.kernel_thread and pid not in agent]
+    live = [pid for pid, s in stats.items() if not s.zombie and not s.kernel_thread and pid not in agent]
     return stats, scan_device_holders(live, matcher)
 
 
@@ -115,7 +114,7 @@ def agent_processes(stats: dict[int, StatFields]) -> set[int]:
     command_line = read_cmdline_bytes(me)
     siblings = {
         pid for pid, stat in stats.items()
-        if stat.ppid == own.ppid and pid != me and stat.state != ZOMBIE
+        if stat.ppid == own.ppid and pid != me and not stat.zombie
         and read_cmdline_bytes(pid) == command_line
     }
     return {me, *siblings}
@@ -132,9 +131,9 @@ def processes_that_matter(stats: dict[int, StatFields], devices: DeviceScan,
         if pid in stats:
             found[pid].add("device")
     for pid, stat in stats.items():
-        if stat.state == ZOMBIE:
+        if stat.zombie:
             found[pid].add("zombie")
-        elif stat.state == UNINTERRUPTIBLE:
+        elif process_state(stat) == UNINTERRUPTIBLE:
             found[pid].add("uninterruptible")
     seeds = list(found)
 
@@ -218,4 +217,4 @@ def _leader_gone(leader_pid: int, stats: dict[int, StatFields], field: str) -> b
         return False
     leader = stats.get(leader_pid)
     # A zombie leader has exited; a leader PID that leads nothing any more was reused.
-    return leader is None or leader.state == ZOMBIE or getattr(leader, field) != leader_pid
+    return leader is None or leader.zombie or getattr(leader, field) != leader_pid

@@ -151,7 +151,7 @@ class Processes:
     @staticmethod
     def _alive(pid: int, start_ticks: int) -> bool:
         stat = procfs.read_stat(pid)
-        return stat is not None and stat.start_time_ticks == start_ticks and stat.state != "Z"
+        return stat is not None and stat.start_time_ticks == start_ticks and not stat.zombie
 
     @staticmethod
     def _kill_if_same(pid: int, start_ticks: int) -> None:

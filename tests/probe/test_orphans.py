@@ -73,7 +73,7 @@ def stat(pid: int, ppid: int, *, pgid: int | None = None, sid: int | None = None
          kernel_thread: bool = False) -> StatFields:
     return StatFields(pid=pid, comm="x", state=state, ppid=ppid, pgid=pid if pgid is None else pgid,
                       sid=pid if sid is None else sid, flags=0x00200000 if kernel_thread else 0,
-                      start_time_ticks=pid, rss_pages=0)
+                      num_threads=1, start_time_ticks=pid, rss_pages=0)
 
 
 def table(*stats: StatFields) -> dict[int, StatFields]:

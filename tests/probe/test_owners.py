@@ -242,7 +242,7 @@ def test_the_job_in_a_slurmstepd_title(title: str, expected: Owner | None) -> No
 
 def stat(pid: int, ppid: int, comm: str) -> StatFields:
     return StatFields(pid=pid, comm=comm, state="S", ppid=ppid, pgid=pid, sid=pid, flags=0,
-                      start_time_ticks=pid, rss_pages=1)
+                      num_threads=1, start_time_ticks=pid, rss_pages=1)
 
 
 def test_the_nearest_slurmstepd_ancestor() -> None:

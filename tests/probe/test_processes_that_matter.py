@@ -60,7 +60,7 @@ def test_include_all_marks_the_rest_as_all(processes: Processes, device: Device)
 
 def stat(pid: int, ppid: int, state: str = "S") -> StatFields:
     return StatFields(pid=pid, comm=f"p{pid}", state=state, ppid=ppid, pgid=pid, sid=pid, flags=0,
-                      start_time_ticks=pid, rss_pages=0)
+                      num_threads=1, start_time_ticks=pid, rss_pages=0)
 
 
 TABLE = {s.pid: s for s in [

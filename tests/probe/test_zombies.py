@@ -1,8 +1,13 @@
-"""A parent that never waits leaves real zombies: the snapshot shows them under it."""
+"""A parent that never waits leaves real zombies: the snapshot shows them under it. A process
+whose main thread exited while others run looks like one in /proc, and is none."""
 
 from __future__ import annotations
 
-from tests.probe.helpers import Device, Processes, rows_by_pid, snapshot, state_of, wait_until
+import os
+import sys
+
+from gpuadmin.probe import procfs
+from tests.probe.helpers import WORKLOADS, Device, Processes, rows_by_pid, snapshot, state_of, wait_until
 
 
 def test_five_zombies_appear_under_their_parent(processes: Processes, device: Device) -> None:
@@ -47,3 +52,41 @@ def test_zombies_are_gone_once_the_parent_is(processes: Processes, device: Devic
 
     assert not set(parent.children) & set(rows)
     assert parent.pid not in rows
+
+
+def test_a_process_whose_leader_exited_is_no_zombie(processes: Processes, device: Device) -> None:
+    # Its main thread exited (pthread_exit): /proc/<pid> shows "Z", no command line and no
+    # open file, while another thread runs on with them.
+    holder = processes.start("leader-exited", device.path)
+    stat = procfs.read_stat(holder.pid)
+    assert stat is not None and stat.state == "Z" and stat.num_threads > 1
+
+    document = snapshot(device.glob)
+    rows = rows_by_pid(document)
+
+    row = rows[holder.pid]
+    assert row["reasons"] == ["device"]
+    assert row["device_files"] == [device.path]
+    # Its running thread's state: a "Z" would make central refuse to kill it as a zombie.
+    assert row["state"] in {"S", "R"}
+    assert row["cmdline"] == [sys.executable, WORKLOADS, "leader-exited", device.path]
+    assert row["exe"] == os.path.realpath(sys.executable)
+    zombie_rows = [r for r in document["processes"] if "zombie" in r["reasons"]]
+    assert document["process_counts"]["zombies"] == len(zombie_rows)
+    assert holder.pid not in {r["pid"] for r in zombie_rows}
+
+
+def test_a_process_whose_leader_exited_is_a_zombie_once_its_last_thread_has(
+    processes: Processes, device: Device
+) -> None:
+    holder = processes.start("leader-exited", device.path)
+    holder.process.kill()  # not reaped: we are its parent and do not wait yet
+    wait_until(lambda: (s := procfs.read_stat(holder.pid)) is not None and s.num_threads <= 1,
+               "its threads to exit")
+
+    row = rows_by_pid(snapshot(device.glob))[holder.pid]
+
+    assert row["reasons"] == ["zombie"] and row["state"] == "Z"
+    assert row["cmdline"] == [] and row["device_files"] == []
+    stat = procfs.read_stat(holder.pid)
+    assert stat is not None and stat.zombie

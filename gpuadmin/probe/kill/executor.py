@@ -101,7 +101,11 @@ def order_sha256(order: dict[str, Any]) -> str:
 
 
 def _pidfd_is_readable(pidfd: int) -> bool:
-    """A pidfd polls readable once its process has exited (zombie or reaped)."""
+    """A pidfd polls readable once its whole process has exited (zombie or reaped).
+
+    Not while only the leader has exited and other threads still run, though
+    /proc then shows state "Z": the process lives on, with its GPU memory.
+    """
     poller = select.poll()
     poller.register(pidfd, select.POLLIN)
     return bool(poller.poll(0))
@@ -159,7 +163,7 @@ class _Execution:
             when = f"after {last}, {elapsed:.2f} s after it was sent"
         fields: dict[str, Any] = {}
         same_process = stat is not None and stat.start_time_ticks == tracked.target.start_time_ticks
-        if stat is not None and same_process and stat.state == "Z":
+        if stat is not None and same_process and stat.zombie:
             tracked.detail = f"exited, not yet reaped by parent {describe_parent(stat.ppid)} ({when})"
             fields["parent_pid"] = stat.ppid
         else:
@@ -234,16 +238,22 @@ class _Execution:
         seen = self.observe(tracked)
         if seen.seen is Seen.ALIVE:
             return seen
-        if seen.seen in (Seen.GONE, Seen.ZOMBIE) or (
-            # Our process is gone and its PID already serves another: it exited.
-            seen.seen is Seen.REUSED and (tracked.pidfd is None or _pidfd_is_readable(tracked.pidfd))
-        ):
+        # Gone, a zombie, or its PID already serves another: it exited, if its pidfd agrees.
+        if seen.seen in (Seen.GONE, Seen.ZOMBIE, Seen.REUSED) and self.has_exited(tracked):
             self.exited(tracked)
         else:
-            self.refuse(
-                tracked, seen.refusal or Refusal.IDENTITY_CHANGED, f"before {step.signal}: {seen.detail}"
-            )
+            detail = seen.detail or f"/proc shows it {seen.seen.value}, yet its pidfd says it has not exited"
+            self.refuse(tracked, seen.refusal or Refusal.IDENTITY_CHANGED, f"before {step.signal}: {detail}")
         return None
+
+    @staticmethod
+    def has_exited(tracked: _Tracked) -> bool:
+        """Whether /proc's word that the target exited holds: its pidfd decides, where one is held.
+
+        Polled after /proc was read, it cannot lag behind it; and it never says
+        so of a process whose leader exited while its other threads run.
+        """
+        return tracked.pidfd is None or _pidfd_is_readable(tracked.pidfd)
 
     def send(self, tracked: _Tracked, step: PlanStep, step_number: int) -> None:
         """Re-verify one target and send it the step's signal."""
@@ -281,7 +291,7 @@ class _Execution:
         )
         if tracked.method is Method.KILL:
             detail += "; via kill(), pidfds unavailable"
-        if seen.stat is not None and seen.stat.state == "D":
+        if seen.stat is not None and procfs.process_state(seen.stat) == "D":
             detail += "; it is in uninterruptible sleep (D): the signal waits until its kernel call returns"
         self.emit(Event.SIGNAL_SENT, tracked, signal=step.signal, step=step_number, detail=detail)
 
@@ -310,7 +320,7 @@ class _Execution:
     def survived(self, tracked: _Tracked) -> None:
         last_step = self.order.plan[-1]
         stat = procfs.read_stat(tracked.target.pid)
-        state = stat.state if stat is not None else None
+        state = procfs.process_state(stat) if stat is not None else None
         detail = f"still alive {last_step.grace_seconds:g} s after {last_step.signal}, the last step"
         if state == "D":
             detail += (

@@ -42,7 +42,6 @@ DEFAULT_PROTECTED_EXECUTABLES = (
     r"(^|/)redis-server$",
     r"(^|/)(postgres|postmaster)$",
 )
-_DELETED_SUFFIX = " (deleted)"
 
 
 def pattern_list(text: str, variable: str) -> list[str]:
@@ -75,12 +74,6 @@ def parse_patterns(text: str) -> tuple[str, ...]:
     return tuple(patterns)
 
 
-def executable_of(pid: int) -> str:
-    """The path the kernel executes for ``pid``; OSError when it cannot be read."""
-    path = os.readlink(f"/proc/{pid}/exe")
-    return path.removesuffix(_DELETED_SUFFIX)
-
-
 @dataclass(frozen=True, slots=True)
 class Floor:
     patterns: tuple[str, ...] = DEFAULT_PROTECTED_EXECUTABLES
@@ -102,7 +95,7 @@ class Floor:
         if not self.patterns:
             return None  # the host's admin emptied the list: nothing to read the executable for
         try:
-            path = executable_of(pid)
+            path = procfs.read_executable(pid)
         except FileNotFoundError:
             return None  # gone, a zombie or a kernel thread: the identity checks say which
         except OSError as error:

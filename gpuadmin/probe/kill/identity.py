@@ -25,7 +25,7 @@ class Seen(StrEnum):
 
     ALIVE = "alive"  # the same process, alive: may be signalled
     GONE = "gone"  # no process with this PID
-    ZOMBIE = "zombie"  # the same process, exited, waiting for its parent to reap it
+    ZOMBIE = "zombie"  # the same process, exited, waiting for its parent to reap it (StatFields.zombie)
     REUSED = "reused"  # the PID belongs to a process with another start time
     REFUSED = "refused"  # see refusal
 
@@ -128,6 +128,13 @@ def observe(target: Target, *, order_boot_id: str, host_boot_id: str,  # noqa: P
     (zombie), which comes before the agent's floor (its executable, read
     while the pidfd is held) and what it claims to be (uid, command line) —
     a zombie has no command line left to compare.
+
+    A process whose leader has exited (pthread_exit) while its other threads
+    run is no zombie: it is alive and holds its memory. Its command line is
+    read from one of those threads (procfs.read_cmdline_bytes) and compared
+    like any other, rather than skipped or taken as matching when empty: the
+    digest still tells an exec'd program from the approved one, and ignoring
+    it would let a process dodge that check by exiting its main thread.
     """
     if order_boot_id != host_boot_id:
         return Observation(
@@ -141,7 +148,7 @@ def observe(target: Target, *, order_boot_id: str, host_boot_id: str,  # noqa: P
         return Observation(Seen.GONE)
     if (refused := _not_this_process(target, stat)) is not None:
         return refused
-    if stat.state == "Z":
+    if stat.zombie:
         return Observation(Seen.ZOMBIE, stat)
     if floor is not None and (protected := floor.refusal(target.pid)) is not None:
         return Observation(Seen.REFUSED, stat, protected[0], protected[1])
@@ -162,7 +169,7 @@ def _look_again(target: Target, stat: procfs.StatFields, mismatch: str | None) -
         return Observation(Seen.GONE)
     if again.start_time_ticks != target.start_time_ticks:
         return Observation(Seen.REUSED, again, Refusal.IDENTITY_CHANGED, "identity changed: PID reused")
-    if again.state == "Z":
+    if again.zombie:
         return Observation(Seen.ZOMBIE, again)
     return Observation(
         Seen.REFUSED, stat, Refusal.IDENTITY_CHANGED, mismatch or "identity changed: /proc unreadable"

@@ -48,7 +48,7 @@ def wait_until(condition: Any, timeout_seconds: float = READY_TIMEOUT_SECONDS, w
 def is_alive(pid: int, start_time_ticks: int) -> bool:
     """The very process (PID + start time) exists and has not exited (a zombie has)."""
     stat = procfs.read_stat(pid)
-    return stat is not None and stat.start_time_ticks == start_time_ticks and stat.state != "Z"
+    return stat is not None and stat.start_time_ticks == start_time_ticks and not stat.zombie
 
 
 def target_for(pid: int) -> dict[str, Any]:
@@ -164,6 +164,11 @@ class Program:
 
     def alive(self) -> bool:
         return is_alive(self.pid, self.start_time_ticks)
+
+    def started_cmdline_sha256(self) -> str:
+        """The digest of the command line it was started with, as a snapshot showed it then."""
+        assert isinstance(self.popen.args, list)
+        return procfs.cmdline_sha256(b"".join(os.fsencode(arg) + b"\0" for arg in self.popen.args))
 
 
 @dataclass

@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import signal
 from pathlib import Path
+from typing import Any
 
+from gpuadmin.probe import procfs
 from gpuadmin.probe.journal import Journal
 from gpuadmin.probe.kill import execute_order
 from tests.probe.kill.helpers import Processes, Reports, is_alive, make_order, target_for, wait_until
@@ -180,3 +182,48 @@ def test_a_target_gone_before_the_order_counts_as_exited(
     (exited,) = reports.of("target_exited", trainer.pid)
     assert exited["signal"] is None and exited["detail"] == "exited (before any signal)"
     assert reports.of("signal_sent") == []
+
+
+# A process whose main thread exited (pthread_exit) while another runs on shows state "Z"
+# in /proc, yet lives, holds its memory and takes signals: it must get the whole ladder.
+
+
+def test_a_process_whose_leader_exited_is_signalled_up_to_sigkill(
+    processes: Processes, journal: Journal, reports: Reports
+) -> None:
+    program = processes.start("leader_exits.py")  # its leader exited before it said ready
+    stat = procfs.read_stat(program.pid)
+    assert stat is not None and stat.state == "Z" and stat.num_threads > 1
+    # Approved while it still ran normally: the digest of its whole command line.
+    target = {**target_for(program.pid), "cmdline_sha256": program.started_cmdline_sha256()}
+    at_exit: list[procfs.StatFields | None] = []
+
+    def report(event: dict[str, Any]) -> None:
+        if event["event"] == "target_exited":
+            at_exit.append(procfs.read_stat(program.pid))
+        reports(event)
+
+    result = execute_order(make_order([target]), journal=journal, report=report)
+
+    assert result["result"] == "succeeded", result["detail"]
+    assert reports.signals_to(program.pid) == ["SIGINT", "SIGTERM", "SIGKILL"]
+    (exited,) = reports.of("target_exited", program.pid)
+    assert exited["signal"] == "SIGKILL"
+    # Reported exited only once the whole process had: a zombie (not yet reaped by us).
+    assert len(at_exit) == 1 and at_exit[0] is not None and at_exit[0].zombie
+    assert program.popen.wait(timeout=5) == -signal.SIGKILL
+
+
+def test_a_leader_exiting_on_sigint_does_not_pass_for_the_process_exiting(
+    processes: Processes, journal: Journal, reports: Reports
+) -> None:
+    program = processes.start("leader_exits.py", "on-sigint")
+
+    result = execute_order(make_order([target_for(program.pid)]), journal=journal, report=reports)
+
+    assert program.signals() == ["SIGINT"]  # it did exit its leader, not the process
+    assert result["result"] == "succeeded", result["detail"]
+    assert reports.signals_to(program.pid) == ["SIGINT", "SIGTERM", "SIGKILL"]
+    (exited,) = reports.of("target_exited", program.pid)
+    assert exited["signal"] == "SIGKILL"
+    assert program.popen.wait(timeout=5) == -signal.SIGKILL

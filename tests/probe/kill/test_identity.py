@@ -12,6 +12,7 @@ exit, and anything REFUSED as a refusal (executor.verified_alive).
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -236,3 +237,45 @@ def test_protected_pids_are_init_the_agent_and_its_ancestors_named() -> None:
         )
     assert 0 not in protected
     assert all(pid > 0 for pid in protected)
+
+
+# A process whose main thread exited (pthread_exit) while another runs on: /proc shows its
+# leader "Z" and an empty command line at /proc/<pid>/cmdline, yet it is alive.
+
+
+def test_a_process_whose_leader_exited_is_alive_and_keeps_its_command_line(processes: Processes) -> None:
+    program = processes.start("leader_exits.py")
+    boot_id = procfs.read_boot_id()
+    target = Target(**{**target_for(program.pid), "cmdline_sha256": program.started_cmdline_sha256()})
+
+    seen = observe(target, order_boot_id=boot_id, host_boot_id=boot_id)
+
+    assert (seen.seen, seen.refusal) == (Seen.ALIVE, None)
+    assert seen.stat is not None and seen.stat.state == "Z" and seen.stat.num_threads > 1
+    assert not seen.stat.zombie
+    # Its command line is read from its running thread: what it was started with.
+    assert target_for(program.pid)["cmdline_sha256"] == program.started_cmdline_sha256()
+
+
+def test_a_process_whose_leader_exited_is_still_held_to_its_command_line(processes: Processes) -> None:
+    program = processes.start("leader_exits.py")
+    boot_id = procfs.read_boot_id()
+    target = Target(**{**target_for(program.pid), "cmdline_sha256": procfs.cmdline_sha256(b"other\0")})
+
+    seen = observe(target, order_boot_id=boot_id, host_boot_id=boot_id)
+
+    assert (seen.seen, seen.refusal) == (Seen.REFUSED, Refusal.IDENTITY_CHANGED)
+    assert seen.detail == "identity changed: the command line differs from the one approved (digest mismatch)"
+
+
+def test_a_process_whose_leader_exited_is_a_zombie_once_its_last_thread_has(processes: Processes) -> None:
+    program = processes.start("leader_exits.py")
+    target = Target(**target_for(program.pid))
+    os.kill(program.pid, signal.SIGKILL)  # not reaped: we are its parent and do not wait yet
+    wait_until(lambda: first_read(program.pid).num_threads <= 1, what="its threads to exit")
+    boot_id = procfs.read_boot_id()
+
+    seen = observe(target, order_boot_id=boot_id, host_boot_id=boot_id)
+
+    assert (seen.seen, seen.refusal) == (Seen.ZOMBIE, None)
+    assert seen.stat is not None and seen.stat.zombie and not seen.stat.leader_exited

@@ -139,6 +139,28 @@ def threads(count: str) -> None:
     sleep_forever()
 
 
+def leader_exited(device: str) -> None:
+    """Holds the device file, then its main thread exits (pthread_exit) while another runs on:
+    /proc shows the process "Z" with no command line and no open file, yet it runs and holds it."""
+    import threading
+
+    os.open(device, os.O_RDONLY)
+
+    def leader_state() -> str:
+        # /proc/self, read from any thread, is the process's entry: its leader's state.
+        with open("/proc/self/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+
+    def live_on() -> None:
+        while leader_state() != "Z":
+            time.sleep(0.01)
+        ready(children=[])
+        sleep_forever()
+
+    threading.Thread(target=live_on).start()
+    ctypes.CDLL(None).pthread_exit(None)  # ctypes lets go of the GIL first
+
+
 def sleeper() -> None:
     ready(children=[])
     sleep_forever()
@@ -154,6 +176,7 @@ KINDS = {
     "hostile": hostile,
     "sleeper": sleeper,
     "threads": threads,
+    "leader-exited": leader_exited,
 }
 
 if __name__ == "__main__":
