@@ -17,7 +17,8 @@ the error. So each keyword is expressed exactly or more strictly:
 - a ``pattern`` that is one character class repeated (``^[0-9a-f]{64}$``, ``^[A-Za-z]$``) becomes
   the length it implies and a check of the characters, made over all the strings of an array at
   once: msgspec calls the regex once per value, ~0.6 us each, and a process has two such values
-  (``_Characters``). Any other pattern is msgspec's;
+  (``_Characters``). Any other pattern is msgspec's, as ``python_pattern`` spells it: its ``$`` is
+  the end of the text, as in JSON Schema, not also before a final newline as in Python;
 - a keyword not known here raises ``Unsupported`` when the check is built: tests build it from the
   shipped schema, so the schema file stays the one place the snapshot's shape is written.
 
@@ -271,10 +272,11 @@ def _scalar(name: str, schema: dict[str, Any], keywords: set[str], largest: int)
         shortest, longest = schema.get("minLength"), schema.get("maxLength")
         pattern = schema.get("pattern")
         repeated = None if pattern is None else _CLASS_REPEATED.fullmatch(pattern)
+        spelled = None if pattern is None else python_pattern(pattern)
         if repeated is None:
-            if pattern is not None:
-                re.compile(pattern)  # searched, as JSON Schema reads a pattern (ours are anchored)
-            meta = msgspec.Meta(min_length=shortest, max_length=longest, pattern=pattern)
+            if spelled is not None:
+                re.compile(spelled)  # searched, as JSON Schema reads a pattern (ours are anchored)
+            meta = msgspec.Meta(min_length=shortest, max_length=longest, pattern=spelled)
             return Annotated[str, meta], None
         # One class, n to m times, anchored: a length of n to m, each character in the class.
         if repeated["times"] is not None:
@@ -286,12 +288,39 @@ def _scalar(name: str, schema: dict[str, Any], keywords: set[str], largest: int)
             at_least, at_most = {"": (1, 1), "+": (1, None), "*": (0, None)}[repeated["sign"]]
         shortest = max(shortest or 0, at_least) or None
         longest = at_most if longest is None else (longest if at_most is None else min(longest, at_most))
-        searched = Annotated[str, msgspec.Meta(min_length=shortest, max_length=longest, pattern=pattern)]
+        searched = Annotated[str, msgspec.Meta(min_length=shortest, max_length=longest, pattern=spelled)]
         return (Annotated[str, msgspec.Meta(min_length=shortest, max_length=longest)],
                 _Characters(re.compile(f"{repeated['class']}*"), searched))
     if name == "boolean" and keywords == {"type"}:
         return bool, None
     raise Unsupported(f"type {name!r} with {sorted(keywords)}")
+
+
+def python_pattern(pattern: str) -> str:
+    """A JSON Schema ``pattern`` spelled for Python's ``re``, to be searched as JSON Schema searches it.
+
+    In ECMA-262, which JSON Schema's patterns follow, ``$`` is the end of the text; Python's ``$`` also
+    matches before a final newline, so ``^[a-z0-9]+$`` took "gpu01\\n". Each ``$`` that is an anchor
+    (not escaped, not in a character class) becomes ``\\Z``, Python's end of the text. Built once per
+    check, never per value.
+    """
+    spelled: list[str] = []
+    escaped = in_class = False
+    first = 0  # where the current class's members start: a "]" there is one of them
+    for i, char in enumerate(pattern):
+        anchor = False
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif in_class:
+            in_class = char != "]" or i == first
+        elif char == "[":
+            in_class, first = True, i + 1 + pattern.startswith("^", i + 1)
+        else:
+            anchor = char == "$"
+        spelled.append(r"\Z" if anchor else char)
+    return "".join(spelled)
 
 
 # A pattern that is one character class, without escapes or nested brackets, repeated:

@@ -32,7 +32,7 @@ from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import ValidationError, best_match
 
 from gpuadmin.fleet.process_tree import memory_by_gpu, memory_total_bytes
-from gpuadmin.fleet.schema_types import NOT_VALID, checked_json_decoder
+from gpuadmin.fleet.schema_types import NOT_VALID, checked_json_decoder, python_pattern
 from gpuadmin.text import clip, human_bytes
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "probe" / "snapshot.schema.json"
@@ -77,6 +77,19 @@ def _strict_integer(_checker: Any, instance: Any) -> bool:
     return isinstance(instance, int) and not isinstance(instance, bool)
 
 
+def _pattern(validator: Any, pattern: str, instance: Any, _schema: Any) -> Iterator[ValidationError]:
+    # jsonschema's own "pattern" searches with Python's "$", which also matches before a final newline
+    # ("gpu01\n" passed the host name's ^...$). This one means what JSON Schema (ECMA-262) means, as the
+    # quick check (schema_types) and the compiled one (fastjsonschema turns "$" into \Z) do.
+    if validator.is_type(instance, "string") and not _compiled_pattern(pattern).search(instance):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+@lru_cache(maxsize=64)
+def _compiled_pattern(pattern: str) -> re.Pattern[str]:
+    return re.compile(python_pattern(pattern))
+
+
 def snapshot_schema() -> dict[str, Any]:
     """A fresh copy of the snapshot schema (each checker below builds from its own, some change it)."""
     return cast(dict[str, Any], json.loads(SCHEMA_PATH.read_text(encoding="utf-8")))
@@ -89,6 +102,7 @@ def snapshot_validator() -> Draft202012Validator:
     Draft202012Validator.check_schema(schema)
     strict = validators.extend(
         Draft202012Validator,
+        validators={"pattern": _pattern},
         type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _strict_integer),
     )
     return strict(schema)

@@ -3,8 +3,8 @@
 A ``Person`` has an email address, optional Apprise URLs (Slack, Matrix, a webhook...) and
 three choices of what to receive. ``Account`` rows say which unix or Slurm user on which host
 (or on every host) is that person, so the panel can say who owns uid 1000 on gpu07.
-``Notification`` rows are the record of each message to one destination: queued, sent or
-failed, shown on the kill request's timeline. They are not audit events: the hash chain
+``Notification`` rows are the record of each message to one destination: queued, sending, sent
+or failed, shown on the kill request's timeline. They are not audit events: the hash chain
 records what was done to processes, not who was told.
 """
 
@@ -115,6 +115,10 @@ class Notification(models.Model):
 
     class Status(models.TextChoices):
         QUEUED = "queued", "Queued"
+        # Claimed by one delivery task while it calls the service: another task for the same
+        # notification (redelivered, or forged on the broker) sends nothing (services.deliver). A worker
+        # killed mid-call leaves it so; its task, acknowledged on receipt, was lost with it anyway.
+        SENDING = "sending", "Sending"
         SENT = "sent", "Sent"
         FAILED = "failed", "Failed"
 

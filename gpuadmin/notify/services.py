@@ -7,6 +7,11 @@ Two steps, each run by a central Celery task (``tasks.py``), never by a web requ
    redelivered task adds nothing (one row per request, event, role and URL).
 2. ``deliver`` sends one queued notification through Apprise and records the result: sent,
    or the error and, on the last attempt, failed. A failure touches nothing but its own row.
+
+The tasks' arguments come off the broker, which anyone on a GPU host can write to
+(docs/security.md): they only name a request, an event or a notification. What is said, to whom,
+and whether it is sent again follows from the database: the audit log, the request's status and
+the notification's row.
 """
 
 from __future__ import annotations
@@ -17,14 +22,13 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from gpuadmin.accounts.roles import Role
-from gpuadmin.audit.models import Action
+from gpuadmin.audit.models import Action, AuditEvent
 from gpuadmin.kills.models import KillRequest, KillTarget
-from gpuadmin.kills.states import Status
+from gpuadmin.kills.states import RESULTS, TRANSITIONS, Status
 from gpuadmin.notify import messages
 from gpuadmin.notify.delivery import send, shown_url
 from gpuadmin.notify.directory import Directory
@@ -35,14 +39,37 @@ logger = logging.getLogger(__name__)
 Event = Notification.Event
 RoleOf = Notification.Role
 
-# The audit actions that someone hears about; every other one (each signal step...) is silent.
-NOTIFYING_ACTIONS = frozenset({
-    Action.REQUESTED, Action.APPROVED, Action.REJECTED, Action.CANCELLED, Action.EXPIRED, Action.FINISHED,
-})
+
+def _and_after(statuses: Iterable[Status]) -> frozenset[Status]:
+    """``statuses`` and every status a request can go on to (``states.TRANSITIONS``)."""
+    found, unseen = set(statuses), list(statuses)
+    while unseen:
+        for following in TRANSITIONS[unseen.pop()] - found:
+            found.add(following)
+            unseen.append(following)
+    return frozenset(found)
+
+
+# The audit actions that someone hears about (every other one, each signal step..., is silent), each
+# with the statuses in which its notices are true: "waits for approval" only while pending, "approved"
+# from then on, an ending only in the status it set.
+NOTICE_STATUSES: dict[str, frozenset[Status]] = {
+    Action.REQUESTED: frozenset({Status.PENDING}),
+    Action.APPROVED: _and_after({Status.APPROVED}),
+    Action.REJECTED: frozenset({Status.REJECTED}),
+    Action.CANCELLED: frozenset({Status.CANCELLED}),
+    Action.EXPIRED: frozenset({Status.EXPIRED}),
+    Action.FINISHED: RESULTS,
+}
+NOTIFYING_ACTIONS = frozenset(NOTICE_STATUSES)
 
 
 class DeliveryFailed(Exception):
-    """A delivery attempt failed and another one is due (the task retries)."""
+    """A delivery attempt failed and another one is due (the task retries); ``attempts`` made so far."""
+
+    def __init__(self, error: str, *, attempts: int) -> None:
+        super().__init__(error)
+        self.attempts = attempts
 
 
 def _draft(kill_request: KillRequest, event: str, role: str, person: Person,
@@ -138,14 +165,31 @@ def _store(drafts: Iterable[Notification]) -> list[int]:
 
 
 def plan_for_event(kill_request_id: int, action: str) -> list[int]:
-    """The notifications a kill request's audit event calls for, stored queued; their ids."""
-    if action not in NOTIFYING_ACTIONS:
+    """The notifications a kill request's audit event calls for, stored queued; their ids.
+
+    Drafted only when the request's audit log holds an ``action`` event and the request's status is
+    one in which its notices are true. A task that names an event that did not happen (forged on the
+    broker) or that no longer holds drafts nothing: it must not take the once-only place
+    (``notification_once``) of the real notice, which would then be dropped.
+    """
+    statuses = NOTICE_STATUSES.get(action)
+    if statuses is None:
         return []
     kill_request = (KillRequest.objects.select_related("host").prefetch_related("targets")
                     .filter(pk=kill_request_id).first())
     if kill_request is None:
         return []
+    if kill_request.status not in statuses or not _logged(kill_request, action):
+        logger.warning("notify: %r of kill request #%s (now %s) is not borne out by its audit log and "
+                       "status; nothing drafted (a forged or stale task)",
+                       action, kill_request.pk, kill_request.status)
+        return []
     return _store(_drafts_for(kill_request, action))
+
+
+def _logged(kill_request: KillRequest, action: str) -> bool:
+    """Whether the audit log, the record, holds an ``action`` event of the request."""
+    return AuditEvent.objects.filter(kill_request_id=kill_request.pk, action=action).exists()
 
 
 def plan_expiry_warnings(now: datetime | None = None) -> list[int]:
@@ -169,31 +213,43 @@ def plan_expiry_warnings(now: datetime | None = None) -> list[int]:
     return ids
 
 
-def deliver(notification_id: int, *, last_attempt: bool = True, now: datetime | None = None) -> bool:
-    """Send one queued notification; True when sent (or no longer queued).
+def deliver(notification_id: int, *, now: datetime | None = None) -> bool:
+    """Send one queued notification; True when sent, or when it is not this call's to send.
 
-    A failure is recorded (attempts, the error); on the last attempt the notification is failed,
-    before that ``DeliveryFailed`` asks the caller to try again later.
+    The row decides, not the task's message: it is claimed (``_claim``), so a notification is sent
+    once however many tasks name it, and its attempts say which is the last (the first and
+    GPUADMIN_NOTIFY_RETRIES more). A failure is recorded (attempts, the error); on the last attempt
+    the notification is failed, before that ``DeliveryFailed`` asks the caller to try again later.
     """
-    with transaction.atomic():
-        notification = Notification.objects.select_for_update().filter(pk=notification_id).first()
-        if notification is None or notification.status != Notification.Status.QUEUED:
-            return True
+    notification = _claim(notification_id)
+    if notification is None:
+        return True
     # The network call is outside any transaction: a slow service holds no lock.
     outcome = send(notification.url, notification.subject, notification.body)
     now = now or timezone.now()
-    update: dict[str, object] = {"attempts": notification.attempts + 1}
+    last_attempt = notification.attempts > settings.GPUADMIN_NOTIFY_RETRIES
+    update: dict[str, object]
     if outcome.ok:
-        update.update(status=Notification.Status.SENT, finished_at=now, last_error="")
+        update = {"status": Notification.Status.SENT, "finished_at": now, "last_error": ""}
+    elif last_attempt:
+        update = {"status": Notification.Status.FAILED, "finished_at": now, "last_error": outcome.error}
     else:
-        update["last_error"] = outcome.error
-        if last_attempt:
-            update.update(status=Notification.Status.FAILED, finished_at=now)
-    Notification.objects.filter(pk=notification_id, status=Notification.Status.QUEUED).update(**update)
+        update = {"status": Notification.Status.QUEUED, "last_error": outcome.error}
+    Notification.objects.filter(pk=notification_id, status=Notification.Status.SENDING).update(**update)
     if outcome.ok:
         return True
     logger.warning("notification %s to %s failed (attempt %s): %s", notification_id,
-                   notification.destination, update["attempts"], outcome.error)
+                   notification.destination, notification.attempts, outcome.error)
     if not last_attempt:
-        raise DeliveryFailed(outcome.error)
+        raise DeliveryFailed(outcome.error, attempts=notification.attempts)
     return False
+
+
+def _claim(notification_id: int) -> Notification | None:
+    """The queued notification, now sending with one more attempt counted; None when it is not queued."""
+    # One conditional UPDATE: of two tasks for one notification at once (a redelivered or a forged
+    # one), only one changes the row, and only that one sends.
+    claimed = Notification.objects.filter(pk=notification_id, status=Notification.Status.QUEUED).update(
+        status=Notification.Status.SENDING, attempts=F("attempts") + 1,
+    )
+    return Notification.objects.get(pk=notification_id) if claimed else None

@@ -1,5 +1,8 @@
 """Celery tasks of the notify app (central side): thin wrappers over ``services``.
 
+Their arguments come off the broker, which is not trusted: they only name what the services look up
+(a kill request and one of its audit events, a notification); the services decide from the database.
+
 Agents load this module too (one Celery app lists every task module), so the services are
 imported inside the tasks, where only central runs them.
 """
@@ -44,10 +47,11 @@ def warn_expiring_requests() -> int:
 def deliver_notification(self: Task, notification_id: int) -> bool:
     from gpuadmin.notify.services import DeliveryFailed, deliver
 
-    retries = settings.GPUADMIN_NOTIFY_RETRIES
     try:
-        return deliver(notification_id, last_attempt=self.request.retries >= retries)
+        return deliver(notification_id)
     except DeliveryFailed as exc:
-        # Doubling waits: a service that is down for a minute still gets the message.
-        countdown = settings.GPUADMIN_NOTIFY_RETRY_SECONDS * 2**self.request.retries
-        raise self.retry(exc=exc, countdown=countdown, max_retries=retries) from exc
+        # Doubling waits: a service that is down for a minute still gets the message. Counted by the
+        # notification's attempts, and retried until its row says the last was made: this task's retry
+        # count comes in its message, which whoever can write to the broker can write.
+        countdown = settings.GPUADMIN_NOTIFY_RETRY_SECONDS * 2 ** (exc.attempts - 1)
+        raise self.retry(exc=exc, countdown=countdown, max_retries=self.request.retries + 1) from exc

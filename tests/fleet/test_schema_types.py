@@ -6,20 +6,23 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from typing import Any
 
 import jsonschema
 import msgspec
 import pytest
+from fastjsonschema.exceptions import JsonSchemaException
 
-from gpuadmin.fleet import schema_types
-from gpuadmin.fleet.schema_types import Unsupported
+from gpuadmin.fleet import schema_types, validation
+from gpuadmin.fleet.schema_types import Unsupported, python_pattern
 from gpuadmin.fleet.validation import (
     INT64_MAX,
     SnapshotRejected,
     parse_snapshot,
     quick_snapshot_decoder,
     snapshot_schema,
+    snapshot_validator,
 )
 from tests.factories import GiB, container_owner, gpu, proc, slurm_owner, snapshot
 from tests.fleet.test_validation_fast import good, jsonschema_accepts
@@ -247,7 +250,7 @@ def test_a_character_class_pattern_accepts_exactly_what_jsonschema_does_wherever
         "required": ["id"] if where == "optional" else ["id", "v"], "additionalProperties": False}}
     quick = valid_json_check(schema)
     # Each value between two that the pattern takes: every item is checked, not only the first.
-    fine = next(v for v in ["ab", "a", "xy"] if jsonschema.Draft202012Validator(string).is_valid(v))
+    fine = next(v for v in ["ab", "a", "xy"] if ecma_validator(string).is_valid(v))
 
     def document(value: Any) -> Any:
         if where == "alone":
@@ -258,14 +261,78 @@ def test_a_character_class_pattern_accepts_exactly_what_jsonschema_does_wherever
 
     differ = []
     for value in [*CLASS_VALUES, *([None] if where == "nullable" else [])]:
-        valid = jsonschema.Draft202012Validator(schema).is_valid(document(value))
-        # Never more lenient; here, with patterns jsonschema reads as we do, exactly as lenient. (Python's
-        # "$" also matches before a final newline: jsonschema takes "ab\n" for ^[a-c]{2}$, we do not.)
-        if quick(json.dumps(document(value))) != valid and not (valid and value.endswith("\n")):
+        # Exactly as lenient as JSON Schema's meaning ("ab\n" is no match of ^[a-c]{2}$), wherever it stands.
+        valid = ecma_validator(schema).is_valid(document(value))
+        if quick(json.dumps(document(value))) != valid:
             differ.append(value)
     if where == "optional":
         assert quick(json.dumps([{"id": 1}]))
     assert differ == []
+
+
+def ecma_validator(schema: dict[str, Any]) -> jsonschema.Draft202012Validator:
+    """jsonschema as validation's full check extends it: its patterns mean what ECMA-262 means. Plain
+    jsonschema searches with Python's re, whose "$" also matches before a final newline ("ab\\n" for
+    ^[a-c]{2}$), so it is no measure of what JSON Schema allows there."""
+    return type(snapshot_validator())(schema)
+
+
+def schema_patterns(schema: Any) -> set[str]:
+    if isinstance(schema, list):
+        return set().union(*map(schema_patterns, schema))
+    if not isinstance(schema, dict):
+        return set()
+    found = {schema["pattern"]} if isinstance(schema.get("pattern"), str) else set()
+    return found.union(*map(schema_patterns, schema.values()))
+
+
+SCHEMA_PATTERNS = sorted(schema_patterns(SCHEMA))
+# Values each pattern of the snapshot schema takes, and around them.
+PATTERN_VALUES = ["gpu01", "gpu-07.lab.example", "S", "z", "0" * 64, "0123456789abcdef" * 4,
+                  "2026-12-01T00:00:00Z", "2026-12-01T00:00:00.123Z", "", "-gpu", "gpu 01", "SS"]
+
+
+def ecma_means(pattern: str, value: str) -> bool:
+    """What ``^…$`` means in ECMA-262: the whole text matches what is between the anchors."""
+    assert pattern.startswith("^") and pattern.endswith("$") and "|" not in pattern, pattern
+    return re.fullmatch(pattern[1:-1], value) is not None
+
+
+def test_the_snapshot_schema_has_patterns_to_check():
+    assert len(SCHEMA_PATTERNS) >= 4, SCHEMA_PATTERNS  # host name, taken_at, state, digests
+
+
+@pytest.mark.parametrize("pattern", SCHEMA_PATTERNS)
+@pytest.mark.parametrize("where", ["alone", "array", "nullable"])
+def test_every_schema_pattern_means_in_each_check_what_it_means_in_json_schema(pattern, where):
+    string = {"type": ["string", "null"] if where == "nullable" else "string", "pattern": pattern}
+    schema = {"type": "array", "items": string} if where == "array" else string
+    quick, full = valid_json_check(schema), ecma_validator(schema)
+    compiled = validation._compiled(copy.deepcopy(schema))
+    values = [v + end for v in PATTERN_VALUES for end in ("", "\n", "\n\n", "\r", " ")]
+    assert any(ecma_means(pattern, v) for v in values), "no value the pattern takes"
+    differ = []
+    for value in values:
+        means = ecma_means(pattern, value)
+        document = [value] if where == "array" else value
+        try:
+            compiled(document)
+        except JsonSchemaException:
+            compiled_takes = False
+        else:
+            compiled_takes = True
+        answers = (quick(json.dumps(document)), full.is_valid(document), compiled_takes)
+        if answers != (means, means, means):
+            differ.append((value, answers))
+    assert differ == []
+
+
+def test_python_pattern_rewrites_only_the_anchors():
+    assert python_pattern("^[a-z]+$") == "^[a-z]+\\Z"
+    assert python_pattern("^a$|^b$") == "^a\\Z|^b\\Z"
+    assert python_pattern("^\\$[$]$") == "^\\$[$]\\Z"  # an escaped "$" and one in a class are dollars
+    assert python_pattern("^[]$]$") == "^[]$]\\Z"  # a "]" first in a class is a member (Python's reading)
+    assert python_pattern("^[^]$]$") == "^[^]$]\\Z"
 
 
 def test_a_process_with_a_state_or_digest_out_of_its_class_or_repeated_reasons_is_refused_among_good_ones():
