@@ -319,12 +319,17 @@ def _delete_in_batches(queryset: models.QuerySet, *, batch_rows: int, max_batche
     return deleted
 
 
+def history_kept_since(now: datetime) -> datetime:
+    """The oldest moment central keeps anything of: GPUADMIN_HISTORY_DAYS before ``now``."""
+    return now - timedelta(days=settings.GPUADMIN_HISTORY_DAYS)
+
+
 def prune(
     now: datetime, *, batch_rows: int = PRUNE_BATCH_ROWS, max_batches: int = PRUNE_MAX_BATCHES
 ) -> PruneResult:
     """Delete what is past its keeping time, at most max_batches x batch_rows rows of each kind."""
     raw_cutoff = now - timedelta(days=settings.GPUADMIN_HISTORY_RAW_DAYS)
-    cutoff = now - timedelta(days=settings.GPUADMIN_HISTORY_DAYS)
+    cutoff = history_kept_since(now)
     batches = {"batch_rows": batch_rows, "max_batches": max_batches}
     gpu_samples = host_samples = 0
     for host_id, until in Host.objects.filter(history_rolled_up_until__isnull=False).values_list(

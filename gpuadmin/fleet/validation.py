@@ -32,6 +32,7 @@ from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import ValidationError, best_match
 
 from gpuadmin.fleet.process_tree import memory_by_gpu, memory_total_bytes
+from gpuadmin.fleet.retention import history_kept_since
 from gpuadmin.fleet.schema_types import NOT_VALID, checked_json_decoder, python_pattern
 from gpuadmin.text import clip, human_bytes
 
@@ -395,6 +396,14 @@ def _check_taken_at(text: str, *, now: datetime) -> None:
         raise SnapshotRejected(
             f"taken_at: {text} is {_duration(ahead)} ahead of central's clock (at most "
             f"{_duration(MAX_CLOCK_AHEAD)} allowed); fix the host's clock (NTP)"
+        )
+    # Older than anything central keeps, it would be pruned at once; and a date near year 1 would
+    # overflow ingest's arithmetic on it (the lives' refresh window) instead of being refused.
+    if taken_at < history_kept_since(now):
+        raise SnapshotRejected(
+            f"taken_at: {text} is {_duration(-ahead)} before central's clock, older than anything "
+            f"central keeps (GPUADMIN_HISTORY_DAYS = {settings.GPUADMIN_HISTORY_DAYS}); "
+            "fix the host's clock (NTP)"
         )
 
 

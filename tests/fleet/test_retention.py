@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -12,7 +11,7 @@ from django.db import connection
 from django.db.models import Avg, Count, Max, Min
 
 from gpuadmin.fleet import retention
-from gpuadmin.fleet.ingest import ingest_snapshot, receive_snapshot
+from gpuadmin.fleet.ingest import receive_snapshot
 from gpuadmin.fleet.models import (
     Finding,
     GpuRollup,
@@ -24,7 +23,7 @@ from gpuadmin.fleet.models import (
     ProcessPoint,
 )
 from gpuadmin.fleet.tasks import maintain_history_task
-from gpuadmin.fleet.validation import INT32_MAX
+from gpuadmin.fleet.validation import INT32_MAX, SnapshotRejected
 from tests.factories import GiB, gpu, proc, snapshot
 from tests.fleet.helpers import at
 from tests.keys import accept, signed_snapshot
@@ -189,11 +188,13 @@ def test_a_replayed_snapshot_does_not_rewrite_the_rollups_of_pruned_samples(sett
     before = rollup_rows()
     rolled_up_until = Host.objects.get().history_rolled_up_until
 
-    # Someone who can write to the broker sends the first snapshot again; the host sends one of year 1.
+    # Someone who can write to the broker sends the first snapshot again; the host signs one of year 1,
+    # which is refused outright (older than anything central keeps), with a reason, not an overflow.
     receive_snapshot(captured[0], received_at=later)
     year_one = varying_snapshot(0)
     year_one["taken_at"] = "0001-01-01T00:00:00.000000Z"
-    ingest_snapshot(json.dumps(year_one), received_at=later)
+    with pytest.raises(SnapshotRejected, match="older than anything central keeps"):
+        receive_snapshot(signed_snapshot(year_one), received_at=later)
     assert not HostSample.objects.exists()
     assert Host.objects.get().history_rolled_up_until == rolled_up_until
 

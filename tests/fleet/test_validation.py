@@ -214,6 +214,19 @@ def test_taken_at_more_than_five_minutes_ahead_of_central() -> None:
     assert parse_snapshot(json.dumps(almost), now=NOW)["taken_at"] == almost["taken_at"]
 
 
+def test_taken_at_older_than_anything_central_keeps(settings: Any) -> None:
+    settings.GPUADMIN_HISTORY_DAYS = 90
+    long_ago = good(taken_at=NOW - timedelta(days=90, seconds=1))
+    year_one = {**good(), "taken_at": "0001-01-01T00:00:00.000000Z"}  # near datetime.min
+    for document in (long_ago, year_one):
+        message = rejection(json.dumps(document)).message
+        assert message.startswith("taken_at: ")
+        assert "older than anything central keeps (GPUADMIN_HISTORY_DAYS = 90)" in message
+        assert "before central's clock" in message
+    kept = good(taken_at=NOW - timedelta(days=90))
+    assert parse_snapshot(json.dumps(kept), now=NOW)["taken_at"] == kept["taken_at"]
+
+
 def test_taken_at_that_is_no_date() -> None:
     document = good()
     document["taken_at"] = "2026-13-45T10:00:00Z"
