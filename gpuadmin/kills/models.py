@@ -24,7 +24,7 @@ from django.utils import timezone
 from gpuadmin.fleet.models import Host
 from gpuadmin.fleet.process_tree import owner_label
 from gpuadmin.kills import plans
-from gpuadmin.kills.states import ACTIVE, FINAL, Status, check_transition
+from gpuadmin.kills.states import ACTIVE, FINAL, Status, can_correct_by_late_report, check_transition
 from gpuadmin.probe.kill import protocol
 
 CMDLINE_PREVIEW_ARGS = 64
@@ -153,10 +153,24 @@ class KillRequest(models.Model):
     def __str__(self) -> str:
         return f"Kill request #{self.pk} on {self.host.name} ({self.status})"
 
-    def transition(self, to: Status | str) -> None:
-        """Move to ``to`` or raise InvalidTransition; the caller saves (in its transaction)."""
-        check_transition(self.status, to)
+    def transition(self, to: Status | str, *, by_report: bool = False) -> None:
+        """Move to ``to`` or raise InvalidTransition; the caller saves (in its transaction).
+
+        ``by_report``: the move is what an agent's report shows, which may also correct an
+        expiry (``corrects_expiry``); only the progress service says so.
+        """
+        if not (by_report and self.corrects_expiry(to)):
+            check_transition(self.status, to)
         self.status = Status(to)
+
+    def corrects_expiry(self, to: Status | str) -> bool:
+        """Whether an agent's report that shows ``to`` disproves this request's expiry.
+
+        Central expired it for want of a "started" report, but its order was out and the agent
+        acted on it, so it started in time (it never starts later) and the report came late
+        (``states.LATE_REPORT_CORRECTIONS``). A request that expired pending never had an order.
+        """
+        return self.dispatched_at is not None and can_correct_by_late_report(self.status, to)
 
     @property
     def order_request_id(self) -> str:
@@ -202,9 +216,11 @@ class KillRequest(models.Model):
         The sweeper compares it with central's clock, so it counts from when central received the
         "started" report, not from ``started_at``: that is the agent's clock, and a host clock behind
         central's would fail a kill still in its grace periods (docs/kill-order.md, *Clocks*). The
-        report left after the start, so the deadline is never early. Not started: from the approval.
+        report left after the start, so the deadline is never early. Not started: from the first
+        report central received (an expiry a late report corrected, its "started" lost: any report
+        left after the start too), or else from the approval.
         """
-        began = self.start_received_at or self.decided_at
+        began = self.start_received_at or self.first_report_received_at or self.decided_at
         if began is None:
             return None
         return began + timedelta(seconds=plans.total_seconds(self.plan)) + FINISH_REPORT_MARGIN
@@ -219,6 +235,11 @@ class KillRequest(models.Model):
             return None
         started = self.steps.filter(event=protocol.Event.STARTED).order_by("received_at")
         return started.values_list("received_at", flat=True).first()
+
+    @property
+    def first_report_received_at(self) -> datetime | None:
+        """When central received the first of the agent's reports (central's clock); None before any."""
+        return self.steps.order_by("received_at").values_list("received_at", flat=True).first()
 
     @property
     def is_cancellable(self) -> bool:

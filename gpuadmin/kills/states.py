@@ -4,11 +4,20 @@
        │                    │                                                   failed
        ├─reject──▶ rejected  ├─cancel (not yet dispatched)──▶ cancelled          unkillable
        ├─cancel──▶ cancelled └─start deadline passed──▶ expired                  refused
-       └─pending expiry──▶ expired                                              expired
+       └─pending expiry──▶ expired                         ┊                     expired
+                                                           └┄┄the agent's late report┄┄▶ running / a result
 
 An agent's "finished" report may reach central before its "started" report
 (several central workers take events from one queue), so an approved request
 may go straight to a result.
+
+The dotted move corrects an expiry that the agent's late report disproves: it
+started in time, its "started" report was lost or held up. It is not in
+``TRANSITIONS``, so expired stays final for everything else (no cancel, no
+approval, its process free for a new request, nothing for the sweeper). Only an
+agent's report may make it, and only for a request whose order was sent; one
+that expired pending never had one (``LATE_REPORT_CORRECTIONS``,
+``KillRequest.transition(..., by_report=True)``).
 """
 
 from __future__ import annotations
@@ -44,10 +53,12 @@ def _status_of(result: Result) -> Status:
 RESULT_STATUS: dict[Result, Status] = {result: _status_of(result) for result in Result}
 # What the agent's "finished" event may set.
 RESULTS = frozenset(RESULT_STATUS.values())
+# What the agent's reports may move an approved request to.
+REPORTED = frozenset({Status.RUNNING} | RESULTS)
 
 TRANSITIONS: dict[Status, frozenset[Status]] = {
     Status.PENDING: frozenset({Status.APPROVED, Status.REJECTED, Status.CANCELLED, Status.EXPIRED}),
-    Status.APPROVED: frozenset({Status.RUNNING, Status.CANCELLED} | RESULTS),
+    Status.APPROVED: frozenset({Status.CANCELLED} | REPORTED),
     Status.RUNNING: RESULTS,
     Status.REJECTED: frozenset(),
     Status.CANCELLED: frozenset(),
@@ -65,6 +76,15 @@ OPEN = frozenset(TRANSITIONS) - FINAL
 ACTIVE = frozenset({Status.APPROVED, Status.RUNNING})
 # Results after which some target may have gone and GPU memory may have come back.
 RELEASING = frozenset({Status.SUCCEEDED, Status.UNKILLABLE, Status.FAILED})
+
+# Central expires an approved request whose "started" report has not come by the start
+# deadline plus a margin, but the agent may have started in time and the report been lost
+# or held up (a broker outage; a backlog on central's queue). The agent's later reports then
+# show what happened, and the status follows them as it would have from approved. Kept out
+# of TRANSITIONS, so FINAL, OPEN and ACTIVE do not change: nothing else leaves expired.
+LATE_REPORT_CORRECTIONS: dict[Status, frozenset[Status]] = {
+    Status.EXPIRED: REPORTED - {Status.EXPIRED},
+}
 
 
 class InvalidTransition(Exception):
@@ -87,3 +107,8 @@ def can_transition(current: str, wanted: str) -> bool:
 def check_transition(current: str, wanted: str) -> None:
     if not can_transition(current, wanted):
         raise InvalidTransition(current, wanted)
+
+
+def can_correct_by_late_report(current: str, wanted: str) -> bool:
+    """Whether an agent's report may move ``current`` to ``wanted`` (``LATE_REPORT_CORRECTIONS``)."""
+    return Status(wanted) in LATE_REPORT_CORRECTIONS.get(Status(current), frozenset())

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
 from gpuadmin.kills.models import KillRequest
-from gpuadmin.kills.states import FINAL, TRANSITIONS, InvalidTransition, Status
+from gpuadmin.kills.states import (
+    ACTIVE,
+    FINAL,
+    LATE_REPORT_CORRECTIONS,
+    OPEN,
+    TRANSITIONS,
+    InvalidTransition,
+    Status,
+)
 
 
 def request_in(status: Status) -> KillRequest:
@@ -64,3 +74,27 @@ def test_a_transition_out_of_a_final_state_says_it_is_final():
     with pytest.raises(InvalidTransition) as refused:
         request_in(Status.REJECTED).transition(Status.APPROVED)
     assert str(refused.value) == "the request is already rejected; that is final"
+
+
+def test_a_late_report_corrects_only_an_expiry_and_expired_stays_final():
+    corrected_to = {Status.RUNNING, Status.SUCCEEDED, Status.FAILED, Status.UNKILLABLE, Status.REFUSED}
+    assert {Status.EXPIRED: corrected_to} == LATE_REPORT_CORRECTIONS
+    assert TRANSITIONS[Status.EXPIRED] == frozenset()
+    assert Status.EXPIRED in FINAL and Status.EXPIRED not in OPEN | ACTIVE
+    assert {Status.PENDING, Status.APPROVED, Status.RUNNING} == OPEN
+    assert {Status.APPROVED, Status.RUNNING} == ACTIVE
+
+
+def test_only_an_agents_report_of_a_sent_order_leaves_expired():
+    sent = KillRequest(status=Status.EXPIRED, dispatched_at=datetime.now(UTC))
+    with pytest.raises(InvalidTransition, match="final"):
+        sent.transition(Status.RUNNING)
+    with pytest.raises(InvalidTransition, match="final"):
+        sent.transition(Status.CANCELLED, by_report=True)
+    with pytest.raises(InvalidTransition, match="final"):
+        KillRequest(status=Status.EXPIRED).transition(Status.RUNNING, by_report=True)  # never sent
+    with pytest.raises(InvalidTransition, match="final"):
+        KillRequest(status=Status.FAILED, dispatched_at=datetime.now(UTC)).transition(
+            Status.SUCCEEDED, by_report=True)
+    sent.transition(Status.RUNNING, by_report=True)
+    assert sent.status == Status.RUNNING

@@ -13,6 +13,14 @@ redelivered order answers from the agent's journal) and possibly out of order
 the request's row lock; a repeat changes nothing and writes no audit event,
 and a report for a stored (request, seq) with other content is recorded as a
 conflict; status only moves forward along the transition table.
+
+One report may also correct a status: central expires an approved request whose
+"started" report has not come by the start deadline plus a margin, but that
+report may have been lost (the agent only logs a failed send) or held up. A
+later report of the run shows the agent did start in time, and the request
+takes the status the report shows, as it would have from approved; the step's
+audit event says what the status was and why it changed
+(``states.LATE_REPORT_CORRECTIONS``).
 """
 
 from __future__ import annotations
@@ -45,6 +53,9 @@ DETAIL_MAX_CHARS = 4000
 REPORT_MAX_CHARS = 4 * 1024 * 1024
 # Keys a repeat answer from the agent's journal adds or rewrites: not a conflict.
 _REPEAT_ANSWER_KEYS = frozenset({"duplicate", "answered_at", "detail", "host"})
+# Why a report of a run corrects an expiry: the agent never starts an order past its deadline.
+LATE_REPORT_WHY = ("the agent's report arrived after the start report margin; "
+                   "the agent started before its deadline")
 
 
 class BadReport(BadEvent):
@@ -179,16 +190,42 @@ def _set_outcome(target: KillTarget, outcome: Outcome, step: KillStep) -> None:
     target.save(update_fields=["outcome", "outcome_detail"])
 
 
+def _move(kill_request: KillRequest, to: Status, details: dict[str, Any]) -> bool:
+    """Move the request to ``to``, the status a report shows, if it may; whether it did (the caller saves).
+
+    Along the transition table, or correcting an expiry the report disproves
+    (``KillRequest.corrects_expiry``): then the step's audit ``details`` say so,
+    since the hash-chained log is the record of every status change.
+    """
+    if kill_request.corrects_expiry(to):
+        details.update(was=Status(kill_request.status).value, status=to.value, why=LATE_REPORT_WHY)
+        # Central's guess at the end; the "expired" audit event keeps it.
+        kill_request.finished_at = None
+        kill_request.result_detail = ""
+    elif not can_transition(kill_request.status, to):
+        return False
+    kill_request.transition(to, by_report=True)
+    return True
+
+
+def _run_seen(kill_request: KillRequest, details: dict[str, Any]) -> None:
+    """Any step of a run shows the agent started, so a request expired for want of its "started"
+    report is running after all. (An approved one still waits for its "started" to run.)"""
+    if kill_request.corrects_expiry(Status.RUNNING):
+        _move(kill_request, Status.RUNNING, details)
+        kill_request.save(update_fields=["status", "finished_at", "result_detail"])
+
+
 def _started(kill_request: KillRequest, target: KillTarget | None, step: KillStep,
              event: dict[str, Any]) -> None:
-    if kill_request.status == Status.APPROVED:
-        kill_request.transition(Status.RUNNING)
+    details = _target_details(None, step, event)
+    if _move(kill_request, Status.RUNNING, details):
         kill_request.started_at = step.at
-        kill_request.save(update_fields=["status", "started_at"])
+        kill_request.save(update_fields=["status", "started_at", "finished_at", "result_detail"])
     elif kill_request.started_at is None:
         kill_request.started_at = step.at
         kill_request.save(update_fields=["started_at"])
-    audit(Action.STARTED, kill_request, details=_target_details(None, step, event))
+    audit(Action.STARTED, kill_request, details=details)
 
 
 def _signal_sent(kill_request: KillRequest, target: KillTarget | None, step: KillStep,
@@ -202,6 +239,7 @@ def _signal_sent(kill_request: KillRequest, target: KillTarget | None, step: Kil
     details = _target_details(target, step, event)
     if step.method == Method.KILL:
         details["note"] = "pidfds unavailable: sent with kill() right after re-verification"
+    _run_seen(kill_request, details)
     audit(Action.SIGNAL_SENT, kill_request, details=details)
 
 
@@ -209,7 +247,9 @@ def _target_exited(kill_request: KillRequest, target: KillTarget | None, step: K
                    event: dict[str, Any]) -> None:
     if target is not None:
         _set_outcome(target, Outcome.EXITED_NOT_REAPED if event.get("parent_pid") else Outcome.EXITED, step)
-    audit(Action.TARGET_EXITED, kill_request, details=_target_details(target, step, event))
+    details = _target_details(target, step, event)
+    _run_seen(kill_request, details)
+    audit(Action.TARGET_EXITED, kill_request, details=details)
 
 
 def _target_survived(kill_request: KillRequest, target: KillTarget | None, step: KillStep,
@@ -217,14 +257,18 @@ def _target_survived(kill_request: KillRequest, target: KillTarget | None, step:
     if target is not None:
         _set_outcome(target, Outcome.SURVIVED, step)
         open_unkillable(kill_request, target, step)
-    audit(Action.TARGET_SURVIVED, kill_request, details=_target_details(target, step, event))
+    details = _target_details(target, step, event)
+    _run_seen(kill_request, details)
+    audit(Action.TARGET_SURVIVED, kill_request, details=details)
 
 
 def _refused(kill_request: KillRequest, target: KillTarget | None, step: KillStep,
              event: dict[str, Any]) -> None:
     if target is not None:
         _set_outcome(target, Outcome.REFUSED, step)
-    audit(Action.REFUSED, kill_request, details=_target_details(target, step, event))
+    details = _target_details(target, step, event)
+    _run_seen(kill_request, details)
+    audit(Action.REFUSED, kill_request, details=details)
 
 
 def _finished(kill_request: KillRequest, target: KillTarget | None, step: KillStep,
@@ -238,8 +282,8 @@ def _finished(kill_request: KillRequest, target: KillTarget | None, step: KillSt
     if status is None:
         detail = f"the agent reported an unknown result {result!r}: {detail}"
         status = Status.FAILED
-    if can_transition(kill_request.status, status):
-        kill_request.transition(status)
+    details = _target_details(None, step, event)
+    if _move(kill_request, status, details):
         kill_request.finished_at = step.at
         kill_request.result_detail = detail
         kill_request.save(update_fields=["status", "finished_at", "result_detail"])
@@ -250,7 +294,6 @@ def _finished(kill_request: KillRequest, target: KillTarget | None, step: KillSt
         if note not in kill_request.result_detail:
             kill_request.result_detail = f"{kill_request.result_detail}\n{note}".strip()[:DETAIL_MAX_CHARS]
             kill_request.save(update_fields=["result_detail"])
-    details = _target_details(None, step, event)
     details["targets"] = event.get("targets", [])
     audit(Action.FINISHED, kill_request, details=details)
 
