@@ -102,20 +102,28 @@ def user_name(uid: int | None) -> str | None:
     return _user_names[uid]
 
 
-def describe(stat: StatFields, *, uptime_seconds: float, cmdline_max_bytes: int) -> dict[str, object]:
-    """The snapshot row of one process (without the snapshot-level fields:
-    container_id, owner, orphaned, reasons, gpu_memory_bytes, device_files)."""
-    pid = stat.pid
+def _command_and_executable(pid: int) -> tuple[bytes, str | None]:
+    """A live process's raw command line and executable path (None when it may not be read)."""
     try:
         raw = read_cmdline_bytes(pid) or b""  # b"": gone since the stat pass; the row still says what it was
     except PermissionError:
         raw = b""
-    argv, truncated = split_cmdline(raw, cmdline_max_bytes)
-    uid = read_status_uid(pid)
     try:
         exe: str | None = read_executable(pid)
     except OSError:
-        exe = None  # a kernel thread, a zombie, or another user's process without CAP_SYS_PTRACE
+        exe = None  # a kernel thread, or another user's process without CAP_SYS_PTRACE
+    return raw, exe
+
+
+def describe(stat: StatFields, *, uptime_seconds: float, cmdline_max_bytes: int) -> dict[str, object]:
+    """The snapshot row of one process (without the snapshot-level fields:
+    container_id, owner, orphaned, reasons, gpu_memory_bytes, device_files)."""
+    pid = stat.pid
+    # A zombie has neither any more (the kernel released its memory and executable): not read, which
+    # also spares each of a host's zombies the look through its threads that an empty answer starts.
+    raw, exe = (b"", None) if stat.zombie else _command_and_executable(pid)
+    argv, truncated = split_cmdline(raw, cmdline_max_bytes)
+    uid = read_status_uid(pid)
     start_seconds = stat.start_time_ticks / CLOCK_TICKS_PER_SECOND
     return {
         "pid": pid,
