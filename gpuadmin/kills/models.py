@@ -214,27 +214,15 @@ class KillRequest(models.Model):
         it began, plus a margin.
 
         The sweeper compares it with central's clock, so it counts from when central received the
-        "started" report, not from ``started_at``: that is the agent's clock, and a host clock behind
-        central's would fail a kill still in its grace periods (docs/kill-order.md, *Clocks*). The
-        report left after the start, so the deadline is never early. Not started: from the first
-        report central received (an expiry a late report corrected, its "started" lost: any report
-        left after the start too), or else from the approval.
+        agent's first report of the run (its "started", unless another overtook it or it was lost),
+        not from ``started_at``: that is the agent's clock, and a host clock behind central's would
+        fail a kill still in its grace periods (docs/kill-order.md, *Clocks*). Every report left
+        after the start, so the deadline is never early. No report yet: from the approval.
         """
-        began = self.start_received_at or self.first_report_received_at or self.decided_at
+        began = self.first_report_received_at or self.decided_at
         if began is None:
             return None
         return began + timedelta(seconds=plans.total_seconds(self.plan)) + FINISH_REPORT_MARGIN
-
-    @property
-    def start_received_at(self) -> datetime | None:
-        """When central received the agent's "started" report (central's clock); None before it.
-
-        ``started_at`` is set from that report, so without it there is nothing to look up.
-        """
-        if self.started_at is None:
-            return None
-        started = self.steps.filter(event=protocol.Event.STARTED).order_by("received_at")
-        return started.values_list("received_at", flat=True).first()
 
     @property
     def first_report_received_at(self) -> datetime | None:

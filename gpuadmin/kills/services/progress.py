@@ -193,17 +193,27 @@ def _set_outcome(target: KillTarget, outcome: Outcome, step: KillStep) -> None:
 def _move(kill_request: KillRequest, to: Status, details: dict[str, Any]) -> bool:
     """Move the request to ``to``, the status a report shows, if it may; whether it did (the caller saves).
 
-    Along the transition table, or correcting an expiry the report disproves
-    (``KillRequest.corrects_expiry``): then the step's audit ``details`` say so,
-    since the hash-chained log is the record of every status change.
+    Along the transition table, or correcting an expiry the report disproves (``_correct_expiry``).
     """
-    if kill_request.corrects_expiry(to):
-        details.update(was=Status(kill_request.status).value, status=to.value, why=LATE_REPORT_WHY)
-        # Central's guess at the end; the "expired" audit event keeps it.
-        kill_request.finished_at = None
-        kill_request.result_detail = ""
-    elif not can_transition(kill_request.status, to):
+    if _correct_expiry(kill_request, to, details):
+        return True
+    if not can_transition(kill_request.status, to):
         return False
+    kill_request.transition(to)
+    return True
+
+
+def _correct_expiry(kill_request: KillRequest, to: Status, details: dict[str, Any]) -> bool:
+    """Move an expiry the report disproves (``KillRequest.corrects_expiry``) to ``to``; whether it did.
+
+    The step's audit ``details`` say so, since the hash-chained log is the record of every status change.
+    """
+    if not kill_request.corrects_expiry(to):
+        return False
+    details.update(was=Status(kill_request.status).value, status=to.value, why=LATE_REPORT_WHY)
+    # Central's guess at the end; the "expired" audit event keeps it.
+    kill_request.finished_at = None
+    kill_request.result_detail = ""
     kill_request.transition(to, by_report=True)
     return True
 
@@ -211,8 +221,7 @@ def _move(kill_request: KillRequest, to: Status, details: dict[str, Any]) -> boo
 def _run_seen(kill_request: KillRequest, details: dict[str, Any]) -> None:
     """Any step of a run shows the agent started, so a request expired for want of its "started"
     report is running after all. (An approved one still waits for its "started" to run.)"""
-    if kill_request.corrects_expiry(Status.RUNNING):
-        _move(kill_request, Status.RUNNING, details)
+    if _correct_expiry(kill_request, Status.RUNNING, details):
         kill_request.save(update_fields=["status", "finished_at", "result_detail"])
 
 
