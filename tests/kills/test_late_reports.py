@@ -24,6 +24,7 @@ from gpuadmin.kills.services.progress import LATE_REPORT_WHY
 from gpuadmin.kills.states import Status
 from gpuadmin.notify.models import Notification
 from gpuadmin.notify.services import plan_for_event
+from gpuadmin.probe.kill.protocol import Event, Method, event_record, wire_time
 from tests.factories import GiB
 from tests.keys import accept, host_key, signed_report
 from tests.kills.helpers import actions, file, lab_snapshot, refreshed
@@ -66,13 +67,12 @@ def report(kill_request: KillRequest, seq: int, kind: str, *, host: str = "gpu01
     """The agent's signed report of step ``seq``, taken (its clock) a few seconds before the deadline."""
     deadline = kill_request.start_deadline or timezone.now()
     at = deadline - timedelta(seconds=5) + timedelta(seconds=seq * 0.1)
-    event = {"request_id": kill_request.order_request_id, "seq": seq, "event": kind,
-             "at": at.astimezone(UTC).isoformat(), "pid": None, "start_time_ticks": None, "signal": None,
-             "method": None, "detail": "", **fields}
+    event = event_record(kill_request.order_request_id, seq=seq, at=wire_time(at), event=Event(kind),
+                         **fields)
     return services.receive_report(signed_report(event, host))
 
 
-TARGET = {"pid": PID, "start_time_ticks": PID * 100, "method": "pidfd"}
+TARGET = {"pid": PID, "start_time_ticks": PID * 100, "method": Method.PIDFD}
 
 
 def signal_sent(kill_request: KillRequest, seq: int) -> KillStep | None:
