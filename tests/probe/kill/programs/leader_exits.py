@@ -32,22 +32,30 @@ def leader_has_exited() -> bool:
         return f.read().rsplit(")", 1)[1].split()[0] == "Z"
 
 
-def live_on(workdir: Path, *, say_ready: bool) -> None:
+def say_ready(workdir: Path) -> None:
+    (workdir / "ready.tmp").write_text(str(os.getpid()))
+    os.replace(workdir / "ready.tmp", workdir / "ready")
+
+
+def wait_for_stop(workdir: Path, deadline: float) -> None:
+    while time.monotonic() < deadline and not (workdir / "stop").exists():
+        time.sleep(0.05)
+
+
+def live_on(workdir: Path, *, say_ready_then: bool) -> None:
     """The thread that outlives the leader."""
     deadline = time.monotonic() + LIFETIME_SECONDS
     while not leader_has_exited() and time.monotonic() < deadline:
         time.sleep(0.01)
-    if say_ready:
-        (workdir / "ready.tmp").write_text(str(os.getpid()))
-        os.replace(workdir / "ready.tmp", workdir / "ready")
-    while time.monotonic() < deadline and not (workdir / "stop").exists():
-        time.sleep(0.05)
+    if say_ready_then:
+        say_ready(workdir)
+    wait_for_stop(workdir, deadline)
     os._exit(0)
 
 
-def exit_leader(workdir: Path, *, say_ready: bool) -> None:
+def exit_leader(workdir: Path, *, say_ready_then: bool) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    threading.Thread(target=live_on, args=(workdir,), kwargs={"say_ready": say_ready}).start()
+    threading.Thread(target=live_on, args=(workdir,), kwargs={"say_ready_then": say_ready_then}).start()
     ctypes.CDLL(None).pthread_exit(None)  # ctypes lets go of the GIL first
 
 
@@ -56,19 +64,16 @@ def main() -> None:
     mode = sys.argv[2] if len(sys.argv) > 2 else "now"
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if mode == "now":
-        exit_leader(workdir, say_ready=True)
+        exit_leader(workdir, say_ready_then=True)
 
     def on_sigint(_signum: int, _frame: object) -> None:
         with open(workdir / "signals.log", "a") as log:
             log.write("SIGINT\n")
-        exit_leader(workdir, say_ready=False)
+        exit_leader(workdir, say_ready_then=False)
 
     signal.signal(signal.SIGINT, on_sigint)
-    (workdir / "ready.tmp").write_text(str(os.getpid()))
-    os.replace(workdir / "ready.tmp", workdir / "ready")
-    deadline = time.monotonic() + LIFETIME_SECONDS
-    while time.monotonic() < deadline and not (workdir / "stop").exists():
-        time.sleep(0.05)
+    say_ready(workdir)
+    wait_for_stop(workdir, time.monotonic() + LIFETIME_SECONDS)
 
 
 if __name__ == "__main__":
