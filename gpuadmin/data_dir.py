@@ -45,6 +45,9 @@ AGENT_JOURNAL = "agent-journal"
 DEMO_SIMULATED_GPUS = "simulated-gpus.json"
 # Central's Ed25519 key, which signs every kill order (docs/security.md).
 CENTRAL_SIGNING_KEY = "central_signing_key"
+# Central's signed heads of the audit chain, one JSON line each (gpuadmin/audit/anchors.py), unless
+# GPUADMIN_AUDIT_ANCHOR_FILE names another file (in production: one the database's writers cannot edit).
+AUDIT_ANCHORS = "audit-anchors.jsonl"
 # An agent's Ed25519 key, which signs its snapshots and kill reports.
 AGENT_SIGNING_KEY = "agent_signing_key"
 # The master key of `manage.py demo_fleet`'s synthetic hosts (gpuadmin/fleet/demo.py), made on first use.
@@ -56,7 +59,10 @@ BROKER = "broker"
 FOLDERS = (STATIC_ROOT, BROKER)
 
 DIRECTORY_MODE = 0o700
-KEY_FILE_MODE = 0o600
+# Every file gpuadmin writes here, the key and the static files included (settings'
+# FILE_UPLOAD_PERMISSIONS: Django's storages would chmod what collectstatic writes to 0644, and
+# `exposure` would then refuse the next start).
+FILE_MODE = 0o600
 # Permission bits for "other users". Group bits are allowed: a deployment may
 # give the directory to a group of its own (deploy/*.service, StateDirectoryMode).
 OTHERS_BITS = stat.S_IRWXO
@@ -118,6 +124,7 @@ def prepare_data_dir(directory: Path | None = None, *, central: bool = True) -> 
         if not folder.is_dir():
             folder.mkdir(mode=DIRECTORY_MODE, exist_ok=True)
             created.append(folder)
+    _make_private(directory / STATIC_ROOT)
     key_path = directory / KEY_FILE
     if not env_secret(KEY_VARIABLE) and not key_path.exists() and _write_secret_key(key_path):
         created.append(key_path)
@@ -129,6 +136,19 @@ def prepare_data_dir(directory: Path | None = None, *, central: bool = True) -> 
         if create_private_key_file(signing_key_path):
             created.append(signing_key_path)
     return created
+
+
+def _make_private(folder: Path) -> None:
+    """Take other users' bits off what an older gpuadmin wrote into a folder of its own making.
+
+    Static files written before FILE_UPLOAD_PERMISSIONS was set are 0644; they hold nothing
+    secret and are rewritten at every start, so fixing them here spares an upgraded install a
+    refusal it did not cause.
+    """
+    for path in (folder, *folder.rglob("*")):
+        mode = path.lstat().st_mode
+        if not path.is_symlink() and mode & OTHERS_BITS:
+            path.chmod(stat.S_IMODE(mode) & ~OTHERS_BITS)
 
 
 def exposure(directory: Path | None = None) -> str:
@@ -160,7 +180,7 @@ def _write_secret_key(path: Path) -> bool:
             file.write(secrets.token_urlsafe(50))
             file.flush()
             os.fsync(file.fileno())
-        os.chmod(temporary, KEY_FILE_MODE)
+        os.chmod(temporary, FILE_MODE)
         try:
             os.link(temporary, path)
         except FileExistsError:

@@ -156,6 +156,10 @@ STATIC_ROOT = DATA_DIR / data_dir.STATIC_ROOT  # made by the data dir step (Whit
 # hashed names), and so can a developer who edits the CSS without restarting.
 # WhiteNoise also serves static/ straight from the finders (unhashed names, max-age 60).
 WHITENOISE_USE_FINDERS = True
+# What Django's storages write (collectstatic's copies and manifest) is as private as the rest of
+# the data directory; its default, 0644, made the next start refuse the directory (data_dir.exposure).
+FILE_UPLOAD_PERMISSIONS = data_dir.FILE_MODE
+FILE_UPLOAD_DIRECTORY_PERMISSIONS = data_dir.DIRECTORY_MODE
 STATIC_HASHED = env_bool("GPUADMIN_STATIC_HASHED", True)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
@@ -271,6 +275,8 @@ LOGGING = {
         # (gpuadmin/celery.py); GPUADMIN_TASK_LOG_LEVEL=INFO shows every task again.
         **{name: {"level": env_str("GPUADMIN_TASK_LOG_LEVEL", "WARNING")}
            for name in ("celery.worker.strategy", "celery.app.trace")},
+        # Every signed head of the audit chain reaches the journal whatever GPUADMIN_LOG_LEVEL says.
+        "gpuadmin.audit.anchors": {"level": "INFO"},
     },
 }
 
@@ -308,6 +314,11 @@ GPUADMIN_METRICS_TOKEN = env_secret("GPUADMIN_METRICS_TOKEN")
 # sends with its own key in its data directory. Keys are read when used (gpuadmin/keys.py).
 GPUADMIN_SIGNING_KEY_PATH = data_dir.central_signing_key_path(DATA_DIR)
 GPUADMIN_CENTRAL_PUBLIC_KEY = env_secret("GPUADMIN_CENTRAL_PUBLIC_KEY")
+# The audit chain's signed heads (gpuadmin/audit/anchors.py) are appended to this file and logged
+# (logger gpuadmin.audit.anchors; to syslog too when GPUADMIN_AUDIT_ANCHOR_SYSLOG names its socket,
+# e.g. /dev/log). In production the file belongs where the database's writers cannot edit it.
+GPUADMIN_AUDIT_ANCHOR_FILE = Path(env_str("GPUADMIN_AUDIT_ANCHOR_FILE") or DATA_DIR / data_dir.AUDIT_ANCHORS)
+GPUADMIN_AUDIT_ANCHOR_SYSLOG = env_str("GPUADMIN_AUDIT_ANCHOR_SYSLOG")
 
 # Kill workflow (see gpuadmin/kills).
 GPUADMIN_ALLOW_SELF_APPROVAL = env_bool("GPUADMIN_ALLOW_SELF_APPROVAL", False)

@@ -184,3 +184,35 @@ def test_group_bits_are_allowed_for_a_deployment_that_gives_the_directory_a_grou
     prepare_data_dir(tmp_path)
     tmp_path.chmod(0o750)  # deploy/*.service: StateDirectoryMode=0750
     assert data_dir.exposure(tmp_path) == ""
+
+
+def test_collectstatic_writes_private_files_so_the_next_start_is_not_refused(tmp_path: Path) -> None:
+    """The web unit's ExecStartPre, twice: the data dir step, collectstatic (hashed and compressed,
+    as in production), then the step again at the next start, which refused 0644 static files."""
+    assert run_python(["-m", "gpuadmin.data_dir"], tmp_path).returncode == 0
+    collected = run_python(["manage.py", "collectstatic", "--noinput", "--verbosity", "0"], tmp_path,
+                           GPUADMIN_STATIC_HASHED="1", DATABASE_URL="", REDIS_URL="")
+    assert collected.returncode == 0, collected.stderr
+    written = [p for p in (tmp_path / data_dir.STATIC_ROOT).rglob("*")]
+    assert any(p.name == "staticfiles.json" for p in written)  # the manifest, written by Django's storage
+    assert {oct(mode(p)) for p in written if p.is_file()} == {oct(data_dir.FILE_MODE)}
+    assert {oct(mode(p)) for p in written if p.is_dir()} == {oct(data_dir.DIRECTORY_MODE)}
+    again = run_python(["-m", "gpuadmin.data_dir"], tmp_path)
+    assert again.returncode == 0, again.stderr
+
+
+def test_the_step_makes_static_files_an_older_version_wrote_private(tmp_path: Path) -> None:
+    """An upgraded install's static/ holds 0644 files from before: ours, rewritten at each start,
+    so the step fixes them instead of refusing the start; anything else exposed is still refused."""
+    prepare_data_dir(tmp_path)
+    old = tmp_path / data_dir.STATIC_ROOT / "css" / "gpuadmin.css"
+    old.parent.mkdir(mode=0o755)
+    old.write_text("body {}")
+    old.chmod(0o644)
+    assert data_dir.exposure(tmp_path) != ""
+    assert run_python(["-m", "gpuadmin.data_dir"], tmp_path).returncode == 0
+    assert (mode(old.parent), mode(old)) == (0o700, 0o640)  # others' bits off; group bits are allowed
+    database = tmp_path / data_dir.SQLITE_DATABASE
+    database.write_bytes(b"")
+    database.chmod(0o644)
+    assert run_python(["-m", "gpuadmin.data_dir"], tmp_path).returncode == 1

@@ -5,7 +5,8 @@ simulated GPU held by a real process, waits for the login page, sees the
 worker's first snapshot (sent when the worker starts) land in the database,
 checks that a queued message past its `expires` is dropped, then presses
 Ctrl+C and checks that nothing it started is left: no process in its
-children's process groups or sessions, no zombie, exit status 0.
+children's process groups or sessions, no zombie, exit status 0. Then starts
+again on the same data directory and gets a page.
 """
 
 from __future__ import annotations
@@ -112,6 +113,7 @@ def test_make_run_serves_probes_and_leaves_nothing_behind_on_ctrl_c(
         "GPUADMIN_WORKER_CONCURRENCY": "1",
         "GPUADMIN_ADMIN_USER": "boss",
         "GPUADMIN_ADMIN_PASSWORD": "correct horse battery",
+        "GPUADMIN_STATIC_HASHED": "1",  # as `make run` has it: collectstatic's hashed, compressed files
         **backends,
     })
     # Queued before anything runs, in the run's own filesystem broker: that needs the data
@@ -175,6 +177,15 @@ def test_make_run_serves_probes_and_leaves_nothing_behind_on_ctrl_c(
         assert leftovers == [], run.output
         assert in_groups_or_sessions(groups) == [], run.output
         assert zombies_of(groups | {p.pid for p in running} | {run.command_pid}) == []
+
+        # Day two: the same data directory starts again (collectstatic's files once made it refuse).
+        run = SupervisedRun([sys.executable, "-m", "gpuadmin.run"], env=env).start()
+        run.wait_for_line(rf"gpuadmin is running at http://127\.0\.0\.1:{port}/", timeout_seconds=90)
+        status, body = http_get(f"http://127.0.0.1:{port}/login/")
+        assert status == 200 and b"<form" in body
+        os.kill(run.command_pid, signal.SIGINT)
+        exit_status, leftovers = run.finish(timeout_seconds=60)
+        assert (exit_status, leftovers) == (0, []), run.output
     finally:
         run.kill_everything(set(children.values()) | set(run.started_children().values()))
 
