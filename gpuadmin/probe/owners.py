@@ -23,6 +23,13 @@ Layouts recognised (docs/snapshot.md, `owner`):
   (the user's own manager: desktop apps, ``systemd-run --user``), and any other
   ``.service``/``.scope`` (a system service).
 
+Below ``user@<uid>.service`` systemd delegates the subtree to the user, who can
+make any directory there (``…/user@1000.service/x/slurm/job_4242``): inside it
+only the user's unit is read (kind ``user_service``, that uid), never a Slurm
+job, container, pod, session or other uid. A rootless Podman container is
+therefore shown as its user's ``libpod-<id>.scope`` unit, not as a container.
+A workload found above it (a user manager inside a container) stays the owner.
+
 Anything else is no owner. A container's conmon/shim monitor scope
 (``libpod-conmon-<id>.scope``, ``crio-conmon-<id>.scope``) is deliberately not
 the container: it is the runtime's process, and a "kill the container's
@@ -181,6 +188,11 @@ def owner_from_path(path: str) -> Owner | None:
         elif part:
             parts.append(part)
     for index, part in enumerate(parts):
+        if reader.user_manager:
+            # Below user@<uid>.service the user makes the directories (systemd delegates the
+            # subtree): a "job_4242", a container id or a pod there is whatever the user wrote.
+            reader.delegated(part)
+            continue
         parent = parts[index - 1] if index else ""
         # Each reader returns True when the component was its own; the first taker wins.
         _ = (reader.kubernetes(part) or reader.container(part, parent)
@@ -259,6 +271,12 @@ class _PathReader:
         else:
             return False
         return True
+
+    def delegated(self, part: str) -> None:
+        """A component inside the user's own manager: only its unit name is read, never a job,
+        container, pod, session or another uid (``user@0.service`` made by uid 1000 is still 1000's)."""
+        if part.endswith((".service", ".scope")):
+            self.unit = part
 
     def owner(self) -> Owner | None:
         if self.workload is not None:

@@ -175,3 +175,25 @@ def test_a_task_under_slurmstepd_is_the_jobs_without_slurm_cgroups(
     assert rows[shell.pid]["name"] == "slurmstepd"
     assert rows[task_pid]["owner"] == {"kind": "slurm_job", "job_id": "4242", "step": "batch", "uid": None}
     assert (rows[os.getpid()]["owner"] or {}).get("kind") != "slurm_job"  # the job is below, not above
+
+
+def test_a_job_shaped_cgroup_inside_a_users_delegated_subtree_is_not_a_job(
+        processes: Processes, device: Device) -> None:
+    """systemd hands user@<uid>.service's subtree to the user, who can mkdir "job_4242" there:
+    the process is that user's unit, not Slurm job 4242 (of whatever uid)."""
+    found = hierarchies()
+    if "v2" not in found:
+        unavailable("no cgroup v2 hierarchy is mounted")
+    relative = (f"{unique_name()}/user.slice/user-1000.slice/user@1000.service/app.slice/"
+                "slurmstepd.scope/job_4242/step_0/user/task_0")
+
+    with real_cgroup(found["v2"], relative) as cgroup:
+        holder = processes.start("holder", device.path)
+        try:
+            move_into(cgroup, holder.pid)
+            document = snapshot(device.glob)
+        finally:
+            stop(holder.process)
+
+    row = rows_by_pid(document)[holder.pid]
+    assert row["owner"] == {"kind": "user_service", "unit": "slurmstepd.scope", "uid": 1000}
