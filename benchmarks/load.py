@@ -50,6 +50,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from benchmarks import processes  # noqa: E402
 from benchmarks.kill_latency import percentile  # noqa: E402
 from benchmarks.soak import Run, session_members  # noqa: E402
 from tests.services import free_port, postgres_server, redis_server  # noqa: E402
@@ -60,6 +61,8 @@ CENTRAL_HOST = "load-central"
 READY_TIMEOUT_SECONDS = 180
 SNAPSHOT_EXPIRES_SECONDS = 30
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+LOADED_LINE = "load: running:"
+INTERRUPTED_LINE = "load: interrupted; reporting what was measured so far"
 FLEET_POLLER = re.compile(r'<div id="fleet-poll" hidden hx-get="([^"]+)"')
 
 
@@ -246,9 +249,8 @@ def load(args: argparse.Namespace, work: Path) -> int:
             "GPUADMIN_WORKER_CONCURRENCY": str(args.concurrency), "PYTHONUNBUFFERED": "1",
             "DJANGO_SETTINGS_MODULE": "gpuadmin.settings",
         })
-        process = subprocess.Popen([sys.executable, "-m", "gpuadmin.run"], cwd=REPO, env=env, text=True,
-                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
+        process = processes.spawn([sys.executable, "-m", "gpuadmin.run"], cwd=REPO, env=env, text=True,
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         run = Run(process)
         threading.Thread(target=run.follow, daemon=True).start()
         try:
@@ -262,12 +264,7 @@ def load(args: argparse.Namespace, work: Path) -> int:
             hosts = enrol_hosts(args.hosts)
             return measure(args, base, run, database=database, broker=broker, hosts=hosts)
         finally:
-            if process.poll() is None:
-                os.kill(process.pid, signal.SIGINT)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=60)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
+            processes.stop(process, first_signal=signal.SIGINT, grace_seconds=60)
 
 
 def measure(args: argparse.Namespace, base: str, run: Run, *, database: Any, broker: Any,
@@ -304,7 +301,12 @@ def measure(args: argparse.Namespace, base: str, run: Run, *, database: Any, bro
     began = time.monotonic()
     sending = threading.Thread(target=send_snapshots, args=(hosts, args.rate, stop, sender), daemon=True)
     sending.start()
-    stop.wait(args.seconds)
+    # What benchmarks/kill_latency.py --under-load waits for before it measures.
+    print(f"{LOADED_LINE} {args.admins} admins, {args.rate:g} snapshots/s offered", flush=True)
+    try:
+        stop.wait(args.seconds)
+    except KeyboardInterrupt:  # Ctrl+C (or kill_latency.py --under-load) ends the load early, reported
+        print(INTERRUPTED_LINE, flush=True)
     # PostgreSQL's backends come and go: count those alive at the end too.
     cpu.parts["PostgreSQL"] = sorted({*cpu.parts["PostgreSQL"], *children_of(postmaster)})
     cpu_after, machine_after = cpu.sample(), machine_busy_seconds()
@@ -373,6 +375,7 @@ def main() -> int:
                         help="each admin's poll interval (the pages refresh every probe interval, 10 s)")
     parser.add_argument("--concurrency", type=int, default=2, help="central worker pool processes")
     args = parser.parse_args()
+    processes.guard()
     with tempfile.TemporaryDirectory(prefix="gpuadmin-load-") as work:
         return load(args, Path(work))
 

@@ -29,7 +29,6 @@ p95 reached 1 s.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import http.cookiejar
 import json
 import os
@@ -52,8 +51,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from benchmarks import kill_latency  # noqa: E402
+from benchmarks import kill_latency, processes  # noqa: E402
 from benchmarks.kill_latency import GPU_UUID, REQUIRED_P95_SECONDS, TARGET, percentile  # noqa: E402
+from gpuadmin.data_dir import prepare_data_dir  # noqa: E402
 from tests.services import free_port  # noqa: E402
 
 GiB = 2**30
@@ -102,8 +102,11 @@ def write_gpus(path: Path, holder_pids: list[int]) -> None:
 
 
 def manage(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run([sys.executable, "manage.py", *args], cwd=REPO, env=env, check=True,
+    done = subprocess.run([sys.executable, "manage.py", *args], cwd=REPO, env=env, check=False,
                           capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        raise RuntimeError(f"manage.py {' '.join(args[:1])} exited with status {done.returncode}:\n"
+                           f"{done.stderr.strip()[-2000:]}")
     return done.stdout.strip()
 
 
@@ -265,9 +268,19 @@ def one_kill(panel: Panel, number: int, minute: float) -> Kill:
 # --- the soak -------------------------------------------------------------------
 def soak(args: argparse.Namespace, work: Path) -> int:
     port = args.port or free_port()
+    # `make run`'s data dir step, done here since the migration below runs before gpuadmin.run would.
+    prepare_data_dir(work / "data")
+    holder = processes.spawn([sys.executable, "-c", "import time; time.sleep(10**6)"],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    try:
+        return _soak(args, work, port, holder)
+    finally:
+        processes.stop(holder)
+
+
+def _soak(args: argparse.Namespace, work: Path, port: int, holder: subprocess.Popen) -> int:
     base = f"http://127.0.0.1:{port}"
     gpus_file = work / "gpus.json"
-    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(10**6)"])
     holders = [holder.pid]
     write_gpus(gpus_file, holders)
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
@@ -287,9 +300,8 @@ def soak(args: argparse.Namespace, work: Path) -> int:
            "SOAK_PASSWORD")
     tokens = {name: manage(env, "api_token", name) for name in (REQUESTER, APPROVER)}
 
-    process = subprocess.Popen([sys.executable, "-m", "gpuadmin.run"], cwd=REPO, env=env, text=True,
-                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               start_new_session=True)
+    process = processes.spawn([sys.executable, "-m", "gpuadmin.run"], cwd=REPO, env=env, text=True,
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     run = Run(process)
     threading.Thread(target=run.follow, daemon=True).start()
     stop = threading.Event()
@@ -333,14 +345,8 @@ def soak(args: argparse.Namespace, work: Path) -> int:
                         last_health))
     finally:
         stop.set()
-        if process.poll() is None:
-            os.kill(process.pid, signal.SIGINT)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            exit_status = process.wait(timeout=60)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        holder.kill()
-        holder.wait()
+        # Ctrl+C, as a terminal would give it to `make run`: its supervisor stops its children.
+        exit_status = processes.stop(process, first_signal=signal.SIGINT, grace_seconds=60)
     return report(args, Results(run, exit_status, duration_minutes, stats, samples, kills, kill_errors))
 
 
@@ -428,6 +434,7 @@ def main() -> int:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--keep", action="store_true", help="keep the work directory (data dir, logs)")
     args = parser.parse_args()
+    processes.guard()
     work = Path(tempfile.mkdtemp(prefix="gpuadmin-soak-"))
     try:
         return soak(args, work)
