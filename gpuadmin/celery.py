@@ -28,6 +28,8 @@ KILL_SWEEP_PERIOD_SECONDS = 5.0
 # History rollups are 5-minute buckets: rolling up at the same pace keeps charts current.
 HISTORY_MAINTENANCE_PERIOD_SECONDS = 300.0
 EXPIRY_WARNING_PERIOD_SECONDS = 60.0
+# Events newer than the last anchor are vouched for by the database alone (docs/security.md).
+AUDIT_ANCHOR_PERIOD_SECONDS = 60.0
 # Sending from a web request after its commit: a broker that is down costs this little, never a hang.
 SEND_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
 # A periodic task that waits longer than this share of its period is dropped:
@@ -63,6 +65,11 @@ def beat_schedule(probe_interval_seconds: float) -> dict[str, dict]:
             "schedule": EXPIRY_WARNING_PERIOD_SECONDS,
             "options": {"expires": EXPIRY_WARNING_PERIOD_SECONDS * EXPIRES_SHARE_OF_PERIOD},
         },
+        "anchor-audit": {
+            "task": task_names.ANCHOR_AUDIT,
+            "schedule": AUDIT_ANCHOR_PERIOD_SECONDS,
+            "options": {"expires": AUDIT_ANCHOR_PERIOD_SECONDS * EXPIRES_SHARE_OF_PERIOD},
+        },
     }
 
 
@@ -93,6 +100,7 @@ app = Celery(
         "gpuadmin.fleet.tasks",  # central: ingest_snapshot, schedule_probes, maintain_history
         "gpuadmin.kills.tasks",  # central: record_kill_progress, sweep
         "gpuadmin.notify.tasks",  # central: kill_event, deliver, warn_expiring
+        "gpuadmin.audit.tasks",  # central: anchor
     ],
 )
 app.config_from_object("django.conf:settings", namespace="CELERY")

@@ -12,7 +12,7 @@ No Django and no Celery here, so anything may import it.
 from __future__ import annotations
 
 AGENT_PREFIX = "gpuadmin.agent."
-CENTRAL_PREFIXES = ("gpuadmin.fleet.", "gpuadmin.kills.", "gpuadmin.notify.")
+CENTRAL_PREFIXES = ("gpuadmin.fleet.", "gpuadmin.kills.", "gpuadmin.notify.", "gpuadmin.audit.")
 
 # Agent side: run by the agent of the host whose queue (host.<name>) they are sent to.
 PROBE_HOST = "gpuadmin.agent.probe_host"
@@ -27,3 +27,4 @@ SWEEP_KILLS = "gpuadmin.kills.sweep"
 NOTIFY_KILL_EVENT = "gpuadmin.notify.kill_event"  # who hears about a kill request's event
 DELIVER_NOTIFICATION = "gpuadmin.notify.deliver"  # one message to one destination, with retries
 WARN_EXPIRING_REQUESTS = "gpuadmin.notify.warn_expiring"  # beat: pending requests about to expire
+ANCHOR_AUDIT = "gpuadmin.audit.anchor"  # beat: sign the audit chain's head, publish it outside the database

@@ -19,7 +19,7 @@ def test_every_periodic_task_expires_before_its_next_run(interval_seconds: int) 
     schedule = beat_schedule(interval_seconds)
     assert {entry["task"] for entry in schedule.values()} == {
         "gpuadmin.fleet.schedule_probes", "gpuadmin.kills.sweep", "gpuadmin.fleet.maintain_history",
-        "gpuadmin.notify.warn_expiring",
+        "gpuadmin.notify.warn_expiring", "gpuadmin.audit.anchor",
     }
     for entry in schedule.values():
         assert 0 < entry["options"]["expires"] < entry["schedule"], entry
@@ -35,7 +35,7 @@ def test_probes_are_scheduled_every_probe_interval() -> None:
 
 @pytest.mark.parametrize("task_name", [
     "gpuadmin.fleet.ingest_snapshot", "gpuadmin.fleet.schedule_probes", "gpuadmin.fleet.maintain_history",
-    "gpuadmin.kills.sweep", "gpuadmin.kills.record_kill_progress",
+    "gpuadmin.kills.sweep", "gpuadmin.kills.record_kill_progress", "gpuadmin.audit.anchor",
 ])
 def test_central_tasks_go_to_the_central_queue_unless_told_otherwise(task_name: str) -> None:
     assert queue_of(task_name) == CENTRAL_QUEUE

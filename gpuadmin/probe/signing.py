@@ -54,6 +54,7 @@ class MessageKind(StrEnum):
     ORDER = "order"  # central -> agent: a kill order
     SNAPSHOT = "snapshot"  # agent -> central
     KILL_REPORT = "kill_report"  # agent -> central: one event of an order it executes (or refused)
+    AUDIT_ANCHOR = "audit_anchor"  # central -> outside the database: the audit chain's head
 
 
 class BadMessage(ValueError):

@@ -47,3 +47,10 @@ def sample_log(db: None, monkeypatch: pytest.MonkeyPatch) -> dict:
             targets_summary=f"pid {4000 + request_id} python ({owners[0]})",
         )
     return SAMPLE
+
+
+@pytest.fixture(autouse=True)
+def anchor_file(settings, tmp_path):
+    """Each test's own anchor file: anchors written by one test never vouch for another's log."""
+    settings.GPUADMIN_AUDIT_ANCHOR_FILE = tmp_path / "audit-anchors.jsonl"
+    return settings.GPUADMIN_AUDIT_ANCHOR_FILE

@@ -24,10 +24,14 @@ def run_verify(*args: str) -> str:
     return out.getvalue()
 
 
-def test_an_intact_chain_prints_ok_and_the_head(record_events):
+def test_an_intact_chain_prints_ok_and_the_head(record_events, anchor_file):
     events = record_events(4)
     output = run_verify()
-    assert output.splitlines() == ["audit chain OK: 4 events", f"head: 4:{events[-1].hash}"]
+    assert output.splitlines() == [
+        "audit chain OK: 4 events",
+        f"no anchors in {anchor_file}: nothing outside the database vouches for this chain",
+        f"head: 4:{events[-1].hash}",
+    ]
 
 
 def test_a_row_edited_in_sql_fails_naming_its_sequence(record_events):
@@ -83,10 +87,10 @@ def run_verify_process(env: dict[str, str]) -> subprocess.CompletedProcess:
 # serialized_rollback: the flush at the end must give later tests back the roles and
 # content types that migrations made (and that other serialized tests expect).
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
-def test_the_command_exits_non_zero_from_a_shell(record_events):
+def test_the_command_exits_non_zero_from_a_shell(record_events, anchor_file):
     """The real process, as an operator or a cron job runs it, on committed data."""
     record_events(3)
-    env = _environment_for_the_test_database()
+    env = {**_environment_for_the_test_database(), "GPUADMIN_AUDIT_ANCHOR_FILE": str(anchor_file)}
     ok = run_verify_process(env)
     assert (ok.returncode, ok.stdout.splitlines()[0]) == (0, "audit chain OK: 3 events")
 
