@@ -298,6 +298,9 @@ GPUADMIN_HISTORY_RAW_DAYS = env_int("GPUADMIN_HISTORY_RAW_DAYS", 2)
 GPUADMIN_HISTORY_DAYS = env_int("GPUADMIN_HISTORY_DAYS", 90)
 # A process's GPU memory is stored again only when it moved by more than this (or its state changed).
 GPUADMIN_HISTORY_PROCESS_STEP_BYTES = env_int("GPUADMIN_HISTORY_PROCESS_STEP_BYTES", 64 * 1024 * 1024)
+# At most this many processes of one snapshot get (or keep) a history of their own, the biggest GPU
+# holders first: a signed snapshot with 15,000 made-up holders must not add 15,000 rows every interval.
+GPUADMIN_HISTORY_PROCESSES_PER_SNAPSHOT = max(1, env_int("GPUADMIN_HISTORY_PROCESSES_PER_SNAPSHOT", 500))
 # Findings drawn from history (gpuadmin/fleet/findings.py): a suspected leak is GPU
 # memory that rose in this many snapshots without falling; an idle holder keeps
 # GPU memory at 0% utilization this long; PIDs "run out" when the trend of the

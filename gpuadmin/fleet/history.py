@@ -32,6 +32,7 @@ probe measured.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import struct
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
@@ -165,6 +166,27 @@ def matters_by_itself(row: ProcessRow) -> bool:
     return row.holds_gpu or row.is_zombie or row.is_uninterruptible or row.orphaned
 
 
+def mattering_rows(rows: Mapping[int, ProcessRow]) -> list[ProcessRow]:
+    """The processes of a snapshot that are worth a life of their own, all of them (``matters_by_itself``)."""
+    return [row for row in rows.values() if matters_by_itself(row)]
+
+
+def _history_rank(row: ProcessRow) -> tuple[int, bool, int]:
+    """Which processes keep their history when a snapshot has more than the cap: the biggest GPU-memory
+    holders, then device holders, then the rest (zombies, D state, orphans); the oldest pid first."""
+    return (-row.total_gpu_memory_bytes, not row.holds_gpu, row.pid)
+
+
+def capped(mattering: list[ProcessRow]) -> list[ProcessRow]:
+    """At most ``GPUADMIN_HISTORY_PROCESSES_PER_SNAPSHOT`` of them, by ``_history_rank``.
+
+    One signed snapshot may list any number of made-up GPU holders (a compromised host, 15,000 of them):
+    without a cap each would add a life and a point, every interval.
+    """
+    cap = settings.GPUADMIN_HISTORY_PROCESSES_PER_SNAPSHOT
+    return mattering if len(mattering) <= cap else heapq.nsmallest(cap, mattering, key=_history_rank)
+
+
 def record_samples(
     host: Host,
     document: dict[str, Any],
@@ -199,6 +221,7 @@ def record_process_lives(
     taken_at: datetime,
     previous_taken_at: datetime | None,
     open_lives: PendingRows | None = None,
+    mattering: list[ProcessRow] | None = None,
 ) -> list[LifeValues]:
     """Start or extend the lives of the processes in this snapshot, end those it no longer shows.
 
@@ -219,8 +242,13 @@ def record_process_lives(
     lives whose values changed, or that are new, are written in full; the
     others (most of them: a steady process) are not written, but for the
     refresh of their last_seen_at once every ``LIFE_SEEN_REFRESH``.
+
+    At most ``GPUADMIN_HISTORY_PROCESSES_PER_SNAPSHOT`` lives are kept open (``capped``): past it,
+    an open life the cap leaves out ends as if its process had stopped mattering, and is reopened
+    when it is among the kept again. ``mattering``: ``mattering_rows(rows)``, when the caller has it.
     """
-    mattering = [row for row in rows.values() if matters_by_itself(row)]
+    cap = settings.GPUADMIN_HISTORY_PROCESSES_PER_SNAPSHOT
+    mattering = capped(mattering if mattering is not None else mattering_rows(rows))
     if open_lives is None:
         open_lives = start_reading_open_lives(host.pk, taken_at=taken_at)
     known = _known_lives(host, boot_id, mattering, open_lives)
@@ -247,7 +275,7 @@ def record_process_lives(
         if key in lives or life["gone_at"] is not None:
             continue
         current = rows.get(key[1]) if key[0] == boot_id else None
-        if current is None or current.start_time_ticks != key[2]:
+        if current is None or current.start_time_ticks != key[2] or len(lives) >= cap:
             gone_ids.append(life["pk"])
         else:
             # Still alive, no longer matters by itself (e.g. freed its memory): keep it current.

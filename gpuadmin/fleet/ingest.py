@@ -62,6 +62,8 @@ _HOST_SNAPSHOT_FIELDS = [
     "gpu_backend_reason",
     "last_error",
     "last_error_at",
+    "history_processes_mattering_count",
+    "history_processes_kept_count",
 ]
 _GPU_UPDATE_FIELDS = [
     "index",
@@ -247,10 +249,12 @@ def ingest_document(
 
         rows = process_rows(document)
         attributed_bytes = attributed_memory_bytes(rows)
+        mattering = history.mattering_rows(rows)
         previous_taken_at = host.last_snapshot_taken_at  # before _update_host moves it to this one
         # Writes go out without waiting for each answer; the reads in between wait for them.
         with pipelined():
-            _update_host(host, document, rows, taken_at=taken_at, received_at=received_at)
+            _update_host(host, document, rows, taken_at=taken_at, received_at=received_at,
+                         mattering_count=len(mattering))
             _store_latest(host, document, taken_at=taken_at, received_at=received_at, text=text)
             gpus_by_uuid = _upsert_gpus(host, document, attributed_bytes, received_at=received_at,
                                         stored_gpus=ahead.gpus if ahead else None)
@@ -260,7 +264,8 @@ def ingest_document(
             boot_id = document["host"]["boot_id"]
             lives = history.record_process_lives(host, rows, boot_id=boot_id, taken_at=taken_at,
                                                  previous_taken_at=previous_taken_at,
-                                                 open_lives=ahead.lives if ahead else None)
+                                                 open_lives=ahead.lives if ahead else None,
+                                                 mattering=mattering)
             facts = history.findings_facts(host, lives, gpus_by_uuid.values(), taken_at=taken_at,
                                            zombies=document["process_counts"]["zombies"])
             synced = findings.sync_findings(host, findings.compute_findings(document, facts, rows=rows),
@@ -320,6 +325,7 @@ def _update_host(
     *,
     taken_at: datetime,
     received_at: datetime,
+    mattering_count: int,
 ) -> None:
     facts = document["host"]
     backend = document["gpu_backend"]
@@ -340,6 +346,10 @@ def _update_host(
     host.gpu_backend_reason = backend["reason"] or ""
     host.last_error = ""
     host.last_error_at = None
+    # Shown on the host page when history kept only the cap's worth of them (history.capped).
+    cap = settings.GPUADMIN_HISTORY_PROCESSES_PER_SNAPSHOT
+    host.history_processes_mattering_count = mattering_count if mattering_count > cap else 0
+    host.history_processes_kept_count = cap if mattering_count > cap else 0
     # Named fields only: the scheduler writes last_probe_sent_at on the same row concurrently.
     _UPDATE_HOST.run(id=host.pk, **{name: getattr(host, name) for name in _HOST_SNAPSHOT_FIELDS})
 

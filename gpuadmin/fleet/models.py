@@ -135,6 +135,14 @@ class Host(models.Model):
     rejected_message_count = models.PositiveIntegerField(default=0)
     last_rejected_message_at = models.DateTimeField(null=True, blank=True)
     last_rejected_message_reason = models.TextField(blank=True)
+    # Signed "order refused" reports from this host (fleet.trust.count_order_refusal): all of them, and
+    # those since the last one written to the audit log that were not (repeats, or over the bound).
+    order_refusal_count = models.PositiveIntegerField(default=0)
+    order_refusals_unwritten_count = models.PositiveIntegerField(default=0)
+    # When the newest snapshot had more processes worth a history of their own than
+    # GPUADMIN_HISTORY_PROCESSES_PER_SNAPSHOT: how many it had, and how many were kept (0 and 0 otherwise).
+    history_processes_mattering_count = models.PositiveIntegerField(default=0)
+    history_processes_kept_count = models.PositiveIntegerField(default=0)
     # When someone last pressed "probe now" for this host: at most once per probe interval.
     probe_now_sent_at = models.DateTimeField(null=True, blank=True)
     # Samples taken before this are in the 5-minute rollups (gpuadmin/fleet/retention.py),

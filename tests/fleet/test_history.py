@@ -288,3 +288,33 @@ def test_stored_lives_of_another_width_than_their_columns_are_refused() -> None:
     assert known[("b", 8, 80)] == dict(zip(columns, (2, "b", 8, 80, "R"), strict=True))
     with pytest.raises(ValueError, match="4 values for 5 columns"):
         _add_lives({}, [(1, "b", 7, 70)], columns)
+
+
+def test_a_snapshot_with_more_holders_than_the_cap_keeps_the_biggest_and_the_page_says_so(
+    ingest: Callable[..., Host], settings: Any, viewer_client: Any,
+) -> None:
+    """A signed snapshot may list any number of made-up holders: at most the cap get a life each time."""
+    settings.GPUADMIN_HISTORY_PROCESSES_PER_SNAPSHOT = 20
+
+    def holders(taken_seconds: float, first_pid: int) -> dict[str, Any]:
+        # 300 holders, each a MiB bigger than the one before: the last 20 are the biggest.
+        ranks = [proc(first_pid + i, gpu_memory={GPU0: GiB + i * 2**20}, reasons=["gpu"]) for i in range(300)]
+        return snapshot("gpu01", processes=ranks, gpus=[gpu(0, used=GiB, total=None)],
+                        taken_at=at(taken_seconds))
+
+    host = ingest(holders(0, 1000))
+    assert sorted(ProcessLife.objects.values_list("pid", flat=True)) == list(range(1280, 1300))
+    assert ProcessPoint.objects.count() == 20
+    assert (host.history_processes_kept_count, host.history_processes_mattering_count) == (20, 300)
+    # Another 300 made-up holders: 20 new lives, and the 20 before end (no more than 20 stay open).
+    ingest(holders(10, 5000))
+    assert ProcessLife.objects.filter(gone_at__isnull=True).count() == 20
+    assert ProcessLife.objects.count() == 40 and ProcessPoint.objects.count() == 40
+
+    page = viewer_client.get("/hosts/gpu01/").content.decode()
+    assert "History kept for the 20 largest of 300 GPU holders" in page
+    # A snapshot under the cap: every process keeps its history, and the notice goes.
+    ingest(snapshot("gpu01", processes=[proc(7, gpu_memory={GPU0: GiB})], gpus=[gpu(0, used=GiB)],
+                    taken_at=at(20)))
+    assert Host.objects.get(name="gpu01").history_processes_mattering_count == 0
+    assert "History kept for" not in viewer_client.get("/hosts/gpu01/").content.decode()
