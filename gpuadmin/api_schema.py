@@ -194,7 +194,10 @@ def components() -> dict[str, Schema]:
                               "results": array_of("AuditEvent")}),
         "AuditVerification": _object({
             "ok": BOOLEAN, "events": INTEGER, "first_bad_sequence": _null("integer"),
-            "problem": _null("string"), "head_sequence": _null("integer"), "head_hash": _null("string")}),
+            "problem": _null("string"), "head_sequence": _null("integer"), "head_hash": _null("string"),
+            "recomputed_after": INTEGER, "full_verified_seconds_ago": {"type": "number"},
+            "anchor": _object({"ok": BOOLEAN, "sequence": _null("integer"),
+                               "said": {"type": "array", "items": STRING}})}),
     }
 
 

@@ -116,17 +116,54 @@ def test_an_end_before_the_start_is_a_400(viewer_client: Client, sample_log):
     assert response.json()["errors"]["to"][0]["message"] == "The end date is before the start date."
 
 
-def test_verify_ok(viewer_client: Client, record_events):
+def test_verify_ok(viewer_client: Client, record_events, anchor_file):
     events = record_events(3)
     for url in (VERIFY_URL, VERIFY_URL + "/"):
-        assert viewer_client.get(url).json() == {
+        body = viewer_client.get(url).json()
+        assert body.pop("full_verified_seconds_ago") >= 0
+        assert body.pop("recomputed_after") in (0, 3)
+        assert body == {
             "ok": True,
             "events": 3,
             "first_bad_sequence": None,
             "problem": None,
             "head_sequence": 3,
             "head_hash": events[-1].hash,
+            "anchor": {"ok": True, "sequence": None, "said": [
+                f"no anchors in {anchor_file}: nothing outside the database vouches for this chain"]},
         }
+
+
+def test_verify_recomputes_only_what_is_new_since_the_last_request(viewer_client: Client, record_events,
+                                                                   monkeypatch):
+    """Any viewer may ask as often as they like: the whole log is not re-hashed on every request."""
+    from gpuadmin.audit import chain
+
+    record_events(50)
+    hashed = []
+    real_hash = chain.event_hash
+    monkeypatch.setattr(chain, "event_hash",
+                        lambda fields: hashed.append(fields["sequence"]) or real_hash(fields))
+
+    assert viewer_client.get(VERIFY_URL).json()["recomputed_after"] == 0
+    assert len(hashed) == 50
+    record_events(2)
+    hashed.clear()
+    body = viewer_client.get(VERIFY_URL).json()
+    assert (body["ok"], body["events"], body["recomputed_after"]) == (True, 52, 50)
+    assert hashed == [51, 52]
+
+
+def test_verify_checks_the_newest_anchor(viewer_client: Client, record_events):
+    from gpuadmin.audit import anchors
+
+    record_events(3)
+    anchors.publish()
+    assert viewer_client.get(VERIFY_URL).json()["anchor"]["ok"] is True
+    tamper(f"DELETE FROM {audit_table()} WHERE sequence = 3")
+    body = viewer_client.get(VERIFY_URL).json()
+    assert body["anchor"]["ok"] is False
+    assert "event 3 is gone" in body["anchor"]["said"][0]
 
 
 def test_verify_names_the_first_bad_event(viewer_client: Client, record_events):
