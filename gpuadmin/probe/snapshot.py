@@ -49,6 +49,7 @@ def take_snapshot(config: ProbeConfig | None = None) -> dict[str, object]:
     gpu_memory, mig_instances, unmatched = match_gpu_processes(gpu_state.processes, stats)
 
     owners = OwnerResolver(config.runtime_paths)
+    sessions = session_members(stats)
     rows = []
     for pid in sorted(reasons):
         stat = stats[pid]
@@ -56,7 +57,7 @@ def take_snapshot(config: ProbeConfig | None = None) -> dict[str, object]:
         owner = owners.owner_of(pid, stats)
         row["container_id"] = owner.container_id if owner is not None else None
         row["owner"] = owner.as_document() if owner is not None else None
-        row["orphaned"] = is_orphaned(stat, stats)
+        row["orphaned"] = is_orphaned(stat, stats, sessions)
         row["reasons"] = reasons[pid]
         row["gpu_memory_bytes"] = gpu_memory.get(pid, {})
         if pid in mig_instances:
@@ -196,25 +197,53 @@ def match_gpu_processes(
     return dict(by_pid), dict(instances), unmatched
 
 
-def is_orphaned(stat: StatFields, stats: dict[int, StatFields]) -> bool:
-    """Re-parented (to PID 1, or to a subreaper in another session) while the
-    leader of its process group or of its session is gone.
+def is_orphaned(stat: StatFields, stats: dict[int, StatFields],
+                sessions: dict[int, list[int]] | None = None) -> bool:
+    """Left behind by the process that started it (docs/snapshot.md, "Orphans").
 
-    A daemon that double-forked is re-parented too, but leads its own session,
-    so it is not an orphan; a launcher's worker whose launcher died is.
+    Re-parented (to PID 1, or to a subreaper in another session: a child starts
+    in its parent's session, and only setsid, which makes it a leader, moves it)
+    and not started to live on its own. Whether its group or session leader
+    still lives does not matter: a Slurm batch script, torchrun's agent or a
+    shell leads on while a launcher under it died and left its workers. Living
+    on its own means leading its process group or session (a service, a job
+    of a shell's job control, a `setsid` child), or the classic daemon's shape
+    (fork, setsid, fork): in a session whose group is the session's, with
+    nobody there but itself and its descendants.
+
+    ``sessions`` (session id -> member pids, ``session_members``) is built
+    once per snapshot; without it, it is built here.
     """
     if stat.pid == 1 or stat.kernel_thread:
         return False
+    if stat.pgid <= 0 or stat.sid <= 0:  # leaders outside our PID namespace: a container's, unknown
+        return False
     parent = stats.get(stat.ppid)
     reparented = stat.ppid == 1 or (parent is not None and parent.sid != stat.sid)
-    if not reparented:
+    if not reparented or stat.pid in (stat.pgid, stat.sid):
         return False
-    return _leader_gone(stat.pgid, stats, "pgid") or _leader_gone(stat.sid, stats, "sid")
+    if stat.pgid == stat.sid:
+        members = (sessions if sessions is not None else session_members(stats)).get(stat.sid, [])
+        if all(member == stat.pid or _descends_from(member, stat.pid, stats) for member in members):
+            return False  # a detached daemon, alone in its session
+    return True
 
 
-def _leader_gone(leader_pid: int, stats: dict[int, StatFields], field: str) -> bool:
-    if leader_pid <= 0:  # the leader lives outside our PID namespace: unknown, not gone
-        return False
-    leader = stats.get(leader_pid)
-    # A zombie leader has exited; a leader PID that leads nothing any more was reused.
-    return leader is None or leader.zombie or getattr(leader, field) != leader_pid
+def session_members(stats: dict[int, StatFields]) -> dict[int, list[int]]:
+    """Session id -> the pids in it."""
+    members: dict[int, list[int]] = defaultdict(list)
+    for pid, stat in stats.items():
+        members[stat.sid].append(pid)
+    return members
+
+
+def _descends_from(pid: int, ancestor: int, stats: dict[int, StatFields]) -> bool:
+    # Bounded: stats read one by one can, in principle, chain a reused PID into a loop.
+    for _ in range(len(stats)):
+        stat = stats.get(pid)
+        if stat is None or stat.ppid <= 1:
+            return False
+        if stat.ppid == ancestor:
+            return True
+        pid = stat.ppid
+    return False

@@ -53,20 +53,88 @@ def zombie_parent(count: str) -> None:
     sleep_forever()
 
 
-def launcher(device: str, count: str, *_arguments: str) -> None:
-    """Forks workers that each hold the device file open (a torchrun-like launcher); extra
-    arguments only lengthen the command line, which the workers share."""
+def reap_forever() -> None:
+    while True:
+        try:
+            os.wait()
+        except ChildProcessError:
+            time.sleep(0.05)
+
+
+def fork_workers(device: str, count: int) -> list[int]:
+    """Forks workers that each hold the device file open until they die; returns once all have."""
     opened_read, opened_write = os.pipe()
 
     def worker() -> None:
-        os.open(device, os.O_RDONLY)  # held until the worker dies
+        os.open(device, os.O_RDONLY)
         os.write(opened_write, b"o")
         sleep_forever()
 
-    children = [fork(worker) for _ in range(int(count))]
+    children = [fork(worker) for _ in range(count)]
     for _ in children:
         os.read(opened_read, 1)
-    ready(children=children, sid=os.getsid(0))
+    return children
+
+
+def launcher(device: str, count: str, *_arguments: str) -> None:
+    """Forks workers that each hold the device file open (a torchrun-like launcher); extra
+    arguments only lengthen the command line, which the workers share."""
+    ready(children=fork_workers(device, int(count)), sid=os.getsid(0))
+    sleep_forever()
+
+
+def job(device: str, count: str, shape: str) -> None:
+    """A launcher that leads nothing, forking workers that hold the device file, under a
+    parent that lives on after the test kills the launcher. Started in a new session:
+
+    - ``batch``: this process leads the session and the group, the launcher is its child (a
+      Slurm batch script, torchrun's agent with a rank that dies);
+    - ``script``: this process leads the session (a login shell); its child is a job of its
+      own (a process group, as job control makes one) that runs the launcher (a script run
+      without job control).
+    """
+    reports_read, reports_write = os.pipe()
+
+    def run_launcher() -> None:
+        workers = fork_workers(device, int(count))
+        os.write(reports_write, json.dumps({"launcher": os.getpid(), "workers": workers}).encode() + b"\n")
+        sleep_forever()
+
+    def script() -> None:
+        os.setpgid(0, 0)
+        fork(run_launcher)
+        reap_forever()
+
+    parent = fork(script) if shape == "script" else os.getpid()
+    if shape != "script":
+        fork(run_launcher)
+    with os.fdopen(reports_read) as reports:
+        report = json.loads(reports.readline())
+    others = [parent] if parent != os.getpid() else []
+    ready(**report, parent=parent, sid=os.getsid(0), children=[*report["workers"], *others])
+    reap_forever()
+
+
+def daemon(device: str) -> None:
+    """The classic daemon: fork, setsid (the child leads a new session), fork again and let the
+    session leader exit, so the daemon leads nothing and is adopted. It and a worker of its own
+    hold the device file."""
+    reports_read, reports_write = os.pipe()
+
+    def daemon_body() -> None:
+        workers = fork_workers(device, 1)
+        os.open(device, os.O_RDONLY)
+        os.write(reports_write, json.dumps({"daemon": os.getpid(), "workers": workers}).encode() + b"\n")
+        sleep_forever()
+
+    def detach() -> None:
+        os.setsid()
+        fork(daemon_body)  # and this session leader exits on purpose
+
+    os.waitpid(fork(detach), 0)
+    with os.fdopen(reports_read) as reports:
+        report = json.loads(reports.readline())
+    ready(daemon=report["daemon"], children=[report["daemon"], *report["workers"]])
     sleep_forever()
 
 
@@ -79,11 +147,7 @@ def reaper(device: str, count: str) -> None:
     assert started.stdout is not None
     launched = json.loads(started.stdout.readline())
     ready(launcher=launched["pid"], children=launched["children"], sid=os.getsid(0))
-    while True:
-        try:
-            os.wait()
-        except ChildProcessError:
-            time.sleep(0.05)
+    reap_forever()
 
 
 def holder(device: str, *_ignored: str) -> None:
@@ -169,6 +233,8 @@ def sleeper() -> None:
 KINDS = {
     "zombie-parent": zombie_parent,
     "launcher": launcher,
+    "job": job,
+    "daemon": daemon,
     "reaper": reaper,
     "holder": holder,
     "holder-of": holder_of,
