@@ -37,7 +37,8 @@ ALLOWED_HOSTS = [h for h in env_str("GPUADMIN_ALLOWED_HOSTS", _DEFAULT_ALLOWED_H
 CSRF_TRUSTED_ORIGINS = [o for o in env_str("GPUADMIN_CSRF_TRUSTED_ORIGINS").split(",") if o]
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    # django.contrib.admin, every page behind a recent re-authentication (gpuadmin/accounts/admin_site.py).
+    "gpuadmin.accounts.admin_site.SudoAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

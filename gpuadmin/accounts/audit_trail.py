@@ -7,6 +7,9 @@ request (``ActorMiddleware``) or the command (``acting(via=...)``) says it
 through a context variable; a change with neither is recorded with no actor
 and ``via: "unknown"`` (a shell session, a migration).
 
+A change to someone else's credentials (creation, password, roles, TOTP devices, API tokens) is
+also noted by ``credential_changes.note``, which holds that account's approvals for a day.
+
 The account concerned is ``details["user"]``; its roles are named, never its
 groups' ids. Passwords and token secrets never reach the log: a password
 change is recorded as "password" in the changed fields, a token by the first
@@ -27,6 +30,8 @@ from django.db.models.signals import m2m_changed, post_delete, post_save, pre_sa
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 
+from gpuadmin.accounts import credential_changes
+from gpuadmin.accounts.models import CredentialChange
 from gpuadmin.accounts.roles import Role
 from gpuadmin.audit import log
 from gpuadmin.audit.models import Action
@@ -66,10 +71,24 @@ class ActorMiddleware:
             return self.get_response(request)
 
 
+def _acting_user() -> Any:
+    """The logged-in person making the change, or None (a command, a shell)."""
+    actor = _actor.get()
+    user = actor.user if actor is not None else None
+    return user if user is not None and user.is_authenticated else None
+
+
 def record(action: Action, user_name: str, **details: Any) -> None:
     actor = _actor.get() or Actor(None, "unknown")
-    who: Any = actor.user if actor.user is not None and actor.user.is_authenticated else None
-    log.record(action, actor=who, details={"user": user_name, "via": actor.via, **details})
+    log.record(action, actor=_acting_user(), details={"user": user_name, "via": actor.via, **details})
+
+
+def _credentials(user: Any, kind: CredentialChange.Kind, detail: str = "") -> None:
+    credential_changes.note(user, kind, detail, actor=_acting_user())
+
+
+# Fields of an account that say what it may do; its password says who can sign in as it.
+ROLE_FIELDS = ("is_superuser", "is_staff")
 
 
 # --- accounts -----------------------------------------------------------------------
@@ -93,6 +112,7 @@ def _user_saved(sender: Any, instance: Any, created: bool, raw: bool = False,
     if created:
         record(Action.USER_CREATED, instance.get_username(), is_superuser=instance.is_superuser,
                is_active=instance.is_active)
+        _credentials(instance, CredentialChange.Kind.CREATED)
         return
     before = getattr(instance, "_gpuadmin_before", None)
     instance._gpuadmin_before = None
@@ -106,6 +126,10 @@ def _user_saved(sender: Any, instance: Any, created: bool, raw: bool = False,
     values = {name: now[name] for name in changed if name != "password"}
     record(Action.USER_CHANGED, instance.get_username(), changed=changed, now=values,
            **({"previous_username": before["username"]} if "username" in changed else {}))
+    if "password" in changed:
+        _credentials(instance, CredentialChange.Kind.PASSWORD)
+    if roles := [f"{name}: {values[name]}" for name in ROLE_FIELDS if name in changed]:
+        _credentials(instance, CredentialChange.Kind.ROLES, ", ".join(roles))
 
 
 def _user_deleted(sender: Any, instance: Any, **_: Any) -> None:
@@ -152,6 +176,7 @@ def _groups_changed(sender: Any, instance: Any, action: str, reverse: bool, pk_s
     key = "added" if action == "post_add" else "removed"
     for user in users:
         record(Action.ROLES_CHANGED, user.get_username(), **{key: roles}, roles=_roles_of(user))
+        _credentials(user, CredentialChange.Kind.ROLES, f"{key}: {', '.join(roles)}")
 
 
 # --- API tokens and TOTP devices ------------------------------------------------------------
@@ -161,6 +186,7 @@ def _token_saved(sender: Any, instance: Any, created: bool, raw: bool = False, *
     if created and not raw:
         expiry = instance.expiry.isoformat(timespec="seconds") if instance.expiry else None
         record(Action.TOKEN_CREATED, instance.user.get_username(), token=instance.token_key, expires=expiry)
+        _credentials(instance.user, CredentialChange.Kind.API_TOKEN, f"created {instance.token_key}")
 
 
 def _token_deleted(sender: Any, instance: Any, **_: Any) -> None:
@@ -171,12 +197,19 @@ def _token_deleted(sender: Any, instance: Any, **_: Any) -> None:
 
 
 def _device_saved(sender: Any, instance: Any, created: bool, raw: bool = False, **_: Any) -> None:
-    if created and not raw:
+    if raw:
+        return
+    if created:
         record(Action.TOTP_DEVICE_ADDED, instance.user.get_username(), device=instance.name)
+    # Not only a new device: another person editing one (its key, in the admin) can then make its codes.
+    # The holder's own saves (django-otp's counters at each code) are not someone else's doing.
+    _credentials(instance.user, CredentialChange.Kind.TOTP_DEVICE,
+                 f"{'added' if created else 'changed'} {instance.name}")
 
 
 def _device_deleted(sender: Any, instance: Any, **_: Any) -> None:
     record(Action.TOTP_DEVICE_REMOVED, instance.user.get_username(), device=instance.name)
+    _credentials(instance.user, CredentialChange.Kind.TOTP_DEVICE, f"removed {instance.name}")
 
 
 # --- sign-in --------------------------------------------------------------------------------

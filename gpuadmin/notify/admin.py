@@ -38,7 +38,8 @@ class AccountAdmin(admin.ModelAdmin):
 @admin.register(Notification)
 class NotificationAdmin(ReadOnlyAdmin):
     list_display = [
-        "kill_request", "event", "recipient_name", "destination", "status", "attempts", "created_at",
+        "kill_request", "credential_change", "event", "recipient_name", "destination", "status", "attempts",
+        "created_at",
     ]
     list_filter = ["status", "event", "role"]
     search_fields = ["recipient_name", "destination", "subject"]

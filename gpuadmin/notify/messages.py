@@ -1,4 +1,5 @@
-"""What each notification says, written once. Pure functions of a kill request (no sending).
+"""What each notification says, written once. Pure functions of a kill request, or of a change to
+someone's credentials (no sending).
 
 Every message carries the link to the request's page (``GPUADMIN_BASE_URL``). The process
 owner's "kill requested" message says what will happen and when: the plan's first signal is
@@ -13,6 +14,7 @@ from datetime import datetime
 from django.conf import settings
 from django.urls import reverse
 
+from gpuadmin.accounts.models import CREDENTIAL_CHANGE_HOLD_SECONDS, CredentialChange
 from gpuadmin.kills.models import KillRequest, KillTarget
 from gpuadmin.text import human_bytes, utc_text
 
@@ -122,4 +124,22 @@ def kill_ended(kill_request: KillRequest, targets: list[KillTarget]) -> tuple[st
         f"{kill_request.get_status_display().lower()}",
         f"{_what(kill_request).capitalize()} ended.\nOutcome: {_outcome(kill_request)}\n"
         f"Your processes:\n{_target_lines(targets)}\n\n{link(kill_request)}",
+    )
+
+
+def credentials_changed(change: CredentialChange, *, to_holder: bool) -> tuple[str, str]:
+    """To the account's holder (``to_holder``) or to the approvers: someone else changed its credentials."""
+    name = change.user.get_username()
+    hours = CREDENTIAL_CHANGE_HOLD_SECONDS // 3600
+    whose = "your account" if to_holder else f"the account {name}"
+    check = ("If you did not ask for this, tell the other approvers now: someone may be about to approve "
+             "as you." if to_holder else
+             f"If {name} did not ask for this, someone may be about to approve as {name}: check with them.")
+    return (
+        f"{PREFIX} {change.changed_by_name} changed the {change.describe()} of {whose}",
+        f"{change.changed_by_name} changed the {change.describe()} of {whose} at "
+        f"{_when(change.changed_at)}.\n"
+        f"For {hours} hours after a change to its credentials by someone else, {name} cannot approve "
+        f"kill requests.\n{check}\n"
+        f"Audit log: {settings.GPUADMIN_BASE_URL.rstrip('/')}{reverse('audit_log')}",
     )

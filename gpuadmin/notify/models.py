@@ -4,7 +4,8 @@ A ``Person`` has an email address, optional Apprise URLs (Slack, Matrix, a webho
 three choices of what to receive. ``Account`` rows say which unix or Slurm user on which host
 (or on every host) is that person, so the panel can say who owns uid 1000 on gpu07.
 ``Notification`` rows are the record of each message to one destination: queued, sending, sent
-or failed, shown on the kill request's timeline. They are not audit events: the hash chain
+or failed, shown on the kill request's timeline; a few are about an account instead, whose
+credentials someone else changed (``accounts.CredentialChange``). They are not audit events: the hash chain
 records what was done to processes, not who was told.
 """
 
@@ -16,6 +17,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from gpuadmin.accounts.models import CredentialChange
 from gpuadmin.fleet.models import Host
 from gpuadmin.kills.models import KillRequest
 
@@ -94,7 +96,7 @@ class Account(models.Model):
 
 
 class Notification(models.Model):
-    """One message to one destination about one kill request, and what became of it."""
+    """One message to one destination about a kill request (or a credential change), and what became of it."""
 
     class Event(models.TextChoices):
         # To approvers.
@@ -107,11 +109,14 @@ class Notification(models.Model):
         # To the owners of the targeted processes.
         KILL_REQUESTED = "kill_requested", "Kill of their process requested"
         KILL_ENDED = "kill_ended", "Kill of their process ended"
+        # To the account's holder and the approvers: someone else changed its credentials.
+        CREDENTIALS = "credentials", "Credentials changed by someone else"
 
     class Role(models.TextChoices):
         APPROVER = "approver", "approver"
         REQUESTER = "requester", "requester"
         PROCESS_OWNER = "owner", "process owner"
+        ACCOUNT_HOLDER = "account", "account holder"
 
     class Status(models.TextChoices):
         QUEUED = "queued", "Queued"
@@ -122,7 +127,11 @@ class Notification(models.Model):
         SENT = "sent", "Sent"
         FAILED = "failed", "Failed"
 
-    kill_request = models.ForeignKey(KillRequest, on_delete=models.CASCADE, related_name="notifications")
+    # Exactly one of the two: what the message is about.
+    kill_request = models.ForeignKey(KillRequest, on_delete=models.CASCADE, null=True, blank=True,
+                                     related_name="notifications")
+    credential_change = models.ForeignKey(CredentialChange, on_delete=models.CASCADE, null=True, blank=True,
+                                          related_name="notifications")
     event = models.CharField(max_length=16, choices=Event.choices)
     role = models.CharField(max_length=16, choices=Role.choices)
     person = models.ForeignKey(Person, on_delete=models.SET_NULL, null=True, blank=True,
@@ -146,8 +155,17 @@ class Notification(models.Model):
             models.UniqueConstraint(
                 fields=["kill_request", "event", "role", "url"], name="notification_once"
             ),
+            models.UniqueConstraint(
+                fields=["credential_change", "role", "url"], name="credential_notification_once"
+            ),
+            models.CheckConstraint(
+                condition=Q(kill_request__isnull=False, credential_change__isnull=True)
+                | Q(kill_request__isnull=True, credential_change__isnull=False),
+                name="notification_about_one_thing",
+            ),
         ]
         indexes = [models.Index(fields=["status", "created_at"])]
 
     def __str__(self) -> str:
-        return f"#{self.kill_request_id} {self.event} to {self.recipient_name} ({self.status})"
+        about = f"#{self.kill_request_id}" if self.kill_request_id else f"change #{self.credential_change_id}"
+        return f"{about} {self.event} to {self.recipient_name} ({self.status})"

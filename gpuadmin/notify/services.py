@@ -1,4 +1,4 @@
-"""Who is told what about a kill request, and the delivery of each message with its record.
+"""Who is told what about a kill request (or a credential change), and the delivery of each message.
 
 Two steps, each run by a central Celery task (``tasks.py``), never by a web request:
 
@@ -7,6 +7,10 @@ Two steps, each run by a central Celery task (``tasks.py``), never by a web requ
    redelivered task adds nothing (one row per request, event, role and URL).
 2. ``deliver`` sends one queued notification through Apprise and records the result: sent,
    or the error and, on the last attempt, failed. A failure touches nothing but its own row.
+
+A change to someone else's credentials (``accounts.credential_changes``) is planned otherwise: by
+``plan_for_credential_change``, in the change's own transaction (a few rows, no network), so its
+notices exist whenever the change does; only their delivery is a task.
 
 The tasks' arguments come off the broker, which anyone on a GPU host can write to
 (docs/security.md): they only name a request, an event or a notification. What is said, to whom,
@@ -22,9 +26,10 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db.models import F, Q
+from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
+from gpuadmin.accounts.models import CredentialChange
 from gpuadmin.accounts.roles import Role
 from gpuadmin.audit.models import Action, AuditEvent
 from gpuadmin.kills.models import KillRequest, KillTarget
@@ -72,24 +77,29 @@ class DeliveryFailed(Exception):
         self.attempts = attempts
 
 
-def _draft(kill_request: KillRequest, event: str, role: str, person: Person,
-           text: tuple[str, str]) -> list[Notification]:
+def _draft(kill_request: KillRequest | None, event: str, role: str, person: Person,
+           text: tuple[str, str], *, credential_change: CredentialChange | None = None) -> list[Notification]:
     subject, body = text
     return [
         Notification(
-            kill_request=kill_request, event=event, role=role, person=person, recipient_name=person.name,
-            url=url, destination=shown_url(url), subject=subject[:300], body=body,
+            kill_request=kill_request, credential_change=credential_change, event=event, role=role,
+            person=person, recipient_name=person.name, url=url, destination=shown_url(url),
+            subject=subject[:300], body=body,
         )
         for url in person.apprise_urls()
     ]
 
 
+def _approver_users() -> QuerySet:
+    """Active accounts that may approve and are someone's account in the directory."""
+    return get_user_model().objects.filter(
+        Q(is_superuser=True) | Q(groups__name=Role.APPROVER), is_active=True, person__isnull=False,
+    )
+
+
 def _approvers(kill_request: KillRequest) -> list[Person]:
     """People who may approve it and want to hear about requests (not its requester)."""
-    users = get_user_model().objects.filter(
-        Q(is_superuser=True) | Q(groups__name=Role.APPROVER), is_active=True, person__isnull=False,
-        person__notify_requests_to_approve=True,
-    )
+    users = _approver_users().filter(person__notify_requests_to_approve=True)
     if kill_request.requested_by_id and not settings.GPUADMIN_ALLOW_SELF_APPROVAL:
         users = users.exclude(pk=kill_request.requested_by_id)
     return list(Person.objects.filter(user__in=users).distinct())
@@ -159,7 +169,8 @@ def _store(drafts: Iterable[Notification]) -> list[int]:
     Notification.objects.bulk_create(drafts, ignore_conflicts=True)
     keys = Q()
     for d in drafts:
-        keys |= Q(kill_request=d.kill_request, event=d.event, role=d.role, url=d.url)
+        about = Q(kill_request=d.kill_request) if d.kill_request else Q(credential_change=d.credential_change)
+        keys |= about & Q(event=d.event, role=d.role, url=d.url)
     return list(Notification.objects.filter(keys, status=Notification.Status.QUEUED, attempts=0)
                 .values_list("pk", flat=True))
 
@@ -211,6 +222,24 @@ def plan_expiry_warnings(now: datetime | None = None) -> list[int]:
                             messages.expiring(kill_request))
         )
     return ids
+
+
+def plan_for_credential_change(change: CredentialChange) -> list[int]:
+    """The notices of a change to someone's credentials by someone else, stored queued; their ids.
+
+    To the account's holder and to every other approver (not the one who made the change), whatever
+    they chose to hear about: a security notice is not a preference.
+    """
+    holder = Person.objects.filter(user_id=change.user_id).first()
+    drafts: list[Notification] = []
+    if holder is not None:
+        drafts += _draft(None, Event.CREDENTIALS, RoleOf.ACCOUNT_HOLDER, holder,
+                         messages.credentials_changed(change, to_holder=True), credential_change=change)
+    others = _approver_users().exclude(pk__in=[change.user_id, change.changed_by_id or 0])
+    for person in Person.objects.filter(user__in=others).distinct():
+        drafts += _draft(None, Event.CREDENTIALS, RoleOf.APPROVER, person,
+                         messages.credentials_changed(change, to_holder=False), credential_change=change)
+    return _store(drafts)
 
 
 def deliver(notification_id: int, *, now: datetime | None = None) -> bool:

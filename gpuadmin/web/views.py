@@ -17,6 +17,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
+from gpuadmin.accounts import sudo
 from gpuadmin.accounts.permissions import role_required
 from gpuadmin.accounts.roles import Role, has_role
 from gpuadmin.fleet import series, trust
@@ -125,6 +126,9 @@ def _awaiting_for(request: HttpRequest) -> list[Host]:
 @role_required(Role.APPROVER)
 def host_accept(request: HttpRequest, name: str) -> HttpResponse:
     """Accept the key whose fingerprint the approver saw (sent back with the form), and no other."""
+    if not sudo.recently_authenticated(request):
+        # Trusting a host's key lets it speak for that host: password again, as for approving a kill.
+        return sudo.reauth_response(request, reverse("host_detail", args=[name]))
     try:
         host = trust.accept_host(name, actor=request.user,
                                  expected_fingerprint=request.POST.get("fingerprint", "") or "-")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 
 import pytest
-from django.test import Client
 from django.urls import reverse
 from django_otp.oath import totp
 from django_otp.plugins.otp_totp.models import TOTPDevice
@@ -14,27 +13,13 @@ from rest_framework.test import APIClient
 
 from gpuadmin.accounts import sudo
 from gpuadmin.kills.states import Status
-from tests.accounts.helpers import account_events
+from tests.accounts.helpers import SIXTEEN_MINUTES, account_events, age_the_login, logged_in
 from tests.kills.helpers import file, refreshed
 from tests.people import PASSWORD
 
 pytestmark = [pytest.mark.django_db, pytest.mark.account_audit]
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
-SIXTEEN_MINUTES = 16 * 60
-
-
-def logged_in(username: str, password: str = PASSWORD) -> Client:
-    client = Client()
-    response = client.post(reverse("login"), {"username": username, "password": password})
-    assert response.status_code == 302
-    return client
-
-
-def age_the_login(client: Client, seconds: float) -> None:
-    session = client.session
-    session[sudo.SESSION_KEY]["at"] -= seconds
-    session.save()
 
 
 def approve_url(pk: int) -> str:
@@ -78,7 +63,8 @@ def test_reauthenticating_returns_to_the_request_and_then_approving_works(
     client = logged_in("april")
     age_the_login(client, SIXTEEN_MINUTES)
     page = client.get(reauth_url(kill_request.pk))
-    assert "Approving a kill needs your password again" in page.content.decode()
+    assert "Approving a kill, accepting a host's key and the admin site need your password again" in (
+        page.content.decode().replace("&#x27;", "'"))
     next_url = f"/kills/{kill_request.pk}/"
     wrong = client.post(reverse("reauthenticate"), {"password": "not it", "next": next_url})
     assert wrong.status_code == 400

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import pytest
 from django.test import Client
+from django.urls import reverse
 
+from gpuadmin.accounts import sudo
 from gpuadmin.audit.models import AuditEvent
 from gpuadmin.fleet.ingest import receive_snapshot
 from gpuadmin.fleet.models import Host
 from gpuadmin.probe.signing import fingerprint
+from tests.accounts.helpers import SIXTEEN_MINUTES, age_the_login, logged_in
 from tests.factories import snapshot
 from tests.keys import host_key, signed_snapshot
+from tests.people import PASSWORD
 
 pytestmark = pytest.mark.django_db
 
@@ -53,3 +57,15 @@ def test_only_approvers_accept(offered, viewer, requester):
         response = client_for(user).post("/hosts/newbox/accept/", {"fingerprint": offered.key_fingerprint})
         assert response.status_code == 403
     assert not Host.objects.get(name="newbox").key_accepted
+
+
+def test_a_stale_session_accepts_nothing_and_is_sent_to_reauthenticate(offered, approver):
+    """Accepting a key needs the same recent re-authentication as approving a kill."""
+    client = logged_in("april")
+    age_the_login(client, SIXTEEN_MINUTES)
+    response = client.post("/hosts/newbox/accept/", {"fingerprint": offered.key_fingerprint})
+    assert response["Location"] == sudo.reauth_url("/hosts/newbox/")
+    assert not Host.objects.get(name="newbox").key_accepted
+    client.post(reverse("reauthenticate"), {"password": PASSWORD, "next": "/hosts/newbox/"})
+    client.post("/hosts/newbox/accept/", {"fingerprint": offered.key_fingerprint})
+    assert Host.objects.get(name="newbox").key_accepted

@@ -14,6 +14,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from gpuadmin.accounts.credential_changes import approval_refusal
 from gpuadmin.accounts.roles import Role, has_role
 from gpuadmin.audit.models import Action
 from gpuadmin.fleet.models import LatestSnapshot
@@ -109,6 +110,10 @@ def approve(kill_request_id: int, user: Any, *, allow_sigkill_only: bool = False
         kill_request = _locked(kill_request_id)
         self_approved = _check_may_decide(kill_request, user, "approve")
         now = now or timezone.now()
+        # The two-person rule against a superuser who set this approver's password (or gave the role,
+        # a TOTP device, a token) and signs in as them: such an account waits a day.
+        if refusal := approval_refusal(user, now):
+            raise NotAllowed(refusal)
         if kill_request.status == Status.PENDING and expire_locked(kill_request, now):
             expired = True
         else:
