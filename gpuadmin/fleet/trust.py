@@ -15,10 +15,15 @@ the host it names, opens a "messages rejected" finding there, and is written
 to the audit log (at most once a minute per host, so that a flood cannot drown
 the log; the count keeps the total). Every acceptance and key change is an
 audit event too.
+
+A host's signed "order refused" reports are bounded the same way
+(``count_order_refusal``): a host, or whoever replays what it signed, could
+otherwise write hundreds of audit events a second.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from datetime import datetime, timedelta
 from typing import Any
@@ -40,6 +45,11 @@ REJECTED_AUDIT_INTERVAL = timedelta(minutes=1)
 # Anyone on a GPU host can make up host names: past this many, new names are not recorded.
 MAX_HOSTS_AWAITING = 100
 REASON_MAX_CHARS = 1000
+# A host's signed order refusals written to the audit log: at most this many per window; a repeat of
+# one written within the repeat window (the same signed text, replayed) is counted, never written.
+ORDER_REFUSALS_AUDITED_PER_WINDOW = 10
+ORDER_REFUSAL_WINDOW = timedelta(minutes=10)
+ORDER_REFUSAL_REPEAT_WINDOW = timedelta(hours=24)
 
 
 class MessageRejected(Exception):
@@ -183,6 +193,44 @@ def reject_message(
             log.record(Action.MESSAGE_REJECTED, host_name=host.name, details={
                 "kind": kind.value, "reason": reason, "rejected_so_far": host.rejected_message_count,
             })
+
+
+def count_order_refusal(host: Host, opened: Opened, *, received_at: datetime) -> dict[str, Any] | None:
+    """Count a signed order refusal on its host; what its audit event adds, or None when it is not written.
+
+    Not written: a repeat of one written within ``ORDER_REFUSAL_REPEAT_WINDOW`` (the same signed text,
+    by its SHA-256: a replay off the broker, or the agent's own resend), or one past
+    ``ORDER_REFUSALS_AUDITED_PER_WINDOW`` of the host's within ``ORDER_REFUSAL_WINDOW``. The host's
+    counts keep them all, and the next one written says how many were not (``not_written_before``).
+    Call inside the transaction that writes the event: the host row's lock orders concurrent refusals.
+    """
+    digest = hashlib.sha256(opened.text.encode()).hexdigest()
+    with transaction.atomic(savepoint=False):
+        locked = Host.objects.select_for_update().only(
+            "pk", "name", "order_refusal_count", "order_refusals_unwritten_count"
+        ).get(pk=host.pk)
+        locked.order_refusal_count += 1
+        refusals = AuditEvent.objects.filter(action=Action.ORDER_REFUSED, host_name=locked.name)
+        # The details as log.record writes them (canonical JSON): quotes inside text are escaped,
+        # so only the key itself matches.
+        repeat = refusals.filter(created_at__gte=received_at - ORDER_REFUSAL_REPEAT_WINDOW,
+                                 details_json__contains=f'"report_sha256":"{digest}"').exists()
+        over = not repeat and refusals.filter(
+            created_at__gte=received_at - ORDER_REFUSAL_WINDOW
+        ).count() >= ORDER_REFUSALS_AUDITED_PER_WINDOW
+        added: dict[str, Any] | None = None
+        if repeat or over:
+            locked.order_refusals_unwritten_count += 1
+        else:
+            added = {"report_sha256": digest, "refusals_so_far": locked.order_refusal_count}
+            if locked.order_refusals_unwritten_count:
+                added["not_written_before"] = locked.order_refusals_unwritten_count
+            locked.order_refusals_unwritten_count = 0
+        locked.save(update_fields=["order_refusal_count", "order_refusals_unwritten_count"])
+    if added is None:
+        logger.info("order refusal from %s not written to the audit log (%s); %d so far", host.name,
+                    "a repeat" if repeat else "over the bound", locked.order_refusal_count)
+    return added
 
 
 def _open_rejected_finding(host: Host, kind: SnapshotRejection.MessageKind, reason: str,

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from gpuadmin.audit.models import AuditEvent
+from gpuadmin.audit.sentences import describe, sentence_text
+from gpuadmin.fleet import trust
 from gpuadmin.fleet.models import Finding, Host
 from gpuadmin.kills import services
 from gpuadmin.kills.models import KillStep
@@ -104,3 +106,40 @@ def test_an_order_refusal_not_signed_by_the_host_is_a_rejected_message(approved)
     services.receive_report(signed_report(event, "gpu01", key=generate_private_key()))
     assert not AuditEvent.objects.filter(action="order_refused").exists()
     assert_rejected_on_gpu01()
+
+
+def refusal(approved, n: int) -> dict:
+    """A junk message's refusal as the agent signs it, distinct for each ``n``."""
+    event = order_refused_event(f"{900 + n}-0123abcd", at=datetime.now(UTC).isoformat(),
+                                reason=OrderRefusal.UNSIGNED, detail=f"junk message {n}")
+    return signed_report(event, "gpu01")
+
+
+def test_a_signed_refusal_replayed_50_times_is_written_once_and_counted(approved) -> None:
+    replayed = refusal(approved, 1)
+    for _ in range(50):
+        services.receive_report(replayed)
+    assert AuditEvent.objects.filter(action="order_refused").count() == 1
+    host = Host.objects.get(name="gpu01")
+    assert (host.order_refusal_count, host.order_refusals_unwritten_count) == (50, 49)
+
+
+def test_a_flood_of_refusals_is_bounded_per_host_and_the_next_written_one_says_how_many_were_not(
+        approved, monkeypatch) -> None:
+    for n in range(20):
+        services.receive_report(refusal(approved, n))
+    written = AuditEvent.objects.filter(action="order_refused", host_name="gpu01")
+    assert written.count() == trust.ORDER_REFUSALS_AUDITED_PER_WINDOW == 10
+    assert Host.objects.get(name="gpu01").order_refusals_unwritten_count == 10
+    # Real events are never bounded: the request's own progress is still recorded and audited.
+    started = {**finished(approved), "event": "started", "detail": "executing"}
+    assert services.receive_report(signed_report(started, "gpu01")) is not None
+    assert AuditEvent.objects.filter(action="started", kill_request_id=approved.pk).exists()
+
+    monkeypatch.setattr(trust, "ORDER_REFUSAL_WINDOW", timedelta(microseconds=1))  # the window closed
+    services.receive_report(refusal(approved, 99))
+    newest = written.order_by("-sequence").first()
+    assert newest is not None and newest.details["not_written_before"] == 10
+    assert "10 more refusals from this host" in sentence_text(describe(newest))
+    host = Host.objects.get(name="gpu01")
+    assert (host.order_refusal_count, host.order_refusals_unwritten_count) == (21, 0)

@@ -31,17 +31,18 @@ import re
 from typing import Any, cast
 
 from django.db import transaction
+from django.utils import timezone
 
 from gpuadmin.audit import log
 from gpuadmin.audit.models import Action
 from gpuadmin.fleet import trust
-from gpuadmin.fleet.models import SnapshotRejection
+from gpuadmin.fleet.models import Host, SnapshotRejection
 from gpuadmin.kills.models import KillRequest, KillStep, KillTarget
 from gpuadmin.kills.services._audit import audit
 from gpuadmin.kills.services.findings import open_unkillable
 from gpuadmin.kills.states import RESULT_STATUS, Status, can_transition
 from gpuadmin.probe.kill.protocol import BadEvent, Event, Method, ParsedEvent, Result, parse_event
-from gpuadmin.probe.signing import BadMessage, MessageKind, open_envelope
+from gpuadmin.probe.signing import BadMessage, MessageKind, Opened, open_envelope
 from gpuadmin.text import clip
 
 logger = logging.getLogger(__name__)
@@ -361,8 +362,8 @@ def _checked_report(message: Any) -> dict[str, Any] | None:
     named_host = event.get("host")
     claimed_host = named_host if isinstance(named_host, str) else ""
     if event.get("event") == Event.ORDER_REFUSED:
-        trust.signed_by_accepted_key(claimed_host, opened)
-        _order_refused(event, claimed_host)
+        host = trust.signed_by_accepted_key(claimed_host, opened)
+        _order_refused(event, host, opened)
         return None
     try:
         _parsed, request_id, order_key = _check(event)
@@ -398,14 +399,16 @@ def _is_for_host(kill_request: KillRequest, host_name: str) -> bool:
     return kill_request.host.name == host_name
 
 
-def _order_refused(event: dict[str, Any], host_name: str) -> None:
+def _order_refused(event: dict[str, Any], host: Host, opened: Opened) -> None:
     """Write "order refused by host: <why>" to the audit log; no request changes (it may be forged).
 
     The refusal is attached to the request it names only when that request is
     the reporting host's: order keys travel on host queues that other hosts can
     read, so another host's refusal naming it is kept unattached, like one
-    naming a request central never ordered.
+    naming a request central never ordered. Repeats and floods are counted on
+    the host and not written (``trust.count_order_refusal``).
     """
+    host_name = host.name
     claimed = event.get("request_id")
     kill_request_id = None
     try:
@@ -419,14 +422,19 @@ def _order_refused(event: dict[str, Any], host_name: str) -> None:
     detail = clip(str(event.get("detail")), DETAIL_MAX_CHARS)
     logger.warning("host %s refused an order (claimed request %r): %s: %s", host_name, claimed, reason,
                    detail)
-    log.record(Action.ORDER_REFUSED, host_name=host_name, kill_request_id=kill_request_id, details={
-        "summary": f"order refused by host: {reason}: {clip(detail, 300)}",
-        "reason": reason,
-        "detail": detail,
-        "claimed_request_id": clip(str(claimed), 140) if claimed is not None else None,
-        "order_sha256": event.get("order_sha256") if isinstance(event.get("order_sha256"), str) else None,
-        "at": clip(str(event.get("at")), 40),
-    })
+    with transaction.atomic():
+        counted = trust.count_order_refusal(host, opened, received_at=timezone.now())
+        if counted is None:
+            return
+        log.record(Action.ORDER_REFUSED, host_name=host_name, kill_request_id=kill_request_id, details={
+            "summary": f"order refused by host: {reason}: {clip(detail, 300)}",
+            "reason": reason,
+            "detail": detail,
+            "claimed_request_id": clip(str(claimed), 140) if claimed is not None else None,
+            "order_sha256": event.get("order_sha256") if isinstance(event.get("order_sha256"), str) else None,
+            "at": clip(str(event.get("at")), 40),
+            **counted,
+        })
 
 
 def _claimed_report_host(message: Any) -> str:
