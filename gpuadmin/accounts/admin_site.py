@@ -13,27 +13,28 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import update_wrapper
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from django.contrib import admin
 from django.contrib.admin.apps import AdminConfig
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponseBase
 from django.urls import reverse
 
 from gpuadmin.accounts import sudo
 
+View = TypeVar("View", bound=Callable[..., HttpResponseBase])
+
 
 class SudoAdminSite(admin.AdminSite):
-    def admin_view(self, view: Callable[..., Any], cacheable: bool = False) -> Callable[..., Any]:
-        def recently_authenticated(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+    def admin_view(self, view: View, cacheable: bool = False) -> View:
+        def recently_authenticated(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
             # Runs inside Django's own wrapper, after it sent anyone without admin access to log in.
             logging_out = request.path == reverse("admin:logout", current_app=self.name)
             if not logging_out and not sudo.recently_authenticated(request):
                 return sudo.reauth_response(request, request.get_full_path())
-            response: HttpResponse = view(request, *args, **kwargs)
-            return response
+            return view(request, *args, **kwargs)
 
-        return super().admin_view(update_wrapper(recently_authenticated, view), cacheable)
+        return cast(View, super().admin_view(update_wrapper(recently_authenticated, view), cacheable))
 
 
 class SudoAdminConfig(AdminConfig):
