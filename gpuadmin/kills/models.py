@@ -337,6 +337,14 @@ class KillStep(models.Model):
     result = models.CharField(max_length=16, blank=True)
     detail = models.TextField(blank=True)
     raw = models.JSONField(default=dict)
+    # The report as the host signed it, kept so it can be verified again later
+    # (gpuadmin/kills/signed_reports.py, manage.py verify_kill_reports): the exact
+    # signed text, the Ed25519 signature, and the key that verified it on arrival.
+    # Empty for steps stored before reports were kept.
+    signed_text = models.TextField(blank=True)
+    signature = models.CharField(max_length=100, blank=True)
+    signer_key = models.CharField(max_length=100, blank=True)
+    signer_fingerprint = models.CharField(max_length=100, blank=True)
 
     class Meta:
         ordering = ["request", "seq"]

@@ -98,8 +98,11 @@ def _target_for(kill_request: KillRequest, event: dict[str, Any]) -> KillTarget 
     return found.first()
 
 
-def record_progress(event: Any, *, wait_for_earlier: bool = False) -> KillStep | None:
+def record_progress(event: Any, *, wait_for_earlier: bool = False,
+                    signed: dict[str, str] | None = None) -> KillStep | None:
     """Store one agent event; returns the new step, or None for a repeat or an unusable report.
+
+    ``signed``: the report as its host signed it (``_signed_columns``), kept on the step.
 
     With ``wait_for_earlier``, raise EarlierStepsMissing instead of storing an
     event whose predecessors (seq 1 .. seq-1, numbered without gaps by the
@@ -132,20 +135,24 @@ def record_progress(event: Any, *, wait_for_earlier: bool = False) -> KillStep |
             raise EarlierStepsMissing(f"request #{request_id}: step {seq} arrived before an earlier one")
         target = _target_for(kill_request, event)
         step = KillStep.objects.create(
-            request=kill_request,
-            target=target,
-            seq=seq,
-            at=parsed.at,
-            event=parsed.event,
-            pid=event.get("pid") if isinstance(event.get("pid"), int) else None,
-            signal=_text(event.get("signal"), 8),
-            method=_text(event.get("method"), 8),
-            result=_text(event.get("result"), 16),
-            detail=_text(event.get("detail")),
-            raw=event,
+            request=kill_request, target=target, seq=seq, **step_columns(parsed, event), **(signed or {}),
         )
         _APPLY.get(parsed.event, _logged)(kill_request, target, step, event)
     return step
+
+
+def step_columns(parsed: ParsedEvent, event: dict[str, Any]) -> dict[str, Any]:
+    """A step's columns as read from its report (``signed_reports`` reads them again from the signed text)."""
+    return {
+        "at": parsed.at,
+        "event": parsed.event,
+        "pid": event.get("pid") if isinstance(event.get("pid"), int) else None,
+        "signal": _text(event.get("signal"), 8),
+        "method": _text(event.get("method"), 8),
+        "result": _text(event.get("result"), 16),
+        "detail": _text(event.get("detail")),
+        "raw": event,
+    }
 
 
 def _same_report(stored: Any, received: dict[str, Any]) -> bool:
@@ -343,11 +350,19 @@ def receive_report(message: Any, *, wait_for_earlier: bool = False) -> KillStep 
         return None
     if checked is None:
         return None  # an order refusal: audited, nothing to store
-    return record_progress(checked, wait_for_earlier=wait_for_earlier)
+    event, opened = checked
+    return record_progress(event, wait_for_earlier=wait_for_earlier, signed=_signed_columns(message, opened))
 
 
-def _checked_report(message: Any) -> dict[str, Any] | None:
-    """The event in a report its request's host signed; None for an order refusal (handled here)."""
+def _signed_columns(message: dict[str, Any], opened: Opened) -> dict[str, str]:
+    """The report as its host signed it, for the step's columns: verifiable again later without the broker."""
+    return {"signed_text": opened.text, "signature": message["sig"], "signer_key": opened.public_key,
+            "signer_fingerprint": opened.fingerprint}
+
+
+def _checked_report(message: Any) -> tuple[dict[str, Any], Opened] | None:
+    """The event in a report its request's host signed, and the opened envelope; None for an order
+    refusal (handled here)."""
     try:
         opened = open_envelope(message, MessageKind.KILL_REPORT, max_text_chars=REPORT_MAX_CHARS)
     except BadMessage as error:
@@ -385,7 +400,7 @@ def _checked_report(message: Any) -> dict[str, Any] | None:
     except trust.MessageRejected as rejected:
         raise trust.MessageRejected(f"kill report for request #{request_id}: {rejected.reason}",
                                     host_name=request_host) from None
-    return event
+    return event, opened
 
 
 def _ordered_request(request_id: int, order_key: str) -> KillRequest | None:
