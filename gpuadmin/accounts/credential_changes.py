@@ -47,7 +47,7 @@ def approval_refusal(user: Any, now: datetime | None = None) -> str | None:
     if change is None:
         return None
     return (
-        f"{change.changed_by_name} changed this account's {change.describe()} at "
+        f"{change.changed_by_name} {change.done_to('this account')} at "
         f"{utc_text(change.changed_at, timespec='minutes')}; an account whose credentials someone "
         f"else changed cannot approve for {CREDENTIAL_CHANGE_HOLD_SECONDS // 3600} hours after it "
         "(docs/security.md). Another approver must approve."

@@ -56,5 +56,9 @@ class CredentialChange(models.Model):
     def __str__(self) -> str:
         return f"{self.get_kind_display()} of user #{self.user_id} changed by {self.changed_by_name}"
 
-    def describe(self) -> str:
-        return f"{self.get_kind_display()}{f' ({self.detail})' if self.detail else ''}"
+    def done_to(self, account: str) -> str:
+        """What was done, in words: "changed the roles (added: approver) of <account>"."""
+        if self.kind == self.Kind.CREATED:
+            return f"created {account}"
+        detail = f" ({self.detail})" if self.detail else ""
+        return f"changed the {self.get_kind_display()}{detail} of {account}"

@@ -136,9 +136,8 @@ def credentials_changed(change: CredentialChange, *, to_holder: bool) -> tuple[s
              "as you." if to_holder else
              f"If {name} did not ask for this, someone may be about to approve as {name}: check with them.")
     return (
-        f"{PREFIX} {change.changed_by_name} changed the {change.describe()} of {whose}",
-        f"{change.changed_by_name} changed the {change.describe()} of {whose} at "
-        f"{_when(change.changed_at)}.\n"
+        f"{PREFIX} {change.changed_by_name} {change.done_to(whose)}",
+        f"{change.changed_by_name} {change.done_to(whose)} at {_when(change.changed_at)}.\n"
         f"For {hours} hours after a change to its credentials by someone else, {name} cannot approve "
         f"kill requests.\n{check}\n"
         f"Audit log: {settings.GPUADMIN_BASE_URL.rstrip('/')}{reverse('audit_log')}",

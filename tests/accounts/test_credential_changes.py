@@ -52,7 +52,7 @@ def test_a_superuser_who_sets_an_approvers_password_cannot_approve_their_own_req
 
     page = as_abe.post(reverse("kill_request_approve", args=[kill_request.pk]), follow=True)
     text = page.content.decode().replace("&#x27;", "'")
-    assert "boss changed this account's password at" in text
+    assert "boss changed the password of this account at" in text
     assert "Another approver must approve." in text
     api = as_abe.post(f"/api/v1/kill-requests/{kill_request.pk}/approve", {}, content_type="application/json")
     assert api.status_code == 403
@@ -100,6 +100,9 @@ def test_roles_totp_devices_tokens_and_new_accounts_given_by_someone_else_are_he
         ("totp_device", "boss", "added phone"),
     ]
     assert changes_of(User.objects.get(username="newbie")) == [("created", "boss", "")]
+    said = {c.kind: c.done_to("this account") for c in CredentialChange.objects.all()}
+    assert said["created"] == "created this account"
+    assert said["totp_device"] == "changed the TOTP device (added phone) of this account"
 
 
 def test_changes_by_the_holder_or_by_a_command_are_not_held(boss, approver, monkeypatch, capsys):
