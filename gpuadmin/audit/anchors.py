@@ -71,6 +71,7 @@ class Anchor:
     hash: str
     anchored_at: datetime
     where: str  # "FILE line N", for reports
+    envelope: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)  # as signed
 
     def describe(self) -> str:
         return f"the anchor of event {self.sequence} written at {wire_time(self.anchored_at)} ({self.where})"
@@ -82,7 +83,10 @@ def anchor_body(sequence: int, hash_hex: str, anchored_at: datetime) -> dict[str
 
 
 def parse_line(line: str, *, trusted: str, where: str) -> Anchor | None:
-    """The anchor on one line (a bare JSON envelope, or a log line with the marker); None: no anchor here.
+    """The anchor on one line; None: no anchor here.
+
+    A line is an anchor file's (the envelope), a log line's (the marker, then the envelope), or an
+    agent journal's: its claim line holds the order, whose ``audit_anchor`` is the envelope.
 
     BadAnchor when the line claims to be one but is malformed or not signed by ``trusted``.
     """
@@ -95,6 +99,12 @@ def parse_line(line: str, *, trusted: str, where: str) -> Anchor | None:
         envelope = json.loads(text)
     except ValueError:
         raise BadAnchor(f"{where}: not JSON") from None
+    if isinstance(envelope, dict) and isinstance(envelope.get("order"), dict):
+        envelope = envelope["order"].get("audit_anchor")
+        if envelope is None:
+            return None
+    elif isinstance(envelope, dict) and "kind" not in envelope:
+        return None  # another line of an agent's journal: an event
     try:
         body = open_envelope(envelope, MessageKind.AUDIT_ANCHOR, trusted=trusted).body()
     except (BadMessage, ValueError) as error:
@@ -110,7 +120,7 @@ def parse_line(line: str, *, trusted: str, where: str) -> Anchor | None:
         anchored_at = datetime.fromisoformat(str(at))
     except ValueError:
         raise BadAnchor(f"{where}: signed, but its time is not ISO 8601") from None
-    return Anchor(sequence=sequence, hash=hash_hex, anchored_at=anchored_at, where=where)
+    return Anchor(sequence=sequence, hash=hash_hex, anchored_at=anchored_at, where=where, envelope=envelope)
 
 
 @dataclass
@@ -129,10 +139,12 @@ def trusted_key() -> str:
 
 
 def read(paths: Iterable[Path], *, trusted: str | None = None) -> AnchorsRead:
-    """Every anchor in ``paths`` (anchor files, or saved logs), with what was wrong with the rest."""
+    """Every anchor in ``paths`` (anchor files, saved logs, or an agent's journal directory), with what
+    was wrong with the rest."""
     trusted = trusted or trusted_key()
     found = AnchorsRead()
-    for path in paths:
+    files = [file for path in paths for file in (sorted(path.glob("*.jsonl")) if path.is_dir() else [path])]
+    for path in files:
         try:
             with open(path, encoding="utf-8", errors="replace") as file:
                 for number, line in enumerate(file, start=1):
@@ -156,7 +168,7 @@ def newest(path: Path, *, trusted: str) -> Anchor | None:
             size = file.tell()
             file.seek(max(0, size - TAIL_BYTES))
             tail = file.read().decode("utf-8", errors="replace")
-    except FileNotFoundError:
+    except OSError:  # missing, or not readable by this process (a sink owned by another user)
         return None
     lines = tail.splitlines()
     if size > TAIL_BYTES:
@@ -169,6 +181,12 @@ def newest(path: Path, *, trusted: str) -> Anchor | None:
         if anchor is not None:
             return anchor
     return None
+
+
+def newest_envelope() -> dict[str, Any] | None:
+    """The newest anchor as central signed it, for a kill order to carry into the agent's journal."""
+    last = newest(Path(settings.GPUADMIN_AUDIT_ANCHOR_FILE), trusted=trusted_key())
+    return last.envelope if last is not None else None
 
 
 # --- publishing ---------------------------------------------------------------------

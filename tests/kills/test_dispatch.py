@@ -218,3 +218,40 @@ def test_a_cancel_committed_after_the_sweeper_listed_the_request_means_nothing_i
     kill_request = refreshed(kill_request)
     assert kill_request.status == Status.CANCELLED and kill_request.dispatched_at is None
     assert actions(kill_request) == ["requested", "approved", "cancelled"]
+
+
+@pytest.fixture
+def anchored(settings, tmp_path, lab):
+    """The audit chain's head anchored (gpuadmin/audit/anchors.py) before the request is filed."""
+    from gpuadmin.audit import anchors, log
+    from gpuadmin.audit.models import Action
+
+    settings.GPUADMIN_AUDIT_ANCHOR_FILE = tmp_path / "audit-anchors.jsonl"
+    log.record(Action.HOST_ACCEPTED, host_name=lab.name, details={"fingerprint": lab.key_fingerprint})
+    return anchors.publish()
+
+
+def test_the_order_carries_the_newest_anchor_into_the_agents_journal(anchored, approved, sent, tmp_path):
+    from io import StringIO
+
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    from gpuadmin.probe.journal import Journal
+    from tests.audit.helpers import audit_table, tamper
+
+    order = verify_order(sent.orders()[0], central_key=settings.GPUADMIN_CENTRAL_PUBLIC_KEY,
+                         host_name="gpu01", now=time.time())
+    validate_order(order)  # the agent reads the order as before; it ignores the anchor
+    journal = Journal(tmp_path / "agent-journal")
+    journal.claim(order["request_id"], {"order": order}).close()  # the agent's claim keeps the order
+    settings.GPUADMIN_AUDIT_ANCHOR_FILE.unlink()  # central's own anchor file is gone
+
+    out = StringIO()
+    call_command("verify_audit", "--anchor-file", str(journal.directory), stdout=out)
+    said = out.getvalue()
+    assert f"events up to {anchored.sequence} are as the anchor of event {anchored.sequence}" in said
+    tamper(f"UPDATE {audit_table()} SET actor_name = 'mallory', hash = %s WHERE sequence = %s",
+           ("0" * 64, anchored.sequence))
+    with pytest.raises(CommandError, match=f"event {anchored.sequence} has hash 0000000000000000…, not"):
+        call_command("verify_audit", "--anchor-file", str(journal.directory), stdout=StringIO())

@@ -18,6 +18,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from gpuadmin.audit.anchors import newest_envelope
 from gpuadmin.audit.models import Action
 from gpuadmin.fleet.models import LatestSnapshot
 from gpuadmin.keys import central_signing_key
@@ -71,6 +72,9 @@ def build_order(kill_request: KillRequest) -> dict[str, Any]:
         "plan": kill_request.plan,
         "approved_by": kill_request.approved_by_name,
         "approved_at": wire_time(kill_request.decided_at),
+        # The agent ignores it and keeps it in its journal with the order: one more copy of the
+        # audit chain's signed head where central's database writers cannot reach (audit/anchors.py).
+        "audit_anchor": newest_envelope(),
     }
 
 
