@@ -13,6 +13,7 @@ from celery import Task
 from django.db import DatabaseError
 
 from gpuadmin.celery import CENTRAL_QUEUE, app
+from gpuadmin.fleet import trust
 from gpuadmin.fleet.ingest import receive_snapshot
 from gpuadmin.fleet.probes import send_due_probes
 from gpuadmin.fleet.retention import maintain_history
@@ -56,6 +57,8 @@ def schedule_probes() -> int:
 
 @app.task(name=MAINTAIN_HISTORY, queue=CENTRAL_QUEUE)
 def maintain_history_task() -> dict[str, int]:
-    """Roll up and prune history in bounded steps (beat, every 5 minutes); return what it did."""
+    """Roll up and prune history in bounded steps (beat, every 5 minutes), and withdraw expired host key
+    offers (else they would go only when a new host offers); return what it did."""
     result = maintain_history()
-    return {"buckets_rolled_up": result.buckets_rolled_up, "rows_pruned": result.pruned.total}
+    return {"buckets_rolled_up": result.buckets_rolled_up, "rows_pruned": result.pruned.total,
+            "offers_expired": trust.expire_offers()}

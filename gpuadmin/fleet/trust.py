@@ -4,6 +4,9 @@ Enrolment works like SSH host keys or Salt's key acceptance:
 
 1. The first signed snapshot of an unknown host name makes that host *awaiting
    acceptance*, with the key's fingerprint; nothing of the snapshot is stored.
+   An offer not renewed within ``GPUADMIN_HOST_OFFER_EXPIRY_SECONDS`` expires,
+   an approver can clear offers from the panel (``withdraw_offers``), and one
+   key offers one host.
 2. An approver compares the fingerprint with the one the agent logged and
    accepts it (host page, or ``manage.py accept_host NAME --fingerprint F``).
 3. From then on a snapshot or kill report about that host counts only when
@@ -28,12 +31,14 @@ import logging
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from gpuadmin.audit import log
 from gpuadmin.audit.models import Action, AuditEvent
-from gpuadmin.fleet.models import Finding, Host, SnapshotRejection
+from gpuadmin.fleet.models import Finding, Host, SnapshotRejection, awaiting_acceptance_q
 from gpuadmin.fleet.statements import Param, PendingRows, PreparedQuery
 from gpuadmin.probe.signing import Opened, fingerprint, parse_public_key, public_key_text
 from gpuadmin.text import clip
@@ -81,13 +86,16 @@ def admit(host_name: str, opened: Opened, *, received_at: datetime,
     with transaction.atomic(savepoint=False):
         host = _locked_host(locking if locking is not None else start_locking(host_name))
         if host is None:
+            expire_offers(received_at)
+            _check_key_offers_no_other_host(host_name, opened)
             if Host.objects.awaiting_acceptance().count() >= MAX_HOSTS_AWAITING:
                 raise MessageRejected(
-                    f"{MAX_HOSTS_AWAITING} hosts already await acceptance; accept or forget some first",
+                    f"{MAX_HOSTS_AWAITING} hosts already await acceptance; accept or clear some first",
                     host_name=host_name,
                 )
             host = Host.objects.create(name=host_name, first_seen_at=received_at)
         if not host.public_key:
+            _check_key_offers_no_other_host(host_name, opened)
             _offer(host, opened, received_at)
             return None
         if host.public_key != opened.public_key:
@@ -133,6 +141,62 @@ def _offer(host: Host, opened: Opened, received_at: datetime) -> None:
     log.record(Action.HOST_KEY_OFFERED, host_name=host.name, details={"fingerprint": opened.fingerprint})
     logger.warning("host %s offered key %s; it awaits an approver's acceptance", host.name,
                    opened.fingerprint)
+
+
+def _check_key_offers_no_other_host(host_name: str, opened: Opened) -> None:
+    """One key, one host: a key that another host offered or was accepted with offers nothing more.
+
+    Over the broker a message's only source is the key that signed it, and keys cost nothing to
+    make: this stops one agent (or root on an enrolled host, with its key) from claiming many names,
+    not someone who makes a key per name (expiry and the panel's "clear" are for that).
+    """
+    other = Host.objects.filter(public_key=opened.public_key).exclude(name=host_name).first()
+    if other is not None:
+        state = "accepted for" if other.key_accepted else "already offered by"
+        raise MessageRejected(f"key {opened.fingerprint} is {state} host {clip(other.name, 100)!r}; one key "
+                              "offers one host (forget that host's key first)", host_name=host_name)
+
+
+def offer_expiry() -> timedelta:
+    return timedelta(seconds=settings.GPUADMIN_HOST_OFFER_EXPIRY_SECONDS)
+
+
+def expire_offers(now: datetime | None = None) -> int:
+    """Withdraw the offers not renewed by a snapshot within ``offer_expiry()``; how many.
+
+    Their slots are free again (``MAX_HOSTS_AWAITING``); the host offers again with its next
+    snapshot (an agent sends one when it starts).
+    """
+    now = now or timezone.now()
+    stale = Host.objects.awaiting_acceptance().filter(key_offered_at__lt=now - offer_expiry())
+    return withdraw_offers(stale, actor_name="central (offer expired)")
+
+
+def withdraw_offers(hosts: QuerySet[Host], *, actor: Any = None, actor_name: str = "") -> int:
+    """Drop the offered, never accepted keys of ``hosts``; how many (each an audit event).
+
+    A host central never stored a snapshot of was only its offer: its row goes. One that has
+    history (a re-keyed host) keeps it, without a key, as after ``forget_host_key``.
+    """
+    withdrawn = 0
+    with transaction.atomic(savepoint=False):
+        for host in hosts.filter(awaiting_acceptance_q()).select_for_update().order_by("name"):
+            details: dict[str, Any] = {"fingerprint": host.key_fingerprint, "was_accepted": False,
+                                       "offer_withdrawn": True}
+            if actor_name and actor is None:
+                details["by"] = actor_name
+            if host.last_seen_at is None:
+                host.delete()
+            else:
+                host.public_key = host.key_fingerprint = ""
+                host.key_offered_at = None
+                host.save(update_fields=["public_key", "key_fingerprint", "key_offered_at"])
+            log.record(Action.HOST_KEY_FORGOTTEN, actor=actor, host_name=host.name, details=details)
+            withdrawn += 1
+    if withdrawn:
+        logger.warning("withdrew %d offered host key(s) (%s)", withdrawn,
+                       actor_name or (actor.get_username() if actor is not None else "?"))
+    return withdrawn
 
 
 def signed_by_accepted_key(host_name: str, opened: Opened) -> Host:

@@ -9,6 +9,7 @@ urlpatterns = [
     path("hosts/<str:name>/", views.host_detail, name="host_detail"),
     path("hosts/<str:name>/probe/", views.host_probe, name="host_probe"),
     path("hosts/<str:name>/accept/", views.host_accept, name="host_accept"),
+    path("hosts-awaiting/clear/", views.awaiting_hosts_clear, name="awaiting_hosts_clear"),
     path(
         "hosts/<str:name>/processes/<int:pid>-<int:start_time_ticks>/",
         views.process_detail,

@@ -141,6 +141,20 @@ def host_accept(request: HttpRequest, name: str) -> HttpResponse:
     return redirect("host_detail", name=host.name)
 
 
+@require_POST
+@role_required(Role.APPROVER)
+def awaiting_hosts_clear(request: HttpRequest) -> HttpResponse:
+    """Withdraw offered keys nobody accepted: the one named (``name``), or every one. Made-up names can
+    fill the slots awaiting acceptance; each withdrawal is an audit event, and a real host offers again
+    when its agent next sends a snapshot."""
+    name = request.POST.get("name", "")
+    offers = Host.objects.awaiting_acceptance()
+    withdrawn = trust.withdraw_offers(offers.filter(name=name) if name else offers, actor=request.user)
+    plural = "s" if withdrawn != 1 else ""
+    messages.success(request, f"Cleared {withdrawn} offer{plural} awaiting acceptance (audited).")
+    return redirect("fleet")
+
+
 @require_GET
 @role_required(Role.VIEWER)
 def process_detail(request: HttpRequest, name: str, pid: int, start_time_ticks: int) -> HttpResponse:

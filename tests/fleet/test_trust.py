@@ -147,3 +147,53 @@ def test_the_commands_accept_forget_and_print_the_central_key(capsys) -> None:
     from django.conf import settings
 
     assert line == settings.GPUADMIN_CENTRAL_PUBLIC_KEY and line.startswith("ed25519:")
+
+
+def offer(name: str, *, key=None, received_at=None) -> None:
+    """``name``'s first signed snapshot (a fresh key each unless ``key``): it only offers the key."""
+    document = snapshot(name, taken_at=received_at)
+    assert receive_snapshot(signed_snapshot(document, key=key or generate_private_key()),
+                            received_at=received_at) is None
+
+
+def test_made_up_names_fill_the_offers_until_they_expire_and_free_their_slots(monkeypatch) -> None:
+    monkeypatch.setattr(trust, "MAX_HOSTS_AWAITING", 3)
+    for n in range(3):
+        offer(f"made-up-{n}")
+    assert "already await acceptance" in rejected(signed_snapshot(snapshot("newbox"))).message
+    assert not Host.objects.filter(name="newbox").exists()
+
+    # A day later (GPUADMIN_HOST_OFFER_EXPIRY_SECONDS) nobody renewed them: they go, the real host gets in.
+    later = timezone.now() + timedelta(hours=25)
+    offer("newbox", key=host_key("newbox"), received_at=later)
+    assert list(Host.objects.awaiting_acceptance().values_list("name", flat=True)) == ["newbox"]
+    withdrawn = AuditEvent.objects.filter(action="host_key_forgotten").order_by("sequence")
+    assert [e.host_name for e in withdrawn] == ["made-up-0", "made-up-1", "made-up-2"]
+    assert withdrawn[0].details["by"] == "central (offer expired)"
+
+
+def test_an_offer_renewed_by_snapshots_does_not_expire_and_a_rekeyed_host_keeps_its_history(approver) -> None:
+    accept("gpu01")
+    receive_snapshot(signed_snapshot(snapshot("gpu01", processes=[proc(10)])))
+    trust.forget_host_key("gpu01", actor=approver)
+    offer("gpu01")  # its new key, never renewed
+    renewing = generate_private_key()
+    offer("renewed", key=renewing)
+    now = timezone.now()
+    offer("renewed", key=renewing, received_at=now + timedelta(hours=23))
+
+    assert trust.expire_offers(now + timedelta(hours=25)) == 1
+    host = Host.objects.get(name="gpu01")  # it has history: kept, without a key, as after forget_host_key
+    assert not host.public_key and not host.awaiting_acceptance
+    assert LatestSnapshot.objects.filter(host=host).exists()
+    assert Host.objects.get(name="renewed").awaiting_acceptance
+
+
+def test_one_key_offers_one_host() -> None:
+    key = generate_private_key()
+    offer("first", key=key)
+    assert "already offered by host 'first'" in rejected(signed_snapshot(snapshot("second"), key=key)).message
+    accept("gpu01")  # root on an enrolled host cannot claim new names with its key either
+    refused = rejected(signed_snapshot(snapshot("gpu99"), key=host_key("gpu01")))
+    assert "accepted for host 'gpu01'" in refused.message
+    assert list(Host.objects.awaiting_acceptance().values_list("name", flat=True)) == ["first"]

@@ -69,3 +69,27 @@ def test_a_stale_session_accepts_nothing_and_is_sent_to_reauthenticate(offered, 
     client.post(reverse("reauthenticate"), {"password": PASSWORD, "next": "/hosts/newbox/"})
     client.post("/hosts/newbox/accept/", {"fingerprint": offered.key_fingerprint})
     assert Host.objects.get(name="newbox").key_accepted
+
+
+def test_an_approver_clears_one_offer_or_all_of_them_from_the_panel(offered, approver):
+    for name in ("made-up-1", "made-up-2"):
+        receive_snapshot(signed_snapshot(snapshot(name)))
+    client = client_for(approver)
+    assert "Clear all 3 offers" in client.get("/").content.decode()
+    assert "Clear this offer" in client.get("/hosts/made-up-1/").content.decode()
+
+    client.post("/hosts-awaiting/clear/", {"name": "made-up-1"})
+    awaiting = Host.objects.awaiting_acceptance().values_list("name", flat=True)
+    assert sorted(awaiting) == ["made-up-2", "newbox"]
+    client.post("/hosts-awaiting/clear/")
+    assert not Host.objects.exists()  # offers only: no snapshot of theirs was ever stored
+    cleared = AuditEvent.objects.filter(action="host_key_forgotten").order_by("sequence")
+    assert [(e.host_name, e.actor_name) for e in cleared] == [
+        ("made-up-1", approver.username), ("made-up-2", approver.username), ("newbox", approver.username)]
+
+
+def test_only_approvers_clear_offers(offered, viewer, requester):
+    for user in (viewer, requester):
+        assert client_for(user).post("/hosts-awaiting/clear/").status_code == 403
+    assert client_for(viewer).get("/hosts-awaiting/clear/").status_code in (403, 405)
+    assert Host.objects.get(name="newbox").awaiting_acceptance
