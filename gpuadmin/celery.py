@@ -106,6 +106,34 @@ app = Celery(
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.conf.task_routes = (route_task,)
 app.conf.beat_schedule = beat_schedule(settings.GPUADMIN_PROBE_INTERVAL_SECONDS)
+# Remote control off in every worker (central, agents, make run's): its broadcasts come through the
+# broker, which every GPU host can write to. With it on, a `shutdown` stopped central, `add_consumer
+# host.gpu2` made central take gpu2's kill orders, and `inspect conf` answered every setting, the
+# broker's password included. With it off a worker binds no broadcast queue: nothing reaches it.
+app.conf.worker_enable_remote_control = False
+
+
+# A worker that stops without a stop signal (SIGTERM, SIGINT, SIGQUIT: systemd, `make run`, Ctrl+C)
+# was stopped from inside: a control command, a WorkerShutdown raised by a task. Celery exits 0 then,
+# which systemd's Restart=on-failure and `make run` would read as "stopped as asked". It exits with
+# this status instead, so it is restarted and the journal shows it.
+EXIT_STOPPED_UNASKED = 3
+_stop_signal_received: list[str] = []
+
+
+@signals.worker_shutting_down.connect
+def _note_stop_signal(sig: str = "", **_: object) -> None:
+    _stop_signal_received.append(sig)
+
+
+@signals.worker_shutdown.connect
+def _fail_an_unasked_stop(sender: Any = None, **_: object) -> None:
+    if _stop_signal_received or not hasattr(sender, "exitcode"):
+        return
+    if not sender.exitcode:  # None or 0: Celery's "clean" exit
+        logger.error("worker %s stopped without a stop signal; exiting with status %s",
+                     getattr(sender, "hostname", "?"), EXIT_STOPPED_UNASKED)
+        sender.exitcode = EXIT_STOPPED_UNASKED
 
 
 # Celery's Django fixup closes the database connections before and after every task unless

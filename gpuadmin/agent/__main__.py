@@ -87,16 +87,20 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuadmin.settings")
     os.environ.pop("DATABASE_URL", None)  # a GPU host holds no database credentials
 
+    from celery.bin.celery import celery as celery_command
+
     from gpuadmin.celery import app, host_queue
 
     app.conf.worker_enable_remote_control = False
-    app.worker_main([
-        "worker", "-Q", host_queue(host_name), "-n", f"agent@{host_name}",
+    # Celery's command itself, not app.worker_main, which drops the worker's exit status: a worker
+    # stopped without a stop signal exits non-zero (gpuadmin/celery.py), and systemd must see it.
+    status = celery_command.main(standalone_mode=False, prog_name="celery", args=[
+        "-A", "gpuadmin", "worker", "-Q", host_queue(host_name), "-n", f"agent@{host_name}",
         "--loglevel", os.environ.get("GPUADMIN_LOG_LEVEL", "INFO"),
         # An agent has no peers to gossip with, and a broker writer could answer as one.
         "--without-gossip", "--without-mingle", *argv,
     ])
-    return 0
+    return int(status or 0)
 
 
 if __name__ == "__main__":
