@@ -184,8 +184,14 @@ def newest(path: Path, *, trusted: str) -> Anchor | None:
 
 
 def newest_envelope() -> dict[str, Any] | None:
-    """The newest anchor as central signed it, for a kill order to carry into the agent's journal."""
-    last = newest(Path(settings.GPUADMIN_AUDIT_ANCHOR_FILE), trusted=trusted_key())
+    """The newest anchor as central signed it, for a kill order to carry into the agent's journal.
+
+    None when there is none to read: an order never waits for, or fails on, its anchor.
+    """
+    try:
+        last = newest(Path(settings.GPUADMIN_AUDIT_ANCHOR_FILE), trusted=trusted_key())
+    except BadAnchor:
+        return None
     return last.envelope if last is not None else None
 
 

@@ -161,3 +161,21 @@ def test_an_anchor_line_is_central_signed_json(anchor_file):
     body = open_envelope(envelope, MessageKind.AUDIT_ANCHOR, trusted=central_public_key()).body()
     assert body["sequence"] == 1 and body["hash"] == AuditEvent.objects.get().hash
     assert anchor_file.stat().st_mode & 0o077 == 0
+
+
+def test_the_newest_anchor_is_found_in_the_tail_of_a_long_file(anchor_file):
+    from gpuadmin.keys import central_public_key
+
+    approvals(1)
+    anchors.publish()
+    first_line = anchor_file.read_text()
+    approvals(1)
+    with open(anchor_file, "a") as file:
+        file.write(first_line * 300)  # ~100 KiB of older anchors: more than the tail that is read
+    second = anchors.publish()
+
+    assert anchor_file.stat().st_size > anchors.TAIL_BYTES
+    found = anchors.newest(anchor_file, trusted=central_public_key())
+    assert (found.sequence, found.hash) == (second.sequence, second.hash)
+    assert found.anchored_at == second.anchored_at
+    assert anchors.publish() is None  # nothing new since the newest
