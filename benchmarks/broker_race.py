@@ -30,7 +30,7 @@ from kombu import Connection
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-
+from benchmarks import processes  # noqa: E402
 from gpuadmin.broker.filesystem import TRANSPORT_PATH  # noqa: E402
 
 QUEUE = "race"
@@ -92,6 +92,7 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=5000, help="per publisher (there are 2)")
     parser.add_argument("--transport", choices=("stock", "embedded", "both"), default="both")
     args = parser.parse_args()
+    processes.guard()
     failed = False
     for transport in ("stock", "embedded") if args.transport == "both" else (args.transport,):
         received, errors, seconds = race(transport, args.messages)

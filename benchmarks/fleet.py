@@ -74,6 +74,7 @@ from typing import Any
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from benchmarks import processes  # noqa: E402
 from benchmarks.django_bench import setup_django, throwaway_data_dir  # noqa: E402
 from benchmarks.pages import percentile  # noqa: E402
 
@@ -475,6 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="queries of one snapshot and a cProfile of N (one process) after the rates")
     args = parser.parse_args(argv)
+    processes.guard()
     print("command: python benchmarks/fleet.py " + " ".join(sys.argv[1:] if argv is None else argv))
     if args.database in ("sqlite", "both"):
         # Its own process: Django is set up once per process, on one database.

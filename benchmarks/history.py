@@ -22,7 +22,7 @@ through django.test.Client: middleware, auth, view, renderer; median and p95 of
 aim < 50 ms). Growth with the GPU count: hosts with --growth GPUs get 30 days
 of rollups inserted directly, and the same requests are timed.
 
-    python benchmarks/history.py [--days 30] [--gpus 8] [--growth 1,8,16,32] [--repeats 15]
+    python benchmarks/history.py [--days 30] [--gpus 8] [--growth 1,8,16,32] [--repeats 15] [--no-wait]
 
 Exit status 1 when a chart request takes 200 ms or more (median).
 """
@@ -42,6 +42,7 @@ from typing import Any
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from benchmarks import processes  # noqa: E402
 from benchmarks.django_bench import setup_django, throwaway_data_dir  # noqa: E402
 from tests import services  # noqa: E402
 
@@ -316,8 +317,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--growth", default="1,8,16,32", help="GPU counts for the growth table")
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--seed", type=int, default=8)
+    parser.add_argument("--no-wait", action="store_true", help="do not wait for running pytest processes")
     args = parser.parse_args(argv)
-    with throwaway_data_dir("gpuadmin-history-bench-"), services.postgres_server() as server:
+    processes.guard()
+    with throwaway_data_dir("gpuadmin-history-bench-", wait=not args.no_wait), \
+            services.postgres_server() as server:
         setup_django(server.url)
         return run(args)
 

@@ -47,6 +47,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from benchmarks import processes  # noqa: E402
 from benchmarks.django_bench import setup_django, throwaway_data_dir  # noqa: E402
 from benchmarks.fleet import ROUND_SECONDS, enrol_in_the_past  # noqa: E402
 from benchmarks.ingest_side_by_side import child_command, migrations  # noqa: E402
@@ -132,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", type=Path, metavar="DIR",
                         help="keep each tree's callgrind file there (for callgrind_annotate: C functions)")
     args = parser.parse_args(argv)
+    processes.guard()
     base = args.base.resolve()
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")

@@ -46,6 +46,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from benchmarks import processes  # noqa: E402
 from benchmarks.django_bench import setup_django, throwaway_data_dir  # noqa: E402
 from benchmarks.fleet import ROUND_SECONDS, enrol_in_the_past  # noqa: E402
 
@@ -148,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--pairs", type=int, default=2)
     args = parser.parse_args(argv)
+    processes.guard()
     base = args.base.resolve()
     if migrations(base) != migrations(REPO):
         raise SystemExit(f"{base} has other migrations than {REPO}: the two cannot share a database")

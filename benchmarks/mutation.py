@@ -33,6 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import processes  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -219,6 +222,7 @@ def main() -> int:
         "the others keep their verdict",
     )
     args = parser.parse_args()
+    processes.guard()
     if args.list:
         for name, group in GROUPS.items():
             print(f"{name}: {' '.join(group.modules)}\n    tests: {' '.join(group.tests)}")

@@ -34,6 +34,8 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks import processes
+
 MiB = 1024**2
 
 HOLDER_CUDA = r"""
@@ -175,6 +177,7 @@ def main() -> int:
     parser.add_argument("--torch", action="store_true", help="allocate with PyTorch instead of libcuda")
     parser.add_argument("--init-cycles", type=int, default=5)
     args = parser.parse_args()
+    processes.guard()
 
     reason = no_gpu_reason()
     if reason:

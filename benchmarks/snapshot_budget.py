@@ -21,6 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import processes
 from gpuadmin.probe.budget import envelope_size, seal_snapshot
 from gpuadmin.probe.config import ProbeConfig
 from gpuadmin.probe.signing import MessageKind, generate_private_key, seal
@@ -35,6 +38,7 @@ def main() -> int:
     parser.add_argument("--argument-bytes", type=int, default=4096)
     parser.add_argument("--limits", default="8388608,1048576,262144")
     options = parser.parse_args()
+    processes.guard()
     with tempfile.TemporaryDirectory() as directory:
         device = Path(directory) / "fake-nvidia0"
         device.write_bytes(b"")

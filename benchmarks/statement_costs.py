@@ -25,6 +25,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from benchmarks import processes  # noqa: E402
 from benchmarks.django_bench import setup_django, throwaway_data_dir  # noqa: E402
 from benchmarks.fleet import (  # noqa: E402
     analyze_after_setup,
@@ -43,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hosts", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
+    processes.guard()
     print(f"command: python benchmarks/statement_costs.py --hosts {args.hosts} --rounds {args.rounds}")
     os.environ["GPUADMIN_PROBE_INTERVAL"] = "3600"  # no host goes offline meanwhile
     from tests import services

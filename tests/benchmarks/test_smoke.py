@@ -1,0 +1,149 @@
+"""The smoke tier of benchmarks/: every script runs with its smallest arguments, exits 0, leaves nothing.
+
+Each script runs as a README reader would start it (`python benchmarks/<script> ...`) under
+tests/run/programs/harness.py, a child subreaper: whatever the script orphaned on its way out
+is re-parented to the harness, which reports and kills it. The long-running ones are also
+interrupted mid-run (SIGINT, as Ctrl+C gives it; SIGTERM, as `kill` and systemd give it) once
+their children are up, and must still leave nothing behind.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from benchmarks.processes import children_of
+from tests import services
+from tests.run.helpers import REPO, SupervisedRun
+
+pytestmark = pytest.mark.services
+
+BENCHMARKS = REPO / "benchmarks"
+NOT_SCRIPTS = {"__init__.py", "django_bench.py", "processes.py"}  # modules the scripts share
+RUN_TIMEOUT_SECONDS = 300
+START_TIMEOUT_SECONDS = 180
+
+
+@dataclass(frozen=True)
+class Smoke:
+    args: str  # split on spaces
+    needs: tuple[str, ...] = ()  # "postgres", "redis", "valgrind"
+
+
+SMOKE: dict[str, Smoke] = {
+    "audit_verify.py": Smoke("--events 64 --batch 16 --repeats 1 --no-wait"),
+    "broker_race.py": Smoke("--messages 20"),
+    "fleet.py": Smoke("--hosts 3 --gpus 1 --processes 5 --workers 1 --rate-hosts 3 --repeats 1 "
+                      "--database sqlite --no-wait"),
+    "history.py": Smoke("--days 1 --gpus 1 --growth 1 --repeats 1 --no-wait", ("postgres",)),
+    # The other version is this tree: both sides run the same code.
+    "ingest_side_by_side.py": Smoke(f"--base {REPO} --hosts 2 --rounds 1 --pairs 1", ("postgres",)),
+    "ingest_instructions.py": Smoke(f"--base {REPO} --hosts 2 --warm 1 --rounds 1", ("postgres", "valgrind")),
+    "kill_latency.py": Smoke("--requests 2 --broker redis", ("redis",)),
+    "load.py": Smoke("--seconds 3 --admins 2 --rate 5 --hosts 3", ("postgres", "redis")),
+    "mutation.py": Smoke("--list"),
+    "nvml_check.py": Smoke(""),  # no GPU here: it says so and exits 0
+    "pages.py": Smoke("--hosts 2 --big-holders 10 --repeats 1 --no-wait"),
+    "probe_vs_manual.py": Smoke("--processes 40 --device-holders 2 --repeats 1"),
+    "snapshot_budget.py": Smoke("--workers 5"),
+    "soak.py": Smoke("--minutes 0.1 --kill-every 3 --sample-seconds 3 --browsers 1"),
+    "statement_costs.py": Smoke("--hosts 2 --rounds 1", ("postgres",)),
+}
+
+
+@dataclass(frozen=True)
+class Interruption:
+    script: str
+    args: str  # split on spaces
+    children: int  # the script's own children once it is mid-run
+    needs: tuple[str, ...] = ()
+
+
+INTERRUPTIONS = {
+    # redis-server and two Celery workers, each in its own group.
+    "kill_latency": Interruption("kill_latency.py", "--requests 1000", 3, ("redis",)),
+    # load.py (PostgreSQL, redis-server, `python -m gpuadmin.run`), then the two workers (embedded broker).
+    "kill_latency_under_load": Interruption(
+        "kill_latency.py", "--requests 1000 --broker embedded --under-load --load-admins 2 --load-rate 5 "
+        "--load-hosts 3", 3, ("postgres", "redis")),
+    # The GPU holder and `python -m gpuadmin.run` (its own supervisor of gunicorn and Celery).
+    "soak": Interruption("soak.py", "--minutes 60", 2),
+    # PostgreSQL, redis-server and `python -m gpuadmin.run`.
+    "load": Interruption("load.py", "--seconds 600 --admins 2 --rate 5 --hosts 3", 3, ("postgres", "redis")),
+}
+
+
+def require(needs: tuple[str, ...]) -> None:
+    """Skip (or fail, under GPUADMIN_REQUIRE_SERVICES=1) when a server the script starts is not installed."""
+    try:
+        if "postgres" in needs:
+            services.find_binary("initdb", glob.glob(services.POSTGRES_BIN_GLOB))
+        if "redis" in needs:
+            services.find_binary("redis-server")
+        if "valgrind" in needs:
+            services.find_binary("callgrind_control")
+    except services.ServiceMissing as exc:
+        services.missing(str(exc))
+
+
+def script_env() -> dict[str, str]:
+    # As from a shell: none of the test worker's settings (tests/environment.py: its data dir, the
+    # central key its agents pin), database or broker; each script makes its own.
+    drop = {"DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE"}
+    return {key: value for key, value in os.environ.items()
+            if key not in drop and not key.startswith("GPUADMIN_")}
+
+
+def test_every_script_has_a_smoke_run() -> None:
+    scripts = {path.name for path in BENCHMARKS.glob("*.py")} - NOT_SCRIPTS
+    assert scripts == set(SMOKE), "a script in benchmarks/ without its smoke run here, or the reverse"
+
+
+@pytest.mark.parametrize("script", sorted(SMOKE))
+def test_script_runs_and_leaves_nothing(script: str) -> None:
+    smoke = SMOKE[script]
+    require(smoke.needs)
+    run = SupervisedRun([sys.executable, str(BENCHMARKS / script), *smoke.args.split()], script_env()).start()
+    try:
+        status, leftovers = run.finish(RUN_TIMEOUT_SECONDS)
+    finally:
+        run.kill_everything(set())
+    assert status == 0, run.output[-6000:]
+    assert leftovers == [], f"{script} left processes behind: {leftovers}\n{run.output[-3000:]}"
+
+
+# SIGTERM takes the same path as SIGINT (benchmarks/processes.py): one script shows it.
+SIGNALS = [*((name, signal.SIGINT) for name in sorted(INTERRUPTIONS)), ("kill_latency", signal.SIGTERM)]
+
+
+@pytest.mark.parametrize(("name", "signum"), SIGNALS,
+                         ids=[f"{name}-{signal.Signals(signum).name}" for name, signum in SIGNALS])
+def test_interrupted_script_leaves_nothing(name: str, signum: int) -> None:
+    case = INTERRUPTIONS[name]
+    require(case.needs)
+    argv = [sys.executable, str(BENCHMARKS / case.script), *case.args.split()]
+    run = SupervisedRun(argv, script_env()).start()
+    try:
+        pid = run.command_pid
+        deadline = time.monotonic() + START_TIMEOUT_SECONDS
+        while len(children_of(pid)) < case.children:
+            assert time.monotonic() < deadline, f"{case.script} did not start its children:\n{run.output}"
+            assert run.process is not None and run.process.poll() is None, run.output
+            time.sleep(0.2)
+        started = children_of(pid)
+        time.sleep(1.0)  # mid-run: the children are working, not just forked
+        os.kill(pid, signum)
+        status, leftovers = run.finish(RUN_TIMEOUT_SECONDS)
+    finally:
+        run.kill_everything(set())
+    assert leftovers == [], f"{case.script} left processes behind: {leftovers}\n{run.output[-3000:]}"
+    assert status != 0 or name == "load", run.output[-3000:]  # load.py reports what it measured on Ctrl+C
+    assert f"{signal.Signals(signum).name} received" in run.output, run.output[-3000:]
+    assert not [p for p in started if Path(f"/proc/{p}").exists()], "a child of the script is still running"
