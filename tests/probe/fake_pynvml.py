@@ -15,7 +15,11 @@ classes. Only the C library is simulated, as drivers differ:
   device handle lists its own, per-process memory there is not available by
   default (NVML_VALUE_NOT_AVAILABLE);
 - errors per function, per GPU, and a driver reload after which every call of
-  the open session fails until NVML is shut down and initialised again.
+  the open session fails until NVML is shut down and initialised again;
+- health: temperature, power, clock event reasons, ECC counts, remapped rows,
+  retired pages (each NotSupported while its FakeGpu field is None), and XID
+  events (`FakeDriver.xid`), queued on the event sets registered for the GPU
+  before it happened, as the driver does.
 
 C functions are plain Python callables here: ctypes passes them the binding's
 ctypes objects unchanged, and they write their results into those.
@@ -49,6 +53,7 @@ NO_PERMISSION = 4
 NOT_FOUND = 6
 INSUFFICIENT_SIZE = 7
 DRIVER_NOT_LOADED = 9
+TIMEOUT = 10
 GPU_IS_LOST = 15
 LIB_RM_VERSION_MISMATCH = 18
 ARGUMENT_VERSION_MISMATCH = 25
@@ -87,6 +92,15 @@ class FakeGpu:
     name_bytes: bytes | None = None  # the raw name, when it is not UTF-8
     mig: list[FakeMig] | None = None  # MIG on (with these devices) when not None
     mig_slots: int = 7
+    # Health; None: the GPU answers NotSupported.
+    temperature: int | None = None  # degrees Celsius
+    power_mw: int | None = None
+    power_limit_mw: int | None = None
+    clock_reasons: int | None = None  # NVML's clocks event reasons mask
+    ecc: dict[tuple[int, int], int] | None = None  # (error type, counter type) -> count
+    remapped_rows: tuple[int, int, int, int] | None = None  # correctable, uncorrectable, pending, failure
+    retired_pages: dict[int, int] | None = None  # cause -> pages retired for it
+    retired_pages_pending: int | None = None
 
 
 # Functions that work without an open session.
@@ -125,6 +139,17 @@ def exported_functions(version: str) -> set[str]:
         names.add("nvmlDeviceGetConfComputeMemSizeInfo")
     if v >= (535, 98):
         names.add("nvmlDeviceGetRunningProcessDetailList")
+    names |= {
+        "nvmlDeviceGetTemperature", "nvmlDeviceGetPowerUsage", "nvmlDeviceGetEnforcedPowerLimit",
+        "nvmlDeviceGetCurrentClocksThrottleReasons", "nvmlDeviceGetTotalEccErrors",
+        "nvmlDeviceGetRetiredPages",
+        "nvmlDeviceGetRetiredPagesPendingStatus", "nvmlEventSetCreate", "nvmlDeviceRegisterEvents",
+        "nvmlEventSetWait_v2", "nvmlEventSetFree",
+    }
+    if v >= (460, 0):
+        names.add("nvmlDeviceGetRemappedRows")
+    if v >= (535, 43):
+        names.add("nvmlDeviceGetCurrentClocksEventReasons")
     return names
 
 
@@ -179,6 +204,8 @@ class FakeDriver:
         self._generation = 0
         self._session_generation: int | None = None
         self._stale_error = UNINITIALIZED
+        # event set token -> (GPU indices registered for XID events, queued (GPU index, XID) events)
+        self.event_sets: dict[int, tuple[set[int], list[tuple[int, int]]]] = {}
 
     # --- what tests do to the driver ---
 
@@ -186,6 +213,12 @@ class FakeDriver:
         """The kernel module was reloaded: the open session fails with `error` until re-initialised."""
         self._generation += 1
         self._stale_error = error
+
+    def xid(self, gpu_index: int, xid: int) -> None:
+        """The driver logged an XID for this GPU: every event set registered for it queues one event."""
+        for gpus, queue in self.event_sets.values():
+            if gpu_index in gpus:
+                queue.append((gpu_index, xid))
 
     @property
     def initialised(self) -> bool:
@@ -244,6 +277,33 @@ class FakeDriver:
             "nvmlDeviceIsMigDeviceHandle": lambda handle, out: self._out(
                 out, int(self._device(handle)[1] is not None)),
         }
+        health: dict[str, Callable[..., Any]] = {
+            "nvmlDeviceGetTemperature": lambda handle, sensor, out: self._on(
+                handle, name, lambda d: self._known(out, getattr(d, "temperature", None))),
+            "nvmlDeviceGetPowerUsage": lambda handle, out: self._on(
+                handle, name, lambda d: self._known(out, getattr(d, "power_mw", None))),
+            "nvmlDeviceGetEnforcedPowerLimit": lambda handle, out: self._on(
+                handle, name, lambda d: self._known(out, getattr(d, "power_limit_mw", None))),
+            "nvmlDeviceGetCurrentClocksThrottleReasons": lambda handle, out: self._on(
+                handle, name, lambda d: self._known(out, getattr(d, "clock_reasons", None))),
+            "nvmlDeviceGetCurrentClocksEventReasons": lambda handle, out: self._on(
+                handle, name, lambda d: self._known(out, getattr(d, "clock_reasons", None))),
+            "nvmlDeviceGetTotalEccErrors": lambda handle, error, counter, out: self._on(
+                handle, name, lambda d: self._ecc(d, error.value, counter.value, out)),
+            "nvmlDeviceGetRemappedRows": lambda handle, *outs: self._on(
+                handle, name, lambda d: self._remapped(d, outs)),
+            "nvmlDeviceGetRetiredPages": lambda handle, cause, count, pages: self._on(
+                handle, name, lambda d: self._retired(d, cause.value, count, pages)),
+            "nvmlDeviceGetRetiredPagesPendingStatus": lambda handle, out: self._on(
+                handle, name, lambda d: self._known(out, getattr(d, "retired_pages_pending", None))),
+            "nvmlEventSetCreate": self._event_set_create,
+            "nvmlDeviceRegisterEvents": self._register_events,
+            "nvmlEventSetWait_v2": self._event_wait,
+            "nvmlEventSetFree": lambda event_set: SUCCESS if self.event_sets.pop(_token(event_set), None)
+            else INVALID_ARGUMENT,
+        }
+        if name in health:
+            return health[name]
         return simple.get(name, lambda *args: NOT_SUPPORTED)
 
     # --- the C functions ---
@@ -350,6 +410,77 @@ class FakeDriver:
         mode = int(device.mig is not None)
         _set(current, mode)
         _set(pending, mode)
+        return SUCCESS
+
+    @staticmethod
+    def _known(reference: Any, value: int | None) -> int:
+        if value is None:
+            return NOT_SUPPORTED
+        _set(reference, value)
+        return SUCCESS
+
+    @staticmethod
+    def _ecc(device: FakeGpu | FakeMig, error: int, counter: int, out: Any) -> int:
+        ecc = getattr(device, "ecc", None)
+        if ecc is None:
+            return NOT_SUPPORTED  # ECC off, or a GPU without it
+        _set(out, ecc.get((error, counter), 0))
+        return SUCCESS
+
+    @staticmethod
+    def _remapped(device: FakeGpu | FakeMig, outs: tuple[Any, ...]) -> int:
+        rows = getattr(device, "remapped_rows", None)
+        if rows is None:
+            return NOT_SUPPORTED  # before Ampere
+        for out, value in zip(outs, rows, strict=True):
+            _set(out, value)
+        return SUCCESS
+
+    @staticmethod
+    def _retired(device: FakeGpu | FakeMig, cause: int, count_reference: Any, pages: Any) -> int:
+        retired = getattr(device, "retired_pages", None)
+        if retired is None:
+            return NOT_SUPPORTED  # Ampere and later remap rows instead
+        wanted = retired.get(cause, 0)
+        count = count_reference._obj
+        if pages is None or count.value < wanted:
+            count.value = wanted
+            return INSUFFICIENT_SIZE if wanted else SUCCESS
+        for i in range(wanted):
+            pages[i] = 0x1000 * (i + 1)
+        count.value = wanted
+        return SUCCESS
+
+    def _event_set_create(self, out: Any) -> int:
+        token = 0x9000 + len(self.event_sets) + 1
+        while token in self.event_sets:
+            token += 1
+        self.event_sets[token] = (set(), [])
+        return self._out(out, token)
+
+    def _register_events(self, handle: Any, types: Any, event_set: Any) -> int:
+        gpu, _ = self._device(handle)
+        if gpu is None or _token(event_set) not in self.event_sets:
+            return INVALID_ARGUMENT
+        if "nvmlDeviceRegisterEvents" in gpu.errors:
+            return gpu.errors["nvmlDeviceRegisterEvents"]
+        if types.value & 0x8:
+            self.event_sets[_token(event_set)][0].add(self.gpus.index(gpu))
+        return SUCCESS
+
+    def _event_wait(self, event_set: Any, data: Any, timeout: Any) -> int:
+        entry = self.event_sets.get(_token(event_set))
+        if entry is None:
+            return INVALID_ARGUMENT
+        if not entry[1]:
+            return TIMEOUT
+        index, xid = entry[1].pop(0)
+        event = data._obj
+        ctypes.c_void_p.from_buffer(event, type(event).device.offset).value = 0x1000 + 0x100 * index
+        event.eventType = 0x8
+        event.eventData = xid
+        event.gpuInstanceId = NO_INSTANCE
+        event.computeInstanceId = NO_INSTANCE
         return SUCCESS
 
     def _processes(self, name: str, handle: Any, count_reference: Any, array: Any) -> int:

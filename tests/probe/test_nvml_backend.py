@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from gpuadmin.probe.gpus import nvml
+from gpuadmin.probe.gpus import GpuHealth, nvml
 from gpuadmin.probe.gpus.nvml_records import ProcessInfoV2, ProcessInfoV3Cc, choose_listing
 from gpuadmin.probe.procfs import read_pid_max
 from tests.probe import fake_pynvml as fake
@@ -104,6 +104,8 @@ def test_compute_and_graphics_processes_with_unmatched_pids(
     assert document["gpu_backend"] == {"name": "nvml", "available": True, "reason": None}
     assert document["host"]["driver_version"] == "550.54.14"
     gpu0, gpu1 = document["gpus"]
+    # A GPU that says nothing of its health: every field unknown, none zero; XIDs watched, none seen.
+    assert gpu0.pop("health") == {**dict.fromkeys(GpuHealth.__slots__), "xid_errors": []}
     assert gpu0 == {"index": 0, "uuid": "GPU-0", "name": "NVIDIA A100-SXM4-80GB",
                     "memory_total_bytes": 80 * GiB, "memory_used_bytes": 30 * GiB, "utilization_percent": 88}
     assert gpu1["uuid"] == "GPU-1"
@@ -462,7 +464,7 @@ def test_nvml_is_shut_down_at_exit(tmp_path: object) -> None:
         # Registered first, so it runs after the probe's own exit handler.
         atexit.register(lambda: print("inits", module.driver.inits, "shutdowns", module.driver.shutdowns,
                                       "open", module.driver.initialised))
-        from gpuadmin.probe.gpus import nvml
+        from gpuadmin.probe.gpus import GpuHealth, nvml
         assert nvml.read().available
     """)
 

@@ -159,3 +159,55 @@ def test_waves_move_memory_and_utilization_over_time(tmp_path: Path) -> None:
     broken = write(tmp_path / "broken.json",
                    {"gpus": [{"uuid": "G", "extra_wave_bytes": 1, "period_seconds": 0}]})
     assert "period_seconds: must be over 0" in (simulated.read(broken).reason or "")
+
+
+# --- health -----------------------------------------------------------------------
+
+
+def test_a_gpu_says_the_health_its_file_gives_and_a_field_left_out_is_unknown(
+    tmp_path: Path, device: Device
+) -> None:
+    path = write(tmp_path / "gpus.json", {"gpus": [
+        {"uuid": "GPU-hot", "memory_total_bytes": GiB, "health": {
+            "temperature_celsius": 92, "power_draw_milliwatts": 700_000, "power_limit_milliwatts": 700_000,
+            "clock_event_reasons": ["hw_slowdown", "hw_thermal_slowdown"], "remapped_rows_pending": True,
+            "ecc_volatile_uncorrected_errors": 2,
+            "xid_errors": [{"xid": 94, "count": 2, "last_seen_at": "2026-12-04T10:00:00Z"}, {"xid": 79}]}},
+        {"uuid": "GPU-quiet", "memory_total_bytes": GiB},
+    ]})
+
+    document = snapshot(device.glob, gpu_backend="simulated", simulated_gpus_path=path)  # schema-checked
+
+    hot, quiet = document["gpus"]
+    assert "health" not in quiet  # no health in the file: the backend says nothing of it
+    health = hot["health"]
+    assert health["temperature_celsius"] == 92
+    assert health["clock_event_reasons"] == ["hw_slowdown", "hw_thermal_slowdown"]
+    assert (health["remapped_rows_pending"], health["remapped_rows_failed"]) == (True, None)
+    assert (health["ecc_volatile_uncorrected_errors"], health["ecc_volatile_corrected_errors"]) == (2, None)
+    first, second = health["xid_errors"]
+    assert first == {"xid": 94, "count": 2, "last_seen_at": "2026-12-04T10:00:00Z"}
+    assert (second["xid"], second["count"]) == (79, 1)
+    assert second["last_seen_at"].endswith("Z")  # the time of reading
+
+
+@pytest.mark.parametrize(("health", "error"), [
+    ({"temperature_celsius": -1}, "temperature_celsius"),
+    ({"temperature_celsius": 5000}, "temperature_celsius: at most 1000"),
+    ({"remapped_rows_pending": 1}, "remapped_rows_pending"),
+    ({"clock_event_reasons": ["Thermal!"]}, "clock_event_reasons"),
+    ({"xid_errors": [{"xid": 79, "count": 0}]}, "xid_errors[0]"),
+    ({"xid_errors": [{"xid": 79, "last_seen_at": "yesterday"}]}, "xid_errors[0]"),
+    ({"fan_speed": 3}, "unknown fields ['fan_speed']"),
+])
+def test_bad_health_in_the_file_is_named_and_loses_the_gpu_half_only(
+    tmp_path: Path, device: Device, health: dict[str, Any], error: str
+) -> None:
+    path = write(tmp_path / "gpus.json", {"gpus": [{"uuid": "GPU-a", "memory_total_bytes": GiB,
+                                                    "health": health}]})
+
+    document = snapshot(device.glob, gpu_backend="simulated", simulated_gpus_path=path)
+
+    backend = document["gpu_backend"]
+    assert backend["available"] is False
+    assert f"gpus[0].health.{error}" in backend["reason"] or f"gpus[0].health: {error}" in backend["reason"]

@@ -15,6 +15,7 @@ from gpuadmin.probe.config import ProbeConfig
 REASON_MAX_CHARS = 1024  # the schema's gpu_backend.reason maxLength
 # Linux's PID_MAX_LIMIT on 64-bit kernels: no PID is larger, whatever pid_max says.
 PID_MAX_LIMIT = 4_194_304
+MAX_TEMPERATURE_CELSIUS = 1000  # the schema's bound: a sensor reading beyond it is no reading
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +40,73 @@ class MigInstance:
         }
 
 
+# NVML's clocks event ("throttle") reason bits, by the names the snapshot uses (nvml.h
+# nvmlClocksEventReason*). A bit not named here is written as "bit_<n>".
+CLOCK_EVENT_REASON_BITS: dict[str, int] = {
+    "gpu_idle": 0x1,
+    "applications_clocks_setting": 0x2,
+    "sw_power_cap": 0x4,
+    "hw_slowdown": 0x8,
+    "sync_boost": 0x10,
+    "sw_thermal_slowdown": 0x20,
+    "hw_thermal_slowdown": 0x40,
+    "hw_power_brake_slowdown": 0x80,
+    "display_clock_setting": 0x100,
+}
+
+
+def clock_event_reason_names(mask: int) -> tuple[str, ...]:
+    """The names of the bits set in NVML's reasons mask, lowest bit first."""
+    names = {bit: name for name, bit in CLOCK_EVENT_REASON_BITS.items()}
+    return tuple(names.get(1 << n, f"bit_{n}") for n in range(64) if mask >> n & 1)
+
+
+@dataclass(frozen=True, slots=True)
+class XidError:
+    """One XID (a critical error the driver logged for a GPU) the agent saw as an NVML event."""
+
+    xid: int
+    count: int  # events of this XID on this GPU the agent saw within the remembered window
+    last_seen_at: str  # UTC, "Z"
+
+    def as_document(self) -> dict[str, object]:
+        return {"xid": self.xid, "count": self.count, "last_seen_at": self.last_seen_at}
+
+
+@dataclass(frozen=True, slots=True)
+class GpuHealth:
+    """What the GPU says of its own health; every field None when the GPU or the driver cannot say
+    (never 0 for "unknown"). docs/snapshot.md explains each field."""
+
+    temperature_celsius: int | None = None
+    power_draw_milliwatts: int | None = None
+    power_limit_milliwatts: int | None = None
+    clock_event_reasons: tuple[str, ...] | None = None
+    ecc_volatile_corrected_errors: int | None = None
+    ecc_volatile_uncorrected_errors: int | None = None
+    ecc_aggregate_corrected_errors: int | None = None
+    ecc_aggregate_uncorrected_errors: int | None = None
+    remapped_rows_correctable: int | None = None
+    remapped_rows_uncorrectable: int | None = None
+    remapped_rows_pending: bool | None = None
+    remapped_rows_failed: bool | None = None
+    retired_pages_single_bit_ecc: int | None = None
+    retired_pages_double_bit_ecc: int | None = None
+    retired_pages_pending: bool | None = None
+    xid_errors: tuple[XidError, ...] | None = None  # None: the agent cannot watch this GPU's XID events
+
+    def as_document(self) -> dict[str, object]:
+        document: dict[str, object] = {}
+        for name in self.__slots__:
+            value = getattr(self, name)
+            if name == "xid_errors" and value is not None:
+                value = [x.as_document() for x in value]
+            elif isinstance(value, tuple):
+                value = list(value)
+            document[name] = value
+        return document
+
+
 @dataclass(frozen=True, slots=True)
 class Gpu:
     index: int
@@ -49,6 +117,7 @@ class Gpu:
     utilization_percent: int | None
     # None: MIG is off (or unknown); a tuple, possibly empty: MIG is on and these are its devices.
     mig_instances: tuple[MigInstance, ...] | None = None
+    health: GpuHealth | None = None  # None: the backend says nothing of health
 
     def as_document(self) -> dict[str, object]:
         document: dict[str, object] = {
@@ -61,6 +130,8 @@ class Gpu:
         }
         if self.mig_instances is not None:
             document["mig_instances"] = [m.as_document() for m in self.mig_instances]
+        if self.health is not None:
+            document["health"] = self.health.as_document()
         return document
 
 

@@ -12,6 +12,10 @@ driver, not by the binding's wrappers (see there why). With MIG on, each MIG
 device handle is asked for its processes, which are reported under the parent
 GPU with the GPU instance and compute instance ids.
 
+Each GPU's health (temperature, power, clock event reasons, ECC, remapped rows
+or retired pages, XID events) is read by nvml_health, through the same
+NvmlCalls; its XID event set lives with the session.
+
 Lifetime: NVML is initialised on the first read in a process and kept open
 between reads (nvmlInit wakes every GPU and can take seconds on big machines
 without persistence mode; docs/snapshot.md). It is shut down at exit, and shut
@@ -30,6 +34,7 @@ from types import ModuleType
 from typing import Any, cast
 
 from gpuadmin.probe.gpus import Gpu, GpuProcess, GpuState, MigInstance, join_reasons, unavailable
+from gpuadmin.probe.gpus.nvml_health import XidWatch, read_health
 from gpuadmin.probe.gpus.nvml_records import Listing, ProcessRecord, choose_listing, list_processes
 
 BACKEND = "nvml"
@@ -69,6 +74,8 @@ Listings = dict[str, Listing | None]  # process-list kind -> the C function and 
 _session: ModuleType | None = None  # the pynvml module whose nvmlInit succeeded in this process
 _session_pid = 0
 _shutdown_registered = False
+# XID events of this process's sessions: the set lives with the session, what it saw outlives it.
+_xids = XidWatch()
 
 
 class NvmlUnavailable(Exception):
@@ -194,6 +201,7 @@ def close() -> None:
     error so that the next read initialises NVML again. Releases the /dev/nvidia* files NVML holds."""
     global _session
     module, _session = _session, None
+    _xids.session_closed()
     if module is None or _session_pid != os.getpid():
         return
     with contextlib.suppress(Exception):  # a driver that is gone has nothing left to release
@@ -227,6 +235,7 @@ def _read(calls: NvmlCalls) -> GpuState:
         return GpuState(backend=BACKEND, available=False, reason=calls.reason(),
                         driver_version=driver_version)
     listings = {kind: choose_listing(kind, driver_version, calls.has_symbol) for kind in PROCESS_LISTS}
+    _xids.drain(calls)  # before any GPU is read: its events up to now
     gpus: list[Gpu] = []
     memory_by_holder: dict[tuple[int, str, int | None, int | None], int | None] = {}
     for index in range(count):
@@ -272,6 +281,8 @@ def _read_device(calls: NvmlCalls, index: int, listings: Listings) -> tuple[Gpu,
     else:
         utilization = calls.call(f"{where} utilization", "nvmlDeviceGetUtilizationRates", handle)
         holders = _processes_on(calls, where, handle, uuid, listings)
+    watched = _xids.watch(calls, where, handle, uuid[:128])
+    health = read_health(calls, where, handle, _xids.errors_of(uuid[:128]) if watched else None)
     gpu = Gpu(
         index=index,
         uuid=uuid[:128],
@@ -280,6 +291,7 @@ def _read_device(calls: NvmlCalls, index: int, listings: Listings) -> tuple[Gpu,
         memory_used_bytes=_bytes(getattr(memory, "used", None)),
         utilization_percent=_percent(getattr(utilization, "gpu", None)),
         mig_instances=instances,
+        health=health,
     )
     return gpu, holders
 

@@ -13,17 +13,35 @@ Values can move over time, so that charts have something to show (the demo of
 ``utilization_wave_percent`` add a smooth rise and fall of that amplitude,
 ``(1 - cos(2 pi t / period_seconds)) / 2`` of it at Unix time t, the item's
 ``period_seconds`` defaulting to 600.
+
+A GPU may say how healthy it is: ``health``, an object with any of the
+snapshot's health fields (docs/snapshot.md), written as the snapshot writes
+them (``{"temperature_celsius": 91, "clock_event_reasons":
+["hw_thermal_slowdown"], "remapped_rows_pending": true, "xid_errors":
+[{"xid": 79, "count": 1}]}``); a field left out is unknown (null). An XID's
+``last_seen_at`` defaults to the time of reading. Without ``health`` the GPU
+says nothing of it, as a backend that cannot.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from collections.abc import Callable
 from typing import Any
 
-from gpuadmin.probe.gpus import Gpu, GpuProcess, GpuState, unavailable
+from gpuadmin.probe.gpus import (
+    MAX_TEMPERATURE_CELSIUS,
+    Gpu,
+    GpuHealth,
+    GpuProcess,
+    GpuState,
+    XidError,
+    unavailable,
+)
+from gpuadmin.probe.kill.protocol import wire_time
 
 BACKEND = "simulated"
 DEFAULT_PERIOD_SECONDS = 600
@@ -100,11 +118,61 @@ def _parse(document: Any, now: float = 0.0) -> tuple[tuple[Gpu, ...], tuple[GpuP
             memory_total_bytes=_int(item, "memory_total_bytes", where, nullable=True),
             memory_used_bytes=held + (extra or 0),
             utilization_percent=utilization,
+            health=_health(item["health"], f"{where}.health", now) if "health" in item else None,
         ))
     for i, p in enumerate(processes):
         if p.gpu_uuid not in seen:
             raise SimulatedFileError(f"processes[{i}].gpu_uuid: no GPU with uuid {p.gpu_uuid!r}")
     return tuple(gpus), tuple(processes)
+
+
+_HEALTH_FLAGS = ("remapped_rows_pending", "remapped_rows_failed", "retired_pages_pending")
+_HEALTH_COUNTS = tuple(name for name in GpuHealth.__slots__
+                       if name not in {"clock_event_reasons", "xid_errors", *_HEALTH_FLAGS})
+_REASON_NAME = re.compile(r"[a-z0-9_]{1,40}")
+_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z")
+
+
+def _health(item: Any, where: str, now: float) -> GpuHealth:
+    _object(item, where)
+    unknown = item.keys() - set(GpuHealth.__slots__)
+    if unknown:
+        raise SimulatedFileError(f"{where}: unknown fields {sorted(unknown)}")
+    values: dict[str, Any] = {name: _int(item, name, where, nullable=True, default=None)
+                              for name in _HEALTH_COUNTS}
+    for name in _HEALTH_FLAGS:
+        flag = item.get(name)
+        if flag is not None and not isinstance(flag, bool):
+            raise SimulatedFileError(f"{where}.{name}: expected true, false or null, got {flag!r}")
+        values[name] = flag
+    if (values["temperature_celsius"] or 0) > MAX_TEMPERATURE_CELSIUS:
+        raise SimulatedFileError(f"{where}.temperature_celsius: at most {MAX_TEMPERATURE_CELSIUS}")
+    reasons = item.get("clock_event_reasons")
+    if reasons is not None:
+        if not isinstance(reasons, list) or not all(isinstance(r, str) and _REASON_NAME.fullmatch(r)
+                                                    for r in reasons):
+            raise SimulatedFileError(f"{where}.clock_event_reasons: expected a list of reason names")
+        reasons = tuple(reasons)
+    values["clock_event_reasons"] = reasons
+    xids = item.get("xid_errors")
+    if xids is not None:
+        if not isinstance(xids, list):
+            raise SimulatedFileError(f"{where}.xid_errors: expected a list")
+        xids = tuple(_xid(entry, f"{where}.xid_errors[{i}]", now) for i, entry in enumerate(xids))
+    values["xid_errors"] = xids
+    return GpuHealth(**values)
+
+
+def _xid(item: Any, where: str, now: float) -> XidError:
+    _object(item, where)
+    count = _int(item, "count", where, default=1)
+    seen = item.get("last_seen_at", wire_time(now, timespec="seconds"))
+    if count < 1 or not isinstance(seen, str) or not _TIME.fullmatch(seen):
+        raise SimulatedFileError(f"{where}: expected a count of 1 or more and a UTC last_seen_at ending in Z")
+    xid = _int(item, "xid", where)
+    if xid > 0xFFFFFFFF:
+        raise SimulatedFileError(f"{where}.xid: at most 4294967295")
+    return XidError(xid=xid, count=count, last_seen_at=seen)
 
 
 GiB = 1024**3
