@@ -21,6 +21,7 @@ from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
 from gpuadmin import data_dir
+from gpuadmin.accounts.throttling import UNIX_SOCKET, parse_trusted_proxies
 from gpuadmin.env import env_bool, env_int, env_secret, env_str
 from gpuadmin.probe.budget import DEFAULT_SNAPSHOT_MAX_BYTES
 from gpuadmin.probe.kill.floor import pattern_list
@@ -194,6 +195,9 @@ if env_bool("GPUADMIN_HTTPS", False):
 # while locked starts the 15 minutes again). gpuadmin/accounts/throttling.py
 # says which address counts behind the reverse proxy.
 AXES_FAILURE_LIMIT = 5
+# Whose X-Forwarded-For is believed: these addresses or networks, and "unix" for gunicorn's Unix
+# socket (deploy/: only nginx can open it). Any other peer's own address counts, whatever it claims.
+GPUADMIN_TRUSTED_PROXIES = parse_trusted_proxies(env_str("GPUADMIN_TRUSTED_PROXIES", UNIX_SOCKET))
 AXES_COOLOFF_TIME = timedelta(minutes=env_int("GPUADMIN_LOGIN_LOCKOUT_MINUTES", 15))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_LOCKOUT_CALLABLE = "gpuadmin.accounts.views.locked_out"

@@ -64,16 +64,59 @@ def test_wrong_passwords_at_reauthentication_count_too(viewer):
     assert again.status_code == 429
 
 
-def test_behind_the_proxy_the_address_the_proxy_saw_counts_not_the_one_the_client_claims(viewer, settings):
+def forged_login(password: str, *, peer: str, forwarded_for: str):
+    """A login with X-Forwarded-For as given, from ``peer`` ("" is gunicorn's Unix socket)."""
+    return Client(REMOTE_ADDR=peer).post(
+        reverse("login"), {"username": "vera", "password": password},
+        HTTP_X_FORWARDED_FOR=forwarded_for, HTTP_X_FORWARDED_PROTO="https")
+
+
+@pytest.fixture
+def behind_https(settings):
+    """GPUADMIN_HTTPS=1's proxy header, and the default trusted proxy: the Unix socket only."""
     settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    assert settings.GPUADMIN_TRUSTED_PROXIES == ["unix"]
+    return settings
+
+
+def test_behind_the_proxy_the_address_the_proxy_saw_counts_not_the_one_the_client_claims(
+    viewer, behind_https,
+):
     for claimed in range(5):  # a new made-up address each time does not dodge the lock
-        Client(REMOTE_ADDR="127.0.0.1").post(
-            reverse("login"), {"username": "vera", "password": "wrong"},
-            HTTP_X_FORWARDED_FOR=f"192.0.2.{claimed}, 10.0.0.7", HTTP_X_FORWARDED_PROTO="https")
-    locked = Client(REMOTE_ADDR="127.0.0.1").post(
-        reverse("login"), {"username": "vera", "password": PASSWORD},
-        HTTP_X_FORWARDED_FOR="192.0.2.99, 10.0.0.7", HTTP_X_FORWARDED_PROTO="https")
-    assert locked.status_code == 429
+        forged_login("wrong", peer="", forwarded_for=f"192.0.2.{claimed}, 10.0.0.7")
+    assert forged_login(PASSWORD, peer="", forwarded_for="192.0.2.99, 10.0.0.7").status_code == 429
+    # The address nginx saw is what is locked, not the socket's (empty) one.
+    assert forged_login(PASSWORD, peer="", forwarded_for="10.0.0.8").status_code == 302
+
+
+def test_a_forged_forwarded_for_from_a_peer_that_is_not_the_proxy_counts_the_peer(viewer, behind_https):
+    """Issue 30: a local user talking to gunicorn directly, a new made-up address each guess."""
+    for claimed in range(5):
+        forged_login("wrong", peer="127.0.0.1", forwarded_for=f"192.0.2.{claimed}")
+    assert forged_login(PASSWORD, peer="127.0.0.1", forwarded_for="192.0.2.99").status_code == 429
+    assert ("login_locked_out", {"user": "vera", "address": "127.0.0.1"}) in [
+        (action, details) for action, _, details in account_events()]
+
+
+def test_proxies_named_by_network_are_skipped_from_the_right(viewer, behind_https):
+    behind_https.GPUADMIN_TRUSTED_PROXIES = ["10.1.0.0/16", "unix"]
+    # client → edge proxy 10.1.0.5 → this box's nginx (Unix socket): the client is the rightmost untrusted.
+    for claimed in range(5):
+        forged_login("wrong", peer="", forwarded_for=f"192.0.2.{claimed}, 10.0.0.7, 10.1.0.5")
+    assert forged_login(PASSWORD, peer="", forwarded_for="10.0.0.7, 10.1.0.5").status_code == 429
+    assert forged_login(PASSWORD, peer="", forwarded_for="10.0.0.8, 10.1.0.5").status_code == 302
+
+
+@pytest.mark.parametrize("value", ["127.0.0.1,bogus", "10.0.0.0/33", "Unix"])
+def test_a_trusted_proxy_that_is_no_address_stops_the_settings(value):
+    from django.core.exceptions import ImproperlyConfigured
+
+    from gpuadmin.accounts.throttling import parse_trusted_proxies
+
+    with pytest.raises(ImproperlyConfigured, match="GPUADMIN_TRUSTED_PROXIES"):
+        parse_trusted_proxies(value)
+    parsed = parse_trusted_proxies(" 127.0.0.1, ::1 ,10.0.0.0/8,unix")
+    assert parsed == ["127.0.0.1", "::1", "10.0.0.0/8", "unix"]
 
 
 @pytest.mark.parametrize("password", ["password123", "iloveyou1", "qwertyuiop"])
