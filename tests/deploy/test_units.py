@@ -19,7 +19,7 @@ import pytest
 from tests import services
 
 REPO = Path(__file__).resolve().parents[2]
-UNITS = sorted((REPO / "deploy").glob("*.service"))
+UNITS = sorted([*(REPO / "deploy").glob("*.service"), *(REPO / "deploy").glob("*.socket")])
 INSTALL_ROOT = "/opt/gpuadmin"
 # The units' programs: the install's virtualenv, here the one running the tests.
 VENV_BIN = Path(sys.executable).parent
@@ -58,15 +58,19 @@ def exec_programs(unit: Path) -> list[str]:
 
 def test_there_is_a_unit_for_each_part() -> None:
     assert [u.name for u in UNITS] == [
-        "gpuadmin-agent.service", "gpuadmin-beat.service", "gpuadmin-web.service", "gpuadmin-worker.service",
+        "gpuadmin-agent.service", "gpuadmin-beat.service", "gpuadmin-web.service", "gpuadmin-web.socket",
+        "gpuadmin-worker.service",
     ]
 
 
 @pytest.mark.parametrize("unit", UNITS, ids=lambda u: u.name)
 def test_unit_verifies_without_a_warning(unit: Path, tmp_path: Path) -> None:
+    for other in UNITS:  # beside it, as installed: the web service needs its socket unit
+        render(other, tmp_path)
     rendered = render(unit, tmp_path)
     programs = exec_programs(rendered)
-    assert programs and all(Path(p).is_file() for p in programs), programs  # verify's check means something
+    if unit.suffix == ".service":  # verify's check of the programs means something
+        assert programs and all(Path(p).is_file() for p in programs), programs
     result = verify(rendered)
     assert result.returncode == 0, result.stderr
     assert (result.stdout + result.stderr).strip() == ""
@@ -143,3 +147,35 @@ def test_the_agent_unit_starts_the_agent_s_own_entry_point_and_does_not_retry_ba
     assert "missing REDIS_URL, GPUADMIN_CENTRAL_PUBLIC_KEY" in done.stderr
     example = (REPO / "deploy" / "agent.env.example").read_text()
     assert "\nGPUADMIN_CENTRAL_PUBLIC_KEY=" in example and "#GPUADMIN_CENTRAL_PUBLIC_KEY_FILE=" in example
+
+
+SOCKET_PATH = "/run/gpuadmin/gunicorn.sock"
+
+
+def test_gunicorn_listens_on_a_unix_socket_only_nginx_and_gpuadmin_can_open() -> None:
+    """Issue 30: on 127.0.0.1:8000 any local user reached gunicorn and claimed any X-Forwarded-For
+    (the login throttle's address) and X-Forwarded-Proto; the settings trust only this socket."""
+    from django.conf import settings
+
+    socket_unit = unit_settings(REPO / "deploy" / "gpuadmin-web.socket")
+    assert socket_unit["ListenStream"] == [SOCKET_PATH]
+    assert socket_unit["SocketMode"] == ["0660"]
+    assert socket_unit["SocketUser"] == ["gpuadmin"] and socket_unit["SocketGroup"] == ["www-data"]
+    web = unit_settings(REPO / "deploy" / "gpuadmin-web.service")
+    assert web["Requires"] == ["gpuadmin-web.socket"]
+    [command] = web["ExecStart"]
+    argv = command.split()
+    assert argv[argv.index("--bind") + 1] == f"unix:{SOCKET_PATH}"
+    assert [a for a in argv if "127.0.0.1" in a or "0.0.0.0" in a or a.startswith(":")] == []
+    nginx = (REPO / "deploy" / "nginx-gpuadmin.conf").read_text()
+    assert f"server unix:{SOCKET_PATH};" in nginx and "127.0.0.1:8000" not in nginx
+    assert settings.GPUADMIN_TRUSTED_PROXIES == ["unix"]  # the default, what the unit relies on
+
+
+@pytest.mark.parametrize("name", ["gpuadmin-worker.service", "gpuadmin-agent.service"])
+def test_a_worker_that_stops_on_its_own_is_started_again(name: str) -> None:
+    """Whatever its exit status: a stop from inside exits 3 (gpuadmin/celery.py), but Restart=always
+    does not depend on that. Only the agent's status 2 (its settings are wrong) is final."""
+    unit = unit_settings(REPO / "deploy" / name)
+    assert unit["Restart"] == ["always"]
+    assert unit.get("RestartPreventExitStatus", ["2"]) == ["2"]
