@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import unicodedata
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from fractions import Fraction
@@ -59,6 +59,7 @@ SNAPSHOT_KINDS = frozenset(
         Kind.SUSPECTED_LEAK,
         Kind.IDLE_HOLDER,
         Kind.PIDS_RUNNING_OUT,
+        Kind.GPU_HEALTH,
     }
 )
 
@@ -141,6 +142,7 @@ def compute_findings(
     trees = zombie_trees(rows)
     drafts = [
         *gpu_data_unavailable(document),
+        *gpu_health(document),
         *orphans_holding_gpu(rows),
         *uninterruptible_holding_gpu(rows),
         *unattributed_memory(document, rows),
@@ -366,6 +368,130 @@ def unattributed_memory(document: dict[str, Any], rows: dict[int, ProcessRow]) -
             )
         )
     return drafts
+
+
+# XIDs an admin acts on: what each means, how urgent, the way out (NVIDIA's XID catalogue).
+XID_MEANINGS: dict[int, tuple[str, str, str]] = {
+    79: ("the GPU has fallen off the bus", Severity.CRITICAL,
+         "The driver lost the GPU: drain the host and reboot it (a GPU reset rarely brings it back); if it "
+         "recurs, check the GPU's power, cooling and slot, then replace it."),
+    48: ("double-bit ECC error", Severity.CRITICAL,
+         "An uncorrectable memory error: the processes using that memory were stopped or got bad data; "
+         "restart them after the GPU is reset when idle (or the host rebooted), which retires the memory."),
+    63: ("memory page retirement or row remapping recorded", Severity.WARNING,
+         "The GPU took bad memory out of use (takes effect at the next reset): reset the GPU when it is "
+         "idle; if it repeats, plan to replace it."),
+    64: ("memory page retirement or row remapping failed", Severity.CRITICAL,
+         "The GPU could not record bad memory: drain it, reset it when idle, and replace it if this recurs."),
+    94: ("contained ECC error", Severity.WARNING,
+         "An uncorrectable memory error stopped only the applications using that memory: restart them; "
+         "reset the GPU when idle so the bad row is remapped."),
+    95: ("uncontained ECC error", Severity.CRITICAL,
+         "An uncorrectable memory error could not be contained: every process on the GPU is affected; "
+         "drain it and reset the GPU (or reboot the host)."),
+}
+THERMAL_REASONS = ("sw_thermal_slowdown", "hw_thermal_slowdown")
+POWER_BRAKE_REASON = "hw_power_brake_slowdown"
+HW_SLOWDOWN_REASON = "hw_slowdown"  # set beside either hardware cause, or alone for one NVML does not name
+
+
+def gpu_health(document: dict[str, Any]) -> list[FindingDraft]:
+    """Per GPU, each health condition an admin acts on (keys ``<uuid>:<condition>``); a field the GPU
+    could not give (null) shows nothing, never a condition."""
+    drafts: list[FindingDraft] = []
+    for gpu in document.get("gpus", ()):
+        health = gpu.get("health")
+        if health:
+            drafts += _health_of(gpu, health)
+    return drafts
+
+
+def _health_of(gpu: dict[str, Any], health: dict[str, Any]) -> list[FindingDraft]:
+    index, uuid = gpu["index"], gpu["uuid"]
+    label = f"GPU {index}"
+    reset = f"nvidia-smi -r -i {index}"
+    seen: dict[str, Any] = {"gpu_uuid": uuid, "gpu_index": index}
+    drafts = []
+
+    def found(condition: str, severity: str, title: str, remedy: str, **details: Any) -> None:
+        drafts.append(FindingDraft(kind=Kind.GPU_HEALTH, key=f"{uuid}:{condition}", severity=severity,
+                                   title=f"{label}: {title}", remedy=remedy,
+                                   details={**seen, "condition": condition, **details}))
+
+    remapped = {k: health.get(f"remapped_rows_{k}")
+                for k in ("correctable", "uncorrectable", "pending", "failed")}
+    rows_seen = (f"{_plural(remapped['uncorrectable'], 'row')} remapped for uncorrectable errors, "
+                 f"{remapped['correctable']} for correctable"
+                 if remapped["uncorrectable"] is not None and remapped["correctable"] is not None else "")
+    if remapped["failed"]:
+        found("row_remapping_failed", Severity.CRITICAL,
+              f"row remapping failed{f' ({rows_seen})' if rows_seen else ''}",
+              "The GPU has no spare memory rows left for bad ones: drain it and replace it (RMA).",
+              **{f"remapped_rows_{k}": v for k, v in remapped.items()})
+    if remapped["pending"]:
+        found("row_remapping_pending", Severity.WARNING,
+              f"row remapping pending{f' ({rows_seen})' if rows_seen else ''}",
+              f"Bad memory rows are remapped only at the next reset: reset the GPU when it is idle ({reset}) "
+              "or reboot the host; until then that memory may still be used.",
+              **{f"remapped_rows_{k}": v for k, v in remapped.items()})
+    if health.get("retired_pages_pending"):
+        pages = [health.get("retired_pages_single_bit_ecc"), health.get("retired_pages_double_bit_ecc")]
+        counted = (f" ({pages[1]} double-bit, {pages[0]} single-bit pages retired)"
+                   if None not in pages else "")
+        found("page_retirement_pending", Severity.WARNING, f"memory page retirement pending{counted}",
+              f"Retired pages leave use only at the next reset: reset the GPU when it is idle ({reset}) "
+              "or reboot the host.",
+              retired_pages_single_bit_ecc=pages[0], retired_pages_double_bit_ecc=pages[1])
+    volatile = health.get("ecc_volatile_uncorrected_errors")
+    if volatile:
+        aggregate = health.get("ecc_aggregate_uncorrected_errors")
+        lifetime = f", {aggregate} over its lifetime" if aggregate is not None else ""
+        found("uncorrectable_ecc", Severity.CRITICAL,
+              f"{_plural(volatile, 'uncorrectable ECC error')} since the last reset{lifetime}",
+              "Applications using the bad memory got wrong data or were stopped: restart them after a reset "
+              f"when idle ({reset}); if the lifetime count keeps rising, replace the GPU.",
+              ecc_volatile_uncorrected_errors=volatile, ecc_aggregate_uncorrected_errors=aggregate)
+    _throttling(health, found)
+    for entry in health.get("xid_errors") or ():
+        xid, count = entry["xid"], entry["count"]
+        meaning, severity, remedy = XID_MEANINGS.get(xid, (
+            "a driver error", Severity.INFO,
+            "See NVIDIA's XID catalogue for this number and the kernel log (dmesg | grep -e NVRM -e Xid); "
+            "XIDs 13, 31 and 43 are usually the application's own fault."))
+        found(f"xid_{xid}", severity,
+              f"XID {xid}, {meaning} ({_plural(count, 'time')}, last at {entry['last_seen_at']})",
+              remedy, xid=xid, count=count, last_seen_at=entry["last_seen_at"])
+    return drafts
+
+
+def _throttling(health: dict[str, Any], found: Callable[..., None]) -> None:
+    reasons = health.get("clock_event_reasons") or ()
+    temperature = health.get("temperature_celsius")
+    draw, limit = health.get("power_draw_milliwatts"), health.get("power_limit_milliwatts")
+    thermal = [r for r in reasons if r in THERMAL_REASONS]
+    if thermal:
+        hot = f" at {temperature} °C" if temperature is not None else ""
+        found("thermal_throttling", Severity.WARNING,
+              f"clocks slowed down by heat{hot} ({', '.join(r.replace('_', ' ') for r in thermal)})",
+              "Check the host's airflow, fans and inlet temperature; a GPU hotter than its neighbours "
+              "may need its cooling serviced.",
+              reasons=thermal, temperature_celsius=temperature)
+    power = POWER_BRAKE_REASON in reasons or (HW_SLOWDOWN_REASON in reasons and not thermal)
+    if power:
+        known = draw is not None and limit is not None
+        watts = f" at {watts_text(draw)} of {watts_text(limit)}" if known else ""
+        cause = "power brake" if POWER_BRAKE_REASON in reasons else "hardware slowdown"
+        found("power_throttling", Severity.WARNING,
+              f"clocks slowed down by the power supply{watts} ({cause})",
+              "The hardware cut the clocks for power: check the host's power supplies and the rack's power "
+              "budget (the power-brake signal), and that the GPU's power cables are seated.",
+              reasons=[r for r in reasons if r in (POWER_BRAKE_REASON, HW_SLOWDOWN_REASON)],
+              power_draw_milliwatts=draw, power_limit_milliwatts=limit)
+
+
+def watts_text(milliwatts: int | None) -> str:
+    """NVML's milliwatts as people read power: whole watts."""
+    return "? W" if milliwatts is None else f"{milliwatts / 1000:.0f} W"
 
 
 def hidden_container_suspects(rows: dict[int, ProcessRow], gpu_index: int) -> list[Workload]:

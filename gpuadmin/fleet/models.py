@@ -473,6 +473,7 @@ class Finding(models.Model):
         SUSPECTED_LEAK = "suspected_leak", "Suspected GPU memory leak"
         IDLE_HOLDER = "idle_holder", "GPU memory held while idle"
         PIDS_RUNNING_OUT = "pids_running_out", "PIDs running out"
+        GPU_HEALTH = "gpu_health", "GPU health"
 
     class Severity(models.TextChoices):
         INFO = "info", "Info"

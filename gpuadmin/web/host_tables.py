@@ -31,6 +31,7 @@ from gpuadmin.fleet.process_tree import (
     process_rows,
     zombie_trees,
 )
+from gpuadmin.web.gpu_cards import HealthLine, health_lines
 from gpuadmin.web.untrusted_text import visible_text
 
 # Sort keys and whether their natural order is descending (biggest / oldest first).
@@ -207,6 +208,7 @@ class HostTables:
     workloads: list[Workload] = field(default_factory=list)  # every job/container/pod holding a GPU
     # Rows that mattered but the agent left out to fit the size limit (gpuadmin/probe/budget.py).
     left_out_count: int = 0
+    gpu_health: dict[str, list[HealthLine]] = field(default_factory=dict)  # GPU uuid -> its card's lines
 
 
 def mig_instance_rows(document: dict[str, Any]) -> dict[str, list[MigInstanceRow]]:
@@ -359,4 +361,5 @@ def host_tables(document: dict[str, Any] | None, gpus: list[Gpu], query: Process
         mig_instances=mig_instance_rows(document),
         workloads=sorted(workloads.values(), key=lambda w: (w.kind, w.label.casefold(), w.id)),
         left_out_count=document.get("left_out", {}).get("processes", 0),
+        gpu_health=health_lines(document),
     )
