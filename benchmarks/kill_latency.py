@@ -24,7 +24,8 @@ request to after the last (its defaults: 50 admins polling, 100 snapshots/s
 offered to its own central on PostgreSQL and Redis); its report follows this
 one's. The kill path shares the machine's CPUs with it, not its broker.
 
-Required: p95 < 1 s; aim: p95 < 250 ms. Exit status 1 when the requirement is missed.
+Required: p95 < 1 s; aim: p95 < 50 ms on Redis, < 250 ms on the embedded broker (it polls).
+Exit status 1 when the requirement is missed.
 
     python benchmarks/kill_latency.py [--requests 50] [--broker redis|embedded]
                                       [--under-load [--load-admins 50] [--load-rate 100] [--load-hosts 100]]
@@ -58,7 +59,8 @@ HOST = f"bench-{uuid.uuid4().hex[:6]}"
 GPU_UUID = "GPU-bench000-0000-4000-8000-000000000001"
 GiB = 2**30
 REQUIRED_P95_SECONDS = 1.0
-AIM_P95_SECONDS = 0.25
+# Redis wakes the agent at once; the embedded broker's idle worker lists its folder every 0.1 s.
+AIM_P95_SECONDS = {"redis": 0.05, "embedded": 0.25}
 STEP_TIMEOUT_SECONDS = 30.0
 PLAN = [{"signal": "SIGINT", "grace_seconds": 10}, {"signal": "SIGKILL", "grace_seconds": 10}]
 
@@ -299,11 +301,12 @@ def main() -> int:
     print(row("target's SIGINT handler ran", "latency"))
     succeeded = sum(int(r["status_ok"]) for r in results)
     p95 = percentile([r["latency"] for r in results], 0.95)
-    verdict = ("meets the aim" if p95 < AIM_P95_SECONDS else
+    aim = AIM_P95_SECONDS[args.broker]
+    verdict = ("meets the aim" if p95 < aim else
                "meets the requirement" if p95 < REQUIRED_P95_SECONDS else "MISSES the requirement")
     print(f"\n{args.broker} broker: {len(results)} requests, {succeeded} succeeded; "
           f"p95 = {p95 * 1000:.1f} ms: {verdict} "
-          f"(required < {REQUIRED_P95_SECONDS * 1000:.0f} ms, aim < {AIM_P95_SECONDS * 1000:.0f} ms) "
+          f"(required < {REQUIRED_P95_SECONDS * 1000:.0f} ms, aim < {aim * 1000:.0f} ms) "
           f"{'under load' if args.under_load else 'idle'} [{datetime.now():%Y-%m-%d}, {os.cpu_count()} CPUs]")
     if load_report:
         print(f"\nthe load alongside (benchmarks/load.py):\n{load_report.rstrip()}")
