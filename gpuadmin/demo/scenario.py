@@ -14,6 +14,7 @@ import os
 import secrets
 import signal
 import sys
+import time
 from collections.abc import MutableMapping
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,7 @@ from gpuadmin.data_dir import BASE_DIR
 from gpuadmin.demo import claims
 from gpuadmin.demo.claims import GiB
 from gpuadmin.demo.programs import HOSTILE_ARGUMENTS, command
+from gpuadmin.probe.kill.protocol import wire_time
 
 DEMO_DATA_DIR = BASE_DIR / "var" / "demo"  # apart from `make run`'s var/: demo accounts stay in the demo
 # Quicker than production, so every finding shows within a minute.
@@ -33,18 +35,61 @@ DEMO_SETTINGS = {
 REQUESTER = "demo-requester"
 APPROVER = "demo-approver"
 
+# When the demo's XIDs happened: fixed for the run, so their findings read the same at every snapshot.
+_XID_SEEN_AT = wire_time(time.time(), timespec="seconds")
+
+
+def _health(**fields: Any) -> dict[str, Any]:
+    """A demo GPU's health (docs/snapshot.md): a healthy H100's figures, with ``fields`` over them."""
+    healthy: dict[str, Any] = {
+        "temperature_celsius": 64, "power_draw_milliwatts": 412_000, "power_limit_milliwatts": 700_000,
+        "clock_event_reasons": [], "ecc_volatile_corrected_errors": 0, "ecc_volatile_uncorrected_errors": 0,
+        "ecc_aggregate_corrected_errors": 12, "ecc_aggregate_uncorrected_errors": 0,
+        "remapped_rows_correctable": 0, "remapped_rows_uncorrectable": 0, "remapped_rows_pending": False,
+        "remapped_rows_failed": False, "xid_errors": [],
+    }
+    return {**healthy, **fields}
+
+
+def _xids(*numbers: int) -> list[dict[str, Any]]:
+    return [{"xid": n, "count": 1, "last_seen_at": _XID_SEEN_AT} for n in numbers]
+
+
+# Between them, the GPUs show every health finding (docs/demo.md).
 GPUS: list[dict[str, Any]] = [
+    # Too hot: thermal throttling.
     {"uuid": "GPU-demo-0", "name": "Simulated H100 (demo)", "memory_total_bytes": 80 * GiB,
-     "utilization_percent": 55, "utilization_wave_percent": 40, "period_seconds": 300},
+     "utilization_percent": 55, "utilization_wave_percent": 40, "period_seconds": 300,
+     "health": _health(temperature_celsius=91, power_draw_milliwatts=655_000,
+                       clock_event_reasons=["hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown"])},
+    # A contained ECC error: uncorrectable errors, a row remap pending a reset, XIDs 94 and 63.
     {"uuid": "GPU-demo-1", "name": "Simulated H100 (demo)", "memory_total_bytes": 80 * GiB,
-     "utilization_percent": 45, "utilization_wave_percent": 50, "period_seconds": 420},
-    # Memory no process accounts for (as a stuck driver context shows): the unattributed finding.
+     "utilization_percent": 45, "utilization_wave_percent": 50, "period_seconds": 420,
+     "health": _health(ecc_volatile_uncorrected_errors=1, ecc_aggregate_uncorrected_errors=1,
+                       remapped_rows_uncorrectable=1, remapped_rows_pending=True, xid_errors=_xids(63, 94))},
+    # Memory no process accounts for (as a stuck driver context shows): the unattributed finding;
+    # and a GPU past saving: row remapping failed, XIDs 48, 64 and 95.
     {"uuid": "GPU-demo-2", "name": "Simulated H100 (demo)", "memory_total_bytes": 80 * GiB,
-     "extra_used_bytes": 7 * GiB, "utilization_percent": 3},
-    # Held at 0% utilization: the idle holder finding.
-    {"uuid": "GPU-demo-3", "name": "Simulated H100 (demo)", "memory_total_bytes": 80 * GiB,
-     "utilization_percent": 0},
+     "extra_used_bytes": 7 * GiB, "utilization_percent": 3,
+     "health": _health(remapped_rows_uncorrectable=512, remapped_rows_failed=True,
+                       xid_errors=_xids(48, 64, 95))},
+    # Held at 0% utilization: the idle holder finding; an older GPU (pages retired, no row remapping)
+    # behind a power brake, and fallen off the bus (XID 79).
+    {"uuid": "GPU-demo-3", "name": "Simulated V100 (demo)", "memory_total_bytes": 32 * GiB,
+     "utilization_percent": 0,
+     "health": _health(power_draw_milliwatts=301_000, power_limit_milliwatts=300_000,
+                       clock_event_reasons=["hw_slowdown", "hw_power_brake_slowdown"],
+                       remapped_rows_correctable=None, remapped_rows_uncorrectable=None,
+                       remapped_rows_pending=None, remapped_rows_failed=None,
+                       retired_pages_single_bit_ecc=3, retired_pages_double_bit_ecc=1,
+                       retired_pages_pending=True, xid_errors=_xids(79))},
 ]
+# Every GPU health condition the GPUs above show: tests/demo checks they all open a finding.
+HEALTH_CONDITIONS = frozenset({
+    "thermal_throttling", "power_throttling", "uncorrectable_ecc", "row_remapping_pending",
+    "row_remapping_failed", "page_retirement_pending",
+    "xid_48", "xid_63", "xid_64", "xid_79", "xid_94", "xid_95",
+})
 
 
 @dataclass(frozen=True)

@@ -73,6 +73,14 @@ def open_findings(env: dict[str, str], host: str) -> set[str]:
         return {kind for (kind,) in connection.execute(FINDINGS_QUERY, (host,))}
 
 
+def open_health_conditions(env: dict[str, str], host: str) -> set[str]:
+    """The conditions of the host's open GPU health findings (keys ``<uuid>:<condition>``)."""
+    database = Path(env["GPUADMIN_DATA_DIR"]) / "gpuadmin.sqlite3"
+    query = FINDINGS_QUERY.replace("f.kind", "f.key", 1) + " AND f.kind = 'gpu_health'"
+    with sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=5) as connection:
+        return {key.rpartition(":")[2] for (key,) in connection.execute(query, (host,))}
+
+
 def role_of(process: dict[str, Any]) -> str:
     argv = process["cmdline"]
     return argv[argv.index("gpuadmin.demo.programs") + 1] if "gpuadmin.demo.programs" in argv else ""
@@ -106,6 +114,7 @@ def missing_scenarios(document: dict[str, Any], findings: set[str]) -> list[str]
         "slow leak": "suspected_leak" in findings,
         "idle holder": "idle_holder" in findings and bool(by_role.get("idle-holder")),
         "simulated GPUs": document.get("gpu_backend", {}).get("name") == "simulated",
+        "GPU health": "gpu_health" in findings,
         "every demo process labelled": all(p["cmdline"][-1] == LABEL for role, group in by_role.items()
                                            if role for p in group),
     }

@@ -9,7 +9,8 @@ import urllib.request
 from pathlib import Path
 
 from gpuadmin.demo.fleet import HOSTS as SYNTHETIC_HOSTS
-from tests.demo.helpers import HOST, open_findings, start_demo, wait_for_scenarios
+from gpuadmin.demo.scenario import HEALTH_CONDITIONS
+from tests.demo.helpers import HOST, open_findings, open_health_conditions, start_demo, wait_for_scenarios
 from tests.run.helpers import in_groups_or_sessions, zombies_of
 
 
@@ -26,6 +27,7 @@ def test_make_demo_shows_every_scenario_and_ctrl_c_ends_every_demo_process(tmp_p
         assert {h.name for h in SYNTHETIC_HOSTS} <= {name for name, document in hosts.items() if document}
         assert "zombies" in open_findings(demo.env, "sim-a100-02")
         assert "orphan_gpu" in open_findings(demo.env, HOST)
+        assert open_health_conditions(demo.env, HOST) == HEALTH_CONDITIONS
         # web and worker with their own children, 14 demo processes and their zombies
         assert len(in_groups_or_sessions(demo.groups)) > 20
 
