@@ -343,6 +343,9 @@ GPUADMIN_NOTIFY_EXPIRY_WARNING_SECONDS = env_int("GPUADMIN_NOTIFY_EXPIRY_WARNING
 # A failed delivery is tried again this many times, waiting this long, then twice as long each time.
 GPUADMIN_NOTIFY_RETRIES = env_int("GPUADMIN_NOTIFY_RETRIES", 4)
 GPUADMIN_NOTIFY_RETRY_SECONDS = env_int("GPUADMIN_NOTIFY_RETRY_SECONDS", 30)
+# Notification URLs must name public servers (gpuadmin/notify/delivery.py): 1 allows addresses that
+# are not (the lab's own webhook on 10.x, or on this box), for every person's URLs.
+GPUADMIN_NOTIFY_ALLOW_PRIVATE = env_bool("GPUADMIN_NOTIFY_ALLOW_PRIVATE", False)
 # Email goes through Django's backend (Apprise's djangomail:// plugin, gpuadmin/notify/delivery.py).
 EMAIL_BACKEND = env_str("GPUADMIN_EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
 EMAIL_HOST = env_str("GPUADMIN_EMAIL_HOST", "localhost")

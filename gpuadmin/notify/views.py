@@ -11,7 +11,7 @@ from django.views.decorators.http import require_http_methods
 
 from gpuadmin.accounts.permissions import role_required
 from gpuadmin.accounts.roles import Role
-from gpuadmin.notify.delivery import shown_url
+from gpuadmin.notify.delivery import destination_problem, shown_url
 from gpuadmin.notify.models import Person
 
 
@@ -27,6 +27,8 @@ class PreferencesForm(forms.ModelForm):
         for url in urls:
             if "not a URL Apprise understands" in shown_url(url):
                 raise forms.ValidationError(f"Not a notification URL Apprise understands: {shown_url(url)}")
+            if problem := destination_problem(url):
+                raise forms.ValidationError(f"{shown_url(url)}: {problem}")
         return "\n".join(urls)
 
 

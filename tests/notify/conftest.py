@@ -25,6 +25,13 @@ def _mail_in_memory(settings: Any) -> None:
     settings.GPUADMIN_BASE_URL = "https://gpuadmin.lab.example"
 
 
+@pytest.fixture(autouse=True)
+def _loopback_allowed(settings: Any) -> None:
+    """The tests' webhook receiver (Inbox) listens on loopback: an admin's choice to allow it.
+    tests/notify/test_delivery.py turns it off to see such URLs refused."""
+    settings.GPUADMIN_NOTIFY_ALLOW_PRIVATE = True
+
+
 @pytest.fixture
 def inbox() -> Iterator[Inbox]:
     server = Inbox()

@@ -14,7 +14,8 @@ REASON = "the job ran over its reservation"
 
 
 class Inbox(ThreadingHTTPServer):
-    """A webhook receiver on a free loopback port: POSTs to /ok are kept, /fail answers 500."""
+    """A webhook receiver on a free loopback port: POSTs to /ok are kept, /fail answers 500,
+    /redirect sends the client on to /ok (307). ``connections`` counts every connection made."""
 
     daemon_threads = True
 
@@ -22,6 +23,11 @@ class Inbox(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.received: list[dict[str, Any]] = []
         self.failed_attempts = 0
+        self.connections = 0
+
+    def verify_request(self, request: Any, client_address: Any) -> bool:
+        self.connections += 1
+        return True
 
     def url(self, path: str = "ok") -> str:
         return f"json://127.0.0.1:{self.server_port}/{path}"
@@ -35,6 +41,9 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path.startswith("/fail"):
             self.server.failed_attempts += 1
             self.send_response(500)
+        elif self.path.startswith("/redirect"):
+            self.send_response(307)
+            self.send_header("Location", "/ok")
         else:
             self.server.received.append(json.loads(body))
             self.send_response(200)

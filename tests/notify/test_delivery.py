@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from django.core import mail
 
-from gpuadmin.notify.delivery import email_url, send, shown_url
+from gpuadmin.notify import delivery
+from gpuadmin.notify.delivery import DELIVERY_FAILED, email_url, send, shown_url
 
 
 def test_a_json_webhook_receives_the_title_and_body(inbox):
@@ -26,11 +27,12 @@ def test_an_email_address_goes_through_djangos_email_backend(settings):
     assert message.from_email == "gpuadmin@lab.example"
 
 
-def test_a_failing_endpoint_is_reported_with_the_services_answer(inbox):
+def test_a_failing_endpoint_is_reported_and_its_answer_goes_to_the_log_only(inbox, caplog):
     outcome = send(inbox.url("fail"), "t", "b")
     assert not outcome.ok
-    assert "500" in outcome.error
+    assert outcome.error == DELIVERY_FAILED  # a person sees no status or body of the server's
     assert inbox.failed_attempts == 1
+    assert any("500" in record.getMessage() for record in caplog.records if record.name == delivery.__name__)
 
 
 def test_a_failing_email_backend_is_reported(settings):
@@ -43,6 +45,9 @@ def test_a_failing_email_backend_is_reported(settings):
 
 def test_a_url_apprise_does_not_know_is_a_failure_not_an_exception():
     outcome = send("nosuchservice://x", "t", "b")
+    assert not outcome.ok
+    assert "nosuchservice:// is not a scheme gpuadmin sends to" in outcome.error
+    outcome = send("json://127.1/", "t", "b")  # an allowed scheme Apprise cannot parse
     assert not outcome.ok
     assert "not a notification URL" in outcome.error
 
