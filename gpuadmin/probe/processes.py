@@ -16,12 +16,14 @@ from collections.abc import Iterable
 
 from gpuadmin.probe.procfs import (
     CLOCK_TICKS_PER_SECOND,
+    ZOMBIE_STATE,
     StatFields,
     cmdline_sha256,
     parse_stat,
     process_state,
     read_cmdline_bytes,
     read_executable,
+    wait_channel,
 )
 
 PAGE_SIZE_BYTES = os.sysconf("SC_PAGE_SIZE")
@@ -125,12 +127,13 @@ def describe(stat: StatFields, *, uptime_seconds: float, cmdline_max_bytes: int)
     argv, truncated = split_cmdline(raw, cmdline_max_bytes)
     uid = read_status_uid(pid)
     start_seconds = stat.start_time_ticks / CLOCK_TICKS_PER_SECOND
-    return {
+    state = process_state(stat)
+    row: dict[str, object] = {
         "pid": pid,
         "ppid": stat.ppid,
         # Not "Z" for a process whose leader exited: central would take it for a zombie, which
         # cannot be killed, and refuse the kill that frees its GPU memory.
-        "state": process_state(stat),
+        "state": state,
         "start_time_ticks": stat.start_time_ticks,
         "uid": uid,
         "user": user_name(uid),
@@ -145,3 +148,8 @@ def describe(stat: StatFields, *, uptime_seconds: float, cmdline_max_bytes: int)
         "elapsed_seconds": round(max(uptime_seconds - start_seconds, 0.0), 2),
         "kernel_thread": stat.kernel_thread,
     }
+    if stat.leader_exited and state != ZOMBIE_STATE:
+        row["leader_exited"] = True  # its GPU memory stays held until the last thread ends
+    if state == UNINTERRUPTIBLE:
+        row.update(wait_channel(stat))  # no signal acts on it: say what it waits on
+    return row

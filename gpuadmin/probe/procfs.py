@@ -127,6 +127,48 @@ def process_state(stat: StatFields) -> str:
     return stat.state  # its last threads exited meanwhile: a zombie now
 
 
+KERNEL_STACK_FRAMES_MAX = 16
+
+
+def wait_channel(stat: StatFields) -> dict[str, object]:
+    """What a process in D state waits on: ``wchan``, the kernel function it sleeps in
+    (/proc/<pid>/wchan: "0" or empty when the kernel hides it from this reader), and
+    ``kernel_stack``, its innermost frames (/proc/<pid>/stack: root only). Each only when read.
+
+    Read from a running thread when the leader has exited: the leader's own entries say nothing.
+    """
+    directories = [f"/proc/{stat.pid}"]
+    if stat.leader_exited:
+        directories = [d for d in other_thread_dirs(stat.pid)
+                       if (t := _read_stat_in(d)) is not None and t.state != ZOMBIE_STATE][:1]
+    found: dict[str, object] = {}
+    for directory in directories:
+        try:
+            with open(f"{directory}/wchan", "rb") as f:
+                wchan = f.read(256).decode("ascii", "replace").strip()
+        except OSError:
+            wchan = ""
+        if wchan and wchan != "0":
+            found["wchan"] = wchan[:128]
+        try:
+            with open(f"{directory}/stack", "rb") as f:
+                lines = f.read(16384).decode("ascii", "replace").splitlines()
+        except OSError:
+            lines = []
+        frames = [_frame(line) for line in lines[:KERNEL_STACK_FRAMES_MAX]]
+        if any(frames):
+            found["kernel_stack"] = [frame for frame in frames if frame]
+    return found
+
+
+def _frame(line: str) -> str:
+    """``[<0>] nfs_wait_bit_killable+0x1e/0x90 [nfs]`` -> ``nfs_wait_bit_killable [nfs]``."""
+    text = line.split("] ", 1)[-1].strip()
+    function, _, rest = text.partition("+0x")
+    module = rest[rest.find(" ["):].strip() if " [" in rest else ""
+    return f"{function} {module}".strip()[:128]
+
+
 def read_cmdline_bytes(pid: int) -> bytes | None:
     """The raw NUL-separated command line; b"" for kernel threads and zombies; None when gone.
 

@@ -69,6 +69,7 @@ def test_a_process_whose_leader_exited_is_no_zombie(processes: Processes, device
     assert row["device_files"] == [device.path]
     # Its running thread's state: a "Z" would make central refuse to kill it as a zombie.
     assert row["state"] in {"S", "R"}
+    assert row["leader_exited"] is True  # central explains its memory: held until the last thread ends
     assert row["cmdline"] == [sys.executable, WORKLOADS, "leader-exited", device.path]
     assert row["exe"] == os.path.realpath(sys.executable)
     zombie_rows = [r for r in document["processes"] if "zombie" in r["reasons"]]
@@ -87,6 +88,7 @@ def test_a_process_whose_leader_exited_is_a_zombie_once_its_last_thread_has(
     row = rows_by_pid(snapshot(device.glob))[holder.pid]
 
     assert row["reasons"] == ["zombie"] and row["state"] == "Z"
+    assert "leader_exited" not in row
     assert row["cmdline"] == [] and row["device_files"] == []
     stat = procfs.read_stat(holder.pid)
     assert stat is not None and stat.zombie
