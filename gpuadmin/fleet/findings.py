@@ -144,7 +144,7 @@ def compute_findings(
         *gpu_data_unavailable(document),
         *gpu_health(document),
         *orphans_holding_gpu(rows),
-        *uninterruptible_holding_gpu(rows),
+        *uninterruptible_holding_gpu(rows, document),
         *unattributed_memory(document, rows),
         *pid_exhaustion(document, trees),
     ]
@@ -282,12 +282,19 @@ def _first_device(rows: Iterable[ProcessRow]) -> str:
     return next((f for r in rows for f in r.device_files), "a GPU device")
 
 
-def uninterruptible_holding_gpu(rows: dict[int, ProcessRow]) -> list[FindingDraft]:
+def uninterruptible_holding_gpu(rows: dict[int, ProcessRow], document: dict[str, Any] | None = None
+                                ) -> list[FindingDraft]:
     drafts = []
     stuck = [r for r in rows.values() if r.is_uninterruptible and r.holds_gpu]
+    # What each waits on, where the probe could read it (a record's wchan / kernel_stack).
+    waits = {r["pid"]: r for r in (document or {}).get("processes", ())
+             if "wchan" in r or "kernel_stack" in r}
     for row in sorted(stuck, key=lambda r: r.pid):
         memory_bytes = row.total_gpu_memory_bytes
         holding = f"holding {human_bytes(memory_bytes)}" if memory_bytes else "holding a GPU"
+        wait = waits.get(row.pid, {})
+        if wait.get("wchan"):
+            holding += f", waiting in {_clean(wait['wchan'])}"
         drafts.append(
             FindingDraft(
                 kind=Kind.UNINTERRUPTIBLE_GPU,
@@ -304,6 +311,8 @@ def uninterruptible_holding_gpu(rows: dict[int, ProcessRow]) -> list[FindingDraf
                     "start_time_ticks": row.start_time_ticks,
                     "user": row.user,
                     "gpu_memory_bytes": memory_bytes,
+                    "wchan": wait.get("wchan"),
+                    "kernel_stack": wait.get("kernel_stack"),
                 },
             )
         )
@@ -334,7 +343,7 @@ def unattributed_memory(document: dict[str, Any], rows: dict[int, ProcessRow]) -
             where = "No process on this host accounts for it"
         if suspects:
             where += (
-                f": look in {_workload_list(suspects)}, whose processes hold the GPU's device files "
+                f": look in {workload_list(suspects)}, whose processes hold the GPU's device files "
                 "but show no memory (the driver lists them under their container's PID namespace)."
             )
         elif pids:
@@ -350,7 +359,8 @@ def unattributed_memory(document: dict[str, Any], rows: dict[int, ProcessRow]) -
                 severity=Severity.CRITICAL if critical else Severity.WARNING,
                 title=(
                     f"GPU {index} ({_clean(gpu['name'])}): {human_bytes(unattributed_bytes)} "
-                    "used by no visible process"
+                    f"used by no visible process ({human_bytes(used_bytes)} used against "
+                    f"{human_bytes(attributed[gpu['uuid']])} by visible processes)"
                 ),
                 remedy=(
                     f"{where} Otherwise the driver may be stuck (dmesg for NVRM/Xid): reload nvidia_uvm, "
@@ -520,7 +530,7 @@ def hidden_container_suspects(rows: dict[int, ProcessRow], gpu_index: int) -> li
     return sorted(found.values(), key=lambda w: (w.label.casefold(), w.key))
 
 
-def _workload_list(workloads: list[Workload]) -> str:
+def workload_list(workloads: list[Workload]) -> str:
     listed = workloads[:_CONTAINERS_LISTED_MAX]
     shown = ", ".join(_clean(clip(w.label, _COMMAND_SHOWN_MAX_CHARS)) for w in listed)
     more = len(workloads) - _CONTAINERS_LISTED_MAX

@@ -19,8 +19,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlencode
 
+from django.conf import settings
 from django.core.paginator import Page, Paginator
 
+from gpuadmin.fleet.memory_explained import MemoryExplained, memory_explained
 from gpuadmin.fleet.models import Gpu
 from gpuadmin.fleet.process_tree import (
     ProcessRow,
@@ -209,6 +211,7 @@ class HostTables:
     # Rows that mattered but the agent left out to fit the size limit (gpuadmin/probe/budget.py).
     left_out_count: int = 0
     gpu_health: dict[str, list[HealthLine]] = field(default_factory=dict)  # GPU uuid -> its card's lines
+    memory_explained: dict[str, MemoryExplained] = field(default_factory=dict)  # GPU uuid -> its memory
 
 
 def mig_instance_rows(document: dict[str, Any]) -> dict[str, list[MigInstanceRow]]:
@@ -362,4 +365,6 @@ def host_tables(document: dict[str, Any] | None, gpus: list[Gpu], query: Process
         workloads=sorted(workloads.values(), key=lambda w: (w.kind, w.label.casefold(), w.id)),
         left_out_count=document.get("left_out", {}).get("processes", 0),
         gpu_health=health_lines(document),
+        memory_explained=memory_explained(
+            document, rows, threshold_bytes=settings.GPUADMIN_UNATTRIBUTED_THRESHOLD_BYTES),
     )

@@ -149,6 +149,14 @@ def test_uninterruptible_process_holding_a_gpu() -> None:
     assert "reboot" in draft.remedy
 
 
+def test_d_state_holder_says_what_it_waits_on_where_the_probe_read_it() -> None:
+    stuck = proc(10, state="D", gpu_memory={GPU0: GiB}, wchan="nfs_wait_bit_killable",
+                 kernel_stack=["nfs_wait_bit_killable [nfs]"])
+    (draft,) = of_kind(snapshot(processes=[stuck], gpus=[gpu(0, used=GiB)]), Kind.UNINTERRUPTIBLE_GPU)
+    assert draft.title.endswith("holding 1 GiB, waiting in nfs_wait_bit_killable")
+    assert draft.details["kernel_stack"] == ["nfs_wait_bit_killable [nfs]"]
+
+
 def test_d_state_without_gpu_or_gpu_without_d_state_is_no_finding() -> None:
     processes = [proc(10, state="D"), proc(11, state="S", gpu_memory={GPU0: GiB})]
     assert of_kind(snapshot(processes=processes, gpus=[gpu(0, used=GiB)]), Kind.UNINTERRUPTIBLE_GPU) == []
@@ -163,7 +171,8 @@ def test_unattributed_memory_above_the_threshold_per_gpu() -> None:
     gpus = [gpu(0, used=8 * GiB), gpu(1, used=512 * MiB)]
     (draft,) = of_kind(snapshot(processes=[holder], gpus=gpus), Kind.UNATTRIBUTED_MEMORY)
     assert draft.key == GPU0
-    assert draft.title == "GPU 0 (Simulated H100): 6 GiB used by no visible process"
+    assert draft.title == ("GPU 0 (Simulated H100): 6 GiB used by no visible process "
+                           "(8 GiB used against 2 GiB by visible processes)")
     assert "another PID namespace" in draft.remedy
     assert "nvidia_uvm" in draft.remedy
     assert "nvidia-smi --gpu-reset -i 0" in draft.remedy

@@ -82,7 +82,8 @@ def test_real_zombies_and_orphans_become_findings_about_the_right_processes(
     assert orphans.details["pids"] == workers
 
     unattributed = host.findings.get(kind=Finding.Kind.UNATTRIBUTED_MEMORY)
-    assert unattributed.title.endswith("3 GiB used by no visible process")
+    assert unattributed.title.endswith(
+        "3 GiB used by no visible process (5 GiB used against 2 GiB by visible processes)")
     assert f"pid {stranger}" in unattributed.remedy
 
     gpu = host.gpus.get()

@@ -12,7 +12,7 @@ from django.urls import reverse
 from gpuadmin.fleet.models import Finding
 from gpuadmin.probe.gpus import GpuHealth
 from gpuadmin.web.gpu_cards import HealthLine, health_lines
-from tests.factories import gpu
+from tests.factories import GiB, gpu, proc
 from tests.fleet.helpers import store
 
 URL = reverse("host_detail", kwargs={"name": "gpu01"})
@@ -68,3 +68,18 @@ def test_the_card_shows_health_and_the_findings_name_the_condition(viewer_client
     # The next snapshot without the conditions resolves them.
     store(gpus=[sick_gpu(temperature_celsius=50)])
     assert not Finding.objects.open().filter(kind=Finding.Kind.GPU_HEALTH).exists()
+
+
+@pytest.mark.django_db
+def test_the_card_explains_memory_nobody_frees_with_the_numbers_compared(viewer_client) -> None:
+    holder = proc(30, gpu_memory={"GPU-sim-0000": 3 * GiB}, leader_exited=True, reasons=["gpu"])
+    store(processes=[holder], gpus=[gpu(0, used=11 * GiB)])
+
+    page = viewer_client.get(URL).content.decode()
+
+    explained = r'data-gpu-index="0">.*?<div class="memory-explained small">.*?</div>'
+    card = re.search(explained, page, re.S).group(0)
+    assert "11 GiB used, 3 GiB by visible processes, 8 GiB by no process" in card
+    assert '<li data-cause="leader_exited">3 GiB held by pid 30, whose main thread exited' in card
+    assert '<li data-cause="no_process">8 GiB held by no process the GPU lists.' in card
+    assert "Driver-held" in card and "nvidia-smi -r -i 0" in card
