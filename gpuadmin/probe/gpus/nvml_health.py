@@ -90,7 +90,7 @@ def read_health(calls: NvmlCalls, where: str, handle: Any, xid_errors: tuple[Xid
     )
 
 
-def _count(value: Any, *, most: int = 2**63 - 1) -> int | None:
+def _count(value: object, *, most: int = 2**63 - 1) -> int | None:
     """A non-negative integer NVML gave, or None (the binding may hand back anything)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0 or value > most:
         return None
