@@ -141,7 +141,7 @@ def run(requests: int, work: Path, redis_url: str | None) -> list[dict[str, floa
     # The agent's key is enrolled as `make run` enrols its own agent's: an approver accepts it
     # (fleet.trust.accept_host), or central refuses to send the host any order.
     from gpuadmin.keys import central_signing_key, ensure_agent_key
-    from gpuadmin.probe.signing import public_key_text
+    from gpuadmin.wire.signing import public_key_text
 
     agent_data = data_dir if redis_url is None else work / "agent-data"
     call_command("accept_host", HOST, public_key=public_key_text(ensure_agent_key(agent_data)[0]))

@@ -187,7 +187,7 @@ def enrol_hosts(count: int) -> list[tuple[str, Any, list[dict[str, Any]], list[d
     """Hosts with their keys, accepted as an approver would; (name, key, processes, gpus) each."""
     from benchmarks.pages import typical_host
     from gpuadmin.fleet import trust
-    from gpuadmin.probe.signing import generate_private_key, public_key_text
+    from gpuadmin.wire.signing import generate_private_key, public_key_text
 
     hosts = []
     for index in range(count):
@@ -202,8 +202,8 @@ def enrol_hosts(count: int) -> list[tuple[str, Any, list[dict[str, Any]], list[d
 def send_snapshots(hosts: list[tuple[str, Any, list[dict[str, Any]], list[dict[str, Any]]]], rate: float,
                    stop: threading.Event, sender: Sender) -> None:
     from gpuadmin.celery import CENTRAL_QUEUE, app
-    from gpuadmin.probe.signing import MessageKind, seal
-    from gpuadmin.task_names import INGEST_SNAPSHOT
+    from gpuadmin.wire.signing import MessageKind, seal
+    from gpuadmin.wire.task_names import INGEST_SNAPSHOT
     from tests.factories import snapshot
 
     began = time.monotonic()

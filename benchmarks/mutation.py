@@ -57,10 +57,10 @@ def _kill_tests(*names: str) -> tuple[str, ...]:
 GROUPS: dict[str, Group] = {
     "identity": Group(("gpuadmin/probe/kill/identity.py",), _kill_tests()),
     "order": Group(
-        ("gpuadmin/probe/kill/order.py",), _kill_tests("test_order_validation.py", "test_order_edges.py")
+        ("gpuadmin/wire/kill_order.py",), _kill_tests("test_order_validation.py", "test_order_edges.py")
     ),
     "protocol": Group(
-        ("gpuadmin/probe/kill/protocol.py",),
+        ("gpuadmin/wire/kill_protocol.py",),
         (
             *_kill_tests("test_protocol.py", "test_protocol_records.py"),
             "tests/kills/test_protocol_choices.py",

@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks import processes
 from gpuadmin.probe.budget import envelope_size, seal_snapshot
 from gpuadmin.probe.config import ProbeConfig
-from gpuadmin.probe.signing import MessageKind, generate_private_key, seal
 from gpuadmin.probe.snapshot import take_snapshot
+from gpuadmin.wire.signing import MessageKind, generate_private_key, seal
 
 WORKLOADS = Path(__file__).resolve().parents[1] / "tests" / "probe" / "programs" / "workloads.py"
 

@@ -3,7 +3,7 @@
 Queues: ``central`` (ingest, kill progress, sweeps; needs the database) and
 ``host.<name>`` (one per GPU host; its agent probes and signals and needs only
 the broker). This module owns the queues, the routes and the beat schedule;
-the tasks' names live beside it in ``gpuadmin.task_names`` (no Django there).
+the tasks' names live beside it in ``gpuadmin.wire.task_names`` (no Django there).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from celery import Celery, signals
 from django.conf import settings
 from django.db import close_old_connections
 
-from gpuadmin import task_names
+from gpuadmin.wire import task_names
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuadmin.settings")
 

@@ -21,14 +21,16 @@ No Django here: it runs before the settings can load.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import stat
 import sys
-import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from gpuadmin.env import env_secret, env_str
+from gpuadmin.wire.files import write_file
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 PREPARE_COMMAND = "python -m gpuadmin.data_dir"
@@ -52,6 +54,9 @@ AUDIT_ANCHORS = "audit-anchors.jsonl"
 AGENT_SIGNING_KEY = "agent_signing_key"
 # The master key of `manage.py demo_fleet`'s synthetic hosts (gpuadmin/fleet/demo.py), made on first use.
 DEMO_FLEET_KEY = "demo_fleet_key"
+# `make run`'s supervisor publishes its restart counts here (gpuadmin/run.py); /healthz and the
+# pages' footer read them (read_supervisor_state).
+SUPERVISOR_STATE = "supervisor.json"
 # The embedded broker's folder (used when REDIS_URL is not set); gpuadmin/broker/filesystem.py
 # makes its own subfolders in it (docs/broker.md).
 BROKER = "broker"
@@ -130,7 +135,7 @@ def prepare_data_dir(directory: Path | None = None, *, central: bool = True) -> 
         created.append(key_path)
     # A GPU host's agent (central=False) must hold no key that central's orders could be signed with.
     if central and not env_str(SIGNING_KEY_FILE_VARIABLE):
-        from gpuadmin.probe.signing import create_private_key_file
+        from gpuadmin.wire.signing import create_private_key_file
 
         signing_key_path = directory / CENTRAL_SIGNING_KEY
         if create_private_key_file(signing_key_path):
@@ -173,21 +178,37 @@ def exposure(directory: Path | None = None) -> str:
 
 
 def _write_secret_key(path: Path) -> bool:
-    """Write a new key under a temporary name, then link it into place: no reader sees half a key."""
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".secret_key-")  # mode 0600
+    """Write a new key whole unless one exists (another process prepared it first: its key stands)."""
+    return write_file(path, secrets.token_urlsafe(50), mode=FILE_MODE, replace=False)
+
+
+@dataclass(frozen=True)
+class SupervisorState:
+    """What a running `make run` supervisor publishes about itself."""
+
+    pid: int
+    started_at: float  # seconds since the epoch
+    restarts: int
+
+
+def supervisor_state_path(directory: Path) -> Path:
+    return Path(directory) / SUPERVISOR_STATE
+
+
+def read_supervisor_state(directory: Path) -> SupervisorState | None:
+    """The supervisor's published state, or None when no live supervisor runs on this data dir."""
     try:
-        with os.fdopen(fd, "w") as file:
-            file.write(secrets.token_urlsafe(50))
-            file.flush()
-            os.fsync(file.fileno())
-        os.chmod(temporary, FILE_MODE)
-        try:
-            os.link(temporary, path)
-        except FileExistsError:
-            return False  # another process prepared it first; its key stands
-        return True
-    finally:
-        os.unlink(temporary)
+        state = json.loads(supervisor_state_path(directory).read_text())
+        published = SupervisorState(int(state["pid"]), float(state["started_at"]), int(state["restarts"]))
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    try:
+        os.kill(published.pid, 0)  # a file left by a supervisor that was SIGKILLed says nothing
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass
+    return published
 
 
 def main() -> int:

@@ -10,7 +10,7 @@
   _FILE). On one box (``make run``) the agent and central share a data
   directory, and the agent reads the public half of the key next to it.
 
-The signing itself is ``gpuadmin.probe.signing`` (no Django). Keys are read
+The signing itself is ``gpuadmin.wire.signing`` (no Django). Keys are read
 when first used and kept while their file is unchanged. Django's settings are
 imported inside the functions that need them: ``gpuadmin.run`` and
 ``python -m gpuadmin.agent`` call the path-based ones before settings load.
@@ -26,7 +26,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from gpuadmin.data_dir import AGENT_SIGNING_KEY
-from gpuadmin.probe.signing import create_private_key_file, fingerprint, load_private_key, public_key_text
+from gpuadmin.wire.signing import create_private_key_file, fingerprint, load_private_key, public_key_text
 
 logger = logging.getLogger(__name__)
 

@@ -40,8 +40,15 @@ from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuadmin.data_dir import DEMO_SIMULATED_GPUS, data_dir, exposure, prepare_data_dir
+from gpuadmin.data_dir import (
+    DEMO_SIMULATED_GPUS,
+    data_dir,
+    exposure,
+    prepare_data_dir,
+    supervisor_state_path,
+)
 from gpuadmin.probe.gpus import simulated
+from gpuadmin.wire.files import write_file
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DEFAULT_PORT = 8000
@@ -57,7 +64,6 @@ RESTART_LIMIT = 5
 RESTART_WINDOW_SECONDS = 300.0
 RESTART_BACKOFF_FIRST_SECONDS = 1.0
 RESTART_BACKOFF_MAX_SECONDS = 30.0
-SUPERVISOR_STATE_FILE = "supervisor.json"
 
 
 class StartupError(RuntimeError):
@@ -180,10 +186,9 @@ class Supervisor:
             return
         state = {"pid": os.getpid(), "started_at": self._started_at, "restarts": self.restarts,
                  "children": {c.name: c.restarts for c in self.children}}
-        staging = self.state_path.with_name(f".{self.state_path.name}.{os.getpid()}")
         try:
-            staging.write_text(json.dumps(state))
-            os.replace(staging, self.state_path)  # readers never see half a file
+            # Rewritten at each restart and polled: whole, but not worth an fsync.
+            write_file(self.state_path, json.dumps(state), sync=False)
         except OSError as exc:
             self.out(f"gpuadmin: cannot write {self.state_path}: {exc.strerror}")
 
@@ -281,35 +286,6 @@ class Supervisor:
             self.out("gpuadmin: stopped")
 
 
-@dataclass(frozen=True)
-class SupervisorState:
-    """What a running `make run` supervisor publishes about itself."""
-
-    pid: int
-    started_at: float  # seconds since the epoch
-    restarts: int
-
-
-def supervisor_state_path(data_dir: Path) -> Path:
-    return Path(data_dir) / SUPERVISOR_STATE_FILE
-
-
-def read_supervisor_state(data_dir: Path) -> SupervisorState | None:
-    """The supervisor's published state, or None when no live supervisor runs on this data dir."""
-    try:
-        state = json.loads(supervisor_state_path(data_dir).read_text())
-        published = SupervisorState(int(state["pid"]), float(state["started_at"]), int(state["restarts"]))
-    except (OSError, ValueError, TypeError, KeyError):
-        return None
-    try:
-        os.kill(published.pid, 0)  # a file left by a supervisor that was SIGKILLed says nothing
-    except ProcessLookupError:
-        return None
-    except PermissionError:
-        pass
-    return published
-
-
 def http_ok(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310 (our own http://127.0.0.1 URL)
@@ -362,7 +338,7 @@ def prepare_database() -> tuple[str, Path]:
     call_command("ensure_admin")
     # This box's own agent is trusted from the start: its key lies in our own data directory.
     from gpuadmin.keys import agent_signing_key
-    from gpuadmin.probe.signing import public_key_text
+    from gpuadmin.wire.signing import public_key_text
 
     call_command("accept_host", settings.GPUADMIN_HOST_NAME, public_key=public_key_text(agent_signing_key()))
     connections.close_all()  # the children open their own

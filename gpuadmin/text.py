@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import overload
 
-from gpuadmin.probe.kill.protocol import wire_time
+from gpuadmin.wire.timestamps import wire_time
 
 # Shown for a quantity that is not known (no GPU data, a process gone).
 UNKNOWN = "—"

@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from gpuadmin.data_dir import CENTRAL_SIGNING_KEY, prepare_data_dir
-from gpuadmin.probe.signing import load_private_key, public_key_text
+from gpuadmin.wire.signing import load_private_key, public_key_text
 
 __all__ = ["without_coverage"]
 

@@ -14,7 +14,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from gpuadmin.data_dir import AGENT_SIGNING_KEY
-from gpuadmin.probe.signing import MessageKind, generate_private_key, private_key_pem, public_key_text, seal
+from gpuadmin.wire.signing import MessageKind, generate_private_key, private_key_pem, public_key_text, seal
 
 _HOST_KEYS: dict[str, Ed25519PrivateKey] = {}
 
@@ -36,7 +36,7 @@ def enrol(host: Any) -> Any:
     """Give a Host row its test key, accepted, directly (a fixture shortcut: no audit event)."""
     from django.utils import timezone
 
-    from gpuadmin.probe.signing import fingerprint
+    from gpuadmin.wire.signing import fingerprint
 
     host.public_key = public_key_text(host_key(host.name))
     host.key_fingerprint = fingerprint(host.public_key)

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from gpuadmin import task_names
 from gpuadmin.celery import CENTRAL_QUEUE, UnroutedAgentTask, app, beat_schedule, host_queue
+from gpuadmin.wire import task_names
 
 
 def queue_of(task_name: str, **options: object) -> str:

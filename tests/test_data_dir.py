@@ -16,7 +16,7 @@ import pytest
 
 from gpuadmin import data_dir
 from gpuadmin.data_dir import prepare_data_dir
-from gpuadmin.probe.signing import load_private_key
+from gpuadmin.wire.signing import load_private_key
 
 REPO = Path(__file__).resolve().parent.parent
 # What a process does first: load the settings and the Celery app (which reads them).

@@ -36,7 +36,7 @@ class ConfigurationError(RuntimeError):
 def check_environment() -> tuple[str, Path]:
     """The host name and data directory, once every required variable is there and sane."""
     from gpuadmin.probe.kill.floor import Floor
-    from gpuadmin.probe.signing import parse_public_key
+    from gpuadmin.wire.signing import parse_public_key
 
     missing = [name for name in REQUIRED if not os.environ.get(name)]
     try:
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CONFIGURATION
     from gpuadmin.data_dir import prepare_data_dir
     from gpuadmin.keys import ensure_agent_key
-    from gpuadmin.probe.signing import fingerprint
+    from gpuadmin.wire.signing import fingerprint
 
     os.umask(0o077)
     prepare_data_dir(data_dir, central=False)

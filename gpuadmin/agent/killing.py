@@ -21,10 +21,11 @@ from gpuadmin.celery import CENTRAL_QUEUE, app
 from gpuadmin.data_dir import AGENT_JOURNAL
 from gpuadmin.keys import agent_signing_key, central_public_key
 from gpuadmin.probe.kill.executor import deliver
-from gpuadmin.probe.kill.order import OrderRefused, verify_order
-from gpuadmin.probe.kill.protocol import order_refused_event, wire_time
-from gpuadmin.probe.signing import MessageKind, seal
-from gpuadmin.task_names import EXECUTE_KILL_ORDER, RECORD_KILL_PROGRESS
+from gpuadmin.wire.kill_order import OrderRefused, verify_order
+from gpuadmin.wire.kill_protocol import order_refused_event
+from gpuadmin.wire.signing import MessageKind, seal
+from gpuadmin.wire.task_names import EXECUTE_KILL_ORDER, RECORD_KILL_PROGRESS
+from gpuadmin.wire.timestamps import wire_time
 
 logger = logging.getLogger(__name__)
 

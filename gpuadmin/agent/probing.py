@@ -17,8 +17,8 @@ from django.conf import settings
 from gpuadmin.celery import CENTRAL_QUEUE, app, host_queue
 from gpuadmin.keys import agent_signing_key
 from gpuadmin.probe.budget import seal_snapshot
-from gpuadmin.probe.signing import fingerprint
-from gpuadmin.task_names import INGEST_SNAPSHOT, PROBE_HOST
+from gpuadmin.wire.signing import fingerprint
+from gpuadmin.wire.task_names import INGEST_SNAPSHOT, PROBE_HOST
 
 logger = logging.getLogger(__name__)
 

@@ -38,8 +38,7 @@ from django.utils import timezone
 
 from gpuadmin.audit.models import AuditEvent
 from gpuadmin.keys import central_public_key, central_signing_key
-from gpuadmin.probe.kill.protocol import wire_time
-from gpuadmin.probe.signing import (
+from gpuadmin.wire.signing import (
     BadMessage,
     MessageKind,
     canonical_json,
@@ -47,6 +46,7 @@ from gpuadmin.probe.signing import (
     public_key_text,
     seal,
 )
+from gpuadmin.wire.timestamps import wire_time
 
 logger = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 # The one canonical encoding, shared with the signatures on orders, snapshots and reports.
-from gpuadmin.probe.signing import canonical_json
+from gpuadmin.wire.signing import canonical_json
 
 GENESIS_HASH = "0" * 64
 VERIFY_CHUNK_SIZE = 2000

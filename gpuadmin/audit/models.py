@@ -32,7 +32,7 @@ from gpuadmin.audit.chain import (
     event_hash,
     timestamp_text,
 )
-from gpuadmin.probe.kill import protocol as kill_protocol
+from gpuadmin.wire import kill_protocol
 
 
 class AppendOnlyError(Exception):
@@ -41,7 +41,7 @@ class AppendOnlyError(Exception):
 
 # What the log records: what central did to a kill request, and, in between,
 # every event the agent reported, with the words and labels of the kill protocol
-# (gpuadmin/probe/kill/protocol.py), so a new event is added there only; then
+# (gpuadmin/wire/kill_protocol.py), so a new event is added there only; then
 # the decisions about whom to trust (host keys, messages refused: docs/security.md).
 # mypy reads the functional enum API only for enum's own classes, not Django's Choices.
 Action = models.TextChoices(  # type: ignore[call-overload]

@@ -22,7 +22,7 @@ from django.db.models import Max, QuerySet
 from gpuadmin.audit.models import Action, AuditEvent
 from gpuadmin.audit.sentences import described
 from gpuadmin.kills.states import RESULT_STATUS, Status
-from gpuadmin.probe.kill.protocol import Result
+from gpuadmin.wire.kill_protocol import Result
 
 # Events shown for the story of events about no request (its full list is the flat view).
 UNGROUPED_EVENTS_SHOWN = 50

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 
 from gpuadmin.celery import CENTRAL_QUEUE, app
-from gpuadmin.task_names import ANCHOR_AUDIT
+from gpuadmin.wire.task_names import ANCHOR_AUDIT
 
 logger = logging.getLogger(__name__)
 

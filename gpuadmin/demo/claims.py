@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuadmin.data_dir import data_dir
+from gpuadmin.wire.files import write_file
 
 MiB = 1024**2
 GiB = 1024**3
@@ -36,12 +37,6 @@ def gpu_file() -> Path:
     return scenario_dir() / GPU_FILE
 
 
-def _write_whole(path: Path, text: str) -> None:
-    staging = path.with_name(f".{path.name}.{os.getpid()}")
-    staging.write_text(text)
-    os.replace(staging, path)  # the probe never reads half a file
-
-
 LEAK_LIMIT_BYTES = 30 * GiB  # a leak stops growing here, so the GPU never overflows
 
 
@@ -52,7 +47,7 @@ def write_claim(gpu_uuid: str, used_memory_bytes: int, *, leak_bytes_per_second:
     """
     claim = {"pid": os.getpid(), "gpu_uuid": gpu_uuid, "used_memory_bytes": used_memory_bytes,
              "leak_bytes_per_second": leak_bytes_per_second, "since": time.time()}
-    _write_whole(claims_dir() / f"{os.getpid()}.json", json.dumps(claim))
+    write_file(claims_dir() / f"{os.getpid()}.json", json.dumps(claim), sync=False)
 
 
 def _alive(pid: int) -> bool:
@@ -85,7 +80,8 @@ def live_claims(now: float) -> list[dict[str, Any]]:
 def write_gpu_file(gpus: list[dict[str, Any]], now: float | None = None) -> None:
     """The simulated GPU file: these GPUs, the memory of every live claim."""
     now = time.time() if now is None else now
-    _write_whole(gpu_file(), json.dumps({"gpus": gpus, "processes": live_claims(now)}, indent=1))
+    # The probe reads it every few seconds: whole, never half (not worth an fsync).
+    write_file(gpu_file(), json.dumps({"gpus": gpus, "processes": live_claims(now)}, indent=1), sync=False)
 
 
 def prepare() -> None:

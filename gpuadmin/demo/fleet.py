@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from gpuadmin.demo.claims import GiB, scenario_dir
 from gpuadmin.probe.owners import owner_from_cgroup
-from gpuadmin.probe.signing import (
+from gpuadmin.wire.signing import (
     MessageKind,
     create_private_key_file,
     load_private_key,

@@ -23,7 +23,7 @@ from gpuadmin.data_dir import BASE_DIR
 from gpuadmin.demo import claims
 from gpuadmin.demo.claims import GiB
 from gpuadmin.demo.programs import HOSTILE_ARGUMENTS, command
-from gpuadmin.probe.kill.protocol import wire_time
+from gpuadmin.wire.timestamps import wire_time
 
 DEMO_DATA_DIR = BASE_DIR / "var" / "demo"  # apart from `make run`'s var/: demo accounts stay in the demo
 # Quicker than production, so every finding shows within a minute.

@@ -34,7 +34,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
 from gpuadmin.data_dir import DEMO_FLEET_KEY
-from gpuadmin.probe.signing import (
+from gpuadmin.wire.signing import (
     MessageKind,
     create_private_key_file,
     fingerprint,

@@ -1,7 +1,7 @@
 """Ingest: turn one snapshot from an agent into what central stores.
 
 ``receive_snapshot`` takes the message as it came off the broker: signed by
-the host's own key (``gpuadmin.probe.signing``), or a rejected message
+the host's own key (``gpuadmin.wire.signing``), or a rejected message
 (``fleet.trust``) that changes nothing. A rejected snapshot changes nothing
 already stored: it leaves a ``SnapshotRejection`` row and, when the host's
 accepted key signed it, the error on the host (shown on its page until a good
@@ -42,7 +42,7 @@ from gpuadmin.fleet.validation import (
     parse_taken_at,
     payload_size_bytes,
 )
-from gpuadmin.probe.signing import BadMessage, MessageKind, open_envelope
+from gpuadmin.wire.signing import BadMessage, MessageKind, open_envelope
 
 logger = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from gpuadmin.fleet.ingest import receive_snapshot
 from gpuadmin.fleet.probes import send_due_probes
 from gpuadmin.fleet.retention import maintain_history
 from gpuadmin.fleet.validation import SnapshotRejected
-from gpuadmin.task_names import INGEST_SNAPSHOT, MAINTAIN_HISTORY, SCHEDULE_PROBES
+from gpuadmin.wire.task_names import INGEST_SNAPSHOT, MAINTAIN_HISTORY, SCHEDULE_PROBES
 
 logger = logging.getLogger(__name__)
 

@@ -40,8 +40,8 @@ from gpuadmin.audit import log
 from gpuadmin.audit.models import Action, AuditEvent
 from gpuadmin.fleet.models import Finding, Host, SnapshotRejection, awaiting_acceptance_q
 from gpuadmin.fleet.statements import Param, PendingRows, PreparedQuery
-from gpuadmin.probe.signing import Opened, fingerprint, parse_public_key, public_key_text
 from gpuadmin.text import clip
+from gpuadmin.wire.signing import Opened, fingerprint, parse_public_key, public_key_text
 
 logger = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ their allowed changes live in ``states.py``; ``KillRequest.transition`` is the
 only place that changes ``status``. The rules that read a request's times
 (late, cancellable, when the agent owes its "finished") are methods here, next
 to the queries that select by the same rules. The agent's event words come from
-``gpuadmin/probe/kill/protocol.py``.
+``gpuadmin/wire/kill_protocol.py``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from gpuadmin.fleet.models import Host
 from gpuadmin.fleet.process_tree import owner_label
 from gpuadmin.kills import plans
 from gpuadmin.kills.states import ACTIVE, FINAL, Status, can_correct_by_late_report, check_transition
-from gpuadmin.probe.kill import protocol
+from gpuadmin.wire import kill_protocol
 
 CMDLINE_PREVIEW_ARGS = 64
 CMDLINE_PREVIEW_CHARS = 2048
@@ -319,7 +319,7 @@ class KillStep(models.Model):
     # The words and labels are the protocol's; a new event is added there.
     # mypy reads the functional enum API only for enum's own classes, not Django's Choices.
     Event = models.TextChoices(  # type: ignore[call-overload]
-        "Event", protocol.Event.members(), module=__name__, qualname="KillStep.Event"
+        "Event", kill_protocol.Event.members(), module=__name__, qualname="KillStep.Event"
     )
 
     request = models.ForeignKey(KillRequest, on_delete=models.CASCADE, related_name="steps")
@@ -356,4 +356,4 @@ class KillStep(models.Model):
     @property
     def sent_with_kill(self) -> bool:
         """Sent with the kill() fallback (no pidfds on the host), which the timeline marks."""
-        return self.method == protocol.Method.KILL
+        return self.method == kill_protocol.Method.KILL

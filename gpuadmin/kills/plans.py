@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuadmin.probe.kill import protocol
+from gpuadmin.wire import kill_protocol
 
 # The protocol's signals, in escalation order; central's bounds below are tighter than the agent's.
-SIGNALS = tuple(protocol.SIGNALS)
+SIGNALS = tuple(kill_protocol.SIGNALS)
 MIN_GRACE_SECONDS = 1
 MAX_GRACE_SECONDS = 600
 MAX_STEPS = 5
@@ -23,9 +23,9 @@ DEFAULT_PLAN: list[dict[str, Any]] = [
 ]
 SIGKILL_ONLY_PLAN: list[dict[str, Any]] = [{"signal": "SIGKILL", "grace_seconds": 30}]
 # "Ask to reap": one SIGCHLD to the parent of zombies, which nothing escalates
-# (gpuadmin/probe/kill/protocol.py, docs/kill-order.md). Pages pre-fill it by name.
+# (gpuadmin/wire/kill_protocol.py, docs/kill-order.md). Pages pre-fill it by name.
 REAP_PLAN_NAME = "reap"
-REAP_PLAN: list[dict[str, Any]] = [{"signal": protocol.REAP_SIGNAL, "grace_seconds": 5}]
+REAP_PLAN: list[dict[str, Any]] = [{"signal": kill_protocol.REAP_SIGNAL, "grace_seconds": 5}]
 PRESETS: dict[str, list[dict[str, Any]]] = {REAP_PLAN_NAME: REAP_PLAN}
 
 
@@ -43,7 +43,7 @@ def preset(name: str | None) -> list[dict[str, Any]]:
 
 
 def asks_to_reap(plan: list[dict[str, Any]]) -> bool:
-    return protocol.is_reap_plan([step["signal"] for step in plan])
+    return kill_protocol.is_reap_plan([step["signal"] for step in plan])
 
 
 def is_sigkill_only(plan: list[dict[str, Any]]) -> bool:
@@ -79,9 +79,9 @@ def validate_plan(raw: Any) -> list[dict[str, Any]]:
                 f"got {grace}"
             )
         plan.append({"signal": signal, "grace_seconds": grace})
-    if len(plan) > 1 and any(step["signal"] == protocol.REAP_SIGNAL for step in plan):
+    if len(plan) > 1 and any(step["signal"] == kill_protocol.REAP_SIGNAL for step in plan):
         raise PlanError(
-            f"{protocol.REAP_SIGNAL} asks a parent to reap its zombies and ends nothing: "
+            f"{kill_protocol.REAP_SIGNAL} asks a parent to reap its zombies and ends nothing: "
             "it must be the only step"
         )
     kills = [i for i, step in enumerate(plan) if step["signal"] == "SIGKILL"]

@@ -24,8 +24,8 @@ from typing import Any
 
 from gpuadmin.audit.models import Action, AuditEvent
 from gpuadmin.kills.models import KillStep
-from gpuadmin.probe.kill.protocol import BadEvent, parse_event
-from gpuadmin.probe.signing import ENVELOPE_VERSION, BadMessage, MessageKind, Opened, open_envelope
+from gpuadmin.wire.kill_protocol import BadEvent, parse_event
+from gpuadmin.wire.signing import ENVELOPE_VERSION, BadMessage, MessageKind, Opened, open_envelope
 
 # Compared with what the signed text says (``progress.step_columns``).
 CHECKED_COLUMNS = ("at", "event", "pid", "signal", "method", "result", "detail", "raw")

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from gpuadmin.probe.kill.protocol import Result
+from gpuadmin.wire.kill_protocol import Result
 
 
 class Status(models.TextChoices):
@@ -49,7 +49,7 @@ def _status_of(result: Result) -> Status:
     return Status.FAILED if result is Result.INTERRUPTED else Status(result.value)
 
 
-# The agent's result words (gpuadmin/probe/kill/protocol.py), as statuses.
+# The agent's result words (gpuadmin/wire/kill_protocol.py), as statuses.
 RESULT_STATUS: dict[Result, Status] = {result: _status_of(result) for result in Result}
 # What the agent's "finished" event may set.
 RESULTS = frozenset(RESULT_STATUS.values())

@@ -12,7 +12,7 @@ from celery import Task
 from django.db import DatabaseError
 
 from gpuadmin.celery import CENTRAL_QUEUE, app
-from gpuadmin.task_names import RECORD_KILL_PROGRESS, SWEEP_KILLS
+from gpuadmin.wire.task_names import RECORD_KILL_PROGRESS, SWEEP_KILLS
 
 # How long a report waits for the earlier ones it overtook: 20 retries 0.1 s apart. The
 # agent sends them milliseconds apart, so this is plenty; after it, the report

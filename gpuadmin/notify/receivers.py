@@ -19,7 +19,7 @@ from django.db import transaction
 from gpuadmin.accounts.models import CredentialChange
 from gpuadmin.celery import send_central
 from gpuadmin.notify.services import NOTIFYING_ACTIONS, plan_for_credential_change
-from gpuadmin.task_names import DELIVER_NOTIFICATION, NOTIFY_KILL_EVENT
+from gpuadmin.wire.task_names import DELIVER_NOTIFICATION, NOTIFY_KILL_EVENT
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db import DatabaseError
 
 from gpuadmin.celery import CENTRAL_QUEUE, app, send_central
-from gpuadmin.task_names import DELIVER_NOTIFICATION, NOTIFY_KILL_EVENT, WARN_EXPIRING_REQUESTS
+from gpuadmin.wire.task_names import DELIVER_NOTIFICATION, NOTIFY_KILL_EVENT, WARN_EXPIRING_REQUESTS
 
 
 def _send_each(notification_ids: list[int]) -> None:

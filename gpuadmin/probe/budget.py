@@ -32,7 +32,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from gpuadmin.probe.signing import MessageKind, canonical_json, seal
+from gpuadmin.wire.signing import MessageKind, canonical_json, seal
 
 # Central's default limit (gpuadmin.settings reads GPUADMIN_SNAPSHOT_MAX_BYTES with this default,
 # and so does the agent: one number on both sides).

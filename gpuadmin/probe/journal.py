@@ -26,13 +26,13 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuadmin.probe.kill.protocol import REQUEST_ID_PATTERN, Event
+from gpuadmin.wire.files import staged_file, sync_directory, write_all
+from gpuadmin.wire.kill_protocol import REQUEST_ID_PATTERN, Event
 
 SUFFIX = ".jsonl"
 CLAIM_PREFIX = ".claim-"
@@ -73,7 +73,7 @@ class JournalWriter:
             raise ValueError(f"journal file {self.path} is closed")
         # default=str: an order handed over with datetimes still gets journaled, as text.
         line = (json.dumps(record, separators=(",", ":"), sort_keys=True, default=str) + "\n").encode()
-        _write_all(self._fd, line)
+        write_all(self._fd, line)
         os.fsync(self._fd)
         if record.get("record") != "claim":
             self.entry.events.append(record)
@@ -107,25 +107,29 @@ class Journal:
     def claim(self, request_id: str, claim_record: dict[str, Any]) -> JournalWriter | None:
         """Claim the request id, or None when it was claimed before (by anyone, ever)."""
         final_path = self.path_for(request_id)
-        temp_path = self.directory / f"{CLAIM_PREFIX}{request_id}-{os.getpid()}-{secrets.token_hex(4)}"
-        fd = os.open(temp_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, FILE_MODE)
         record = {"record": "claim", **claim_record}
-        writer = JournalWriter(fd, final_path, JournalEntry(request_id=request_id, claim=record))
-        try:
-            os.fchmod(fd, FILE_MODE)  # whatever the umask
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            writer.append(record)
+        prefix = f"{CLAIM_PREFIX}{request_id}-{os.getpid()}-"
+        with staged_file(final_path, mode=FILE_MODE, prefix=prefix) as staged:
+            entry = JournalEntry(request_id=request_id, claim=record)
+            writer = JournalWriter(staged.detach(), final_path, entry)
             try:
-                os.link(temp_path, final_path)
-            except FileExistsError:
+                fd = staged.fd
+                fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                writer.append(record)
+                claimed = staged.link_into_place()
+            except BaseException:
                 writer.close()
-                return None
-            finally:
-                os.unlink(temp_path)
-                _fsync_directory(self.directory)
+                raise
+        # The temporary name is gone: make the removal and the link durable.
+        try:
+            sync_directory(self.directory)
         except BaseException:
             writer.close()
             raise
+        if not claimed:
+            writer.close()
+            return None
         return writer
 
     def wait_for(self, request_id: str) -> JournalWriter | None:
@@ -192,7 +196,7 @@ class Journal:
             finally:
                 os.close(fd)
         if removed:
-            _fsync_directory(self.directory)
+            sync_directory(self.directory)
         return removed
 
 
@@ -210,13 +214,6 @@ def _parse(request_id: str, data: bytes) -> JournalEntry:
     return JournalEntry(request_id=request_id, claim=claim, events=events)
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
-
-
 def _read_all(fd: int) -> bytes:
     chunks: list[bytes] = []
     offset = 0
@@ -225,11 +222,3 @@ def _read_all(fd: int) -> bytes:
         offset += len(chunk)
     return b"".join(chunks)
 
-
-def _fsync_directory(directory: Path) -> None:
-    """Make a created, linked or removed name itself durable."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -20,7 +20,7 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from gpuadmin.run import read_supervisor_state
+from gpuadmin.data_dir import read_supervisor_state
 
 logger = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from kombu import Connection
 from gpuadmin.celery import app, host_queue
 from gpuadmin.fleet import trust
 from gpuadmin.fleet.models import Host, LatestSnapshot
-from gpuadmin.task_names import PROBE_HOST
+from gpuadmin.wire.task_names import PROBE_HOST
 from tests import services
 from tests.integration.helpers import REPO, Worker, database_url_for_workers
 from tests.services import stop_process_group

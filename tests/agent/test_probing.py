@@ -23,8 +23,8 @@ from gpuadmin.agent import probing
 from gpuadmin.celery import CENTRAL_QUEUE, app, host_queue
 from gpuadmin.data_dir import AGENT_SIGNING_KEY
 from gpuadmin.probe.budget import CMDLINE_TIGHT_MAX_BYTES, escaped_size, fit_snapshot
-from gpuadmin.probe.signing import MessageKind, canonical_json, fingerprint, load_private_key, open_envelope
-from gpuadmin.task_names import INGEST_SNAPSHOT, PROBE_HOST
+from gpuadmin.wire.signing import MessageKind, canonical_json, fingerprint, load_private_key, open_envelope
+from gpuadmin.wire.task_names import INGEST_SNAPSHOT, PROBE_HOST
 
 SCHEMA = json.loads((Path(probing.__file__).parents[1] / "probe" / "snapshot.schema.json").read_text())
 GPU_UUID = "GPU-a9e17000-0000-4000-8000-000000000001"

@@ -16,7 +16,7 @@ from gpuadmin.audit import anchors, log
 from gpuadmin.audit.chain import event_hash
 from gpuadmin.audit.models import Action, AuditEvent
 from gpuadmin.audit.tasks import anchor as anchor_task
-from gpuadmin.probe.signing import MessageKind, canonical_json, generate_private_key, seal
+from gpuadmin.wire.signing import MessageKind, canonical_json, generate_private_key, seal
 from tests.audit.helpers import audit_table, tamper
 
 pytestmark = pytest.mark.django_db
@@ -153,7 +153,7 @@ def test_publishing_anchors_only_a_head_that_verifies_from_the_last_anchor(ancho
 
 def test_an_anchor_line_is_central_signed_json(anchor_file):
     from gpuadmin.keys import central_public_key
-    from gpuadmin.probe.signing import open_envelope
+    from gpuadmin.wire.signing import open_envelope
 
     approvals(1)
     anchors.publish()

@@ -11,8 +11,8 @@ from django.urls import reverse
 from gpuadmin.audit import log, sentences
 from gpuadmin.audit.models import Action, AuditEvent
 from gpuadmin.audit.sentences import describe, described, sentence_text
-from gpuadmin.probe.kill.protocol import OrderRefusal, Outcome, Refusal, Result
 from gpuadmin.web.templatetags.gpuadmin_format import audit_sentence
+from gpuadmin.wire.kill_protocol import OrderRefusal, Outcome, Refusal, Result
 from tests.kills.helpers import EXIT_DETAIL, REASON, STORY_PID, finished_kill
 
 pytestmark = pytest.mark.django_db
@@ -53,7 +53,7 @@ MINIMAL_DETAILS = {
 
 @pytest.mark.parametrize("action", list(Action), ids=[a.value for a in Action])
 def test_every_action_has_a_sentence(action: Action):
-    # A new action (a new event in gpuadmin/probe/kill/protocol.py, say) fails here until
+    # A new action (a new event in gpuadmin/wire/kill_protocol.py, say) fails here until
     # gpuadmin/audit/sentences.py says it in words.
     assert sentences.has_sentence(action), f"no sentence for the audit action {action.value!r}"
     event = log.record(action, actor=None, kill_request_id=3, host_name="gpu01",

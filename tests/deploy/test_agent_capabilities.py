@@ -2,11 +2,11 @@
 
 The unit runs the agent as an unprivileged user with exactly the capabilities
 in its AmbientCapabilities=. This test does the same without systemd:
-`setpriv` starts the real probe (a copy of gpuadmin/probe, which needs only
-the standard library) as an unprivileged uid with those capabilities, against
-a real process of another uid that holds a "device" file. With all three the
-probe names the holder and a pidfd signal reaches it; without any one of them
-it cannot. Needs root (to switch uids), as CI has.
+`setpriv` starts the real probe (a copy of gpuadmin/probe and the wire contract
+it imports, gpuadmin/wire: `--json` needs only the standard library) as an
+unprivileged uid with those capabilities, against a real process of another
+uid that holds a "device" file. With all three the probe names the holder and
+a pidfd signal reaches it; without any one of them it cannot. Needs root (to switch uids), as CI has.
 """
 
 from __future__ import annotations
@@ -94,8 +94,9 @@ def probe_code(world_readable_dir: Path) -> Path:
     code = world_readable_dir / "code"
     (code / "gpuadmin").mkdir(parents=True)
     shutil.copy(REPO / "gpuadmin" / "__init__.py", code / "gpuadmin")
-    shutil.copytree(REPO / "gpuadmin" / "probe", code / "gpuadmin" / "probe",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    for package in ("probe", "wire"):
+        shutil.copytree(REPO / "gpuadmin" / package, code / "gpuadmin" / package,
+                        ignore=shutil.ignore_patterns("__pycache__"))
     for path in code.rglob("*"):
         path.chmod(0o755 if path.is_dir() else 0o644)
     code.chmod(0o755)

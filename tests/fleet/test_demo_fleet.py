@@ -11,7 +11,7 @@ from gpuadmin.audit.models import Action, AuditEvent
 from gpuadmin.fleet import demo
 from gpuadmin.fleet.models import Finding, Gpu, Host, LatestSnapshot
 from gpuadmin.fleet.validation import parse_snapshot
-from gpuadmin.probe.signing import canonical_json, public_key_text
+from gpuadmin.wire.signing import canonical_json, public_key_text
 
 pytestmark = pytest.mark.django_db
 

@@ -18,7 +18,7 @@ from kombu import Connection
 from gpuadmin.celery import app
 from gpuadmin.fleet.models import Host
 from gpuadmin.fleet.probes import ProbeTooSoon, probe_now, send_due_probes
-from gpuadmin.task_names import PROBE_HOST
+from gpuadmin.wire.task_names import PROBE_HOST
 from tests.fleet.helpers import T0, at
 
 pytestmark = pytest.mark.django_db

@@ -21,8 +21,8 @@ from gpuadmin.fleet.ingest import receive_snapshot
 from gpuadmin.fleet.models import LatestSnapshot
 from gpuadmin.probe.budget import DEFAULT_SNAPSHOT_MAX_BYTES, envelope_size, seal_snapshot
 from gpuadmin.probe.config import ProbeConfig
-from gpuadmin.probe.signing import MessageKind, seal
 from gpuadmin.probe.snapshot import take_snapshot
+from gpuadmin.wire.signing import MessageKind, seal
 from tests.factories import GiB
 from tests.keys import accept, host_key
 from tests.probe.helpers import Processes, assert_valid

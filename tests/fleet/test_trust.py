@@ -19,7 +19,7 @@ from gpuadmin.fleet import trust
 from gpuadmin.fleet.ingest import receive_snapshot
 from gpuadmin.fleet.models import Finding, Host, LatestSnapshot, SnapshotRejection
 from gpuadmin.fleet.validation import SnapshotRejected
-from gpuadmin.probe.signing import fingerprint, generate_private_key, public_key_text
+from gpuadmin.wire.signing import fingerprint, generate_private_key, public_key_text
 from tests.factories import proc, snapshot
 from tests.keys import accept, host_key, signed_snapshot
 

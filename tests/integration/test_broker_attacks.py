@@ -27,7 +27,7 @@ from gpuadmin.fleet.models import Host, LatestSnapshot, SnapshotRejection
 from gpuadmin.kills import services
 from gpuadmin.kills.models import KillRequest, KillStep
 from gpuadmin.kills.states import Status
-from gpuadmin.task_names import EXECUTE_KILL_ORDER, INGEST_SNAPSHOT, RECORD_KILL_PROGRESS
+from gpuadmin.wire.task_names import EXECUTE_KILL_ORDER, INGEST_SNAPSHOT, RECORD_KILL_PROGRESS
 from tests.factories import snapshot
 from tests.integration.helpers import (
     UNREACHABLE_DATABASE,

@@ -32,7 +32,7 @@ from gpuadmin.kills.models import START_REPORT_MARGIN, KillRequest
 from gpuadmin.kills.services.sweeper import sweep
 from gpuadmin.kills.states import Status
 from gpuadmin.probe.journal import Journal
-from gpuadmin.task_names import EXECUTE_KILL_ORDER, PROBE_HOST
+from gpuadmin.wire.task_names import EXECUTE_KILL_ORDER, PROBE_HOST
 from tests import services as servers
 from tests.integration.helpers import (
     UNREACHABLE_DATABASE,

@@ -21,7 +21,7 @@ from gpuadmin.fleet.models import Host, LatestSnapshot
 from gpuadmin.kills import services
 from gpuadmin.kills.models import KillRequest
 from gpuadmin.kills.states import Status
-from gpuadmin.task_names import PROBE_HOST
+from gpuadmin.wire.task_names import PROBE_HOST
 from tests.integration.helpers import GiB, start_central_and_agent, wait_until, write_gpus
 from tests.kills.helpers import start_trainer
 from tests.people import make_person

@@ -34,8 +34,8 @@ from gpuadmin.celery import app, host_queue
 from gpuadmin.data_dir import AGENT_SIGNING_KEY, prepare_data_dir
 from gpuadmin.fleet import trust
 from gpuadmin.fleet.models import Host, LatestSnapshot
-from gpuadmin.probe.signing import fingerprint, load_private_key
-from gpuadmin.task_names import PROBE_HOST
+from gpuadmin.wire.signing import fingerprint, load_private_key
+from gpuadmin.wire.task_names import PROBE_HOST
 from tests.integration.helpers import UNREACHABLE_DATABASE, Worker, database_url_for_workers
 from tests.services import RedisServer
 

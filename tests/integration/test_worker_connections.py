@@ -16,7 +16,7 @@ from kombu import Connection
 
 from gpuadmin.celery import CENTRAL_QUEUE, app
 from gpuadmin.fleet.models import SnapshotRejection
-from gpuadmin.task_names import INGEST_SNAPSHOT
+from gpuadmin.wire.task_names import INGEST_SNAPSHOT
 from tests.integration.helpers import Worker, database_url_for_workers, wait_until
 from tests.services import RedisServer
 

@@ -42,7 +42,7 @@ from gpuadmin.fleet.models import Host, LatestSnapshot
 from gpuadmin.kills import services
 from gpuadmin.kills.models import KillRequest
 from gpuadmin.probe import procfs
-from gpuadmin.task_names import EXECUTE_KILL_ORDER, NOTIFY_KILL_EVENT
+from gpuadmin.wire.task_names import EXECUTE_KILL_ORDER, NOTIFY_KILL_EVENT
 from tests.environment import without_coverage
 from tests.factories import BOOT_ID, GiB, gpu, proc, snapshot
 from tests.keys import enrol

@@ -17,10 +17,9 @@ from gpuadmin.celery import app
 from gpuadmin.kills import services
 from gpuadmin.kills.services import dispatch, sweeper
 from gpuadmin.kills.states import Status
-from gpuadmin.probe.kill import validate_order
-from gpuadmin.probe.kill.order import verify_order
-from gpuadmin.probe.kill.protocol import ORDER_VERSION
-from gpuadmin.task_names import EXECUTE_KILL_ORDER
+from gpuadmin.wire.kill_order import validate_order, verify_order
+from gpuadmin.wire.kill_protocol import ORDER_VERSION
+from gpuadmin.wire.task_names import EXECUTE_KILL_ORDER
 from tests.kills.helpers import actions, file, refreshed
 
 pytestmark = pytest.mark.django_db

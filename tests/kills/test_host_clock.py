@@ -23,8 +23,8 @@ from gpuadmin.fleet.models import LatestSnapshot
 from gpuadmin.kills import services
 from gpuadmin.kills.services.dispatch import host_deadline
 from gpuadmin.kills.states import Status
-from gpuadmin.probe.kill.order import OrderRefused, verify_order
-from gpuadmin.probe.kill.protocol import OrderRefusal
+from gpuadmin.wire.kill_order import OrderRefused, verify_order
+from gpuadmin.wire.kill_protocol import OrderRefusal
 from tests.kills.helpers import file, refreshed
 
 pytestmark = pytest.mark.django_db

@@ -24,7 +24,8 @@ from gpuadmin.kills.services.progress import LATE_REPORT_WHY
 from gpuadmin.kills.states import Status
 from gpuadmin.notify.models import Notification
 from gpuadmin.notify.services import plan_for_event
-from gpuadmin.probe.kill.protocol import Event, Method, event_record, wire_time
+from gpuadmin.wire.kill_protocol import Event, Method, event_record
+from gpuadmin.wire.timestamps import wire_time
 from tests.factories import GiB
 from tests.keys import accept, host_key, signed_report
 from tests.kills.helpers import actions, file, lab_snapshot, refreshed

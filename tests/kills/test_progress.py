@@ -14,7 +14,7 @@ from gpuadmin.kills import services
 from gpuadmin.kills.models import KillStep
 from gpuadmin.kills.services import progress
 from gpuadmin.kills.states import Status
-from gpuadmin.probe.kill.protocol import Event
+from gpuadmin.wire.kill_protocol import Event
 from tests.keys import signed_report
 from tests.kills.helpers import actions, file, refreshed
 

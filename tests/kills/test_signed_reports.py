@@ -13,8 +13,8 @@ from gpuadmin.fleet.models import Finding, Host
 from gpuadmin.kills import services
 from gpuadmin.kills.models import KillStep
 from gpuadmin.kills.states import Status
-from gpuadmin.probe.kill.protocol import OrderRefusal, order_refused_event
-from gpuadmin.probe.signing import generate_private_key
+from gpuadmin.wire.kill_protocol import OrderRefusal, order_refused_event
+from gpuadmin.wire.signing import generate_private_key
 from tests.keys import accept, host_key, signed_report
 from tests.kills.helpers import file, refreshed
 

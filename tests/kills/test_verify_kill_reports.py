@@ -16,7 +16,7 @@ from gpuadmin.audit import log
 from gpuadmin.audit.models import Action
 from gpuadmin.kills import services
 from gpuadmin.kills.models import KillStep
-from gpuadmin.probe.signing import fingerprint, generate_private_key
+from gpuadmin.wire.signing import fingerprint, generate_private_key
 from tests.keys import host_key, signed_report
 from tests.kills.helpers import file, refreshed
 

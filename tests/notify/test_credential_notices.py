@@ -15,7 +15,7 @@ from gpuadmin.accounts.audit_trail import acting
 from gpuadmin.celery import app
 from gpuadmin.notify import services
 from gpuadmin.notify.models import Notification
-from gpuadmin.task_names import DELIVER_NOTIFICATION
+from gpuadmin.wire.task_names import DELIVER_NOTIFICATION
 from tests.accounts.helpers import logged_in
 from tests.notify.helpers import person
 from tests.people import PASSWORD

@@ -17,7 +17,7 @@ from gpuadmin.notify import services as notify_services
 from gpuadmin.notify.models import Notification
 from gpuadmin.notify.services import deliver, plan_for_event
 from gpuadmin.notify.tasks import deliver_notification, notify_kill_event, warn_expiring_requests
-from gpuadmin.task_names import DELIVER_NOTIFICATION
+from gpuadmin.wire.task_names import DELIVER_NOTIFICATION
 from tests.notify.helpers import REASON, person
 
 pytestmark = pytest.mark.django_db

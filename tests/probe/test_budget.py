@@ -15,7 +15,7 @@ from gpuadmin.probe.budget import (
     fit_snapshot,
     seal_snapshot,
 )
-from gpuadmin.probe.signing import canonical_json, generate_private_key
+from gpuadmin.wire.signing import canonical_json, generate_private_key
 from tests.factories import gpu, proc, snapshot
 from tests.probe.helpers import assert_valid
 

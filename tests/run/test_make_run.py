@@ -33,7 +33,7 @@ ENQUEUE = textwrap.dedent("""
     import sys
     from datetime import datetime, timedelta, timezone
     from gpuadmin.celery import app
-    from gpuadmin.task_names import INGEST_SNAPSHOT
+    from gpuadmin.wire.task_names import INGEST_SNAPSHOT
     from tests.factories import snapshot
     from tests.keys import signed_snapshot
     past = datetime.now(timezone.utc) - timedelta(seconds=5)
@@ -44,7 +44,7 @@ ENQUEUE = textwrap.dedent("""
 
 ENQUEUE_AFTER_RESTART = textwrap.dedent("""
     from gpuadmin.celery import app
-    from gpuadmin.task_names import INGEST_SNAPSHOT
+    from gpuadmin.wire.task_names import INGEST_SNAPSHOT
     from tests.factories import snapshot
     from tests.keys import signed_snapshot
     app.send_task(INGEST_SNAPSHOT, args=[signed_snapshot(snapshot(host="after-restart-host"))])

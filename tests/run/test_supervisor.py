@@ -14,13 +14,14 @@ import sys
 import textwrap
 from pathlib import Path
 
-from gpuadmin.run import read_supervisor_state
+from gpuadmin.data_dir import read_supervisor_state
 from tests.run.helpers import SupervisedRun, in_groups_or_sessions, process_table, zombies_of
 
 SUPERVISOR = textwrap.dedent("""
     import json, os, sys
     from pathlib import Path
-    from gpuadmin.run import Child, Supervisor, become_subreaper, supervisor_state_path
+    from gpuadmin.data_dir import supervisor_state_path
+    from gpuadmin.run import Child, Supervisor, become_subreaper
     become_subreaper()
     children = [Child(name, argv) for name, argv in json.loads(sys.argv[1])]
     supervisor = Supervisor(children, dict(os.environ), out=lambda line: print(line, flush=True),

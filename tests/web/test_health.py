@@ -15,7 +15,7 @@ from django.test import Client
 
 from gpuadmin.broker.filesystem import BrokerFolders
 from gpuadmin.celery import app
-from gpuadmin.run import supervisor_state_path
+from gpuadmin.data_dir import supervisor_state_path
 from tests.fleet.helpers import store
 from tests.services import free_port
 

@@ -10,7 +10,7 @@ from gpuadmin.accounts import sudo
 from gpuadmin.audit.models import AuditEvent
 from gpuadmin.fleet.ingest import receive_snapshot
 from gpuadmin.fleet.models import Host
-from gpuadmin.probe.signing import fingerprint
+from gpuadmin.wire.signing import fingerprint
 from tests.accounts.helpers import SIXTEEN_MINUTES, age_the_login, logged_in
 from tests.factories import snapshot
 from tests.keys import host_key, signed_snapshot

@@ -25,9 +25,10 @@ from gpuadmin.keys import central_signing_key
 from gpuadmin.kills.models import KillRequest
 from gpuadmin.kills.services._audit import audit
 from gpuadmin.kills.states import Status
-from gpuadmin.probe.kill.protocol import ORDER_VERSION, wire_time
-from gpuadmin.probe.signing import MessageKind, seal
-from gpuadmin.task_names import EXECUTE_KILL_ORDER
+from gpuadmin.wire.kill_protocol import ORDER_VERSION
+from gpuadmin.wire.signing import MessageKind, seal
+from gpuadmin.wire.task_names import EXECUTE_KILL_ORDER
+from gpuadmin.wire.timestamps import wire_time
 
 logger = logging.getLogger(__name__)
 

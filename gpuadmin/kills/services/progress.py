@@ -41,9 +41,9 @@ from gpuadmin.kills.models import KillRequest, KillStep, KillTarget
 from gpuadmin.kills.services._audit import audit
 from gpuadmin.kills.services.findings import open_unkillable
 from gpuadmin.kills.states import RESULT_STATUS, Status, can_transition
-from gpuadmin.probe.kill.protocol import BadEvent, Event, Method, ParsedEvent, Result, parse_event
-from gpuadmin.probe.signing import BadMessage, MessageKind, Opened, open_envelope
 from gpuadmin.text import clip
+from gpuadmin.wire.kill_protocol import BadEvent, Event, Method, ParsedEvent, Result, parse_event
+from gpuadmin.wire.signing import BadMessage, MessageKind, Opened, open_envelope
 
 logger = logging.getLogger(__name__)
 

@@ -2,26 +2,12 @@
 
 A plain library (no Django, no Celery): the agent's task calls
 ``execute_order(order, journal=Journal(dir), report=send_to_central)``.
-The protocol's words (order versions, events, results) are defined once, in
-``protocol.py``; central builds its choices from them. The order format, the
-checks and the events are described in docs/kill-order.md.
+The order and the protocol's words (order versions, events, results) are the
+wire contract, shared with central: ``gpuadmin.wire.kill_order`` and
+``gpuadmin.wire.kill_protocol``. docs/kill-order.md describes the order, the
+checks and the events.
 """
 
 from gpuadmin.probe.kill.executor import execute_order
-from gpuadmin.probe.kill.order import Order, PlanStep, Target, validate_order
-from gpuadmin.probe.kill.protocol import Event, Method, Outcome, Refusal, Result, finished_event, parse_event
 
-__all__ = [
-    "Event",
-    "Method",
-    "Order",
-    "Outcome",
-    "PlanStep",
-    "Refusal",
-    "Result",
-    "Target",
-    "execute_order",
-    "finished_event",
-    "parse_event",
-    "validate_order",
-]
+__all__ = ["execute_order"]

@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any
 from gpuadmin.probe import procfs
 from gpuadmin.probe.kill.floor import Floor
 from gpuadmin.probe.kill.identity import Observation, Seen, describe_parent, observe, protected_pids
-from gpuadmin.probe.kill.order import Order, PlanStep, Target, validate_order
-from gpuadmin.probe.kill.protocol import (
+from gpuadmin.wire.kill_order import Order, PlanStep, Target, validate_order
+from gpuadmin.wire.kill_protocol import (
     Event,
     Method,
     OrderRefusal,
@@ -47,8 +47,8 @@ from gpuadmin.probe.kill.protocol import (
     event_record,
     finished_event,
     order_refused_event,
-    wire_time,
 )
+from gpuadmin.wire.timestamps import wire_time
 
 if TYPE_CHECKING:
     from gpuadmin.probe.journal import Journal, JournalEntry, JournalWriter

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpuadmin.probe import procfs
-from gpuadmin.probe.kill.protocol import Refusal
+from gpuadmin.wire.kill_protocol import Refusal
 
 FLOOR_VARIABLE = "GPUADMIN_AGENT_PROTECTED_EXECUTABLES"
 DEFAULT_MARKER = "@default"

@@ -16,8 +16,8 @@ from enum import StrEnum
 
 from gpuadmin.probe import procfs
 from gpuadmin.probe.kill.floor import Floor
-from gpuadmin.probe.kill.order import Target
-from gpuadmin.probe.kill.protocol import Refusal
+from gpuadmin.wire.kill_order import Target
+from gpuadmin.wire.kill_protocol import Refusal
 
 
 class Seen(StrEnum):

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuadmin.probe import procfs
-from gpuadmin.probe.kill.protocol import ORDER_VERSION
+from gpuadmin.wire.kill_protocol import ORDER_VERSION
 from tests.environment import without_coverage
 
 PROGRAMS = Path(__file__).parent / "programs"

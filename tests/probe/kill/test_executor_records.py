@@ -13,8 +13,9 @@ import pytest
 
 from gpuadmin.probe import procfs
 from gpuadmin.probe.journal import Journal, JournalEntry
-from gpuadmin.probe.kill import execute_order, validate_order
+from gpuadmin.probe.kill import execute_order
 from gpuadmin.probe.kill.executor import _summary_from_journal
+from gpuadmin.wire.kill_order import validate_order
 from tests.probe.kill.helpers import Processes, Reports, make_order, target_for, wait_until
 
 

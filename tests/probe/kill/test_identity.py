@@ -22,8 +22,8 @@ import pytest
 
 from gpuadmin.probe import procfs
 from gpuadmin.probe.kill.identity import Seen, _look_again, describe_parent, observe, protected_pids
-from gpuadmin.probe.kill.order import Target
-from gpuadmin.probe.kill.protocol import Refusal
+from gpuadmin.wire.kill_order import Target
+from gpuadmin.wire.kill_protocol import Refusal
 from tests.probe.kill.helpers import Processes, target_for, wait_until
 
 MISMATCH = "identity changed: uid is 0, the target had 4242"

@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from gpuadmin.probe.kill import validate_order
-from gpuadmin.probe.kill.order import MAX_GRACE_SECONDS, MAX_STEPS, MAX_TARGETS
+from gpuadmin.wire.kill_order import MAX_GRACE_SECONDS, MAX_STEPS, MAX_TARGETS, validate_order
 from tests.probe.kill.helpers import DELETE, DIGEST, good_order, order_with
 
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from gpuadmin.probe.journal import Journal
-from gpuadmin.probe.kill import execute_order, validate_order
-from gpuadmin.probe.kill.order import Order, PlanStep, Target
+from gpuadmin.probe.kill import execute_order
+from gpuadmin.wire.kill_order import Order, PlanStep, Target, validate_order
 from tests.probe.kill.helpers import DELETE, DIGEST, good_order, order_with
 
 

@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from gpuadmin.probe.journal import Journal
 from gpuadmin.probe.kill import execute_order
-from gpuadmin.probe.kill.protocol import (
+from gpuadmin.wire.kill_protocol import (
     BadEvent,
     Event,
     Result,
     event_record,
     finished_event,
     parse_event,
-    wire_time,
 )
 from tests.probe.kill.helpers import Processes, Reports, make_order, target_for
 
@@ -101,10 +100,3 @@ def test_an_unknown_result_reads_as_none() -> None:
                           "result": "exploded"})
     assert parsed.result is None
 
-
-def test_a_wire_time_is_utc_with_a_z_from_a_datetime_or_a_timestamp() -> None:
-    moment = datetime(2026, 12, 2, 14, 0, 0, 250000, tzinfo=timezone(timedelta(hours=1)))
-    assert wire_time(moment) == "2026-12-02T13:00:00.250000Z"
-    assert wire_time(moment.timestamp()) == "2026-12-02T13:00:00.250000Z"
-    assert wire_time(moment.replace(microsecond=0)) == "2026-12-02T13:00:00Z"
-    assert datetime.fromisoformat(wire_time(moment)) == moment

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from gpuadmin.probe.kill.protocol import (
+from gpuadmin.wire.kill_protocol import (
     BadEvent,
     Event,
     Method,

@@ -9,7 +9,7 @@ import pytest
 from gpuadmin.kills import plans
 from gpuadmin.probe.journal import Journal
 from gpuadmin.probe.kill import execute_order
-from gpuadmin.probe.kill.order import validate_order
+from gpuadmin.wire.kill_order import validate_order
 from tests.probe.kill.helpers import Processes, Reports, make_order, target_for, wait_until
 
 REAP = [{"signal": "SIGCHLD", "grace_seconds": 1}]

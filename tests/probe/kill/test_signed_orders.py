@@ -9,9 +9,9 @@ import pytest
 
 from gpuadmin.probe.journal import Journal
 from gpuadmin.probe.kill import execute_order
-from gpuadmin.probe.kill.order import OrderRefused, verify_order
-from gpuadmin.probe.kill.protocol import MAX_ORDER_WINDOW_SECONDS, OrderRefusal
-from gpuadmin.probe.signing import MessageKind, generate_private_key, public_key_text, seal
+from gpuadmin.wire.kill_order import OrderRefused, verify_order
+from gpuadmin.wire.kill_protocol import MAX_ORDER_WINDOW_SECONDS, OrderRefusal
+from gpuadmin.wire.signing import MessageKind, generate_private_key, public_key_text, seal
 from tests.probe.kill.helpers import Processes, Reports, SignalSpy, make_order, target_for
 
 CENTRAL = generate_private_key()

@@ -12,7 +12,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from gpuadmin.keys import KeyMissing, central_signing_key
-from gpuadmin.probe.signing import fingerprint, public_key_text
+from gpuadmin.wire.signing import fingerprint, public_key_text
 
 
 class Command(BaseCommand):

@@ -30,7 +30,6 @@ import binascii
 import hashlib
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -39,6 +38,8 @@ from typing import Any
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from gpuadmin.wire.files import write_file
 
 ENVELOPE_VERSION = 1
 PUBLIC_KEY_PREFIX = "ed25519:"
@@ -92,27 +93,14 @@ def load_private_key(path: str | os.PathLike[str]) -> Ed25519PrivateKey:
 
 
 def create_private_key_file(path: Path) -> bool:
-    """Write a new key (0600) under a temporary name, then link it into place; False if one exists.
+    """Write a new key (0600) whole, unless one exists: False then.
 
-    Several processes may start at once: the first link wins, and nobody ever
-    reads half a key.
+    Several processes may start at once: the first one's key wins, and nobody
+    ever reads half a key.
     """
     if path.exists():
         return False
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")  # mode 0600
-    try:
-        with os.fdopen(fd, "wb") as file:
-            file.write(private_key_pem(generate_private_key()))
-            file.flush()
-            os.fsync(file.fileno())
-        os.chmod(temporary, KEY_FILE_MODE)
-        try:
-            os.link(temporary, path)
-        except FileExistsError:
-            return False
-        return True
-    finally:
-        os.unlink(temporary)
+    return write_file(path, private_key_pem(generate_private_key()), mode=KEY_FILE_MODE, replace=False)
 
 
 def public_key_text(key: Ed25519PublicKey | Ed25519PrivateKey) -> str:

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from signal import Signals
 from typing import Any, cast
 
-from gpuadmin.probe.kill.protocol import (
+from gpuadmin.wire.kill_protocol import (
     ACCEPTED_ORDER_VERSIONS,
     MAX_HOST_CLOCK_OFFSET_SECONDS,
     MAX_ORDER_WINDOW_SECONDS,
@@ -31,7 +31,7 @@ from gpuadmin.probe.kill.protocol import (
     OrderRefusal,
     is_reap_plan,
 )
-from gpuadmin.probe.signing import BadMessage, MessageKind, open_envelope
+from gpuadmin.wire.signing import BadMessage, MessageKind, open_envelope
 
 # Outer bounds only: central applies the lab's tighter plan bounds.
 MAX_STEPS = 10

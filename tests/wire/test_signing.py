@@ -1,4 +1,4 @@
-"""gpuadmin/probe/signing.py: one canonical encoding, signatures that fail on any change."""
+"""gpuadmin/wire/signing.py: one canonical encoding, signatures that fail on any change."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpuadmin.audit.chain import canonical_json as audit_canonical_json
-from gpuadmin.probe.signing import (
+from gpuadmin.wire.signing import (
     BadMessage,
     MessageKind,
     canonical_json,
