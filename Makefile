@@ -1,9 +1,12 @@
 # gpuadmin: three commands.
 #   make run    install into .venv, migrate, start web + worker + scheduler on http://127.0.0.1:$(PORT)
 #   make demo   the same, plus real processes on simulated GPUs and synthetic hosts (data in var/demo/)
-#   make test   install, ruff check, mypy, the whole suite on SQLite, the database tests again on
-#               PostgreSQL, then the coverage of both (subprocesses included) against its floor
-# Also: make lint (ruff + mypy), make clean. Variables: PORT (default 8000), PYTHON (default python3),
+#   make test   install, ruff check, mypy, the whole suite on SQLite, the tests that depend on the
+#               database engine again on PostgreSQL, then the coverage of both (subprocesses
+#               included) against its floor
+# Also: make test-fast (ruff, mypy, the suite on SQLite without the slow tier: no whole stack, real
+# workers, browser or benchmarks; no coverage), make lint (ruff + mypy), make clean.
+# Variables: PORT (default 8000), PYTHON (default python3),
 # PYTEST_ARGS (a subset: its coverage is reported, the floor is not applied), PYTEST_WORKERS
 # (default 4; 0 runs each pass in one process).
 
@@ -24,7 +27,7 @@ ifdef PORT
 export PORT
 endif
 
-.PHONY: run demo test lint clean venv
+.PHONY: run demo test test-fast lint clean venv
 
 run: $(INSTALLED)
 	exec $(VENV_PYTHON) -m gpuadmin.run
@@ -43,12 +46,18 @@ test: $(INSTALLED)
 	$(VENV_PYTHON) -m mypy
 	@status=0; rm -rf $(COVERAGE_DATA); mkdir -p $(COVERAGE_DATA); \
 	echo "== pytest on SQLite"; $(COVERAGE) run -m pytest $(XDIST) $(PYTEST_ARGS) || status=$$?; \
-	echo "== database tests on PostgreSQL"; $(COVERAGE) run tests/with_postgres.py --db-only $(XDIST) || status=$$?; \
+	echo "== engine tests on PostgreSQL"; $(COVERAGE) run tests/with_postgres.py -m engine $(XDIST) || status=$$?; \
 	echo "== coverage of both runs, subprocesses included"; \
 	$(COVERAGE) combine --quiet && \
 	$(COVERAGE) report $(if $(PYTEST_ARGS),--fail-under=0) || status=$$?; \
 	if [ $$status -ne 0 ]; then echo "make test: FAILED (see above)" >&2; fi; \
 	exit $$status
+
+# The fast tier: what a change is checked with before `make test` (tests/README.md: the tiers).
+test-fast: $(INSTALLED)
+	$(VENV_PYTHON) -m ruff check .
+	$(VENV_PYTHON) -m mypy
+	$(VENV_PYTHON) -m pytest $(XDIST) -m "not slow" $(PYTEST_ARGS)
 
 lint: $(INSTALLED)
 	$(VENV_PYTHON) -m ruff check .

@@ -5,8 +5,13 @@
   when GPUADMIN_REQUIRE_SERVICES=1 (CI), where any skip at all is a failure.
 - Tests marked `postgres` are deselected unless the database is PostgreSQL
   (deselected, not skipped: CI allows no skips). `--db-only` keeps only the
-  tests that use the database (tests/with_postgres.py runs those again on
-  PostgreSQL).
+  tests that use the database.
+- Two tiers: `slow` (a whole stack, real workers, a browser, benchmarks) is set
+  here by path (SLOW_PATHS) and on every `services` test; `make test-fast` runs
+  `-m "not slow"`. `engine` (what depends on the database engine: locks,
+  prepared statements, triggers, concurrency, migrations) is set by path
+  (ENGINE_PATHS) and on every `postgres` test; tests/with_postgres.py runs
+  `-m engine` on PostgreSQL. Either can also be put on a test by hand.
 - Named people (`viewer`, `requester`, `approver`, `second_approver`,
   `stranger`, `viewer_client`, `requester_client`) come from tests/people.py,
   and so does `fast_password_hashing`, autouse for every test.
@@ -25,6 +30,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import TypeVar
 
 import pytest
@@ -72,7 +78,57 @@ def uses_database(item: pytest.Item) -> bool:
     return bool(DB_FIXTURES & set(getattr(item, "fixturenames", ())))
 
 
+# --- tiers: slow (make test only) and engine (the PostgreSQL pass) ------------------------
+
+TESTS = Path(__file__).resolve().parent
+# By place, so that a new test there is in its tier without anyone remembering to mark it.
+# Everything under a folder ending in "/", or one module.
+SLOW_PATHS = (
+    "browser/",  # Chromium, and (test_demo.py) a whole `make demo`
+    "integration/",  # redis-server and real Celery workers
+    "benchmarks/",  # every benchmark script's smoke run, soak.py's included
+    "run/test_make_run.py",  # a whole `make run`
+)
+# What behaves differently on PostgreSQL: row locks, fleet.statements' prepared statements and
+# row arrays, the audit table's triggers and advisory lock, json_text's compression, migrations
+# with SQL of their own, transactions between threads and processes, column ranges and
+# aggregate types that SQLite does not enforce. The rest runs on SQLite only.
+ENGINE_PATHS = (
+    "audit/test_append_only.py", "audit/test_anchors.py", "audit/test_chain.py",
+    "audit/test_verify_command.py",
+    "fleet/test_findings_sync.py", "fleet/test_history.py", "fleet/test_ingest.py",
+    "fleet/test_ingest_writes.py", "fleet/test_json_text.py", "fleet/test_latest_document_migration.py",
+    "fleet/test_process_life_fillfactor_migration.py", "fleet/test_querysets.py",
+    "fleet/test_retention.py", "fleet/test_statements.py", "fleet/test_trust.py",
+    "kills/test_concurrent_approvals.py", "kills/test_decisions.py", "kills/test_dispatch.py",
+    "kills/test_memory_released.py", "kills/test_service_contract.py",
+    "web/test_fleet_page.py",
+    "integration/test_snapshot_flow.py",
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Registered beside the rules that set them (--strict-markers); pyproject.toml has the others.
+    for marker in ("slow: not in `make test-fast` (SLOW_PATHS, `services` tests, or by hand)",
+                   "engine: run again on PostgreSQL (ENGINE_PATHS, `postgres` tests, or by hand)"):
+        config.addinivalue_line("markers", marker)
+
+
+def in_paths(item: pytest.Item, paths: tuple[str, ...]) -> bool:
+    try:
+        place = item.path.relative_to(TESTS).as_posix()
+    except ValueError:
+        return False
+    return any(place.startswith(path) if path.endswith("/") else place == path for path in paths)
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by these marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if in_paths(item, SLOW_PATHS) or item.get_closest_marker("services"):
+            item.add_marker(pytest.mark.slow)
+        if in_paths(item, ENGINE_PATHS) or item.get_closest_marker("postgres"):
+            item.add_marker(pytest.mark.engine)
     on_postgres = database_vendor() == "postgresql"
     db_only = config.getoption("--db-only")
     keep, drop = [], []

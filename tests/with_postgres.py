@@ -1,9 +1,10 @@
 """Run the database tests again on a throwaway PostgreSQL: python tests/with_postgres.py [pytest args].
 
 Starts PostgreSQL (initdb + pg_ctl in a temp dir, free port), points
-DATABASE_URL at it, runs `python -m pytest` (default: `--db-only`, the tests
-that use the database, which includes the `postgres`-marked ones), stops
-PostgreSQL and exits with pytest's status.
+DATABASE_URL at it, runs `python -m pytest` (default: `-m engine`, the tests
+whose outcome depends on the database engine, the `postgres`-marked ones
+among them: tests/conftest.py says which; `--db-only` gives every test that
+uses the database), stops PostgreSQL and exits with pytest's status.
 
 PostgreSQL not installed: exit 0 with a note, or 1 when GPUADMIN_REQUIRE_SERVICES=1.
 """
@@ -24,7 +25,7 @@ NO_TESTS_COLLECTED = 5
 
 
 def main(argv: list[str]) -> int:
-    pytest_args = argv or ["--db-only"]
+    pytest_args = argv or ["-m", "engine"]
     try:
         with services.postgres_server() as server:
             print(f"with_postgres: PostgreSQL on port {server.port}; running pytest {' '.join(pytest_args)}",

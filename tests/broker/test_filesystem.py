@@ -123,6 +123,7 @@ def recorded(record: Path) -> list[str]:
     return record.read_text().splitlines() if record.exists() else []
 
 
+@pytest.mark.slow  # 20,000 messages through a real Celery worker: tens of seconds
 def test_many_publishers_and_a_worker_deliver_every_message_once_and_bad_files_are_set_aside(
     tmp_path: Path,
 ) -> None:

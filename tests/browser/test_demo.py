@@ -1,10 +1,16 @@
-"""A real browser walks a real `make demo` (``python -m gpuadmin.run --demo``, not live_server).
+"""`make demo` for real (``python -m gpuadmin.run --demo``, not live_server), booted once and walked
+by a real browser.
 
-Once the demo host shows every scenario, the printed demo requester logs in,
-looks at the fleet and the demo host (screenshots kept), asks to kill the
-trainer that checkpoints on SIGINT; the printed approver approves; the
-trainer really ends (its checkpoint is written) and the timeline says so.
-Then Ctrl+C ends the rest: nothing left.
+The demo starts its processes and prints its accounts; once the demo host shows every scenario
+(and the synthetic hosts are on the fleet), the printed demo requester logs in, looks at the fleet
+and the demo host (screenshots kept), asks to kill the trainer that checkpoints on SIGINT; the
+printed approver approves; the trainer really ends (its checkpoint is written) and the timeline
+says so. Then Ctrl+C ends every other demo process: nothing left, no zombie.
+
+One test, one boot: `make demo` takes most of a minute to show everything, and the two halves
+(what it starts, what a person sees) need the same running demo. That Ctrl+C stops the trainer
+with SIGINT, as a Ctrl+C'd training job is stopped, is tests/demo/test_scenario.py's (the trainer
+ends through the panel here first).
 """
 
 from __future__ import annotations
@@ -12,13 +18,23 @@ from __future__ import annotations
 import os
 import signal
 import time
+import urllib.request
 from pathlib import Path
 
 from gpuadmin.demo.fleet import HOSTS as SYNTHETIC_HOSTS
 from gpuadmin.demo.programs import LABEL
+from gpuadmin.demo.scenario import HEALTH_CONDITIONS
 from tests.browser.helpers import CLEAN_DOM, NO_LIVE_PAYLOAD, RECORD_VIOLATIONS, Guard, log_in, log_out
-from tests.demo.helpers import HOST, demo_processes, start_demo, wait_for_scenarios
-from tests.run.helpers import in_groups_or_sessions
+from tests.demo.helpers import (
+    HOST,
+    Demo,
+    demo_processes,
+    open_findings,
+    open_health_conditions,
+    start_demo,
+    wait_for_scenarios,
+)
+from tests.run.helpers import in_groups_or_sessions, zombies_of
 
 TIMEOUT_SECONDS = 90
 
@@ -30,12 +46,30 @@ def check_page(page, guard: Guard, screenshot, name: str) -> None:
     guard.assert_clean()
 
 
-def test_a_browser_walks_the_demo_and_a_kill_through_the_panel_ends_a_demo_process(
+def check_what_the_demo_started(demo: Demo) -> dict[str, dict]:
+    """Its accounts, its processes, every scenario on the demo host; every host's latest document."""
+    assert set(demo.accounts) == {"demo-requester", "demo-approver"}, demo.run.output
+    children = demo.run.started_children()
+    assert sum(name.startswith("demo: ") for name in children) == 9, children
+    with urllib.request.urlopen(f"{demo.url}/login/", timeout=10) as response:
+        assert response.status == 200
+
+    hosts = wait_for_scenarios(demo)
+    assert {h.name for h in SYNTHETIC_HOSTS} <= {name for name, document in hosts.items() if document}
+    assert "zombies" in open_findings(demo.env, "sim-a100-02")
+    assert "orphan_gpu" in open_findings(demo.env, HOST)
+    assert open_health_conditions(demo.env, HOST) == HEALTH_CONDITIONS
+    # web and worker with their own children, 14 demo processes and their zombies
+    assert len(in_groups_or_sessions(demo.groups)) > 20
+    return hosts
+
+
+def test_make_demo_shows_every_scenario_a_browser_kills_its_trainer_and_ctrl_c_ends_the_rest(
     new_context, screenshot, tmp_path: Path,
 ) -> None:
     demo = start_demo(tmp_path / "data")
     try:
-        hosts = wait_for_scenarios(demo)
+        hosts = check_what_the_demo_started(demo)
         trainer = demo_processes(hosts[HOST], "checkpointing-trainer")[0]
         page = new_context(base_url=demo.url).new_page()
         guard = Guard(page)
@@ -85,5 +119,6 @@ def test_a_browser_walks_the_demo_and_a_kill_through_the_panel_ends_a_demo_proce
         exit_status, leftovers = demo.run.finish(timeout_seconds=90)
         assert (exit_status, leftovers) == (0, []), demo.run.output
         assert in_groups_or_sessions(demo.groups) == []
+        assert zombies_of({demo.run.command_pid}) == []
     finally:
         demo.run.kill_everything(demo.groups)

@@ -1,9 +1,18 @@
-"""The demo host's simulated GPUs (gpuadmin/demo/scenario.py): between them they show every GPU
-health finding, through the simulated backend and the findings' own rules (no demo booted)."""
+"""The demo's scenario (gpuadmin/demo/scenario.py) without booting the demo: the simulated GPUs
+show every GPU health finding, and Ctrl+C stops the trainer the way its story needs.
+
+The whole `make demo` is booted once, by tests/browser/test_demo.py.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import sys
+import textwrap
+import time
+from pathlib import Path
 
 from gpuadmin.demo.scenario import GPUS, HEALTH_CONDITIONS
 from gpuadmin.fleet.findings import XID_MEANINGS, compute_findings
@@ -11,6 +20,20 @@ from gpuadmin.fleet.models import Finding
 from gpuadmin.fleet.validation import parse_snapshot
 from gpuadmin.probe.gpus import simulated
 from tests.factories import snapshot
+from tests.run.helpers import SupervisedRun
+
+# The demo's supervisor with only the trainer, as `make demo` builds it (scenario.children()).
+SUPERVISED_TRAINER = textwrap.dedent("""
+    import os, sys
+    from gpuadmin.demo import claims
+    from gpuadmin.demo.scenario import children
+    from gpuadmin.run import Supervisor, become_subreaper
+    become_subreaper()
+    claims.prepare()
+    trainers = [child for child in children() if "checkpoints on SIGINT" in child.name]
+    out = lambda line: print(line, flush=True)
+    sys.exit(Supervisor(trainers, dict(os.environ), out=out, stop_grace_seconds=10).run())
+""")
 
 
 def test_the_demo_gpus_show_every_health_finding() -> None:
@@ -24,3 +47,35 @@ def test_the_demo_gpus_show_every_health_finding() -> None:
     assert conditions == HEALTH_CONDITIONS
     assert {f"xid_{xid}" for xid in XID_MEANINGS} <= conditions
     assert len(drafts) == len(HEALTH_CONDITIONS)  # each shown once, on one GPU
+
+
+def catches(pid: int, signum: int) -> bool:
+    """Whether the process has a handler for the signal (its SigCgt mask in /proc)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    caught = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), 16)
+    return bool(caught & (1 << (signum - 1)))
+
+
+def test_ctrl_c_stops_the_trainer_with_sigint_and_it_saves_its_checkpoint(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    data_dir.mkdir(mode=0o700)
+    env = {**os.environ, "GPUADMIN_DATA_DIR": str(data_dir)}
+    run = SupervisedRun([sys.executable, "-c", SUPERVISED_TRAINER], env=env).start()
+    groups: set[int] = set()
+    try:
+        started = run.wait_for_line(r"gpuadmin: started demo: trainer .* \(pid (\d+)\)", timeout_seconds=60)
+        trainer = int(started.group(1))
+        groups = set(run.started_children().values())
+        deadline = time.monotonic() + 60
+        while not catches(trainer, signal.SIGINT) and time.monotonic() < deadline:
+            time.sleep(0.05)  # until its handler is in place, as a trainer's first step would be
+
+        os.kill(run.command_pid, signal.SIGINT)
+        exit_status, leftovers = run.finish(timeout_seconds=60)
+
+        assert (exit_status, leftovers) == (0, []), run.output
+        checkpoint = data_dir / "scenario" / f"checkpoint-{trainer}.txt"
+        assert checkpoint.read_text().startswith("checkpoint written on SIGINT"), run.output
+        assert "did not stop in time" not in run.output
+    finally:
+        run.kill_everything(groups)
