@@ -24,7 +24,7 @@ from gpuadmin import data_dir
 from gpuadmin.accounts.throttling import UNIX_SOCKET, parse_trusted_proxies
 from gpuadmin.env import env_bool, env_int, env_secret, env_str
 from gpuadmin.probe.budget import DEFAULT_SNAPSHOT_MAX_BYTES
-from gpuadmin.probe.kill.floor import pattern_list
+from gpuadmin.probe.kill.protected import pattern_list
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = data_dir.data_dir()

@@ -35,7 +35,7 @@ class ConfigurationError(RuntimeError):
 
 def check_environment() -> tuple[str, Path]:
     """The host name and data directory, once every required variable is there and sane."""
-    from gpuadmin.probe.kill.floor import Floor
+    from gpuadmin.probe.kill.protected import ProtectedExecutables
     from gpuadmin.wire.signing import parse_public_key
 
     missing = [name for name in REQUIRED if not os.environ.get(name)]
@@ -58,7 +58,7 @@ def check_environment() -> tuple[str, Path]:
     if not os.environ["REDIS_URL"].startswith(("redis://", "rediss://")):
         raise ConfigurationError("REDIS_URL must be a redis:// or rediss:// URL")
     try:
-        Floor.from_env()
+        ProtectedExecutables.from_env()
     except (ValueError, OSError) as error:  # re.error is a ValueError
         raise ConfigurationError(str(error)) from None
     return host_name, Path(os.environ["GPUADMIN_DATA_DIR"]).resolve()

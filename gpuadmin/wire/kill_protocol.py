@@ -130,7 +130,7 @@ class Refusal(StrEnum):
     IDENTITY_CHANGED = "identity_changed"
     PERMISSION_DENIED = "permission_denied"
     SIGNAL_ERROR = "signal_error"
-    # The agent's own floor (floor.py): matched on the executable it resolves itself.
+    # The agent's protected executables (probe/kill/protected.py): by the executable it resolves itself.
     PROTECTED_EXECUTABLE = "protected_executable"
     UNVERIFIABLE_EXECUTABLE = "unverifiable_executable"
 

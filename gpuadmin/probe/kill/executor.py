@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpuadmin.probe import procfs
-from gpuadmin.probe.kill.floor import Floor
 from gpuadmin.probe.kill.identity import Observation, Seen, describe_parent, observe, protected_pids
+from gpuadmin.probe.kill.protected import ProtectedExecutables
 from gpuadmin.wire.kill_order import Order, PlanStep, Target, validate_order
 from gpuadmin.wire.kill_protocol import (
     Event,
@@ -113,7 +113,7 @@ def _pidfd_is_readable(pidfd: int) -> bool:
 
 class _Execution:
     def __init__(self, order: Order, raw_sha256: str, *, report: Report, clock: Callable[[], float],
-                 floor: Floor) -> None:
+                 protected_executables: ProtectedExecutables) -> None:
         self.order = order
         self.raw_sha256 = raw_sha256
         self._report = report
@@ -122,7 +122,7 @@ class _Execution:
         self.seq = 0
         self.tracked = [_Tracked(target) for target in order.targets]
         self.host_boot_id = procfs.read_boot_id()
-        self.floor = floor
+        self.protected_executables = protected_executables
 
     # -- events ------------------------------------------------------------
 
@@ -228,7 +228,7 @@ class _Execution:
 
     def observe(self, tracked: _Tracked) -> Observation:
         return observe(tracked.target, order_boot_id=self.order.boot_id, host_boot_id=self.host_boot_id,
-                       floor=self.floor)
+                       protected_executables=self.protected_executables)
 
     def verified_alive(self, tracked: _Tracked, step: PlanStep) -> Observation | None:
         """Re-verify a target before a signal; None (and the event written) when it must not get it."""
@@ -484,11 +484,11 @@ def execute_order(
     journal: Journal,
     report: Report,
     clock: Callable[[], float] = time.time,
-    floor: Floor | None = None,
+    protected_executables: ProtectedExecutables | None = None,
 ) -> dict[str, Any]:
     """Execute an approved kill order on this host; returns the "finished" event.
 
-    ``floor`` (default: from GPUADMIN_AGENT_PROTECTED_EXECUTABLES) is checked
+    ``protected_executables`` (default: from GPUADMIN_AGENT_PROTECTED_EXECUTABLES) is checked
     on each target's executable before every signal.
 
     Raises ValueError for a malformed order (before anything is journaled or
@@ -498,7 +498,8 @@ def execute_order(
     parsed = validate_order(order)
     raw_sha256 = order_sha256(order)
     execution = _Execution(parsed, raw_sha256, report=report, clock=clock,
-                           floor=floor if floor is not None else Floor.from_env())
+                           protected_executables=protected_executables if protected_executables is not None
+                           else ProtectedExecutables.from_env())
     claim_record = {
         "request_id": parsed.request_id,
         "claimed_at": wire_time(clock()),

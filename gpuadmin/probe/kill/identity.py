@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from gpuadmin.probe import procfs
-from gpuadmin.probe.kill.floor import Floor
+from gpuadmin.probe.kill.protected import ProtectedExecutables
 from gpuadmin.wire.kill_order import Target
 from gpuadmin.wire.kill_protocol import Refusal
 
@@ -120,12 +120,12 @@ def _claim_mismatch(target: Target) -> str | None:
 
 
 def observe(target: Target, *, order_boot_id: str, host_boot_id: str,  # noqa: PLR0911 - one check each
-            floor: Floor | None = None) -> Observation:
+            protected_executables: ProtectedExecutables | None = None) -> Observation:
     """Compare the target with what /proc shows for its PID now.
 
     The order of the checks matters: whether the PID is this process at all
     (boot, start time, process-not-thread) comes before what state it is in
-    (zombie), which comes before the agent's floor (its executable, read
+    (zombie), which comes before the agent's protected executables (its executable, read
     while the pidfd is held) and what it claims to be (uid, command line) —
     a zombie has no command line left to compare.
 
@@ -150,8 +150,8 @@ def observe(target: Target, *, order_boot_id: str, host_boot_id: str,  # noqa: P
         return refused
     if stat.zombie:
         return Observation(Seen.ZOMBIE, stat)
-    if floor is not None and (protected := floor.refusal(target.pid)) is not None:
-        return Observation(Seen.REFUSED, stat, protected[0], protected[1])
+    if protected_executables is not None and (refused_as := protected_executables.refusal(target.pid)):
+        return Observation(Seen.REFUSED, stat, refused_as[0], refused_as[1])
     mismatch = _claim_mismatch(target)
     if mismatch == "":
         return Observation(Seen.ALIVE, stat)

@@ -14,7 +14,7 @@ import pytest
 from gpuadmin.probe import procfs
 from gpuadmin.probe.journal import Journal
 from gpuadmin.probe.kill import execute_order
-from gpuadmin.probe.kill.floor import Floor
+from gpuadmin.probe.kill.protected import ProtectedExecutables
 from tests.probe.kill.helpers import Processes, Reports, SignalSpy, make_order, target_for, wait_until
 
 NOBODY_UID = 65534
@@ -167,9 +167,9 @@ def test_a_target_the_agent_may_not_signal_fails_with_eperm(processes: Processes
             os.setuid(NOBODY_UID)
             events: list[dict[str, Any]] = []
             # No executable patterns: as nobody, /proc/<pid>/exe of root's process is unreadable,
-            # and the floor would refuse it before the signal could fail.
+            # and the protected executables would refuse it before the signal could fail.
             result = execute_order(order, journal=Journal(journal_dir), report=events.append,
-                                   floor=Floor(patterns=()))
+                                   protected_executables=ProtectedExecutables(patterns=()))
             os.write(write_end, json.dumps({"result": result, "events": events}).encode())
             code = 0
         finally:

@@ -1,7 +1,7 @@
-"""The agent's own floor: processes it never signals, whatever an order says (docs/security.md).
+"""The agent's protected executables: processes it never signals, whatever an order says (docs/security.md).
 
 Central's refusal rules run when a request is filed, on what a snapshot says;
-this floor runs on the host, on what the agent reads itself right before each
+this list is checked on the host, on what the agent reads itself right before each
 signal, and central cannot lower it. It matches the *executable* the kernel
 shows at /proc/<pid>/exe, never argv: the owner of a process writes its argv
 (a job could call itself "sshd" to become unkillable, or a daemon could hide),
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from gpuadmin.probe import procfs
 from gpuadmin.wire.kill_protocol import Refusal
 
-FLOOR_VARIABLE = "GPUADMIN_AGENT_PROTECTED_EXECUTABLES"
+PROTECTED_EXECUTABLES_VARIABLE = "GPUADMIN_AGENT_PROTECTED_EXECUTABLES"
 DEFAULT_MARKER = "@default"
 # Searched in the resolved executable path; each anchored on a path component.
 DEFAULT_PROTECTED_EXECUTABLES = (
@@ -47,7 +47,7 @@ DEFAULT_PROTECTED_EXECUTABLES = (
 def pattern_list(text: str, variable: str) -> list[str]:
     """Regular expressions from a setting: a JSON list, or one per line; never split on commas.
 
-    The one format of every pattern setting (this floor's, and central's
+    The one format of every pattern setting (the agent's protected executables, and central's
     GPUADMIN_PROTECTED_COMMAND_PATTERNS): a comma is part of many patterns (``a{1,3}``).
     """
     stripped = text.strip()
@@ -63,9 +63,9 @@ def pattern_list(text: str, variable: str) -> list[str]:
 
 
 def parse_patterns(text: str) -> tuple[str, ...]:
-    """The floor's patterns from its setting; ``@default`` adds the defaults."""
+    """The protected executables' patterns from their setting; ``@default`` adds the defaults."""
     patterns: list[str] = []
-    for entry in pattern_list(text, FLOOR_VARIABLE):
+    for entry in pattern_list(text, PROTECTED_EXECUTABLES_VARIABLE):
         if entry == DEFAULT_MARKER:
             patterns.extend(DEFAULT_PROTECTED_EXECUTABLES)
         else:
@@ -75,13 +75,13 @@ def parse_patterns(text: str) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True, slots=True)
-class Floor:
+class ProtectedExecutables:
     patterns: tuple[str, ...] = DEFAULT_PROTECTED_EXECUTABLES
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> Floor:
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> ProtectedExecutables:
         environ = os.environ if environ is None else environ
-        text = environ.get(FLOOR_VARIABLE)
+        text = environ.get(PROTECTED_EXECUTABLES_VARIABLE)
         return cls() if text is None or not text.strip() else cls(parse_patterns(text))
 
     def refusal(self, pid: int) -> tuple[Refusal, str] | None:
@@ -100,12 +100,14 @@ class Floor:
             return None  # gone, a zombie or a kernel thread: the identity checks say which
         except OSError as error:
             return (Refusal.UNVERIFIABLE_EXECUTABLE,
-                    f"could not read /proc/{pid}/exe ({error.strerror}), so the agent's floor cannot be "
-                    "checked; the agent needs CAP_SYS_PTRACE to read other users' executables")
+                    f"could not read /proc/{pid}/exe ({error.strerror}), so the agent's protected "
+                    "executables cannot be checked; the agent needs CAP_SYS_PTRACE to read other users' "
+                    "executables")
         for pattern in self.patterns:
             if re.search(pattern, path):
                 return (Refusal.PROTECTED_EXECUTABLE,
-                        f"its executable {path} is protected on this host ({FLOOR_VARIABLE}: {pattern!r})")
+                        f"its executable {path} is protected on this host "
+                        f"({PROTECTED_EXECUTABLES_VARIABLE}: {pattern!r})")
         return None
 
 

@@ -1,4 +1,4 @@
-"""The agent's own floor (gpuadmin/probe/kill/floor.py): by the executable it resolves, never by argv."""
+"""The agent's protected executables (probe/kill/protected.py): by the executable it resolves, not argv."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from gpuadmin.probe.journal import Journal
 from gpuadmin.probe.kill import execute_order
-from gpuadmin.probe.kill.floor import DEFAULT_PROTECTED_EXECUTABLES, Floor, parse_patterns
+from gpuadmin.probe.kill.protected import DEFAULT_PROTECTED_EXECUTABLES, ProtectedExecutables, parse_patterns
 from tests.probe.kill.helpers import Reports, make_order, target_for, wait_until
 
 
@@ -63,8 +63,8 @@ def test_the_host_s_list_takes_json_or_lines_and_commas_inside_patterns() -> Non
                                                                   "/opt/lab/bin/keeper$")
     with pytest.raises(ValueError, match="JSON"):
         parse_patterns("[not json")
-    assert Floor.from_env({}).patterns == DEFAULT_PROTECTED_EXECUTABLES
-    assert Floor.from_env({"GPUADMIN_AGENT_PROTECTED_EXECUTABLES": "x$"}).patterns == ("x$",)
+    assert ProtectedExecutables.from_env({}).patterns == DEFAULT_PROTECTED_EXECUTABLES
+    assert ProtectedExecutables.from_env({"GPUADMIN_AGENT_PROTECTED_EXECUTABLES": "x$"}).patterns == ("x$",)
 
 
 @pytest.mark.parametrize("path", ["/usr/sbin/sshd", "/usr/lib/systemd/systemd-journald", "/sbin/init",
