@@ -39,6 +39,7 @@ import urllib.request
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from gpuadmin.data_dir import (
     DEMO_SIMULATED_GPUS,
@@ -379,31 +380,51 @@ def configure_demo_gpus(environ: MutableMapping[str, str]) -> Path | None:
     return path
 
 
-def main(argv: list[str] | None = None) -> int:
+class Scenario(Protocol):
+    """What a caller adds to `make run` (``gpuadmin.demo.scenario`` for `make demo`): the supervisor
+    calls it, never imports it."""
+
+    def configure(self, environ: MutableMapping[str, str]) -> None: ...
+
+    def prepare_files(self) -> None: ...
+
+    def prepare(self) -> list[str]: ...
+
+    def children(self) -> list[Child]: ...
+
+    def ready_message(self, url: str, host_name: str, lines: list[str]) -> str: ...
+
+
+DEMO_FLAG = "--demo"
+
+
+def main(argv: list[str] | None = None, *, scenario: Scenario | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    demo = "--demo" in argv  # `make demo`: the scenario of gpuadmin/demo beside everything `make run` starts
+    if DEMO_FLAG in argv and scenario is None:
+        # `make demo` is its own program (python -m gpuadmin.demo), which calls this supervisor with
+        # its scenario; the same process (and pid) goes on as that program.
+        rest = [arg for arg in argv if arg != DEMO_FLAG]
+        os.execv(sys.executable, [sys.executable, "-m", "gpuadmin.demo", *rest])  # noqa: S606
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuadmin.settings")
     os.environ.setdefault("GPUADMIN_GPU_BACKEND", "auto")  # this host's live data
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     os.chdir(BASE_DIR)
-    if demo:
-        from gpuadmin.demo import scenario
-
+    if scenario is not None:
         scenario.configure(os.environ)
-    demo_lines: list[str] = []
+    scenario_lines: list[str] = []
     try:
         port = port_from_env(dict(os.environ))
         check_port_free(port)
         prepare_data_dir()  # before anything loads the settings: they only read what it makes
         if problem := exposure():
             raise StartupError(problem)
-        if demo:
+        if scenario is not None:
             scenario.prepare_files()
         else:
             configure_demo_gpus(os.environ)
         host_name, data_folder = prepare_database()
-        if demo:
-            demo_lines = scenario.prepare()
+        if scenario is not None:
+            scenario_lines = scenario.prepare()
     except StartupError as exc:
         print(f"gpuadmin: {exc}", file=sys.stderr)
         return 2
@@ -413,19 +434,14 @@ def main(argv: list[str] | None = None) -> int:
     become_subreaper()
     environ = dict(os.environ)
     children = build_children(sys.executable, port, host_name, environ)
-    if demo:
+    if scenario is not None:
         children += scenario.children()
     supervisor = Supervisor(children, environ, out=lambda line: print(line, flush=True),
                             state_path=supervisor_state_path(data_folder))
     url = f"http://{BIND_ADDRESS}:{port}/"
     ready = f"gpuadmin is running at {url} (host {host_name}); press Ctrl+C to stop"
-    if demo:
-        ready = "\n".join([
-            f"gpuadmin demo is running at {url}; every GPU and process of host {host_name} is simulated",
-            f"  the scenario: {url}hosts/{host_name}/   (admin account: see above)",
-            "  demo accounts, new passwords at each start:", *demo_lines,
-            "press Ctrl+C to stop (every demo process ends with it)",
-        ])
+    if scenario is not None:
+        ready = scenario.ready_message(url, host_name, scenario_lines)
     return supervisor.run(ready_url=f"{url}login/", ready_message=ready)
 
 

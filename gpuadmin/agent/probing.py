@@ -14,11 +14,12 @@ from typing import Any
 from celery.signals import worker_ready
 from django.conf import settings
 
-from gpuadmin.celery import CENTRAL_QUEUE, app, host_queue
+from gpuadmin.celery import app, host_queue
 from gpuadmin.keys import agent_signing_key
 from gpuadmin.probe.budget import seal_snapshot
+from gpuadmin.sending import request_probe, send_snapshot
 from gpuadmin.wire.signing import fingerprint
-from gpuadmin.wire.task_names import INGEST_SNAPSHOT, PROBE_HOST
+from gpuadmin.wire.task_names import PROBE_HOST
 
 logger = logging.getLogger(__name__)
 
@@ -39,17 +40,6 @@ def signed_snapshot(host_name: str) -> dict[str, Any]:
     return seal_snapshot(snapshot, agent_signing_key(), max_bytes=settings.GPUADMIN_SNAPSHOT_MAX_BYTES)
 
 
-def snapshot_expiry_seconds() -> float:
-    # A snapshot central could not ingest within the offline window is stale:
-    # the page already shows the host offline and a fresh probe is on its way.
-    return float(settings.GPUADMIN_PROBE_INTERVAL_SECONDS * settings.GPUADMIN_OFFLINE_AFTER_INTERVALS)
-
-
-def send_snapshot(message: dict[str, Any]) -> None:
-    app.send_task(INGEST_SNAPSHOT, args=[message], queue=CENTRAL_QUEUE,
-                  expires=snapshot_expiry_seconds())
-
-
 def probe_and_send() -> int:
     """Probe this host and send the signed snapshot to central; returns its size in bytes."""
     message = signed_snapshot(settings.GPUADMIN_HOST_NAME)
@@ -62,23 +52,6 @@ def probe_host() -> int:
     size_bytes = probe_and_send()
     logger.info("sent a snapshot of %s (%d bytes)", settings.GPUADMIN_HOST_NAME, size_bytes)
     return size_bytes
-
-
-def probe_expiry_seconds() -> int:
-    # One interval: a probe the agent has not taken by then is superseded by the
-    # next one, so the probes queued for an offline host are dropped, not run in
-    # a burst when it comes back.
-    return settings.GPUADMIN_PROBE_INTERVAL_SECONDS
-
-
-def request_probe(host_name: str) -> None:
-    """Ask a host's agent for a snapshot now: the one way anything sends ``probe_host``.
-
-    Sent by name to the host's own queue, expiring after one probe interval.
-    Central's scheduler and "probe now" (``gpuadmin.fleet.probes``) and the
-    agent's own start-up probe all come through here. No database: the agent calls it.
-    """
-    app.send_task(PROBE_HOST, queue=host_queue(host_name), expires=probe_expiry_seconds())
 
 
 @worker_ready.connect

@@ -31,9 +31,9 @@ def main() -> int:
     django.setup()
     from django.conf import settings
 
-    from gpuadmin.agent.probing import send_snapshot
     from gpuadmin.celery import app, host_queue
     from gpuadmin.demo import claims, fleet, scenario
+    from gpuadmin.sending import send_snapshot
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     next_fleet = 0.0

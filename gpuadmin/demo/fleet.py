@@ -3,7 +3,7 @@
 Each host has its own Ed25519 key (made once, kept in the scenario folder),
 enrolled as an approver would (``fleet.trust.accept_host``); the driver seals
 each host's document with that key and sends it to ``central`` exactly as an
-agent does (``gpuadmin.agent.probing.send_snapshot``), so ingest verifies,
+agent does (``gpuadmin.sending.send_snapshot``), so ingest verifies,
 validates and stores it like any other. Their processes are made up (they
 live on no machine); the host names say "simulated".
 """

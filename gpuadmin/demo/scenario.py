@@ -1,4 +1,4 @@
-"""`make demo`: what ``python -m gpuadmin.run --demo`` adds to `make run` (docs/demo.md).
+"""`make demo`: what ``python -m gpuadmin.demo`` adds to `make run` (docs/demo.md).
 
 The demo host is this box, with four simulated GPUs whose memory is held by
 real processes the supervisor starts (``programs.py``); ``driver.py`` keeps
@@ -23,6 +23,7 @@ from gpuadmin.data_dir import BASE_DIR
 from gpuadmin.demo import claims
 from gpuadmin.demo.claims import GiB
 from gpuadmin.demo.programs import HOSTILE_ARGUMENTS, command
+from gpuadmin.run import Child
 from gpuadmin.wire.timestamps import wire_time
 
 DEMO_DATA_DIR = BASE_DIR / "var" / "demo"  # apart from `make run`'s var/: demo accounts stay in the demo
@@ -153,12 +154,20 @@ def prepare() -> list[str]:
     return lines
 
 
-def children() -> list[Any]:
+def children() -> list[Child]:
     """The supervisor's children that play the scenario, and the driver."""
-    from gpuadmin.run import Child
-
     played = [Child(f"demo: {s.name}", command(s.role, *s.args), stop_signal=s.stop_signal, restart=False)
               for s in SCENARIOS]
     driver = Child("demo: driver (simulated GPU file, synthetic hosts)",
                    [sys.executable, "-m", "gpuadmin.demo.driver"])
     return [driver, *played]
+
+
+def ready_message(url: str, host_name: str, lines: list[str]) -> str:
+    """What the supervisor prints once everything answers."""
+    return "\n".join([
+        f"gpuadmin demo is running at {url}; every GPU and process of host {host_name} is simulated",
+        f"  the scenario: {url}hosts/{host_name}/   (admin account: see above)",
+        "  demo accounts, new passwords at each start:", *lines,
+        "press Ctrl+C to stop (every demo process ends with it)",
+    ])

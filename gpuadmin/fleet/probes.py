@@ -1,6 +1,6 @@
 """Central's side of probing: which hosts are due a probe, and "probe now".
 
-Every probe leaves through ``gpuadmin.agent.probing.request_probe`` (by name,
+Every probe leaves through ``gpuadmin.sending.request_probe`` (by name,
 to the host's own queue, expiring after one interval). What central adds is
 the bookkeeping: ``Host.last_probe_sent_at``, so that hosts offline for long
 are asked less often.
@@ -14,8 +14,8 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from gpuadmin.agent.probing import probe_expiry_seconds, request_probe
 from gpuadmin.fleet.models import Host
+from gpuadmin.sending import probe_expiry_seconds, request_probe
 
 # A host offline this long is probably down or gone: probe it once a minute only.
 LONG_OFFLINE_AFTER = timedelta(hours=1)

@@ -19,6 +19,7 @@ import jsonschema
 import pytest
 from kombu import Message
 
+from gpuadmin import sending
 from gpuadmin.agent import probing
 from gpuadmin.celery import CENTRAL_QUEUE, app, host_queue
 from gpuadmin.data_dir import AGENT_SIGNING_KEY
@@ -97,7 +98,7 @@ def test_request_probe_goes_to_that_hosts_queue_and_expires(settings) -> None:
     drain(host_queue("gpu42"))
     drain(CENTRAL_QUEUE)
 
-    probing.request_probe("gpu42")
+    sending.request_probe("gpu42")
 
     [message] = drain(host_queue("gpu42"))
     assert message.headers["task"] == PROBE_HOST

@@ -1,0 +1,43 @@
+"""Sending tasks to the other side: the helpers central and the agent share, beside the Celery app.
+
+Tasks cross the broker by name (``gpuadmin.wire.task_names``), so a sender
+imports none of the receiving side's code: central asks for a probe without
+loading the agent, and the agent sends its snapshot without loading ingest.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+
+from gpuadmin.celery import CENTRAL_QUEUE, app, host_queue
+from gpuadmin.wire.task_names import INGEST_SNAPSHOT, PROBE_HOST
+
+
+def probe_expiry_seconds() -> int:
+    # One interval: a probe the agent has not taken by then is superseded by the
+    # next one, so the probes queued for an offline host are dropped, not run in
+    # a burst when it comes back.
+    return settings.GPUADMIN_PROBE_INTERVAL_SECONDS
+
+
+def request_probe(host_name: str) -> None:
+    """Ask a host's agent for a snapshot now: the one way anything sends ``probe_host``.
+
+    Sent by name to the host's own queue, expiring after one probe interval.
+    Central's scheduler and "probe now" (``gpuadmin.fleet.probes``) and the
+    agent's own start-up probe all come through here. No database: the agent calls it.
+    """
+    app.send_task(PROBE_HOST, queue=host_queue(host_name), expires=probe_expiry_seconds())
+
+
+def snapshot_expiry_seconds() -> float:
+    # A snapshot central could not ingest within the offline window is stale:
+    # the page already shows the host offline and a fresh probe is on its way.
+    return float(settings.GPUADMIN_PROBE_INTERVAL_SECONDS * settings.GPUADMIN_OFFLINE_AFTER_INTERVALS)
+
+
+def send_snapshot(message: dict[str, Any]) -> None:
+    """Send a signed snapshot to central's ingest (the agent's probe, the demo's driver)."""
+    app.send_task(INGEST_SNAPSHOT, args=[message], queue=CENTRAL_QUEUE, expires=snapshot_expiry_seconds())
