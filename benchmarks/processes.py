@@ -103,7 +103,9 @@ def stop_all(grace_seconds: float = GRACE_SECONDS) -> None:
     deadline = time.monotonic() + grace_seconds + KILL_WAIT_SECONDS
     while True:
         _reap()
-        left = children_of(os.getpid())
+        # Zombies count: one that died after _reap must still be reaped here, not left to the
+        # process that adopts it when this script exits.
+        left = children_of(os.getpid(), zombies=True)
         if not left:
             return
         late = time.monotonic() > deadline - KILL_WAIT_SECONDS
@@ -121,8 +123,8 @@ def stop_all(grace_seconds: float = GRACE_SECONDS) -> None:
         time.sleep(0.5 if not late else POLL_SECONDS)
 
 
-def children_of(parent: int) -> list[int]:
-    """Live (not zombie) processes whose parent is ``parent``, from /proc."""
+def children_of(parent: int, *, zombies: bool = False) -> list[int]:
+    """Processes whose parent is ``parent``, from /proc: live ones, and zombies if asked."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -132,7 +134,7 @@ def children_of(parent: int) -> list[int]:
                 fields = stat.read().rsplit(b")", 1)[1].split()
         except OSError:
             continue
-        if int(fields[1]) == parent and fields[0] != b"Z":
+        if int(fields[1]) == parent and (zombies or fields[0] != b"Z"):
             found.append(int(entry))
     return sorted(found)
 
