@@ -44,6 +44,7 @@ COVERAGE := COVERAGE_FILE=$(COVERAGE_DATA)/.coverage $(VENV_PYTHON) -m coverage
 test: $(INSTALLED)
 	$(VENV_PYTHON) -m ruff check .
 	$(VENV_PYTHON) -m mypy
+	$(VENV)/bin/lint-imports --no-cache
 	@status=0; rm -rf $(COVERAGE_DATA); mkdir -p $(COVERAGE_DATA); \
 	echo "== pytest on SQLite"; $(COVERAGE) run -m pytest $(XDIST) $(PYTEST_ARGS) || status=$$?; \
 	echo "== engine tests on PostgreSQL"; $(COVERAGE) run tests/with_postgres.py -m engine $(XDIST) || status=$$?; \
@@ -62,6 +63,7 @@ test-fast: $(INSTALLED)
 lint: $(INSTALLED)
 	$(VENV_PYTHON) -m ruff check .
 	$(VENV_PYTHON) -m mypy
+	$(VENV)/bin/lint-imports --no-cache
 
 venv: $(VENV_PYTHON)
 

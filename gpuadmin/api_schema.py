@@ -6,15 +6,17 @@ drf-spectacular cannot read their shapes: they are written here as JSON Schema
 (OpenAPI 3.1 is JSON Schema 2020-12), named components the views refer to with
 ``ref()``. A process is the snapshot's own definition
 (``gpuadmin/probe/snapshot.schema.json``, ``$defs/process``): the API passes
-processes through as the probe sent them. ``add_components`` (a drf-spectacular
-postprocessing hook) puts them into the schema. ``tests/test_api_schema.py``
-validates real answers of every endpoint against it, so this file, the
-functions and docs/api.md cannot drift apart unnoticed.
+processes through as the probe sent them. ``gpuadmin.web.api_docs.add_components``
+(a drf-spectacular postprocessing hook) puts them into the schema, with the apps'
+word lists (this module imports no app). ``tests/test_api_schema.py`` validates
+real answers of every endpoint against it, so this file, the functions and
+docs/api.md cannot drift apart unnoticed.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -62,12 +64,18 @@ def _process_components() -> dict[str, Schema]:
     return {"Process": definitions["process"], "ProcessOwner": definitions["owner"]}
 
 
-@cache
-def components() -> dict[str, Schema]:
-    from gpuadmin.audit.models import Action
-    from gpuadmin.fleet.models import Finding
-    from gpuadmin.kills.states import Status
+@dataclass(frozen=True)
+class Words:
+    """The apps' closed word lists the shapes name: passed in, so this module imports no app."""
 
+    statuses: tuple[str, ...]  # kills.states.Status
+    finding_kinds: tuple[str, ...]  # fleet.models.Finding.Kind
+    finding_severities: tuple[str, ...]  # fleet.models.Finding.Severity
+    actions: tuple[str, ...]  # audit.models.Action
+
+
+@cache
+def components(words: Words) -> dict[str, Schema]:
     gpu = {
         "index": INTEGER, "uuid": STRING, "name": STRING, "memory_total_bytes": _null("integer"),
         "memory_used_bytes": _null("integer"), "memory_attributed_bytes": _null("integer"),
@@ -81,12 +89,12 @@ def components() -> dict[str, Schema]:
         "counts": _object({"processes": _null("integer"), "zombies": _null("integer"),
                            "gpu_processes": _null("integer")}),
         "open_findings_count": INTEGER,
-        "open_findings_by_severity": _object({s: INTEGER for s in Finding.Severity.values}),
+        "open_findings_by_severity": _object({s: INTEGER for s in words.finding_severities}),
         "gpu_backend": _object({"name": _null("string"), "available": _null("boolean"),
                                 "reason": _null("string")}),
         "last_error": _null("string"), "last_error_at": TIME_OR_NULL,
     }
-    kill_marker = _object({"id": INTEGER, "status": _choices(*Status.values), "t": TIME,
+    kill_marker = _object({"id": INTEGER, "status": _choices(*words.statuses), "t": TIME,
                            "finished_at": TIME_OR_NULL, "url": STRING})
     workload = {"oneOf": [_object({"key": STRING, "label": STRING}), {"type": "null"}]}
     target = {
@@ -98,7 +106,7 @@ def components() -> dict[str, Schema]:
         "outcome": _null("string"), "outcome_detail": STRING, "last_signal": _null("string"),
     }
     kill_request = {
-        "id": INTEGER, "status": _choices(*Status.values), "final": BOOLEAN, "host": STRING,
+        "id": INTEGER, "status": _choices(*words.statuses), "final": BOOLEAN, "host": STRING,
         "requested_by": STRING, "requested_at": TIME, "reason": STRING, "plan": {"type": "array"},
         "include_descendants": BOOLEAN, "workload": workload, "snapshot_taken_at": TIME_OR_NULL,
         "boot_id": STRING, "warnings": {"type": "array", "items": STRING},
@@ -126,8 +134,9 @@ def components() -> dict[str, Schema]:
                            "allowed": {"type": "array", "items": STRING}}},
         "Gpu": _object(gpu),
         "HostSummary": _object(host_summary),
-        "Finding": _object({"kind": _choices(*Finding.Kind.values),
-                            "severity": _choices(*Finding.Severity.values), "title": STRING, "remedy": STRING,
+        "Finding": _object({"kind": _choices(*words.finding_kinds),
+                            "severity": _choices(*words.finding_severities), "title": STRING,
+                            "remedy": STRING,
                             "first_seen_at": TIME, "last_seen_at": TIME, "details": FREE_OBJECT}),
         "ZombieTree": _object({"parent_pid": INTEGER, "parent": {"oneOf": [ref("Process"), {"type": "null"}]},
                                "zombie_count": INTEGER, "zombies": array_of("Process")}),
@@ -184,7 +193,7 @@ def components() -> dict[str, Schema]:
                                                              "user": _null("string"), "why": STRING})},
         }),
         "AuditEvent": _object({
-            "sequence": INTEGER, "created_at": TIME, "action": _choices(*Action.values),
+            "sequence": INTEGER, "created_at": TIME, "action": _choices(*words.actions),
             "actor": STRING, "actor_id": _null("integer"), "kill_request_id": _null("integer"),
             "host": STRING, "requester": STRING, "approver": STRING,
             "process_users": {"type": "array", "items": STRING}, "targets_summary": STRING,
@@ -199,12 +208,6 @@ def components() -> dict[str, Schema]:
             "anchor": _object({"ok": BOOLEAN, "sequence": _null("integer"),
                                "said": {"type": "array", "items": STRING}})}),
     }
-
-
-def add_components(result: Schema, generator: Any, request: Any, public: bool) -> Schema:
-    """drf-spectacular postprocessing hook: the components every ``ref()`` points at."""
-    result.setdefault("components", {}).setdefault("schemas", {}).update(components())
-    return result
 
 
 def error(description: str) -> OpenApiResponse:

@@ -262,7 +262,7 @@ SPECTACULAR_SETTINGS = {
     "SCHEMA_PATH_PREFIX": "/api/v1",
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "gpuadmin.api_schema.add_components",
+        "gpuadmin.web.api_docs.add_components",
     ],
 }
 

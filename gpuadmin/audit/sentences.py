@@ -26,7 +26,7 @@ from django.urls import NoReverseMatch, reverse
 from gpuadmin.audit.models import Action, AuditEvent
 from gpuadmin.kills import plans
 from gpuadmin.text import human_bytes, process_state, utc_text
-from gpuadmin.web.untrusted_text import visible_text
+from gpuadmin.untrusted_text import visible_text
 from gpuadmin.wire.kill_protocol import Method, OrderRefusal, Outcome, Refusal, Result
 
 # Part kinds. WORD is ours; the rest carry text from people or processes.

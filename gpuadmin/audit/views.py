@@ -26,7 +26,7 @@ from gpuadmin.audit.models import AuditEvent
 from gpuadmin.audit.sentences import described
 from gpuadmin.audit.stories import request_groups, stories_for
 from gpuadmin.audit.verified_prefix import verify_for_page
-from gpuadmin.web.htmx import HtmxHttpRequest, vary_on_htmx, wants_fragment
+from gpuadmin.htmx import HtmxHttpRequest, vary_on_htmx, wants_fragment
 
 EVENTS_PER_PAGE = 50
 REQUESTS_PER_PAGE = 20

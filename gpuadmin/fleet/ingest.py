@@ -34,12 +34,12 @@ from gpuadmin.fleet.statements import (
     RowInsert,
     pipelined,
 )
+from gpuadmin.fleet.taken_at import parse_taken_at
 from gpuadmin.fleet.validation import (
     INT32_MAX,
     SnapshotRejected,
     host_name_from_text,
     parse_snapshot,
-    parse_taken_at,
     payload_size_bytes,
 )
 from gpuadmin.wire.signing import BadMessage, MessageKind, open_envelope

@@ -18,6 +18,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from gpuadmin.fleet.json_text import JsonTextField
+from gpuadmin.fleet.taken_at import document_taken_at
 
 # The read side's queries, named once (as NetBox's querysets and healthchecks'
 # model methods do): pages, API and the kills app call these instead of
@@ -206,8 +207,6 @@ class LatestSnapshotQuerySet(models.QuerySet):
         central's deadline (earlier by the snapshot's transit time, at most its
         expiry). Zero before the first snapshot.
         """
-        from gpuadmin.fleet.validation import document_taken_at
-
         row = self.filter(host=host).values_list("document", "received_at").first()
         taken_at = document_taken_at(row[0]) if row else None
         if row is None or taken_at is None:

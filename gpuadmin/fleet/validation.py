@@ -15,7 +15,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from functools import lru_cache
 from itertools import chain, islice
 from operator import itemgetter, methodcaller
@@ -34,6 +34,7 @@ from jsonschema.exceptions import ValidationError, best_match
 from gpuadmin.fleet.process_tree import memory_by_gpu, memory_total_bytes
 from gpuadmin.fleet.retention import history_kept_since
 from gpuadmin.fleet.schema_types import NOT_VALID, checked_json_decoder, python_pattern
+from gpuadmin.fleet.taken_at import parse_taken_at
 from gpuadmin.text import clip, human_bytes
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "probe" / "snapshot.schema.json"
@@ -369,21 +370,6 @@ def _check_semantics(document: dict[str, Any], *, now: datetime, walk: bool = Tr
                 f"unmatched_gpu_processes[{i}].gpu_uuid: GPU {_clip(json.dumps(unmatched['gpu_uuid']))} "
                 "is not in gpus"
             )
-
-
-def parse_taken_at(text: str) -> datetime:
-    """taken_at as an aware UTC datetime (the schema's pattern already holds)."""
-    # More than 6 fractional digits are legal ISO 8601 but not datetime's business.
-    text = re.sub(r"(\.\d{6})\d+", r"\1", text)
-    return datetime.fromisoformat(text).astimezone(UTC)
-
-
-def document_taken_at(document: dict[str, Any]) -> datetime | None:
-    """A stored document's taken_at as an aware UTC datetime; None when it has none that parses."""
-    try:
-        return parse_taken_at(document["taken_at"])
-    except (KeyError, TypeError, ValueError):
-        return None
 
 
 def _check_taken_at(text: str, *, now: datetime) -> None:

@@ -25,7 +25,7 @@ from gpuadmin.fleet.process_tree import (
     process_rows,
     workload_members,
 )
-from gpuadmin.fleet.validation import document_taken_at
+from gpuadmin.fleet.taken_at import document_taken_at
 
 
 @dataclass(frozen=True)

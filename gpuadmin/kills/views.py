@@ -22,12 +22,12 @@ from gpuadmin.accounts import sudo
 from gpuadmin.accounts.permissions import role_required
 from gpuadmin.accounts.roles import Role, has_role
 from gpuadmin.fleet.models import Host, LatestSnapshot
+from gpuadmin.htmx import HTMX_STOP_POLLING, HtmxHttpRequest, poll_seconds, vary_on_htmx, wants_fragment
 from gpuadmin.kills import changes, plans, services
 from gpuadmin.kills.forms import KillRequestForm, parse_also
 from gpuadmin.kills.models import KillRequest
 from gpuadmin.kills.services import KillError, NotFound
 from gpuadmin.kills.states import OPEN, RELEASING, Status
-from gpuadmin.web.htmx import HTMX_STOP_POLLING, HtmxHttpRequest, poll_seconds, vary_on_htmx, wants_fragment
 
 TIMELINE_POLL_SECONDS = 2
 RECENT_FINAL_SHOWN = 50

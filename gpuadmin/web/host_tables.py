@@ -33,8 +33,8 @@ from gpuadmin.fleet.process_tree import (
     process_rows,
     zombie_trees,
 )
+from gpuadmin.untrusted_text import visible_text
 from gpuadmin.web.gpu_cards import HealthLine, health_lines
-from gpuadmin.web.untrusted_text import visible_text
 
 # Sort keys and whether their natural order is descending (biggest / oldest first).
 SORT_DESCENDING_BY_DEFAULT = {"memory": True, "pid": False, "user": False, "age": True}

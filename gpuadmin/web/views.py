@@ -1,7 +1,7 @@
 """Pages: the fleet overview and one page per host.
 
 Each table region is one partial template, included by the full page and
-returned alone when htmx polls it (``gpuadmin.web.htmx``), so the refresh can
+returned alone when htmx polls it (``gpuadmin.htmx``), so the refresh can
 never drift from the first render.
 """
 
@@ -23,11 +23,7 @@ from gpuadmin.accounts.roles import Role, has_role
 from gpuadmin.fleet import series, trust
 from gpuadmin.fleet.models import Finding, Gpu, Host, LatestSnapshot
 from gpuadmin.fleet.probes import ProbeTooSoon, probe_now
-from gpuadmin.notify.directory import Directory
-from gpuadmin.web.finding_actions import finding_view
-from gpuadmin.web.fleet_page import STATUSES, FleetPage, FleetQuery, changes
-from gpuadmin.web.host_tables import SORT_DESCENDING_BY_DEFAULT, ProcessQuery, host_tables
-from gpuadmin.web.htmx import (
+from gpuadmin.htmx import (
     HTMX_STOP_POLLING,
     HTTP_NO_CONTENT,
     HtmxHttpRequest,
@@ -36,6 +32,10 @@ from gpuadmin.web.htmx import (
     vary_on_htmx,
     wants_fragment,
 )
+from gpuadmin.notify.directory import Directory
+from gpuadmin.web.finding_actions import finding_view
+from gpuadmin.web.fleet_page import STATUSES, FleetPage, FleetQuery, changes
+from gpuadmin.web.host_tables import SORT_DESCENDING_BY_DEFAULT, ProcessQuery, host_tables
 from gpuadmin.web.process_page import process_page
 
 logger = logging.getLogger(__name__)

@@ -11,13 +11,13 @@ import pytest
 from django.test import override_settings
 
 from gpuadmin.fleet import validation
+from gpuadmin.fleet.taken_at import parse_taken_at
 from gpuadmin.fleet.validation import (
     INT64_MAX,
     MAX_CLOCK_AHEAD,
     PID_MAX_LIMIT,
     json_path,
     parse_snapshot,
-    parse_taken_at,
 )
 from gpuadmin.text import human_bytes
 from tests.factories import gpu, proc

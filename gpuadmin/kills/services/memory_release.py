@@ -16,7 +16,7 @@ from django.utils import timezone
 from gpuadmin.audit.models import Action
 from gpuadmin.fleet.models import Host
 from gpuadmin.fleet.statements import Param, PreparedQuery
-from gpuadmin.fleet.validation import document_taken_at
+from gpuadmin.fleet.taken_at import document_taken_at
 from gpuadmin.kills import memory
 from gpuadmin.kills.models import KillRequest, KillTarget
 from gpuadmin.kills.services._audit import audit

@@ -22,7 +22,7 @@ from django.utils.safestring import SafeString, mark_safe
 from gpuadmin.accounts.roles import Role, role_names
 from gpuadmin.audit import sentences
 from gpuadmin.text import human_bytes, human_duration, process_state, utc_text
-from gpuadmin.web.untrusted_text import visible_text, visible_text_parts
+from gpuadmin.untrusted_text import visible_text, visible_text_parts
 
 register = template.Library()
 
