@@ -33,7 +33,7 @@ START_TIMEOUT_SECONDS = 180
 
 @dataclass(frozen=True)
 class Smoke:
-    args: str  # split on spaces
+    args: str  # split on spaces; {tmp} is the test's own temporary folder
     needs: tuple[str, ...] = ()  # "postgres", "redis", "valgrind"
 
 
@@ -48,7 +48,8 @@ SMOKE: dict[str, Smoke] = {
     "ingest_instructions.py": Smoke(f"--base {REPO} --hosts 2 --warm 1 --rounds 1", ("postgres", "valgrind")),
     "kill_latency.py": Smoke("--requests 2 --broker redis", ("redis",)),
     "load.py": Smoke("--seconds 3 --admins 2 --rate 5 --hosts 3", ("postgres", "redis")),
-    "mutation.py": Smoke("--list"),
+    # The smallest group: mutmut for real, 34 mutants of kills/states.py against its tests.
+    "mutation.py": Smoke("states --out {tmp}/mutation.json --workdir {tmp}/copies"),
     "nvml_check.py": Smoke(""),  # no GPU here: it says so and exits 0
     "pages.py": Smoke("--hosts 2 --big-holders 10 --repeats 1 --no-wait"),
     "probe_vs_manual.py": Smoke("--processes 40 --device-holders 2 --repeats 1"),
@@ -107,10 +108,11 @@ def test_every_script_has_a_smoke_run() -> None:
 
 
 @pytest.mark.parametrize("script", sorted(SMOKE))
-def test_script_runs_and_leaves_nothing(script: str) -> None:
+def test_script_runs_and_leaves_nothing(script: str, tmp_path: Path) -> None:
     smoke = SMOKE[script]
     require(smoke.needs)
-    run = SupervisedRun([sys.executable, str(BENCHMARKS / script), *smoke.args.split()], script_env()).start()
+    args = smoke.args.replace("{tmp}", str(tmp_path)).split()
+    run = SupervisedRun([sys.executable, str(BENCHMARKS / script), *args], script_env()).start()
     try:
         status, leftovers = run.finish(RUN_TIMEOUT_SECONDS)
     finally:
