@@ -5,7 +5,7 @@ The API builds its answers with plain functions (``fleet/serializers.py``,
 drf-spectacular cannot read their shapes: they are written here as JSON Schema
 (OpenAPI 3.1 is JSON Schema 2020-12), named components the views refer to with
 ``ref()``. A process is the snapshot's own definition
-(``gpuadmin/probe/snapshot.schema.json``, ``$defs/process``): the API passes
+(``gpuadmin/wire/snapshot.schema.json``, ``$defs/process``): the API passes
 processes through as the probe sent them. ``gpuadmin.web.api_docs.add_components``
 (a drf-spectacular postprocessing hook) puts them into the schema, with the apps'
 word lists (this module imports no app). ``tests/test_api_schema.py`` validates
@@ -24,7 +24,7 @@ from typing import Any
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 
 Schema = dict[str, Any]
-SNAPSHOT_SCHEMA = Path(__file__).resolve().parent / "probe" / "snapshot.schema.json"
+SNAPSHOT_SCHEMA = Path(__file__).resolve().parent / "wire" / "snapshot.schema.json"
 
 
 def ref(name: str) -> Schema:

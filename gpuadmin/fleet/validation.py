@@ -2,7 +2,7 @@
 
 Agents run on machines any lab member can log into, so a snapshot is untrusted
 input: it is checked for size before it is parsed, against the JSON Schema that
-the probe is tested against (gpuadmin/probe/snapshot.schema.json), and for the
+the probe is tested against (gpuadmin/wire/snapshot.schema.json), and for the
 things a schema cannot say (duplicate PIDs, memory on a GPU that is not listed,
 a clock far ahead, numbers too big for a database column). Every refusal is a
 ``SnapshotRejected`` whose message a lab admin can act on; it is shown on the
@@ -37,7 +37,7 @@ from gpuadmin.fleet.schema_types import NOT_VALID, checked_json_decoder, python_
 from gpuadmin.fleet.taken_at import parse_taken_at
 from gpuadmin.text import clip, human_bytes
 
-SCHEMA_PATH = Path(__file__).resolve().parent.parent / "probe" / "snapshot.schema.json"
+SCHEMA_PATH = Path(__file__).resolve().parent.parent / "wire" / "snapshot.schema.json"
 
 # A host's clock may run a little ahead of central's; more than this and its
 # taken_at would sort every later snapshot (and every other host's) wrongly.

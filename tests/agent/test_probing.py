@@ -27,7 +27,7 @@ from gpuadmin.probe.budget import CMDLINE_TIGHT_MAX_BYTES, escaped_size, fit_sna
 from gpuadmin.wire.signing import MessageKind, canonical_json, fingerprint, load_private_key, open_envelope
 from gpuadmin.wire.task_names import INGEST_SNAPSHOT, PROBE_HOST
 
-SCHEMA = json.loads((Path(probing.__file__).parents[1] / "probe" / "snapshot.schema.json").read_text())
+SCHEMA = json.loads((Path(probing.__file__).parents[1] / "wire" / "snapshot.schema.json").read_text())
 GPU_UUID = "GPU-a9e17000-0000-4000-8000-000000000001"
 GiB = 2**30
 
@@ -142,7 +142,9 @@ def test_the_agent_fits_what_it_sends_under_its_snapshot_size_limit(gpu_holder, 
     jsonschema.validate(snapshot, SCHEMA)
     pids = {p["pid"] for p in snapshot["processes"]}
     assert gpu_holder.pid in pids
-    assert snapshot["left_out"]["processes"] == len(whole["processes"]) - len(pids) > 0
+    # Counted exactly in tests/probe/test_budget.py; here the host's process table moves between
+    # the two readings (other test workers make zombies too), so only "some were left out".
+    assert snapshot["left_out"]["processes"] > 0
     for zombie in zombies:
         zombie.wait()
 

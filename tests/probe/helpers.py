@@ -28,7 +28,7 @@ from gpuadmin.probe.snapshot import take_snapshot
 from tests.environment import without_coverage
 
 WORKLOADS = str(Path(__file__).with_name("programs") / "workloads.py")
-SCHEMA_PATH = Path(__file__).resolve().parents[2] / "gpuadmin" / "probe" / "snapshot.schema.json"
+SCHEMA_PATH = Path(__file__).resolve().parents[2] / "gpuadmin" / "wire" / "snapshot.schema.json"
 REPO = SCHEMA_PATH.parents[2]
 
 

@@ -24,7 +24,7 @@ from gpuadmin.probe.owners import (
 )
 from gpuadmin.probe.procfs import StatFields
 
-SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "gpuadmin/probe/snapshot.schema.json").read_text())
+SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "gpuadmin/wire/snapshot.schema.json").read_text())
 CID = "4f1c0ab2e3d5c6b7a8f9e0d1c2b3a4f5e6d7c8b9a0f1e2d3c4b5a6f7e8d9c0b1"
 CID2 = "9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a2f1e0d9c8b7a6f5e4d3c2b1a0f9e8d"
 POD = "0c9c8b7a-6f5e-4d3c-2b1a-0f9e8d7c6b5a"

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpuadmin.probe.gpus import MAX_TEMPERATURE_CELSIUS, GpuHealth, XidError, clock_event_reason_names
-from gpuadmin.probe.kill.protocol import wire_time
+from gpuadmin.wire.timestamps import wire_time
 
 if TYPE_CHECKING:
     from gpuadmin.probe.gpus.nvml import NvmlCalls

@@ -41,7 +41,7 @@ from gpuadmin.probe.gpus import (
     XidError,
     unavailable,
 )
-from gpuadmin.probe.kill.protocol import wire_time
+from gpuadmin.wire.timestamps import wire_time
 
 BACKEND = "simulated"
 DEFAULT_PERIOD_SECONDS = 600
