@@ -4,8 +4,9 @@
 #   make test   install, ruff check, mypy, the whole suite on SQLite, the tests that depend on the
 #               database engine again on PostgreSQL, then the coverage of both (subprocesses
 #               included) against its floor
-# Also: make test-fast (ruff, mypy, the suite on SQLite without the slow tier: no whole stack, real
-# workers, browser or benchmarks; no coverage), make lint (ruff + mypy), make clean.
+# Also: make test-fast (the checks of make lint, then the suite on SQLite without the slow tier: no
+# whole stack, real workers, browser or benchmarks; no coverage), make lint (ruff, mypy, the import
+# floors), make clean.
 # Variables: PORT (default 8000), PYTHON (default python3),
 # PYTEST_ARGS (a subset: its coverage is reported, the floor is not applied), PYTEST_WORKERS
 # (default 4; 0 runs each pass in one process).
@@ -58,6 +59,7 @@ test: $(INSTALLED)
 test-fast: $(INSTALLED)
 	$(VENV_PYTHON) -m ruff check .
 	$(VENV_PYTHON) -m mypy
+	$(VENV)/bin/lint-imports --no-cache
 	$(VENV_PYTHON) -m pytest $(XDIST) -m "not slow" $(PYTEST_ARGS)
 
 lint: $(INSTALLED)
