@@ -82,7 +82,8 @@ TARGET = textwrap.dedent(
 
 
 def start_worker(name: str, queue: str, env: dict[str, str], log_dir: Path) -> subprocess.Popen:
-    argv = [sys.executable, "-m", "celery", "-A", "gpuadmin", "worker", "-Q", queue,
+    app = "gpuadmin.agent.worker" if queue.startswith("host.") else "gpuadmin"
+    argv = [sys.executable, "-m", "celery", "-A", app, "worker", "-Q", queue,
             "-n", f"{name}-{uuid.uuid4().hex[:6]}@%h", "--concurrency", "1", "--loglevel", "INFO",
             "--without-gossip", "--without-mingle", "--without-heartbeat"]
     with (log_dir / f"{name}.log").open("wb") as log:

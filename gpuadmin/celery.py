@@ -94,9 +94,9 @@ def route_task(name: str, args: object, kwargs: object, options: dict, task: obj
 
 app = Celery(
     "gpuadmin",
+    # Central's tasks only: a worker that consumes a host's queue loads gpuadmin.agent.worker,
+    # which registers the host side's tasks on this same app.
     include=[
-        "gpuadmin.agent.probing",  # host side: probe_host
-        "gpuadmin.agent.killing",  # host side: execute_kill_order
         "gpuadmin.fleet.tasks",  # central: ingest_snapshot, schedule_probes, maintain_history
         "gpuadmin.kills.tasks",  # central: record_kill_progress, sweep
         "gpuadmin.notify.tasks",  # central: kill_event, deliver, warn_expiring

@@ -359,7 +359,7 @@ def build_children(python: str, port: int, host_name: str, environ: dict[str, st
         "--no-control-socket",  # gunicorn >= 27 would otherwise open one under $HOME
     ])
     worker = Child("worker (celery, with scheduler)", [
-        python, "-m", "celery", "-A", "gpuadmin", "worker",
+        python, "-m", "celery", "-A", "gpuadmin.agent.worker", "worker",  # both roles
         "-Q", f"{CENTRAL_QUEUE},{host_queue(host_name)}",
         "-B", "--concurrency", concurrency, "--loglevel", "INFO",
         # One worker on one box has nobody to gossip with; on the filesystem

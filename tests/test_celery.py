@@ -56,7 +56,9 @@ def test_an_agent_task_without_a_queue_is_refused_before_it_reaches_the_broker()
 
 def test_every_task_is_registered_under_a_name_from_task_names_and_every_name_has_its_task() -> None:
     # The names are the wire protocol between central and agents (the literal
-    # names above pin it): each defined once, each with a task behind it.
+    # names above pin it): each defined once, each with a task behind it, on one side or the other.
+    import gpuadmin.agent.worker  # noqa: F401  (the host side's tasks, as an agent's worker loads them)
+
     app.loader.import_default_modules()
     names = {value for key, value in vars(task_names).items() if key.isupper() and isinstance(value, str)
              and not key.endswith("PREFIX")}
@@ -86,3 +88,27 @@ def test_a_worker_process_leaves_what_it_started_with_out_of_the_collectors_scan
     assert process.exitcode == 0
     assert young == GC_YOUNG_THRESHOLD > gc.get_threshold()[0]
     assert frozen > 10_000 > scanned  # Django, the apps: frozen; what the collector still looks at, little
+
+
+LOADED_BY_WORKER = """
+import json, sys
+from celery.bin.celery import find_app
+app = find_app(sys.argv[1])
+app.loader.import_default_modules()  # what a worker imports before it consumes
+print(json.dumps({"tasks": sorted(app.tasks),
+                  "agent_modules": sorted(m for m in sys.modules if m.startswith("gpuadmin.agent"))}))
+"""
+
+
+@pytest.mark.parametrize("app_name, agent", [("gpuadmin", False), ("gpuadmin.agent.worker", True)])
+def test_central_workers_load_no_agent_code_and_host_workers_load_both(app_name: str, agent: bool) -> None:
+    import json
+    import subprocess
+    import sys
+
+    shown = json.loads(subprocess.run([sys.executable, "-c", LOADED_BY_WORKER, app_name], capture_output=True,
+                                      text=True, check=True, timeout=120).stdout)
+    tasks = set(shown["tasks"])
+    assert {task_names.INGEST_SNAPSHOT, task_names.SWEEP_KILLS} <= tasks
+    assert ({task_names.PROBE_HOST, task_names.EXECUTE_KILL_ORDER} <= tasks) is agent
+    assert bool(shown["agent_modules"]) is agent, shown["agent_modules"]

@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     # Celery's command itself, not app.worker_main, which drops the worker's exit status: a worker
     # stopped without a stop signal exits non-zero (gpuadmin/celery.py), and systemd must see it.
     status = celery_command.main(standalone_mode=False, prog_name="celery", args=[
-        "-A", "gpuadmin", "worker", "-Q", host_queue(host_name), "-n", f"agent@{host_name}",
+        "-A", "gpuadmin.agent.worker", "worker", "-Q", host_queue(host_name), "-n", f"agent@{host_name}",
         "--loglevel", os.environ.get("GPUADMIN_LOG_LEVEL", "INFO"),
         # An agent has no peers to gossip with, and a broker writer could answer as one.
         "--without-gossip", "--without-mingle", *argv,

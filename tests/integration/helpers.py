@@ -98,7 +98,8 @@ def start_worker(tmp_path: Path, redis_server: RedisServer) -> Iterator[Callable
     def start(name: str, queues: str, **env_overrides: str) -> Worker:
         env = {key: value for key, value in os.environ.items() if key != "DATABASE_URL"}
         env.update({"REDIS_URL": redis_server.url, **env_overrides})
-        argv = [sys.executable, "-m", "celery", "-A", "gpuadmin", "worker", "-Q", queues,
+        app = "gpuadmin.agent.worker" if "host." in queues else "gpuadmin"  # agent code only where it runs
+        argv = [sys.executable, "-m", "celery", "-A", app, "worker", "-Q", queues,
                 "-n", f"{name}-{uuid.uuid4().hex[:6]}@%h", "--concurrency", "1", "--loglevel", "INFO",
                 "--without-gossip", "--without-mingle", "--without-heartbeat"]
         worker = Worker(name, argv, env, tmp_path / f"{name}.log")
