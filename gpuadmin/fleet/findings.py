@@ -60,6 +60,7 @@ SNAPSHOT_KINDS = frozenset(
         Kind.IDLE_HOLDER,
         Kind.PIDS_RUNNING_OUT,
         Kind.GPU_HEALTH,
+        Kind.OVER_ATTRIBUTED_MEMORY,
     }
 )
 
@@ -146,6 +147,7 @@ def compute_findings(
         *orphans_holding_gpu(rows),
         *uninterruptible_holding_gpu(rows, document),
         *unattributed_memory(document, rows),
+        *over_attributed_memory(document, rows),
         *pid_exhaustion(document, trees),
     ]
     if facts is not None:
@@ -374,6 +376,48 @@ def unattributed_memory(document: dict[str, Any], rows: dict[int, ProcessRow]) -
                     "memory_unattributed_bytes": unattributed_bytes,
                     "unmatched_pids": pids[:_DETAIL_PIDS_MAX],
                     "suspect_containers": [{"key": w.key, "label": w.label} for w in suspects],
+                },
+            )
+        )
+    return drafts
+
+
+def over_attributed_memory(document: dict[str, Any], rows: dict[int, ProcessRow]) -> list[FindingDraft]:
+    """Per GPU: processes said to hold more memory than the GPU says is used.
+
+    No real GPU can: the per-process figures and the GPU's total come from two
+    readings of the driver, so either they were taken across a large free, or
+    the agent (or whatever signs as it) reports numbers that cannot be trusted.
+    Every figure shown for this GPU is then suspect, so the panel says so instead of
+    showing an unattributed amount below zero as zero."""
+    attributed = attributed_memory_bytes(rows)
+    drafts = []
+    for gpu in document.get("gpus", ()):
+        used_bytes = gpu["memory_used_bytes"]
+        attributed_bytes = attributed.get(gpu["uuid"], 0)
+        if used_bytes is None or attributed_bytes <= used_bytes:
+            continue
+        index = gpu["index"]
+        drafts.append(
+            FindingDraft(
+                kind=Kind.OVER_ATTRIBUTED_MEMORY,
+                key=gpu["uuid"],
+                severity=Severity.WARNING,
+                title=(
+                    f"GPU {index} ({_clean(gpu['name'])}): processes hold {human_bytes(attributed_bytes)}, "
+                    f"more than the {human_bytes(used_bytes)} the GPU reports used"
+                ),
+                remedy=(
+                    "The host's figures contradict each other: compare nvidia-smi's process list with its "
+                    "memory total on the host. If it persists, the agent's GPU backend misreads the driver "
+                    "(or something else signs as the host): check the agent's version and the host's key."
+                ),
+                details={
+                    "gpu_uuid": gpu["uuid"],
+                    "gpu_index": index,
+                    "memory_used_bytes": used_bytes,
+                    "memory_attributed_bytes": attributed_bytes,
+                    "memory_over_attributed_bytes": attributed_bytes - used_bytes,
                 },
             )
         )

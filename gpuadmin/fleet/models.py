@@ -473,6 +473,7 @@ class Finding(models.Model):
         IDLE_HOLDER = "idle_holder", "GPU memory held while idle"
         PIDS_RUNNING_OUT = "pids_running_out", "PIDs running out"
         GPU_HEALTH = "gpu_health", "GPU health"
+        OVER_ATTRIBUTED_MEMORY = "over_attributed_memory", "More GPU memory attributed than used"
 
     class Severity(models.TextChoices):
         INFO = "info", "Info"

@@ -197,6 +197,26 @@ def test_unknown_used_memory_is_no_finding() -> None:
     assert of_kind(snapshot(gpus=[gpu(0, used=None)]), Kind.UNATTRIBUTED_MEMORY) == []
 
 
+# --- memory attributed beyond what the GPU reports used -------------------
+
+
+def test_more_memory_attributed_than_used_is_a_finding_per_gpu() -> None:
+    holders = [proc(10, gpu_memory={GPU0: 70 * GiB}), proc(11, gpu_memory={GPU0: 52 * GiB + 614 * MiB})]
+    gpus = [gpu(0, total=80 * GiB, used=80 * GiB), gpu(1, used=GiB)]
+    (draft,) = of_kind(snapshot(processes=holders, gpus=gpus), Kind.OVER_ATTRIBUTED_MEMORY)
+    assert draft.key == GPU0
+    assert draft.severity == Severity.WARNING
+    assert draft.title == ("GPU 0 (Simulated H100): processes hold 122.6 GiB, "
+                           "more than the 80 GiB the GPU reports used")
+    assert draft.details["memory_over_attributed_bytes"] == 42 * GiB + 614 * MiB
+
+
+@pytest.mark.parametrize("used", [8 * GiB, 8 * GiB + 1, None])
+def test_attributed_up_to_used_or_unknown_used_is_no_over_attribution(used: int | None) -> None:
+    document = snapshot(processes=[proc(10, gpu_memory={GPU0: 8 * GiB})], gpus=[gpu(0, used=used)])
+    assert of_kind(document, Kind.OVER_ATTRIBUTED_MEMORY) == []
+
+
 # --- PIDs -----------------------------------------------------------------
 
 

@@ -158,6 +158,15 @@ def test_findings_show_severity_title_remedy_and_since_when_most_severe_first(vi
     assert f'since <time datetime="{finding.first_seen_at.isoformat()}"' in summary
 
 
+def test_a_gpu_whose_processes_hold_more_than_it_uses_is_flagged(viewer_client):
+    gpu0 = "GPU-sim-0000"
+    holders = [proc(10, gpu_memory={gpu0: 70 * GiB}), proc(11, gpu_memory={gpu0: 52 * GiB})]
+    store("gpu01", processes=holders, gpus=[gpu(0, total=80 * GiB, used=80 * GiB)])
+    summary = section(page_of(viewer_client), "host-summary")
+    assert re.findall(r'data-kind="([a-z_]+)"', summary) == ["over_attributed_memory"]
+    assert "processes hold 122 GiB, more than the 80 GiB the GPU reports used" in summary
+
+
 def test_a_rejected_snapshot_and_an_unavailable_backend_are_explained(viewer_client):
     store("gpu01", gpus=[], backend="none", available=False, reason="NVML library not found")
     with pytest.raises(SnapshotRejected):
