@@ -28,6 +28,7 @@ from gpuadmin.wire.kill_protocol import (
     REAP_SIGNAL,
     REQUEST_ID_PATTERN,
     SIGNALS,
+    Action,
     OrderRefusal,
     is_reap_plan,
 )
@@ -81,6 +82,10 @@ class Order:
     # this host's clock, so a clock ahead or behind neither expires a fresh
     # order nor runs a late one.
     host_deadline: datetime
+    # "kill" (every order before reset orders: the key is absent) or "reset_gpu", which
+    # names one GPU (``gpu_uuid``) and has no targets and no plan.
+    action: Action = Action.KILL
+    gpu_uuid: str = ""
 
     def expired_at(self, now: float) -> bool:
         """Whether ``now`` (this host's clock) is past the order's start deadline."""
@@ -92,7 +97,9 @@ class Order:
         return is_reap_plan([step.signal for step in self.plan])
 
     def describe_plan(self) -> str:
-        """'SIGINT → 10 s → SIGTERM → 20 s → SIGKILL → 30 s'"""
+        """'SIGINT → 10 s → SIGTERM → 20 s → SIGKILL → 30 s', or the GPU reset."""
+        if self.action is Action.RESET_GPU:
+            return f"reset of GPU {self.gpu_uuid}"
         return " → ".join(f"{step.signal} → {step.grace_seconds:g} s" for step in self.plan)
 
 
@@ -205,6 +212,30 @@ def _targets(raw: Any) -> tuple[Target, ...]:
     return targets
 
 
+def _action(order: dict[str, Any]) -> Action:
+    value = order.get("action", Action.KILL.value)
+    try:
+        return Action(value)
+    except ValueError:
+        words = ", ".join(action.value for action in Action)
+        raise ValueError(f"order: 'action' must be one of {words}; got {value!r:.80}") from None
+
+
+def _reset_gpu(order: dict[str, Any]) -> str:
+    """The UUID of the GPU a reset order names; a reset order has no targets and no plan."""
+    gpu = _require(order, "gpu", "order")
+    if not isinstance(gpu, dict):
+        raise ValueError("order: 'gpu' must be an object like {'uuid': 'GPU-...'}")
+    uuid = _text(gpu, "uuid", "order.gpu")
+    if len(uuid) > 128 or uuid != uuid.strip():
+        raise ValueError(f"order.gpu: 'uuid' must be 1-128 characters, no spaces around; got {uuid!r:.140}")
+    # Required and empty: an agent that predates reset orders ignores 'action' and refuses
+    # the order as malformed (no targets), instead of reading it as a kill.
+    if _require(order, "targets", "order") != [] or _require(order, "plan", "order") != []:
+        raise ValueError("order: a reset_gpu order has empty 'targets' and 'plan'")
+    return uuid
+
+
 def validate_order(order: Any) -> Order:
     """The order as dataclasses, or ValueError saying what is wrong with it."""
     if not isinstance(order, dict):
@@ -227,18 +258,29 @@ def validate_order(order: Any) -> Order:
     if abs((host_deadline - deadline).total_seconds()) > MAX_HOST_CLOCK_OFFSET_SECONDS:
         raise ValueError(f"order: 'host_deadline' is more than {MAX_HOST_CLOCK_OFFSET_SECONDS} s away from "
                          "'deadline'; no clock offset that large is corrected")
+    action = _action(order)
+    if action is Action.RESET_GPU:
+        gpu_uuid = _reset_gpu(order)
+        targets: tuple[Target, ...] = ()
+        plan: tuple[PlanStep, ...] = ()
+    else:
+        gpu_uuid = ""
+        targets = _targets(_require(order, "targets", "order"))
+        plan = _plan(_require(order, "plan", "order"))
     return Order(
         order_version=version,
         request_id=request_id,
         host=_text(order, "host", "order"),
         boot_id=_text(order, "boot_id", "order").strip(),
         deadline=deadline,
-        targets=_targets(_require(order, "targets", "order")),
-        plan=_plan(_require(order, "plan", "order")),
+        targets=targets,
+        plan=plan,
         approved_by=_text(order, "approved_by", "order"),
         approved_at=approved_at.isoformat(),
         approved_at_time=approved_at,
         host_deadline=host_deadline,
+        action=action,
+        gpu_uuid=gpu_uuid,
     )
 
 

@@ -58,6 +58,30 @@ def is_reap_plan(signal_names: list[str]) -> bool:
 REQUEST_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
+class Action(StrEnum):
+    """What an order asks of the host (its "action" key; absent means "kill", as every order before)."""
+
+    KILL = "kill"  # signal the order's targets along its plan
+    RESET_GPU = "reset_gpu"  # reset one GPU, named by UUID, once nothing holds it
+
+
+# How long the agent lets a GPU reset run (nvidia-smi --gpu-reset) before calling it failed;
+# central adds it to a reset request's finish deadline.
+RESET_TIMEOUT_SECONDS = 120
+
+
+class ResetRefusal(StrEnum):
+    """Why the agent did not reset a GPU (the "reason" of a reset order's "finished" event)."""
+
+    GPU_NOT_FOUND = "gpu_not_found"  # the backend lists no GPU with the order's UUID
+    BACKEND_UNAVAILABLE = "backend_unavailable"  # no GPU backend to check the GPU with
+    GPU_HELD = "gpu_held"  # a process is on the GPU (NVML) or holds its device file open
+    UNCHECKED_HOLDERS = "unchecked_holders"  # processes whose open files the agent may not read
+    MIG_IN_USE = "mig_in_use"  # MIG mode with instances: a reset of the whole GPU is refused
+    VIRTUAL_MACHINE = "virtual_machine"  # a passthrough or vGPU device: a VM's GPU is not ours to reset
+    DRIVER_REFUSED = "driver_refused"  # nvidia-smi (or the simulated driver) said no
+
+
 class LabelledWord(StrEnum):
     """A word sent on the wire, with the label people read for it."""
 

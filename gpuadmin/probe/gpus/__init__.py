@@ -162,6 +162,25 @@ class GpuState:
         return {"name": self.backend, "available": self.available, "reason": self.reason}
 
 
+@dataclass(frozen=True, slots=True)
+class ResetFacts:
+    """What the agent checks of one GPU right before resetting it (gpuadmin/probe/kill/reset.py)."""
+
+    uuid: str
+    index: int
+    # The GPU's own device file (/dev/nvidia<minor>; the simulated GPU's "device"); None: unknown.
+    device_path: str | None
+    # None: MIG off (or unknown); else the number of MIG instances configured.
+    mig_instances: int | None
+    persistence_mode: bool | None
+    # "none" on bare metal; "passthrough", "vgpu", "host_vgpu"...: a VM's device or a vGPU host's.
+    virtualization: str | None
+
+
+class GpuResetFailed(Exception):
+    """The driver (nvidia-smi, or the simulated GPU) did not reset the GPU; the message says what it said."""
+
+
 def unavailable(backend: str, reason: str) -> GpuState:
     return GpuState(backend=backend, available=False, reason=clip_reason(reason))
 

@@ -28,12 +28,22 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import subprocess
 from collections.abc import Callable, Collection
 from functools import partial
 from types import ModuleType
 from typing import Any, cast
 
-from gpuadmin.probe.gpus import Gpu, GpuProcess, GpuState, MigInstance, join_reasons, unavailable
+from gpuadmin.probe.gpus import (
+    Gpu,
+    GpuProcess,
+    GpuResetFailed,
+    GpuState,
+    MigInstance,
+    ResetFacts,
+    join_reasons,
+    unavailable,
+)
 from gpuadmin.probe.gpus.nvml_health import XidWatch, read_health
 from gpuadmin.probe.gpus.nvml_records import Listing, ProcessRecord, choose_listing, list_processes
 
@@ -386,3 +396,66 @@ def _percent(value: Any) -> int | None:
 def _small_int(value: Any) -> int | None:
     number = _bytes(value)
     return number if number is not None and number < 0xFFFFFFFF else None
+
+
+# --- before and for a GPU reset (an approved reset order: gpuadmin/probe/kill/reset.py) ---------
+
+# nvmlGpuVirtualizationMode_t, in the words ResetFacts uses.
+VIRTUALIZATION_MODES = {0: "none", 1: "passthrough", 2: "vgpu", 3: "host_vgpu", 4: "host_vsga"}
+
+
+def reset_facts(uuid: str) -> ResetFacts | None:
+    """What NVML says of the GPU ``uuid`` before a reset; None when NVML knows no such GPU.
+
+    Raises NvmlUnavailable when NVML cannot be used at all.
+    """
+    nvml = _open()
+    calls = NvmlCalls(nvml)
+    handle = calls.call("handle", "nvmlDeviceGetHandleByUUID", uuid, quiet=(NVML_ERROR_NOT_FOUND,))
+    if handle is None:
+        return None
+    index = _small_int(calls.call("index", "nvmlDeviceGetIndex", handle))
+    minor = _small_int(calls.call("minor number", "nvmlDeviceGetMinorNumber", handle))
+    mig_mode = calls.call("MIG mode", "nvmlDeviceGetMigMode", handle, quiet=(NVML_ERROR_NOT_SUPPORTED,),
+                          optional=True)
+    instances = None
+    if mig_mode and mig_mode[0] == NVML_DEVICE_MIG_ENABLE:
+        slots = calls.call("MIG device count", "nvmlDeviceGetMaxMigDeviceCount", handle) or 0
+        instances = sum(
+            calls.call("MIG device", "nvmlDeviceGetMigDeviceHandleByIndex", handle, slot,
+                       quiet=(NVML_ERROR_NOT_FOUND,)) is not None
+            for slot in range(int(slots))
+        )
+    persistence = calls.call("persistence mode", "nvmlDeviceGetPersistenceMode", handle,
+                             quiet=(NVML_ERROR_NOT_SUPPORTED,), optional=True)
+    virtualization = calls.call("virtualization mode", "nvmlDeviceGetVirtualizationMode", handle,
+                                quiet=(NVML_ERROR_NOT_SUPPORTED,), optional=True)
+    return ResetFacts(
+        uuid=uuid,
+        index=index if index is not None else -1,
+        device_path=f"/dev/nvidia{minor}" if minor is not None else None,
+        mig_instances=instances,
+        persistence_mode=None if persistence is None else bool(persistence),
+        virtualization=None if virtualization is None else VIRTUALIZATION_MODES.get(
+            virtualization, f"mode {virtualization}"),
+    )
+
+
+def reset(uuid: str, *, timeout_seconds: float) -> None:
+    """``nvidia-smi --gpu-reset -i <uuid>`` (nvidia-ml-py has no reset call); GpuResetFailed with
+    what nvidia-smi said when it did not reset.
+
+    This process's own NVML session holds the GPU's device file open, which the driver counts
+    as a user of the GPU: it is shut down first (the next snapshot opens a new one).
+    """
+    close()
+    command = ["nvidia-smi", "--gpu-reset", "-i", uuid]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_seconds, check=False)
+    except FileNotFoundError:
+        raise GpuResetFailed("nvidia-smi is not installed on this host") from None
+    except subprocess.TimeoutExpired:
+        raise GpuResetFailed(f"nvidia-smi --gpu-reset did not finish within {timeout_seconds:g} s") from None
+    if done.returncode != 0:
+        said = " ".join((done.stdout + " " + done.stderr).split())[:900] or "no output"
+        raise GpuResetFailed(f"nvidia-smi --gpu-reset exited with status {done.returncode}: {said}")

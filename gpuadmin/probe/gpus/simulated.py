@@ -14,6 +14,14 @@ Values can move over time, so that charts have something to show (the demo of
 ``(1 - cos(2 pi t / period_seconds)) / 2`` of it at Unix time t, the item's
 ``period_seconds`` defaulting to 600.
 
+A GPU reset (an approved reset order, gpuadmin/probe/kill/reset.py) reads what
+a GPU says of itself: ``device``, a file that stands for its /dev/nvidia<minor>
+(processes holding it open hold the GPU), ``persistence_mode`` (true/false),
+``virtualization`` ("none", or "passthrough" for a VM's GPU), ``mig_instances``
+(a count) and ``reset_refused`` (the text the driver answers instead of
+resetting). A reset that goes through removes the GPU's processes from the
+file and sets its extra used memory to 0.
+
 A GPU may say how healthy it is: ``health``, an object with any of the
 snapshot's health fields (docs/snapshot.md), written as the snapshot writes
 them (``{"temperature_celsius": 91, "clock_event_reasons":
@@ -27,9 +35,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from gpuadmin.probe.gpus import (
@@ -37,10 +47,13 @@ from gpuadmin.probe.gpus import (
     Gpu,
     GpuHealth,
     GpuProcess,
+    GpuResetFailed,
     GpuState,
+    ResetFacts,
     XidError,
     unavailable,
 )
+from gpuadmin.wire.files import write_file
 from gpuadmin.wire.timestamps import wire_time
 
 BACKEND = "simulated"
@@ -124,6 +137,58 @@ def _parse(document: Any, now: float = 0.0) -> tuple[tuple[Gpu, ...], tuple[GpuP
         if p.gpu_uuid not in seen:
             raise SimulatedFileError(f"processes[{i}].gpu_uuid: no GPU with uuid {p.gpu_uuid!r}")
     return tuple(gpus), tuple(processes)
+
+
+def _load_for_reset(path: str) -> dict[str, Any]:
+    with open(path, "rb") as f:
+        document = json.loads(f.read())
+    _parse(document)  # the same rules as a snapshot's reading; SimulatedFileError otherwise
+    return document  # type: ignore[no-any-return]
+
+
+def _gpu_item(document: dict[str, Any], uuid: str) -> tuple[int, dict[str, Any]] | None:
+    return next(((index, item) for index, item in enumerate(document["gpus"]) if item["uuid"] == uuid), None)
+
+
+def reset_facts(path: str, uuid: str) -> ResetFacts | None:
+    """What the simulated GPU ``uuid`` says of itself before a reset; None when there is none.
+
+    Raises OSError or SimulatedFileError when the file cannot be read.
+    """
+    found = _gpu_item(_load_for_reset(path), uuid)
+    if found is None:
+        return None
+    index, item = found
+    device = item.get("device")
+    persistence = item.get("persistence_mode")
+    mig = item.get("mig_instances")
+    virtualization = item.get("virtualization", "none")
+    return ResetFacts(
+        uuid=uuid, index=index,
+        device_path=device if isinstance(device, str) and device else None,
+        mig_instances=mig if isinstance(mig, int) and not isinstance(mig, bool) else None,
+        persistence_mode=persistence if isinstance(persistence, bool) else None,
+        virtualization=virtualization if isinstance(virtualization, str) else None,
+    )
+
+
+def reset(path: str, uuid: str) -> None:
+    """Reset the simulated GPU: its processes and extra used memory are gone from the file.
+
+    Raises GpuResetFailed with the GPU's ``reset_refused`` text, as a driver that says no.
+    """
+    document = _load_for_reset(path)
+    found = _gpu_item(document, uuid)
+    if found is None:
+        raise GpuResetFailed(f"no GPU with uuid {uuid!r} in {path}")
+    _index, item = found
+    if item.get("reset_refused"):
+        raise GpuResetFailed(str(item["reset_refused"])[:1024])
+    item["extra_used_bytes"] = 0
+    item.pop("extra_wave_bytes", None)
+    document["processes"] = [p for p in document.get("processes", []) if p.get("gpu_uuid") != uuid]
+    mode = os.stat(path).st_mode & 0o777
+    write_file(Path(path), json.dumps(document, indent=1), mode=mode)
 
 
 _HEALTH_FLAGS = ("remapped_rows_pending", "remapped_rows_failed", "retired_pages_pending")

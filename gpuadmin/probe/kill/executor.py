@@ -34,10 +34,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpuadmin.probe import procfs
+from gpuadmin.probe.config import ProbeConfig
 from gpuadmin.probe.kill.identity import Observation, Seen, describe_parent, observe, protected_pids
 from gpuadmin.probe.kill.protected import ProtectedExecutables
 from gpuadmin.wire.kill_order import Order, PlanStep, Target, validate_order
 from gpuadmin.wire.kill_protocol import (
+    Action,
     Event,
     Method,
     OrderRefusal,
@@ -379,11 +381,11 @@ class _Execution:
             return Result.SUCCEEDED, f"asked {asked} of {total} targets to reap their children ({tally})"
         return Result.SUCCEEDED, f"every target not refused is gone ({tally})"
 
-    def finish(self, result: Result, detail: str) -> dict[str, Any]:
+    def finish(self, result: Result, detail: str, **extra: Any) -> dict[str, Any]:
         self.seq += 1
         return self.record(finished_event(
             self.order.request_id, seq=self.seq, at=wire_time(self.clock()), result=result, detail=detail,
-            targets=[tracked.summary() for tracked in self.tracked],
+            targets=[tracked.summary() for tracked in self.tracked], **extra,
         ))
 
     def close(self) -> None:
@@ -485,11 +487,13 @@ def execute_order(
     report: Report,
     clock: Callable[[], float] = time.time,
     protected_executables: ProtectedExecutables | None = None,
+    probe_config: ProbeConfig | None = None,
 ) -> dict[str, Any]:
     """Execute an approved kill order on this host; returns the "finished" event.
 
     ``protected_executables`` (default: from GPUADMIN_AGENT_PROTECTED_EXECUTABLES) is checked
-    on each target's executable before every signal.
+    on each target's executable before every signal. ``probe_config`` (default: from the
+    GPUADMIN_* variables) names the GPU backend a reset order checks and resets with.
 
     Raises ValueError for a malformed order (before anything is journaled or
     reported). ``report`` receives every event as it happens; an exception it
@@ -529,6 +533,13 @@ def execute_order(
                     f"received at {wire_time(now)}, after its start deadline {deadline} (both on this host's "
                     "clock); nothing was done",
                 )
+            if parsed.action is Action.RESET_GPU:
+                from gpuadmin.probe.kill.reset import reset_gpu
+
+                execution.emit(Event.STARTED, detail=f"checking GPU {parsed.gpu_uuid} for a reset, "
+                               f"approved by {parsed.approved_by}")
+                outcome = reset_gpu(parsed.gpu_uuid, probe_config or ProbeConfig.from_env())
+                return execution.finish(outcome.result, outcome.detail, **outcome.fields)
             execution.emit(
                 Event.STARTED,
                 detail=f"executing {parsed.describe_plan()} on {len(parsed.targets)} target(s), approved by "
