@@ -2,10 +2,10 @@
 
 For each database (SQLite in a throwaway data directory; PostgreSQL started
 by tests/services.py's ``postgres_server``, fsync off as in the tests), with
-``gpuadmin.fleet.demo``'s synthetic hosts (the generator behind
+``gpuadmin.fleet.synthetic``'s synthetic hosts (the generator behind
 ``manage.py demo_fleet``):
 
-1. enrolment: round 0 of every host through ``demo.send`` (signed snapshot ->
+1. enrolment: round 0 of every host through ``synthetic.send`` (signed snapshot ->
    key offered -> accepted by fingerprint -> stored);
 2. steady ingest: a fresh signed snapshot per host, received by
    ``ingest.receive_snapshot`` (what the central worker's ``ingest_snapshot``
@@ -322,7 +322,7 @@ def poll_path(page: str) -> str:
 
 
 def measure_pages(client: Any, hosts: list[Any], round_number: int, repeats: int) -> list[Timed]:
-    from gpuadmin.fleet import demo
+    from gpuadmin.fleet import synthetic
 
     htmx = {"HTTP_HX_REQUEST": "true"}
     rows = []
@@ -337,7 +337,7 @@ def measure_pages(client: Any, hosts: list[Any], round_number: int, repeats: int
     # One host's new snapshot: its row (and the summary) come back, nothing else. A poll answered
     # with changes is only once "changed": after it the client has the new version.
     first = next(h for h in hosts if f'data-host="{h.name}"' in page)
-    demo.send(first, round_number)
+    synthetic.send(first, round_number)
     # The same poll (the same "seen") again and again: the same answer each time.
     timed, response = time_get(client, "poll, one host changed", poll_path(page), repeats, htmx)
     rows.append(timed)
@@ -345,7 +345,7 @@ def measure_pages(client: Any, hosts: list[Any], round_number: int, repeats: int
         raise RuntimeError("one changed host did not come back as one row")
     for host in hosts:
         if f'data-host="{host.name}"' in page:
-            demo.send(host, round_number + 1)
+            synthetic.send(host, round_number + 1)
     rows.append(time_get(client, "poll, every row changed", poll_path(page), repeats, htmx)[0])
     return rows
 
@@ -373,11 +373,11 @@ def enrol_in_the_past(hosts: list[Any], *, rounds_to_come: int) -> datetime:
     """Enrol every host (its first signed snapshot, key accepted), dated so that ``rounds_to_come``
     rounds after it (``round_taken_at``) end a minute ago: what depends on time (the lives'
     once-a-minute refresh) then comes as often as in a fleet. Returns when enrolment was taken."""
-    from gpuadmin.fleet import demo
+    from gpuadmin.fleet import synthetic
 
     enrolled_at = datetime.now(UTC) - timedelta(seconds=60 + ROUND_SECONDS * rounds_to_come)
     for host in hosts:
-        demo.send(host, 0, taken_at=enrolled_at)
+        synthetic.send(host, 0, taken_at=enrolled_at)
     return enrolled_at
 
 
@@ -402,10 +402,10 @@ def run_database(args: argparse.Namespace, vendor: str, database_url: str | None
     from django.contrib.auth import get_user_model
     from django.test import Client
 
-    from gpuadmin.fleet import demo
+    from gpuadmin.fleet import synthetic
 
     logging.disable(logging.WARNING)  # a thousand "host offered key" lines say nothing here
-    hosts = demo.demo_hosts(settings.DATA_DIR, args.hosts, gpus=args.gpus, processes=args.processes)
+    hosts = synthetic.demo_hosts(settings.DATA_DIR, args.hosts, gpus=args.gpus, processes=args.processes)
     over = f" over {args.over}" if vendor == "postgresql" else ""
     print(f"\n== {vendor}{over}: {args.hosts} hosts x {args.gpus} GPUs, {args.processes} processes each, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start ==", flush=True)

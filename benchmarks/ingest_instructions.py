@@ -7,7 +7,7 @@ change of a few percent. The instructions a process executes do not depend
 on how fast the machine runs them. Here:
 
 1. one PostgreSQL (``tests/services.py``) and ``--hosts`` synthetic hosts
-   (``gpuadmin.fleet.demo``), enrolled by this tree's code, dated in the
+   (``gpuadmin.fleet.synthetic``), enrolled by this tree's code, dated in the
    past; the database is then copied once per tree (``CREATE DATABASE ...
    TEMPLATE``), so both trees store the same snapshots into the same state;
 2. per tree, one process under valgrind's callgrind, instrumentation off
@@ -154,10 +154,10 @@ def main(argv: list[str] | None = None) -> int:
         from django.conf import settings
         from django.db import connections
 
-        from gpuadmin.fleet import demo
+        from gpuadmin.fleet import synthetic
 
         logging.disable(logging.WARNING)
-        hosts = demo.demo_hosts(settings.DATA_DIR, args.hosts, processes=args.processes)
+        hosts = synthetic.demo_hosts(settings.DATA_DIR, args.hosts, processes=args.processes)
         enrolled_at = enrol_in_the_past(hosts, rounds_to_come=args.warm + args.rounds).timestamp()
         connections.close_all()
         urls = {}

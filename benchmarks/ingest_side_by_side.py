@@ -7,7 +7,7 @@ machine as much as the code. Here both versions ingest at the same time,
 into one PostgreSQL, so whatever slows the machine slows both:
 
 1. one PostgreSQL (``tests/services.py``) and ``--hosts`` synthetic hosts
-   (``gpuadmin.fleet.demo``), enrolled by this tree's code; the whole run's
+   (``gpuadmin.fleet.synthetic``), enrolled by this tree's code; the whole run's
    snapshots are dated in the past, 10 s apart (a host's interval), so that
    what depends on time (the lives' once-a-minute refresh) happens as often
    as in a real fleet;
@@ -26,7 +26,7 @@ into one PostgreSQL, so whatever slows the machine slows both:
 Both trees must share the database schema: the base tree's migrations must
 be this tree's (checked). A base tree is e.g. ``git worktree add /tmp/base
 <commit>``; the base tree's own ``benchmarks/fleet.py`` and
-``gpuadmin/fleet/demo.py`` are used in its process.
+``gpuadmin/fleet/synthetic.py`` are used in its process.
 
     python benchmarks/ingest_side_by_side.py --base /tmp/base [--hosts 100] [--rounds 20] [--pairs 2]
 """
@@ -65,10 +65,10 @@ from benchmarks.django_bench import setup_django
 from benchmarks.fleet import database_server_pid, process_cpu_seconds
 setup_django(url)
 from django.db import connection
-from gpuadmin.fleet import demo
+from gpuadmin.fleet import synthetic
 from gpuadmin.fleet.ingest import receive_snapshot
 logging.disable(logging.WARNING)
-demo_hosts = demo.demo_hosts(Path(data_dir), hosts, processes=processes)
+demo_hosts = synthetic.demo_hosts(Path(data_dir), hosts, processes=processes)
 def message(host, r):  # the host's round r (from 1), taken round_seconds after round r - 1
     return host.message(r, taken_at=datetime.fromtimestamp(first_at + round_seconds * (r - 1), UTC))
 def ingest(message):
@@ -164,12 +164,12 @@ def main(argv: list[str] | None = None) -> int:
         from django.conf import settings
         from django.db import connections
 
-        from gpuadmin.fleet import demo
+        from gpuadmin.fleet import synthetic
 
         logging.disable(logging.WARNING)
         # Every round of the run 10 s after the one before, the last one a minute ago.
         runs = 2 * args.pairs
-        hosts = demo.demo_hosts(settings.DATA_DIR, args.hosts)
+        hosts = synthetic.demo_hosts(settings.DATA_DIR, args.hosts)
         enrolled_at = enrol_in_the_past(hosts, rounds_to_come=runs * args.rounds).timestamp()
         connections.close_all()
         run = 0

@@ -1,7 +1,7 @@
 """What PostgreSQL spends on each statement of a steady snapshot (pg_stat_statements).
 
 A throwaway server (``tests/services.py``) with pg_stat_statements loaded, and
-``--hosts`` synthetic hosts (``gpuadmin.fleet.demo``) enrolled through the real
+``--hosts`` synthetic hosts (``gpuadmin.fleet.synthetic``) enrolled through the real
 path and analyzed, as ``fleet.py`` does; one round ingested to reach the steady
 state; then ``--rounds`` rounds, dated a probe interval apart, received by this
 process as a central worker would (``receive_snapshot``, its collector settled
@@ -55,13 +55,13 @@ def main(argv: list[str] | None = None) -> int:
         from django.conf import settings
         from django.db import connection
 
-        from gpuadmin.fleet import demo
+        from gpuadmin.fleet import synthetic
         from gpuadmin.fleet.ingest import receive_snapshot
 
         logging.disable(logging.WARNING)
         with connection.cursor() as cursor:
             cursor.execute("CREATE EXTENSION pg_stat_statements")
-        hosts = demo.demo_hosts(settings.DATA_DIR, args.hosts)
+        hosts = synthetic.demo_hosts(settings.DATA_DIR, args.hosts)
         enrolled_at = enrol_in_the_past(hosts, rounds_to_come=args.rounds + 1)
         analyze_after_setup()
         rounds = [[host.message(n, taken_at=round_taken_at(enrolled_at, n)) for host in hosts]

@@ -52,7 +52,7 @@ CENTRAL_SIGNING_KEY = "central_signing_key"
 AUDIT_ANCHORS = "audit-anchors.jsonl"
 # An agent's Ed25519 key, which signs its snapshots and kill reports.
 AGENT_SIGNING_KEY = "agent_signing_key"
-# The master key of `manage.py demo_fleet`'s synthetic hosts (gpuadmin/fleet/demo.py), made on first use.
+# The master key of `manage.py demo_fleet`'s synthetic hosts (gpuadmin/fleet/synthetic.py), made on first use.
 DEMO_FLEET_KEY = "demo_fleet_key"
 # `make run`'s supervisor publishes its restart counts here (gpuadmin/run.py); /healthz and the
 # pages' footer read them (read_supervisor_state).

@@ -5,20 +5,23 @@ enrolled as an approver would (``fleet.trust.accept_host``); the driver seals
 each host's document with that key and sends it to ``central`` exactly as an
 agent does (``gpuadmin.sending.send_snapshot``), so ingest verifies,
 validates and stores it like any other. Their processes are made up (they
-live on no machine); the host names say "simulated".
+live on no machine); the host names say "simulated". The documents are built by
+the one synthetic-host generator, ``gpuadmin.fleet.synthetic``; this module
+holds only the scenario's few hand-written hosts and their keys.
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from gpuadmin.demo.claims import GiB, scenario_dir
+from gpuadmin.fleet import synthetic
 from gpuadmin.probe.owners import owner_from_cgroup
 from gpuadmin.wire.signing import (
     MessageKind,
@@ -95,24 +98,20 @@ def _process(pid: int, ppid: int, user: str, argv: tuple[str, ...], *, state: st
              gpu: tuple[str, int] | None = None) -> dict[str, Any]:
     zombie = state == "Z"
     owner = owner_from_cgroup(CGROUP_OF_PID[pid]) if pid in CGROUP_OF_PID else None
-    return {
-        "pid": pid, "ppid": ppid, "state": state, "start_time_ticks": pid * 100,
-        "uid": 1000 + sum(map(ord, user)), "user": user, "name": (argv[0] if argv else "preprocess.py")[:15],
-        "cmdline": list(argv), "cmdline_truncated": False,
-        "cmdline_sha256": hashlib.sha256(b"".join(a.encode() + b"\0" for a in argv)).hexdigest(),
-        "rss_bytes": 0 if zombie else 2 * GiB,
-        "pgid": ppid if zombie else pid, "sid": ppid if zombie else pid,
-        "container_id": owner.container_id if owner is not None else None,
-        "owner": owner.as_document() if owner is not None else None,
-        "elapsed_seconds": 3600.0, "kernel_thread": False,
-        "orphaned": False, "reasons": ["gpu"] if gpu else ["zombie"] if zombie else [],
-        "gpu_memory_bytes": {gpu[0]: gpu[1]} if gpu else {}, "device_files": [],
-    }
+    return synthetic.proc(
+        pid, ppid=ppid, state=state, uid=1000 + sum(map(ord, user)), user=user,
+        name=(argv[0] if argv else "preprocess.py")[:15], cmdline=list(argv),
+        gpu_memory={gpu[0]: gpu[1]} if gpu else {}, reasons=["gpu"] if gpu else ["zombie"] if zombie else [],
+        pgid=ppid if zombie else pid, sid=ppid if zombie else pid, elapsed_seconds=3600.0,
+        rss_bytes=0 if zombie else 2 * GiB,
+        container_id=owner.container_id if owner is not None else None,
+        owner=owner.as_document() if owner is not None else None,
+    )
 
 
 def document(host: SyntheticHost, now: datetime | None = None) -> dict[str, Any]:
-    """A valid snapshot document (docs/snapshot.md) for this made-up host, taken now."""
-    taken = (now or datetime.now(UTC)).astimezone(UTC)
+    """A valid snapshot document (docs/snapshot.md) for this made-up host, taken now: built by the one
+    generator (``gpuadmin.fleet.synthetic``), each GPU using exactly what its processes hold."""
     uuids = [f"GPU-{host.name}-{i}" for i in range(host.gpu_count)]
     processes = [_process(pid, 1, user, argv, gpu=(uuids[index], held * GiB))
                  for pid, user, argv, index, held in host.jobs]
@@ -120,27 +119,15 @@ def document(host: SyntheticHost, now: datetime | None = None) -> dict[str, Any]
         processes += [_process(host.zombies_of + n, host.zombies_of, "dave", (), state="Z")
                       for n in (1, 2, 3)]
     used = {uuid: sum(p["gpu_memory_bytes"].get(uuid, 0) for p in processes) for uuid in uuids}
-    return {
-        "schema_version": 2,
-        "taken_at": taken.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
-        "probe_duration_seconds": 0.01,
-        "scope": "matters",
-        "device_glob": "/dev/nvidia*",
-        "host": {"name": host.name, "boot_id": hashlib.md5(host.name.encode()).hexdigest(),  # noqa: S324 (an id)
-                 "pid_max": 4194304, "pids_in_use": 400 + len(processes), "kernel": "6.8.0 (simulated)",
-                 "driver_version": "simulated", "boot_time": BOOT_TIME, "clock_ticks_per_second": 100,
-                 "agent_pid": 900},
-        "gpu_backend": {"name": "simulated", "available": True, "reason": None},
-        "gpus": [{"index": i, "uuid": uuid, "name": host.gpu_name,
-                  "memory_total_bytes": host.memory_total_bytes, "memory_used_bytes": used[uuid],
-                  "utilization_percent": 85 if used[uuid] else 0}
-                 for i, uuid in enumerate(uuids)],
-        "processes": processes,
-        "process_counts": {"total": 400 + len(processes),
-                           "zombies": sum(1 for p in processes if p["state"] == "Z"),
-                           "uninterruptible": 0, "omitted": 400},
-        "unmatched_gpu_processes": [],
-    }
+    gpus = [synthetic.gpu(i, uuid=uuid, name=host.gpu_name, total=host.memory_total_bytes, used=used[uuid],
+                          utilization_percent=85 if used[uuid] else 0)
+            for i, uuid in enumerate(uuids)]
+    return synthetic.snapshot(
+        host.name, processes=processes, gpus=gpus, taken_at=now,
+        boot_id=hashlib.md5(host.name.encode()).hexdigest(),  # noqa: S324 (an id)
+        omitted=400, kernel="6.8.0 (simulated)", driver_version="simulated", boot_time=BOOT_TIME,
+        agent_pid=900,
+    )
 
 
 def signed_documents(first: bool) -> list[dict[str, Any]]:

@@ -8,7 +8,7 @@ from django.conf import settings
 from django.core.management import CommandError, call_command
 
 from gpuadmin.audit.models import Action, AuditEvent
-from gpuadmin.fleet import demo
+from gpuadmin.fleet import synthetic
 from gpuadmin.fleet.models import Finding, Gpu, Host, LatestSnapshot
 from gpuadmin.fleet.validation import parse_snapshot
 from gpuadmin.wire.signing import canonical_json, public_key_text
@@ -27,7 +27,7 @@ def test_hosts_are_signed_offered_accepted_and_stored():
     assert "round 0: 12 snapshots" in output
     hosts = list(Host.objects.order_by("name"))
     assert [h.name for h in hosts] == [f"demo-{n:04d}" for n in range(12)]
-    expected = {h.name: h for h in demo.demo_hosts(settings.DATA_DIR, 12, gpus=4, processes=40)}
+    expected = {h.name: h for h in synthetic.demo_hosts(settings.DATA_DIR, 12, gpus=4, processes=40)}
     for host in hosts:
         assert host.key_accepted
         assert host.public_key == public_key_text(expected[host.name].key)
@@ -45,7 +45,7 @@ def test_the_fleet_has_zombies_orphans_and_unattributed_memory():
 
 
 def test_every_document_is_valid_and_the_same_processes_come_back_each_round():
-    host = demo.demo_hosts(settings.DATA_DIR, 1, processes=200)[0]
+    host = synthetic.demo_hosts(settings.DATA_DIR, 1, processes=200)[0]
     first, second = host.document(0), host.document(1)
     parse_snapshot(canonical_json(first))
     parse_snapshot(canonical_json(second))
@@ -67,17 +67,17 @@ def test_follow_sends_a_fresh_snapshot_per_host_each_round_and_a_rerun_signs_as_
 
 def test_a_host_name_taken_by_another_key_is_refused_with_what_to_do():
     run("--hosts", "1", "--processes", "20")
-    (settings.DATA_DIR / demo.DEMO_FLEET_KEY).unlink()  # another data directory's demo, say
+    (settings.DATA_DIR / synthetic.DEMO_FLEET_KEY).unlink()  # another data directory's demo, say
     with pytest.raises(CommandError, match="forget_host_key demo-0000"):
         run("--hosts", "1", "--processes", "20")
 
 
 def test_a_snapshot_can_be_sent_as_taken_at_a_given_moment_enrolment_included():
     # benchmarks/ingest_side_by_side.py dates a whole run in the past, 10 s between rounds.
-    host = demo.demo_hosts(settings.DATA_DIR, 1, processes=20)[0]
+    host = synthetic.demo_hosts(settings.DATA_DIR, 1, processes=20)[0]
     enrolled_at = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
-    assert demo.send(host, 0, taken_at=enrolled_at)
-    assert demo.send(host, 1, taken_at=enrolled_at + timedelta(seconds=10))
+    assert synthetic.send(host, 0, taken_at=enrolled_at)
+    assert synthetic.send(host, 1, taken_at=enrolled_at + timedelta(seconds=10))
     stored = Host.objects.get(name=host.name)
     assert stored.last_snapshot_taken_at == enrolled_at + timedelta(seconds=10)
     assert stored.samples.count() == 2

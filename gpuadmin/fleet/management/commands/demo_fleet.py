@@ -1,6 +1,6 @@
 """python manage.py demo_fleet --hosts N [--gpus 8] [--processes 200] [--follow] [--interval S] [--rounds R]
 
-N synthetic hosts (``gpuadmin/fleet/demo.py``) through the real ingest path:
+N synthetic hosts (``gpuadmin/fleet/synthetic.py``) through the real ingest path:
 each snapshot is signed with its host's own key and received as a central
 worker receives one; a new host offers its key and is accepted by
 fingerprint (an audit event). ``--follow`` keeps them alive: a fresh
@@ -16,7 +16,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from gpuadmin.fleet import demo
+from gpuadmin.fleet import synthetic
 from gpuadmin.fleet.validation import SnapshotRejected
 
 
@@ -41,14 +41,14 @@ class Command(BaseCommand):
         if count < 1 or gpus < 0 or processes < 1:
             raise CommandError("--hosts and --processes must be at least 1, --gpus at least 0")
         interval = options["interval"] or float(settings.GPUADMIN_PROBE_INTERVAL_SECONDS)
-        hosts = demo.demo_hosts(settings.DATA_DIR, count, gpus=gpus, processes=processes,
+        hosts = synthetic.demo_hosts(settings.DATA_DIR, count, gpus=gpus, processes=processes,
                                 prefix=options["prefix"])
         round_number = 0
         while True:
             began = time.monotonic()
             for host in hosts:
                 try:
-                    demo.send(host, round_number)
+                    synthetic.send(host, round_number)
                 except SnapshotRejected as rejected:
                     raise CommandError(
                         f"{host.name}: {rejected.message} (a host of that name has another key: "
