@@ -79,12 +79,22 @@ class KillRequest(models.Model):
     # An alias (KillRequest.Status.PENDING), so that annotations in this class body may name it.
     Status: TypeAlias = Status
 
+    class Action(models.TextChoices):
+        # The words are the order's "action" (gpuadmin/wire/kill_protocol.py).
+        KILL = kill_protocol.Action.KILL.value, "Kill"
+        RESET_GPU = kill_protocol.Action.RESET_GPU.value, "GPU reset"
+
     host = models.ForeignKey(Host, on_delete=models.PROTECT, related_name="kill_requests")
     # Part of the order's request id ("<pk>-<key>"): the agent's journal answers a
     # request id it has seen with what it recorded, so an id must never repeat,
     # not even after central's database is recreated and primary keys restart.
     order_key = models.CharField(max_length=32, default=new_order_key, editable=False)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING, db_index=True)
+    # A kill (targets and a plan) or the reset of one GPU (no targets, no plan): the same
+    # approval, order, signature, journal and audit either way.
+    action = models.CharField(max_length=16, choices=Action.choices, default=Action.KILL)
+    gpu_uuid = models.CharField(max_length=128, blank=True)
+    gpu_index = models.PositiveSmallIntegerField(null=True, blank=True)
 
     # Names are copied so the request stays readable after an account is deleted.
     requested_by = models.ForeignKey(
@@ -143,6 +153,9 @@ class KillRequest(models.Model):
     memory_expected_release_bytes = models.BigIntegerField(default=0)
     memory_released_bytes = models.BigIntegerField(null=True, blank=True)
     memory_confirmed_at = models.DateTimeField(null=True, blank=True)
+    # Snapshots taken since the kill finished that were compared with the baseline: after
+    # GPUADMIN_MEMORY_RELEASE_SNAPSHOTS of them, memory still missing is called not released.
+    memory_snapshots_compared = models.PositiveIntegerField(default=0)
 
     objects = KillRequestQuerySet.as_manager()
 
@@ -151,7 +164,28 @@ class KillRequest(models.Model):
         indexes = [models.Index(fields=["status", "requested_at"])]
 
     def __str__(self) -> str:
-        return f"Kill request #{self.pk} on {self.host.name} ({self.status})"
+        what = "GPU reset request" if self.is_reset else "Kill request"
+        return f"{what} #{self.pk} on {self.host.name} ({self.status})"
+
+    @property
+    def is_reset(self) -> bool:
+        return self.action == self.Action.RESET_GPU
+
+    @property
+    def gpu_label(self) -> str:
+        """'GPU 0 (GPU-…)' for a reset request; empty for a kill."""
+        if not self.is_reset:
+            return ""
+        if self.gpu_index is None:
+            return f"GPU {self.gpu_uuid}"
+        return f"GPU {self.gpu_index} ({self.gpu_uuid})"
+
+    @property
+    def memory_not_released_bytes(self) -> int:
+        """What the kill's targets held and the confirming snapshot did not show back (0 when all came)."""
+        if self.memory_confirmed_at is None or self.memory_released_bytes is None:
+            return 0
+        return max(0, self.memory_expected_release_bytes - self.memory_released_bytes)
 
     def transition(self, to: Status | str, *, by_report: bool = False) -> None:
         """Move to ``to`` or raise InvalidTransition; the caller saves (in its transaction).
@@ -222,7 +256,9 @@ class KillRequest(models.Model):
         began = self.first_report_received_at or self.decided_at
         if began is None:
             return None
-        return began + timedelta(seconds=plans.total_seconds(self.plan)) + FINISH_REPORT_MARGIN
+        # A reset has no plan; nvidia-smi may take up to the agent's reset timeout.
+        work = kill_protocol.RESET_TIMEOUT_SECONDS if self.is_reset else plans.total_seconds(self.plan)
+        return began + timedelta(seconds=work) + FINISH_REPORT_MARGIN
 
     @property
     def first_report_received_at(self) -> datetime | None:
@@ -242,6 +278,8 @@ class KillRequest(models.Model):
 
     @property
     def plan_text(self) -> str:
+        if self.is_reset:
+            return f"reset {self.gpu_label}, only if nothing holds it then"
         return plans.describe(self.plan)
 
     @property

@@ -76,7 +76,6 @@ class ResetRefusal(StrEnum):
     GPU_NOT_FOUND = "gpu_not_found"  # the backend lists no GPU with the order's UUID
     BACKEND_UNAVAILABLE = "backend_unavailable"  # no GPU backend to check the GPU with
     GPU_HELD = "gpu_held"  # a process is on the GPU (NVML) or holds its device file open
-    UNCHECKED_HOLDERS = "unchecked_holders"  # processes whose open files the agent may not read
     MIG_IN_USE = "mig_in_use"  # MIG mode with instances: a reset of the whole GPU is refused
     VIRTUAL_MACHINE = "virtual_machine"  # a passthrough or vGPU device: a VM's GPU is not ours to reset
     DRIVER_REFUSED = "driver_refused"  # nvidia-smi (or the simulated driver) said no

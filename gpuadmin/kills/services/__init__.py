@@ -4,7 +4,7 @@ transaction: views, the API, tasks and signal receivers call them (through this
 package, not its modules) and never save kill models themselves; they read
 the models directly (tests/kills/test_service_contract.py checks this).
 
-- filing: preview and file a request (targets from the latest snapshot)
+- filing: preview and file a request (targets from the latest snapshot), or a GPU reset request
 - decisions: approve, reject, cancel (row-locked), and who may do which now
 - dispatch: the order to the host's queue, after the approval commits
 - progress: the agent's reports, signed by its host's key, idempotent per (request, seq)
@@ -17,7 +17,7 @@ the models directly (tests/kills/test_service_contract.py checks this).
 from gpuadmin.kills.services.decisions import approve, cancel, may_cancel, may_decide, reject
 from gpuadmin.kills.services.dispatch import build_order, send_order
 from gpuadmin.kills.services.errors import BadInput, Conflict, KillError, NotAllowed, NotFound, Refused
-from gpuadmin.kills.services.filing import file_request, get_host, get_request, preview
+from gpuadmin.kills.services.filing import file_request, file_reset_request, get_host, get_request, preview
 from gpuadmin.kills.services.findings import resolve_gone_unkillable
 from gpuadmin.kills.services.memory_release import confirm_released
 from gpuadmin.kills.services.progress import EarlierStepsMissing, receive_report, record_progress
@@ -36,6 +36,7 @@ __all__ = [
     "cancel",
     "confirm_released",
     "file_request",
+    "file_reset_request",
     "get_host",
     "get_request",
     "may_cancel",

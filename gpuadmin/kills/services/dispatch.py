@@ -52,7 +52,7 @@ def host_deadline(kill_request: KillRequest) -> datetime:
 def build_order(kill_request: KillRequest) -> dict[str, Any]:
     """The order (docs/kill-order.md): everything the agent needs, nothing it must look up."""
     assert kill_request.start_deadline and kill_request.decided_at
-    return {
+    order = {
         "order_version": ORDER_VERSION,
         "request_id": kill_request.order_request_id,
         "host": kill_request.host.name,
@@ -77,6 +77,10 @@ def build_order(kill_request: KillRequest) -> dict[str, Any]:
         # audit chain's signed head where central's database writers cannot reach (audit/anchors.py).
         "audit_anchor": newest_envelope(),
     }
+    if kill_request.is_reset:
+        # Kill orders stay exactly as before (no "action": an agent reads its absence as a kill).
+        order.update(action=KillRequest.Action.RESET_GPU.value, gpu={"uuid": kill_request.gpu_uuid})
+    return order
 
 
 def send_order(kill_request_id: int, *, now: datetime | None = None) -> bool:

@@ -222,3 +222,85 @@ def file_request(user: Any, *, host: Host | str, pid: Any = None, start_time_tic
             },
         )
     return kill_request
+
+
+def _gpu_in(document: dict[str, Any], gpu_uuid: str) -> dict[str, Any] | None:
+    return next((gpu for gpu in document.get("gpus", ()) if gpu.get("uuid") == gpu_uuid), None)
+
+
+def _reset_warnings(document: dict[str, Any], gpu: dict[str, Any]) -> list[str]:
+    """What the newest snapshot shows on the GPU: the agent refuses the reset while any of it holds it."""
+    device = f"/dev/nvidia{gpu['index']}"
+    holding = [
+        row for row in document.get("processes", ())
+        if (row.get("gpu_memory_bytes") or {}).get(gpu["uuid"]) or device in (row.get("device_files") or ())
+    ]
+    warnings = []
+    if holding:
+        named = ", ".join(f"pid {row['pid']} ({row.get('name', '?')})" for row in holding[:5])
+        more = f" and {len(holding) - 5} more" if len(holding) > 5 else ""
+        warnings.append(f"the newest snapshot shows {named}{more} on this GPU or holding {device}: the agent "
+                        "refuses the reset while any process holds it, so end them first")
+    if gpu.get("mig_instances"):
+        warnings.append("this GPU is in MIG mode with instances: the agent refuses a reset of the whole GPU")
+    return warnings
+
+
+def file_reset_request(user: Any, *, host: Host | str, gpu_uuid: Any, reason: str,
+                       now: datetime | None = None) -> KillRequest:
+    """File a request to reset one GPU of ``host`` (by UUID), approved like a kill by a second admin.
+
+    The agent resets it only if, right then, no process is on it or holds its device file
+    (gpuadmin/probe/kill/reset.py); what the newest snapshot shows there is said as a warning.
+    """
+    if not has_role(user, Role.REQUESTER):
+        raise NotAllowed("Filing a GPU reset request needs the requester role.")
+    reason = (reason or "").strip()
+    if not reason:
+        raise BadInput("a reason is required: say why this GPU must be reset", field="reason")
+    if not isinstance(gpu_uuid, str) or not gpu_uuid.strip() or len(gpu_uuid) > 128:
+        raise BadInput(f"gpu_uuid must be a GPU's UUID such as 'GPU-…'; got {gpu_uuid!r:.140}",
+                       field="gpu_uuid")
+    if isinstance(host, str):
+        host = get_host(host)
+    if not host.key_accepted:
+        raise Refused(f"{host.name} has no accepted key yet: an approver accepts it on the host page "
+                      "before any order can be sent to it")
+    latest = LatestSnapshot.objects.for_host(host)
+    if latest is None:
+        raise Refused(f"there is no snapshot from {host.name} yet, so its GPU {gpu_uuid} cannot be checked")
+    document = latest.document
+    gpu = _gpu_in(document, gpu_uuid)
+    if gpu is None:
+        raise Refused(f"the newest snapshot of {host.name} shows no GPU {gpu_uuid}")
+    now = now or timezone.now()
+    warnings = _reset_warnings(document, gpu)
+    if not host.is_online:
+        warnings.append("the host looks offline: its agent may not receive the order before it expires")
+    with transaction.atomic():
+        existing = KillRequest.objects.filter(
+            host=host, action=KillRequest.Action.RESET_GPU, gpu_uuid=gpu_uuid, status__in=OPEN
+        ).first()
+        if existing is not None:
+            raise Conflict(
+                f"GPU {gpu_uuid} already has an open reset request, #{existing.pk} "
+                f"({existing.get_status_display().lower()})", kill_request_id=existing.pk,
+            )
+        kill_request = KillRequest.objects.create(
+            host=host, action=KillRequest.Action.RESET_GPU, gpu_uuid=gpu_uuid, gpu_index=gpu["index"],
+            requested_by=user, requested_by_name=user.get_username(), requested_at=now, reason=reason,
+            plan=[], snapshot_taken_at=latest.taken_at or now, boot_id=document["host"]["boot_id"],
+            warnings=warnings,
+            pending_expires_at=now + timedelta(seconds=settings.GPUADMIN_PENDING_EXPIRY_SECONDS),
+        )
+        audit(
+            Action.REQUESTED, kill_request, actor=user,
+            details={
+                "action": KillRequest.Action.RESET_GPU.value,
+                "reason": reason,
+                "gpu": {"uuid": gpu_uuid, "index": gpu["index"], "name": gpu.get("name"),
+                        "memory_used_bytes": gpu.get("memory_used_bytes")},
+                "warnings": warnings,
+            },
+        )
+    return kill_request
