@@ -9,7 +9,8 @@ the error. So each keyword is expressed exactly or more strictly:
 - integers and numbers are bounded by ``largest_number`` (validation's 64 bits: it refuses bigger
   ones anyway);
 - ``if``/``then`` on a ``const`` (schema version 2 requires owners) accepts only documents the
-  condition holds for, with ``then`` applied: an older version takes the full check;
+  condition holds for, with ``then`` applied; an older version gets its own types, built from
+  ``for_property_value`` (``validation.quick_snapshot_decoder``);
 - ``uniqueItems`` (msgspec has no such constraint) is checked after decoding, on the few arrays
   that carry it, and only for strings and integers; in an array of objects, for all the objects'
   arrays at once (``_Unique``: a process's reasons);
@@ -84,6 +85,29 @@ def checked_json_decoder(schema: dict[str, Any], *, largest_number: int) -> Call
         return to_builtins(value)
 
     return checked
+
+
+def for_property_value(schema: dict[str, Any], name: str, value: Any) -> dict[str, Any]:
+    """``schema`` as it reads for the documents whose top-level property ``name`` is ``value``: that
+    property a ``const``, and an ``if`` on another value of it left out with its ``then``, which does
+    not apply to them (``checked_json_decoder`` builds one ``if`` only as its condition holding). A
+    copy; ``schema`` is left as it is."""
+    fixed = {**schema, "properties": {**schema["properties"], name: {"const": value}}}
+    if "else" not in schema and _const_condition(schema.get("if"), name) not in (None, {"const": value}):
+        del fixed["if"]
+        fixed.pop("then", None)
+    return fixed
+
+
+def _const_condition(condition: Any, name: str) -> dict[str, Any] | None:
+    """``{"const": c}`` when ``condition`` (an ``if``) is ``{"properties": {name: {"const": c}}}``."""
+    if not isinstance(condition, dict) or condition.keys() != {"properties"}:
+        return None
+    properties = condition["properties"]
+    if not isinstance(properties, dict) or properties.keys() != {name}:
+        return None
+    rule = properties[name]
+    return rule if isinstance(rule, dict) and rule.keys() == {"const"} else None
 
 
 class _Builder:

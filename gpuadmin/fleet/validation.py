@@ -24,16 +24,12 @@ from typing import Any, cast
 
 from django.conf import settings
 from django.utils import timezone
-from fastjsonschema.draft04 import CodeGeneratorDraft04
-from fastjsonschema.draft07 import CodeGeneratorDraft07
-from fastjsonschema.exceptions import JsonSchemaException
-from fastjsonschema.ref_resolver import RefResolver
 from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import ValidationError, best_match
 
 from gpuadmin.fleet.process_tree import memory_by_gpu, memory_total_bytes
 from gpuadmin.fleet.retention import history_kept_since
-from gpuadmin.fleet.schema_types import NOT_VALID, checked_json_decoder, python_pattern
+from gpuadmin.fleet.schema_types import NOT_VALID, checked_json_decoder, for_property_value, python_pattern
 from gpuadmin.fleet.taken_at import parse_taken_at
 from gpuadmin.text import clip, human_bytes
 
@@ -82,7 +78,7 @@ def _strict_integer(_checker: Any, instance: Any) -> bool:
 def _pattern(validator: Any, pattern: str, instance: Any, _schema: Any) -> Iterator[ValidationError]:
     # jsonschema's own "pattern" searches with Python's "$", which also matches before a final newline
     # ("gpu01\n" passed the host name's ^...$). This one means what JSON Schema (ECMA-262) means, as the
-    # quick check (schema_types) and the compiled one (fastjsonschema turns "$" into \Z) do.
+    # quick check (schema_types) does.
     if validator.is_type(instance, "string") and not _compiled_pattern(pattern).search(instance):
         yield ValidationError(f"{instance!r} does not match {pattern!r}")
 
@@ -287,52 +283,31 @@ def _check_schema_version(document: dict[str, Any]) -> None:
     )
 
 
-class _StrictIntegerCode(CodeGeneratorDraft07):
-    """fastjsonschema's draft-07 code with draft-04's type check: 1.0 is no integer (as _strict_integer)."""
-
-    def generate_type(self) -> None:
-        CodeGeneratorDraft04.generate_type(self)
-
-
-@lru_cache(maxsize=1)
-def fast_snapshot_check() -> Callable[[Any], Any]:
-    """The schema compiled to Python (fastjsonschema): about 20 times faster than jsonschema on a
-    200-process snapshot (benchmarks/fleet.py). It is never more lenient than ``snapshot_validator``
-    (the same keywords, strict integers; formats checked, which jsonschema does not), so a document it
-    accepts is valid; one it refuses goes to ``snapshot_validator``, which names the error and has the
-    last word. tests/fleet/test_validation_fast.py holds the two to the same answers."""
-    return _compiled(snapshot_schema())
-
-
-def _compiled(schema: dict[str, Any]) -> Callable[[Any], Any]:
-    # Every $ref is local ("#/$defs/..."); the relative $id would make the resolver look for a URL.
-    schema.pop("$id", None)
-    resolver = RefResolver.from_schema(schema, handlers={}, store={})
-    # use_default=False: a check must never change the document it checks.
-    code = _StrictIntegerCode(schema, resolver=resolver, use_default=False)
-    namespace = code.global_state
-    exec(code.func_code, namespace)  # noqa: S102 - code generated from our own schema file
-    return cast(Callable[[Any], Any], namespace[resolver.get_scope_name()])
-
-
 @lru_cache(maxsize=1)
 def quick_snapshot_decoder() -> Callable[[str | bytes], Any]:
     """``text -> document``: the snapshot as plain values when the JSON text is certainly a valid
-    snapshot of the current schema version with no number beyond 64 bits, else ``NOT_VALID``: one
-    pass of msgspec over the text with types built from the schema (fleet/schema_types.py), about a
-    third of parsing and checking in Python. ``NOT_VALID`` may still be valid (an older version, a
-    value the types do not know): ``parse_snapshot`` then parses with ``_decode`` and asks the
-    compiled and the full check, which names the error."""
-    return checked_json_decoder(snapshot_schema(), largest_number=INT64_MAX)
+    snapshot of a supported schema version with no number beyond 64 bits, else ``NOT_VALID``: one
+    pass of msgspec over the text with types built from the schema (fleet/schema_types.py), one set
+    per version, the newest tried first; about a sixth of parsing with ``json`` and checking with
+    compiled code. ``NOT_VALID`` may still be valid (a value the types do not know): ``parse_snapshot``
+    then parses with ``_decode`` and asks jsonschema, which names the error."""
+    schema = snapshot_schema()
+    decoders = [
+        checked_json_decoder(for_property_value(schema, "schema_version", version), largest_number=INT64_MAX)
+        for version in sorted(supported_schema_versions(), reverse=True)
+    ]
+
+    def decode(text: str | bytes) -> Any:
+        for decoder in decoders:
+            document = decoder(text)
+            if document is not NOT_VALID:
+                return document
+        return NOT_VALID
+
+    return decode
 
 
 def _check_schema(document: dict[str, Any]) -> None:
-    try:
-        fast_snapshot_check()(document)
-    except JsonSchemaException:
-        pass  # invalid, or only stricter than jsonschema: it decides, and says why
-    else:
-        return
     errors = islice(snapshot_validator().iter_errors(document), _SCHEMA_ERRORS_CONSIDERED)
     error: ValidationError | None = best_match(errors)
     if error is not None:
