@@ -474,6 +474,8 @@ class Finding(models.Model):
         PIDS_RUNNING_OUT = "pids_running_out", "PIDs running out"
         GPU_HEALTH = "gpu_health", "GPU health"
         OVER_ATTRIBUTED_MEMORY = "over_attributed_memory", "More GPU memory attributed than used"
+        # Opened and closed by the kills app (kills/services/findings.py), never by snapshot syncs.
+        MEMORY_NOT_RELEASED = "memory_not_released", "GPU memory not released after a kill"
 
     class Severity(models.TextChoices):
         INFO = "info", "Info"
