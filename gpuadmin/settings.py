@@ -335,6 +335,9 @@ GPUADMIN_AUDIT_ANCHOR_SYSLOG = env_str("GPUADMIN_AUDIT_ANCHOR_SYSLOG")
 GPUADMIN_ALLOW_SELF_APPROVAL = env_bool("GPUADMIN_ALLOW_SELF_APPROVAL", False)
 GPUADMIN_PENDING_EXPIRY_SECONDS = env_int("GPUADMIN_PENDING_EXPIRY_SECONDS", 3600)
 GPUADMIN_APPROVED_START_DEADLINE_SECONDS = env_int("GPUADMIN_APPROVED_START_DEADLINE_SECONDS", 120)
+# After a kill, the host's snapshots that may still show its targets' GPU memory coming back;
+# what has not come back by then is called not released (a finding names what holds it).
+GPUADMIN_MEMORY_RELEASE_SNAPSHOTS = env_int("GPUADMIN_MEMORY_RELEASE_SNAPSHOTS", 3)
 # --- Notifications (gpuadmin/notify) ---------------------------------------------
 # Links in messages point here (the panel as people reach it).
 GPUADMIN_BASE_URL = env_str("GPUADMIN_BASE_URL", "http://localhost:8000")

@@ -83,3 +83,14 @@ def parse_also(text: str) -> list[tuple[int, int]]:
             raise ValueError(f"{item!r} is not pid:start")
         targets.append((int(pid), int(start)))
     return targets
+
+
+class GpuResetRequestForm(forms.Form):
+    host = forms.CharField(max_length=253, widget=forms.HiddenInput)
+    gpu = forms.CharField(max_length=128, widget=forms.HiddenInput)
+    reason = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 70, "maxlength": 2000}),
+        max_length=2000,
+        label="Reason (required)",
+        error_messages={"required": "A reason is required: say why this GPU must be reset."},
+    )

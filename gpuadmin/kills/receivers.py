@@ -20,7 +20,7 @@ def on_snapshot_ingested(sender: Any, host: Host, document: dict[str, Any],
     """A new snapshot of ``host`` committed: close what it shows gone, confirm memory that came back."""
     try:
         resolve_gone_unkillable(host, document, open_kinds=open_finding_kinds)
-        confirm_released(host, document)
+        confirm_released(host, document, open_kinds=open_finding_kinds)
     except Exception:
         # A receiver error must not look like a failed ingest: the snapshot is stored.
         logger.exception("kills: could not check released memory after a snapshot of %s", host)

@@ -24,7 +24,7 @@ from gpuadmin.accounts.roles import Role, has_role
 from gpuadmin.fleet.models import Host, LatestSnapshot
 from gpuadmin.htmx import HTMX_STOP_POLLING, HtmxHttpRequest, poll_seconds, vary_on_htmx, wants_fragment
 from gpuadmin.kills import changes, plans, services
-from gpuadmin.kills.forms import KillRequestForm, parse_also
+from gpuadmin.kills.forms import GpuResetRequestForm, KillRequestForm, parse_also
 from gpuadmin.kills.models import KillRequest
 from gpuadmin.kills.services import KillError, NotFound
 from gpuadmin.kills.states import OPEN, RELEASING, Status
@@ -235,6 +235,40 @@ def kill_request_new(request: HtmxHttpRequest) -> HttpResponse:
         "also": request.GET.get("also", ""),
     }, plan_preset=request.GET.get("plan"))
     return render(request, "kills/new.html", {**context, "form": form, "plan_bounds": _plan_bounds()})
+
+
+def _reset_context(params: Any) -> dict[str, Any]:
+    """The host and the GPU a reset request names (?host&gpu), as the newest snapshot shows it."""
+    host = Host.objects.filter(name=params.get("host", "")).first()
+    document = LatestSnapshot.objects.document_for(host) if host else None
+    uuid = params.get("gpu", "")
+    gpu = next((g for g in (document or {}).get("gpus", ()) if g.get("uuid") == uuid), None)
+    return {"host": host, "gpu": gpu, "gpu_uuid": uuid}
+
+
+@require_http_methods(["GET", "POST"])
+@role_required(Role.REQUESTER)
+def gpu_reset_request_new(request: HttpRequest) -> HttpResponse:
+    """File a request to reset one GPU (the host page offers it where memory is driver-held)."""
+    params = request.POST if request.method == "POST" else request.GET
+    context = _reset_context(params)
+    if request.method == "POST":
+        form = GpuResetRequestForm(request.POST)
+        if form.is_valid():
+            try:
+                kill_request = services.file_reset_request(
+                    request.user, host=form.cleaned_data["host"], gpu_uuid=form.cleaned_data["gpu"],
+                    reason=form.cleaned_data["reason"],
+                )
+            except KillError as error:
+                form.add_error(None, error.message)
+            else:
+                messages.success(request,
+                                 f"GPU reset request #{kill_request.pk} filed; it waits for an approver.")
+                return redirect("kill_request_detail", pk=kill_request.pk)
+        return render(request, "kills/reset_new.html", {**context, "form": form}, status=400)
+    form = GpuResetRequestForm(initial={"host": params.get("host", ""), "gpu": params.get("gpu", "")})
+    return render(request, "kills/reset_new.html", {**context, "form": form})
 
 
 def _plan_bounds() -> dict[str, int]:

@@ -28,7 +28,7 @@ Kind = Finding.Kind
 class FindingAction:
     label: str
     url: str | None  # None: a statement, not a link (e.g. "not killable now")
-    kind: str  # "process" (a link to a process page), "kill", "reap", "note"
+    kind: str  # "process" (a link to a process page), "kill", "reap", "reset" (a GPU reset request), "note"
 
 
 @dataclass(frozen=True)
@@ -142,6 +142,23 @@ def _pids(host: Host, details: dict[str, Any], may_request: bool) -> tuple[list[
     return [f"Forecast: pid_max reached around {details.get('forecast_at')}."], []
 
 
+def _not_released(host: Host, details: dict[str, Any], may_request: bool
+                  ) -> tuple[list[str], list[FindingAction]]:
+    """A kill's memory that did not come back: its request, and a GPU reset where no process holds it."""
+    actions = []
+    if details.get("kill_request_id"):
+        pk = details["kill_request_id"]
+        actions.append(FindingAction(f"kill request #{pk}", reverse("kill_request_detail", args=[pk]),
+                                     "process"))
+    steps = details.get("next_steps") or []
+    if may_request and any("GPU reset" in step for step in steps):
+        for uuid, gpu in (details.get("per_gpu") or {}).items():
+            query = urlencode({"host": host.name, "gpu": uuid})
+            actions.append(FindingAction(f"Request a GPU reset of GPU {gpu.get('index', uuid)}",
+                                         f"{reverse('gpu_reset_request_new')}?{query}", "reset"))
+    return [], actions
+
+
 _BY_KIND = {
     Kind.ORPHAN_GPU: _orphans,
     Kind.ZOMBIES: _zombies,
@@ -151,6 +168,7 @@ _BY_KIND = {
     Kind.SUSPECTED_LEAK: _leak,
     Kind.IDLE_HOLDER: _idle,
     Kind.PIDS_RUNNING_OUT: _pids,
+    Kind.MEMORY_NOT_RELEASED: _not_released,
 }
 
 

@@ -22,8 +22,9 @@ from gpuadmin.kills.states import Status
 from gpuadmin.probe import procfs
 from gpuadmin.probe.gpus import simulated
 from tests.factories import GiB, gpu, proc, snapshot
-from tests.keys import install_agent_key
+from tests.keys import deliver, install_agent_key
 from tests.kills.helpers import actions, refreshed, store_snapshot
+from tests.people import client_for
 from tests.probe.helpers import Processes
 
 pytestmark = pytest.mark.django_db
@@ -126,3 +127,23 @@ def test_a_reset_request_needs_a_second_admin_and_a_gpu_the_host_has(
     with pytest.raises(services.NotAllowed):
         services.approve(kill_request.pk, requester)
     assert kill_request.plan_text == f"reset GPU 0 ({UUID}), only if nothing holds it then"
+
+
+def test_the_host_page_offers_a_reset_where_memory_is_driver_held_and_the_request_page_shows_it(
+    simulated_gpu: tuple[Path, Path], requester: Any, viewer: Any
+) -> None:
+    deliver(snapshot("gpu01", boot_id=procfs.read_boot_id(), gpus=[gpu(0, used=18 * GiB)]))
+    client = client_for(requester)
+
+    host_page = client.get("/hosts/gpu01/").content.decode()
+    form = client.get(f"/kills/reset/new/?host=gpu01&gpu={UUID}").content.decode()
+    filed = client.post("/kills/reset/new/", {"host": "gpu01", "gpu": UUID, "reason": REASON})
+
+    assert f'class="request-reset" href="/kills/reset/new/?host=gpu01&amp;gpu={UUID}"' in host_page
+    assert "request-reset" not in client_for(viewer).get("/hosts/gpu01/").content.decode()
+    assert "File the reset request" in form and UUID in form
+    kill_request = KillRequest.objects.get(action=KillRequest.Action.RESET_GPU)
+    assert filed.status_code == 302 and filed["Location"] == f"/kills/{kill_request.pk}/"
+    page = client.get(filed["Location"]).content.decode()
+    assert f"GPU reset request #{kill_request.pk}" in page and f"reset GPU 0 ({UUID})" in page
+    assert "<h2>Targets</h2>" not in page

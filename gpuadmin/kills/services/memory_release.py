@@ -1,15 +1,23 @@
 """After a kill: the next snapshots of the host confirm how much GPU memory
 came back, recorded once per request.
 
+Memory that has not come back after ``GPUADMIN_MEMORY_RELEASE_SNAPSHOTS``
+snapshots (or ``SETTLE_SECONDS``) is recorded as not released: the request's
+page says so, and a "memory not released" finding on the host names what still
+holds it and the next step (``services/findings.py``), until a later snapshot
+shows it back (a GPU reset, the orphans killed).
+
 Called for every stored snapshot by ``kills/receivers.py`` (the fleet app's
 ``snapshot_ingested`` signal, after the snapshot committed).
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -20,6 +28,7 @@ from gpuadmin.fleet.taken_at import document_taken_at
 from gpuadmin.kills import memory
 from gpuadmin.kills.models import KillRequest, KillTarget
 from gpuadmin.kills.services._audit import audit
+from gpuadmin.kills.services.findings import open_memory_not_released, resolve_memory_came_back
 from gpuadmin.kills.states import RELEASING
 from gpuadmin.text import human_bytes
 
@@ -39,8 +48,13 @@ _CANDIDATES = PreparedQuery(
 )
 
 
-def confirm_released(host: Host, document: dict[str, Any], *, now: datetime | None = None) -> list[int]:
-    """Record released memory for the host's finished requests this snapshot settles; their ids."""
+def confirm_released(host: Host, document: dict[str, Any], *, open_kinds: Collection[str] | None = None,
+                     now: datetime | None = None) -> list[int]:
+    """Record released memory for the host's finished requests this snapshot settles; their ids.
+
+    ``open_kinds``: the kinds of the host's open findings, when the caller knows them; a "memory not
+    released" finding among them closes when this snapshot shows that memory back.
+    """
     now = now or timezone.now()
     taken_at = document_taken_at(document)
     if taken_at is None:
@@ -49,6 +63,7 @@ def confirm_released(host: Host, document: dict[str, Any], *, now: datetime | No
     for (kill_request_id,) in _CANDIDATES.rows(host=host.pk, taken_at=taken_at, since=now - WATCH_FOR):
         if _confirm_one(kill_request_id, document, taken_at):
             confirmed.append(kill_request_id)
+    resolve_memory_came_back(host, document, open_kinds=open_kinds, now=now)
     return confirmed
 
 
@@ -63,12 +78,19 @@ def _confirm_one(kill_request_id: int, document: dict[str, Any], taken_at: datet
         if not base.get("targets"):
             return False
         outcome = memory.release(base, document)
-        settled = (taken_at - kill_request.finished_at).total_seconds() >= SETTLE_SECONDS
+        kill_request.memory_snapshots_compared += 1
+        settled = (
+            (taken_at - kill_request.finished_at).total_seconds() >= SETTLE_SECONDS
+            or kill_request.memory_snapshots_compared >= settings.GPUADMIN_MEMORY_RELEASE_SNAPSHOTS
+        )
         if not outcome.complete and not settled:
-            return False  # the driver may still be freeing it; a later snapshot decides
+            # The driver may still be freeing it; a later snapshot decides.
+            kill_request.save(update_fields=["memory_snapshots_compared"])
+            return False
         kill_request.memory_released_bytes = outcome.released_bytes
         kill_request.memory_confirmed_at = taken_at
-        kill_request.save(update_fields=["memory_released_bytes", "memory_confirmed_at"])
+        kill_request.save(update_fields=["memory_released_bytes", "memory_confirmed_at",
+                                         "memory_snapshots_compared"])
         audit(
             Action.MEMORY_RELEASED, kill_request,
             details={
@@ -79,6 +101,10 @@ def _confirm_one(kill_request_id: int, document: dict[str, Any], taken_at: datet
                 "per_gpu": outcome.per_gpu,
                 "still_holding": outcome.still_holding,
                 "snapshot_taken_at": document.get("taken_at"),
+                "snapshots_compared": kill_request.memory_snapshots_compared,
+                "not_released_bytes": kill_request.memory_not_released_bytes,
             },
         )
+        if not outcome.complete:
+            open_memory_not_released(kill_request, outcome, document)
     return True
