@@ -132,11 +132,11 @@ def run(requests: int, work: Path, redis_url: str | None) -> list[dict[str, floa
     from django.contrib.auth.models import Group, User
     from django.core.management import call_command
 
-    from gpuadmin.fleet.ingest import ingest_snapshot
     from gpuadmin.kills import services
     from gpuadmin.kills.models import KillRequest
     from gpuadmin.kills.services import dispatch
     from gpuadmin.probe import ProbeConfig, take_snapshot
+    from tests.keys import deliver
 
     call_command("migrate", verbosity=0)
     # The agent's key is enrolled as `make run` enrols its own agent's: an approver accepts it
@@ -190,7 +190,7 @@ def run(requests: int, work: Path, redis_url: str | None) -> list[dict[str, floa
                 assert target.stdout is not None and target.stdout.readline().strip() == "ready"
                 write_gpus(gpus_file, [target.pid])
                 document = take_snapshot(probe_config)
-                ingest_snapshot(json.dumps(document))
+                deliver(json.dumps(document))
                 record = next(p for p in document["processes"] if p["pid"] == target.pid)
                 kill_request = services.file_request(
                     requester, host=HOST, pid=target.pid, start_time_ticks=record["start_time_ticks"],

@@ -1,7 +1,7 @@
 """Response times of the pages and the API over a large fleet.
 
 In a throwaway data directory (SQLite), ingest one snapshot per host through
-the real path (tests.factories -> gpuadmin.fleet.ingest.ingest_snapshot):
+the real path (tests.factories -> tests.keys.deliver -> gpuadmin.fleet.ingest.receive_snapshot):
 --hosts hosts with 8 GPUs each, a dozen GPU-holding processes under two
 launchers, an orphaned worker pair still holding memory, a leaky parent with
 zombie children and a zombie whose parent is gone, a device-file holder; plus
@@ -125,18 +125,18 @@ def big_host(holders: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 
 def ingest_fleet(hosts: int, big_holders: int) -> tuple[float, float, int]:
     """Ingest every host; return (seconds for the ordinary hosts, seconds for the big one, its bytes)."""
-    from gpuadmin.fleet.ingest import ingest_snapshot
     from tests.factories import snapshot_json
+    from tests.keys import deliver
 
     began = time.perf_counter()
     for host_index in range(hosts):
         processes, gpus = typical_host(host_index)
-        ingest_snapshot(snapshot_json(f"gpu{host_index:03d}", processes=processes, gpus=gpus))
+        deliver(snapshot_json(f"gpu{host_index:03d}", processes=processes, gpus=gpus))
     fleet_seconds = time.perf_counter() - began
     processes, gpus = big_host(big_holders)
     payload = snapshot_json(BIG_HOST, processes=processes, gpus=gpus)
     began = time.perf_counter()
-    ingest_snapshot(payload)
+    deliver(payload)
     return fleet_seconds, time.perf_counter() - began, len(payload)
 
 

@@ -8,13 +8,23 @@ agent signs verifies as that host's.
 
 from __future__ import annotations
 
+import json
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from gpuadmin.data_dir import AGENT_SIGNING_KEY
-from gpuadmin.wire.signing import MessageKind, generate_private_key, private_key_pem, public_key_text, seal
+from gpuadmin.wire.signing import (
+    MessageKind,
+    fingerprint,
+    generate_private_key,
+    private_key_pem,
+    public_key_text,
+    seal,
+    seal_text,
+)
 
 _HOST_KEYS: dict[str, Ed25519PrivateKey] = {}
 
@@ -57,6 +67,39 @@ def install_agent_key(data_dir: Path, host_name: str) -> None:
 def signed_snapshot(document: dict[str, Any], *, key: Ed25519PrivateKey | None = None) -> dict[str, Any]:
     """The message an agent sends for ``document`` (signed by its host's test key unless ``key``)."""
     return seal(document, MessageKind.SNAPSHOT, key or host_key(document["host"]["name"]))
+
+
+def deliver(snapshot: dict[str, Any] | str, *, received_at: datetime | None = None,
+            accept_key: bool = True) -> Any:
+    """Store a snapshot the way central stores every one (``ingest.receive_snapshot``); returns the Host.
+
+    ``snapshot``: a document (sealed as an agent seals it) or a JSON text, sealed as it is (to send one
+    that is spoiled, or spelled another way), signed by its host's test key. A host whose key is not
+    accepted yet goes the way a new agent's does: its snapshot offers the key (the host first seen then),
+    an approver accepts that fingerprint (``trust.accept_host``, audited), and the snapshot is sent
+    again; ``accept_key=False`` leaves it awaiting. Raises ``SnapshotRejected`` as receive_snapshot does;
+    an AssertionError when the host is left awaiting acceptance."""
+    from gpuadmin.fleet import trust
+    from gpuadmin.fleet.ingest import receive_snapshot
+    from gpuadmin.fleet.validation import host_name_from_text
+
+    if isinstance(snapshot, str):
+        try:
+            host_name = json.loads(snapshot)["host"]["name"]
+        except (ValueError, KeyError, TypeError):  # spoiled: the name as a rejection reads it
+            host_name = host_name_from_text(snapshot)
+        message = seal_text(snapshot, MessageKind.SNAPSHOT, host_key(host_name))
+    else:
+        host_name = snapshot["host"]["name"]
+        message = signed_snapshot(snapshot)
+    host = receive_snapshot(message, received_at=received_at)
+    if host is None and accept_key:  # offered: accepted as an approver accepts it, then sent again
+        trust.accept_host(host_name, actor_name="tests",
+                          expected_fingerprint=fingerprint(host_key(host_name)),
+                          ask_for_snapshot=False)
+        host = receive_snapshot(message, received_at=received_at)
+    assert host is not None, f"{host_name} awaits acceptance"
+    return host
 
 
 def signed_report(event: dict[str, Any], host_name: str, *,

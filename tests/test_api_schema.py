@@ -24,10 +24,9 @@ from jsonschema import Draft202012Validator, FormatChecker
 from knox.models import AuthToken
 
 from gpuadmin.celery import app
-from gpuadmin.fleet.ingest import ingest_snapshot
 from gpuadmin.fleet.models import Host
 from gpuadmin.web.api_docs import endpoints
-from tests.keys import enrol
+from tests.keys import deliver, enrol
 from tests.kills.helpers import STORY_PID, file, finished_kill, lab_snapshot, protect_like_the_lab
 from tests.people import client_for
 
@@ -87,7 +86,7 @@ def test_every_documented_endpoint_answers_as_the_schema_says(  # noqa: PLR0917 
     monkeypatch.setattr(app, "send_task", lambda *args, **kwargs: None)  # the broker is not under test
     enrol(Host.objects.create(name="gpu01", first_seen_at=timezone.now()))
     for minutes in (5, 4, 3):  # history samples, findings, process lives: ingest as it runs
-        ingest_snapshot(json.dumps(lab_snapshot(extra_used={"GPU-sim-0001": 3 * 2**30},
+        deliver(json.dumps(lab_snapshot(extra_used={"GPU-sim-0001": 3 * 2**30},
                                                 taken_at=timezone.now() - timedelta(minutes=minutes))))
     story = finished_kill(requester, approver)  # a succeeded request, its steps and audit events
     pending = file(requester, 4600)

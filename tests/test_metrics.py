@@ -14,14 +14,13 @@ from django.test import Client
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuadmin.fleet.ingest import ingest_snapshot
 from gpuadmin.fleet.models import Finding, Gpu
 from gpuadmin.fleet.validation import SnapshotRejected
 from gpuadmin.kills import services
 from gpuadmin.kills.models import KillRequest
 from gpuadmin.metrics import SCRAPE_QUERIES, UNKNOWN_HOST_LABEL
 from tests.factories import GiB, gpu, proc, snapshot
-from tests.keys import enrol
+from tests.keys import deliver
 
 TOKEN = "metrics-token-for-tests-0123456789"
 HOSTILE_ARGV = ["python", "--run", 'x"} 1\n# HELP evil', "--user=pid_4242"]
@@ -38,12 +37,12 @@ def metrics_token(settings) -> str:
 def ingest(document: dict, *, received_ago: timedelta) -> None:
     received_at = timezone.now() - received_ago
     document["taken_at"] = (received_at - timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    enrol(ingest_snapshot(json.dumps(document), received_at=received_at))
+    deliver(json.dumps(document), received_at=received_at)
 
 
 def reject(payload: str) -> None:
     with pytest.raises(SnapshotRejected):
-        ingest_snapshot(payload)
+        deliver(payload, accept_key=False)
 
 
 @pytest.fixture

@@ -40,7 +40,6 @@ from gpuadmin.fleet.validation import (
     SnapshotRejected,
     host_name_from_text,
     parse_snapshot,
-    payload_size_bytes,
 )
 from gpuadmin.wire.signing import BadMessage, MessageKind, open_envelope
 
@@ -191,23 +190,11 @@ def _message_size(message: Any) -> int:
     return len(text) if isinstance(text, str | bytes) else 0
 
 
-def ingest_snapshot(payload: str | bytes, *, received_at: datetime | None = None) -> Host:
-    """Validate and store one snapshot whose sender was verified already. Raises ``SnapshotRejected``."""
-    received_at = received_at or timezone.now()
-    try:
-        document = parse_snapshot(payload, now=received_at)
-    except SnapshotRejected as rejected:
-        record_rejection(rejected, size_bytes=payload_size_bytes(payload), received_at=received_at)
-        raise
-    text = payload if isinstance(payload, str) else None
-    return ingest_document(document, received_at=received_at, text=text)
-
-
 def ingest_document(
     document: dict[str, Any],
     *,
     received_at: datetime,
-    locked_host: Host | None = None,
+    locked_host: Host,
     text: str | None = None,
     ahead: ReadAhead | None = None,
 ) -> Host:
@@ -226,8 +213,8 @@ def ingest_document(
     MAX_CLOCK_AHEAD): its taken_at is read as no later than its arrival, so
     one snapshot dated ahead never makes the newer ones look late.
 
-    ``locked_host``: the document's host, when the caller's transaction has
-    locked its row already (``receive_snapshot``, after the key check).
+    ``locked_host``: the document's host, whose row the caller's transaction
+    has locked (``receive_snapshot``, after the key check: the only way in).
     ``text``: the JSON text ``document`` was parsed from (``parse_snapshot``), stored as the latest
     document as it is instead of encoding the document again (~125 KB for 200 processes).
     ``ahead``: the host's reads, sent already in this transaction (``receive_snapshot``).
@@ -235,15 +222,8 @@ def ingest_document(
     taken_at = _clamped_taken_at(document, received_at)
     # No savepoint inside the caller's transaction: any error here fails the whole snapshot anyway.
     with transaction.atomic(savepoint=False):
-        if locked_host is not None:
-            host, created = locked_host, False
-        else:
-            # The lock serialises two workers ingesting the same host (PostgreSQL;
-            # SQLite's IMMEDIATE transactions already serialise every writer).
-            host, created = Host.objects.select_for_update().get_or_create(
-                name=document["host"]["name"], defaults={"first_seen_at": received_at}
-            )
-        if not created and host.last_snapshot_taken_at and taken_at <= host.last_snapshot_taken_at:
+        host = locked_host
+        if host.last_snapshot_taken_at and taken_at <= host.last_snapshot_taken_at:
             _store_late(host, document, taken_at)
             return host
 

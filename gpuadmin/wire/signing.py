@@ -146,7 +146,12 @@ def _signed_bytes(kind: MessageKind, text: str) -> bytes:
 
 def seal(body: Any, kind: MessageKind, key: Ed25519PrivateKey) -> dict[str, Any]:
     """The signed envelope of ``body`` (any JSON value), ready to send."""
-    text = canonical_json(body)
+    return seal_text(canonical_json(body), kind, key)
+
+
+def seal_text(text: str, kind: MessageKind, key: Ed25519PrivateKey) -> dict[str, Any]:
+    """The signed envelope of ``text`` as it is (ASCII): what ``seal`` sends for a body's canonical text.
+    Senders seal bodies; the tests seal texts a receiver must refuse after checking the signature."""
     return {
         "v": ENVELOPE_VERSION,
         "kind": kind.value,

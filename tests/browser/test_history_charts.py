@@ -20,11 +20,10 @@ if not all(importlib.util.find_spec(name) for name in ("playwright", "tests.brow
 from playwright.sync_api import Page, expect
 
 from gpuadmin.fleet import retention
-from gpuadmin.fleet.ingest import ingest_snapshot
 from gpuadmin.fleet.models import Host
 from gpuadmin.kills import services
 from tests.factories import GiB, gpu, proc, snapshot
-from tests.keys import enrol
+from tests.keys import deliver, enrol
 
 # The live server reads in its own thread what the test wrote: committed data.
 pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
@@ -60,7 +59,7 @@ def forty_minutes_of_a_leaky_job() -> None:
                   gpu(1, used=3 * GiB, utilization_percent=0)],
             taken_at=taken_at,
         )
-        ingest_snapshot(json.dumps(document), received_at=taken_at + timedelta(seconds=1))
+        deliver(json.dumps(document), received_at=taken_at + timedelta(seconds=1))
     retention.roll_up(now)
 
 

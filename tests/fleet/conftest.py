@@ -10,41 +10,20 @@ from typing import Any
 import pytest
 
 from gpuadmin.celery import app
-from gpuadmin.fleet.ingest import ingest_snapshot, receive_snapshot
 from gpuadmin.fleet.models import Host
-from tests.keys import accept, signed_snapshot
+from tests.keys import deliver
 from tests.probe.helpers import processes  # noqa: F401 - fixture (real processes, for test_real_probe.py)
 
 
 @pytest.fixture
 def ingest() -> Callable[..., Host]:
-    """ingest(document, received_after_seconds=1): store a factory document as central would."""
-    return _ingest_way("verified")
-
-
-@pytest.fixture(params=["verified", "signed"])
-def ingest_both_ways(request: pytest.FixtureRequest) -> Callable[..., Host]:
-    """As ``ingest``, once as a payload whose sender was verified (``ingest_snapshot``), once as its
-    host's signed message (``receive_snapshot``: the host accepted first; from its second snapshot
-    on, the host's reads go out with its lock, ``ingest.ReadAhead``)."""
-    return _ingest_way(request.param)
-
-
-def _ingest_way(way: str) -> Callable[..., Host]:
-    accepted: set[str] = set()
+    """ingest(document, received_after_seconds=1): store a factory document as central does, as its
+    host's signed message (``tests.keys.deliver``: a new host offers its key and is accepted first)."""
 
     def _ingest(document: dict[str, Any], *, received_after_seconds: float = 1.0) -> Host:
         taken_at = datetime.fromisoformat(document["taken_at"])
-        received_at = taken_at + timedelta(seconds=received_after_seconds)
-        if way == "verified":
-            return ingest_snapshot(json.dumps(document), received_at=received_at)
-        name = document["host"]["name"]
-        if name not in accepted:
-            accept(name)
-            accepted.add(name)
-        host = receive_snapshot(signed_snapshot(document), received_at=received_at)
-        assert host is not None
-        return host
+        # Its JSON text in the document's own key order, as tests that show the stored text expect.
+        return deliver(json.dumps(document), received_at=taken_at + timedelta(seconds=received_after_seconds))
 
     return _ingest
 

@@ -14,10 +14,10 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from gpuadmin.fleet.ingest import ingest_snapshot
 from gpuadmin.fleet.models import Host
 from gpuadmin.fleet.validation import SnapshotRejected, parse_snapshot
 from tests.factories import GiB, gpu, proc, snapshot, snapshot_json
+from tests.keys import deliver
 
 # A fixed moment, so that every test reads the same taken_at / received_at.
 T0 = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
@@ -60,7 +60,7 @@ HOSTILE_NAME = "\x1b[2Jx<i>"
 
 def store(host: str = "gpu01", **kwargs: Any) -> Host:
     """Ingest a factory snapshot for ``host``; return the stored Host."""
-    return ingest_snapshot(snapshot_json(host, **kwargs))
+    return deliver(snapshot_json(host, **kwargs))
 
 
 def make_offline(host: Host) -> Host:

@@ -6,7 +6,7 @@ import pytest
 from django.urls import reverse
 
 from gpuadmin.fleet.models import Host
-from tests.factories import GiB, proc
+from tests.factories import GiB, gpu, proc
 from tests.fleet.helpers import busy_host_gpus, busy_host_processes, make_offline, store, store_busy_host
 
 pytestmark = pytest.mark.django_db
@@ -136,7 +136,8 @@ def test_host_detail_includes_the_summary_and_snapshot_time(viewer_client):
 def test_resolved_findings_leave_the_api(viewer_client):
     store_busy_host("gpu01")
     ten_seconds_later = Host.objects.get(name="gpu01").last_snapshot_taken_at + timedelta(seconds=10)
-    store("gpu01", processes=[proc(101, gpu_memory={"GPU-sim-0000": GiB})], taken_at=ten_seconds_later)
+    store("gpu01", processes=[proc(101, gpu_memory={"GPU-sim-0000": GiB})], gpus=[gpu(0, used=GiB)],
+          taken_at=ten_seconds_later)
     _, body = get_json(viewer_client, "api_host_detail", name="gpu01")
     assert body["findings"] == []
     assert body["zombie_trees"] == []

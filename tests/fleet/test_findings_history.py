@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 
 from gpuadmin.fleet.findings import PidSample, pid_forecast
-from gpuadmin.fleet.ingest import ingest_snapshot
 from gpuadmin.fleet.models import Finding, Host
 from gpuadmin.probe import procfs
 from gpuadmin.probe.config import ProbeConfig
 from gpuadmin.probe.snapshot import take_snapshot
 from tests.factories import GiB, gpu, proc, snapshot
 from tests.fleet.helpers import at
+from tests.keys import deliver
 from tests.probe.helpers import Processes
 
 pytestmark = pytest.mark.django_db
@@ -61,7 +61,7 @@ class RealHost:
                 }
             )
         )
-        return ingest_snapshot(json.dumps(take_snapshot(self.config)))
+        return deliver(json.dumps(take_snapshot(self.config)))
 
 
 @pytest.fixture

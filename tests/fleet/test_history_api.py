@@ -14,11 +14,10 @@ from django.utils import timezone
 from knox.models import AuthToken
 
 from gpuadmin.fleet import retention
-from gpuadmin.fleet.ingest import ingest_snapshot
 from gpuadmin.fleet.models import Host
 from gpuadmin.kills import services
 from tests.factories import GiB, gpu, proc, snapshot
-from tests.keys import enrol
+from tests.keys import deliver, enrol
 
 pytestmark = pytest.mark.django_db
 
@@ -31,7 +30,7 @@ def iso(moment: datetime) -> str:
 
 def store(document: dict[str, Any]) -> None:
     taken_at = datetime.fromisoformat(document["taken_at"])
-    ingest_snapshot(json.dumps(document), received_at=taken_at + timedelta(seconds=1))
+    deliver(json.dumps(document), received_at=taken_at + timedelta(seconds=1))
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""ingest_snapshot: a good snapshot is stored whole; a bad one is refused and changes nothing stored."""
+"""receive_snapshot: a good snapshot is stored whole; a bad one is refused and changes nothing stored."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import pytest
 from django.db.models import Model
 from django.test import override_settings
 
-from gpuadmin.fleet.ingest import ingest_snapshot
 from gpuadmin.fleet.models import (
     Finding,
     Gpu,
@@ -26,6 +25,7 @@ from gpuadmin.fleet.signals import snapshot_ingested
 from gpuadmin.fleet.validation import SnapshotRejected
 from tests.factories import BOOT_ID, GiB, gpu, proc, snapshot
 from tests.fleet.helpers import T0, at
+from tests.keys import deliver
 
 pytestmark = pytest.mark.django_db
 
@@ -189,7 +189,7 @@ def test_a_bad_snapshot_is_refused_with_a_clear_error_and_changes_nothing_stored
     before = stored_state()
 
     with pytest.raises(SnapshotRejected) as caught:
-        ingest_snapshot(spoil(busy_host(10)), received_at=at(11))
+        deliver(spoil(busy_host(10)), received_at=at(11))
 
     assert caught.value.message.startswith(message)
     assert caught.value.host_name == "gpu01"
@@ -207,14 +207,14 @@ def test_a_bad_snapshot_is_refused_with_a_clear_error_and_changes_nothing_stored
 
 def test_the_oversized_error_names_the_limit() -> None:
     with override_settings(GPUADMIN_SNAPSHOT_MAX_BYTES=1024), pytest.raises(SnapshotRejected) as caught:
-        ingest_snapshot(json.dumps(busy_host()), received_at=at(1))
+        deliver(json.dumps(busy_host()), received_at=at(1))
     assert "over the limit of 1 KiB (GPUADMIN_SNAPSHOT_MAX_BYTES)" in caught.value.message
     assert SnapshotRejection.objects.get().size_bytes == len(json.dumps(busy_host()))
 
 
 def test_a_rejected_snapshot_from_an_unknown_host_creates_no_host() -> None:
     with pytest.raises(SnapshotRejected):
-        ingest_snapshot(duplicate_pid(busy_host()), received_at=at(1))
+        deliver(duplicate_pid(busy_host()), received_at=at(1), accept_key=False)
     assert not Host.objects.exists()
     assert SnapshotRejection.objects.get().host_name == "gpu01"
 
@@ -222,7 +222,7 @@ def test_a_rejected_snapshot_from_an_unknown_host_creates_no_host() -> None:
 def test_a_good_snapshot_clears_the_last_error(ingest: Callable[..., Host]) -> None:
     ingest(busy_host(0))
     with pytest.raises(SnapshotRejected):
-        ingest_snapshot(bad_json(busy_host(10)), received_at=at(11))
+        deliver(bad_json(busy_host(10)), received_at=at(11))
     assert Host.objects.get().last_error
     ingest(busy_host(20))
     host = Host.objects.get()
@@ -277,7 +277,7 @@ def test_listeners_hear_of_each_new_latest_snapshot_after_commit(
         with django_capture_on_commit_callbacks(execute=True):
             ingest(busy_host(5))  # late: not the latest
             with pytest.raises(SnapshotRejected):
-                ingest_snapshot(bad_json(busy_host(30)), received_at=at(31))
+                deliver(bad_json(busy_host(30)), received_at=at(31))
         assert len(heard) == 1
     finally:
         snapshot_ingested.disconnect(listener)
@@ -322,7 +322,7 @@ def test_received_at_defaults_to_now() -> None:
     document = busy_host()
     document["taken_at"] = (T0 + timedelta(days=3650)).strftime("%Y-%m-%dT%H:%M:%SZ")
     with pytest.raises(SnapshotRejected, match="ahead of central's clock"):
-        ingest_snapshot(json.dumps(document))
+        deliver(json.dumps(document))
     document["taken_at"] = T0.strftime("%Y-%m-%dT%H:%M:%SZ")
-    host = ingest_snapshot(json.dumps(document))
+    host = deliver(json.dumps(document))
     assert host.last_seen_at > T0

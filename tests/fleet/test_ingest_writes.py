@@ -20,21 +20,15 @@ from django.db.models.functions import Cast
 from django.test.utils import CaptureQueriesContext
 
 from gpuadmin.fleet import ingest as ingest_module
-from gpuadmin.fleet.ingest import ingest_snapshot, receive_snapshot
+from gpuadmin.fleet.ingest import receive_snapshot
 from gpuadmin.fleet.models import Finding, Gpu, GpuSample, Host, LatestSnapshot, ProcessLife, ProcessPoint
 from tests.factories import GiB, container_owner, gpu, proc, slurm_owner, snapshot
 from tests.fleet.helpers import at, counted_round_trips
-from tests.keys import accept, signed_snapshot
+from tests.keys import accept, deliver, signed_snapshot
 
 pytestmark = pytest.mark.django_db
 
 GPU0, GPU1 = "GPU-sim-0000", "GPU-sim-0001"
-
-
-@pytest.fixture
-def ingest(ingest_both_ways: Callable[..., Host]) -> Callable[..., Host]:
-    """Each test both ways in: signed, a known host's reads go out behind its lock (ingest.ReadAhead)."""
-    return ingest_both_ways
 
 
 def trainers(taken_seconds: float, *, memory: dict[int, int] | None = None, zombies: bool = False,
@@ -325,12 +319,12 @@ def test_the_latest_document_is_stored_from_the_text_as_received() -> None:
     """The steady path stores the validated text itself (no second encoding); what is read back is the
     document the text says, whatever its spacing, escapes or number spelling."""
     first = trainers(0)
-    ingest_snapshot(json.dumps(first), received_at=at(1))
+    deliver(json.dumps(first), received_at=at(1))
     second = trainers(10, name="tr\u00e4iner \U0001f600")
     text = json.dumps(second, indent=2).replace('"elapsed_seconds": 60.0', '"elapsed_seconds": 6e1')
     assert "\\ud83d\\ude00" in text and "6e1" in text
     with statements() as sql:
-        ingest_snapshot(text, received_at=at(11))
+        deliver(text, received_at=at(11))
     stored = LatestSnapshot.objects.get(host__name="gpu01")
     assert stored.document == second and stored.taken_at == at(10)
     assert stored.document["processes"][1]["name"] == "tr\u00e4iner \U0001f600"

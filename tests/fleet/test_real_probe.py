@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from gpuadmin.fleet.ingest import ingest_snapshot
 from gpuadmin.fleet.models import Finding, ProcessLife
 from gpuadmin.probe import procfs
 from gpuadmin.probe.config import ProbeConfig
 from gpuadmin.probe.snapshot import take_snapshot
 from tests.factories import GiB
+from tests.keys import deliver
 from tests.probe.helpers import Processes, free_pid, state_of, wait_until
 
 pytestmark = pytest.mark.django_db
@@ -66,7 +66,7 @@ def test_real_zombies_and_orphans_become_findings_about_the_right_processes(
         host_name="real-host",
     )
 
-    host = ingest_snapshot(json.dumps(take_snapshot(config)))
+    host = deliver(json.dumps(take_snapshot(config)))
 
     parent_start = procfs.read_stat(zombie_parent.pid).start_time_ticks
     zombies = host.findings.get(kind=Finding.Kind.ZOMBIES, key=f"{zombie_parent.pid}:{parent_start}")

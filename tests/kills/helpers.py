@@ -37,7 +37,6 @@ from django.test import TestCase
 from django.utils import timezone
 
 from gpuadmin.celery import app
-from gpuadmin.fleet.ingest import ingest_snapshot
 from gpuadmin.fleet.models import Host, LatestSnapshot
 from gpuadmin.kills import services
 from gpuadmin.kills.models import KillRequest
@@ -45,7 +44,7 @@ from gpuadmin.probe import procfs
 from gpuadmin.wire.task_names import EXECUTE_KILL_ORDER, NOTIFY_KILL_EVENT
 from tests.environment import without_coverage
 from tests.factories import BOOT_ID, GiB, gpu, proc, snapshot
-from tests.keys import enrol
+from tests.keys import deliver, enrol
 
 REASON = "job finished yesterday, memory still held"
 
@@ -263,7 +262,7 @@ def finished_kill(requester: Any, approver: Any) -> Story:
     taken_at = kill_request.finished_at + timedelta(seconds=1)
     later["taken_at"] = taken_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     with _committed():
-        ingest_snapshot(json.dumps(later), received_at=taken_at + timedelta(seconds=1))
+        deliver(json.dumps(later), received_at=taken_at + timedelta(seconds=1))
     kill_request.refresh_from_db()
     return Story(kill_request=kill_request, orders=orders)
 

@@ -16,7 +16,6 @@ from django.db.models import F
 from django.utils import timezone
 
 from gpuadmin.audit.models import Action, AuditEvent
-from gpuadmin.fleet.ingest import ingest_snapshot
 from gpuadmin.fleet.models import Host
 from gpuadmin.kills import services
 from gpuadmin.kills.models import FINISH_REPORT_MARGIN, KillRequest, KillStep
@@ -27,7 +26,7 @@ from gpuadmin.notify.services import plan_for_event
 from gpuadmin.wire.kill_protocol import Event, Method, event_record
 from gpuadmin.wire.timestamps import wire_time
 from tests.factories import GiB
-from tests.keys import accept, host_key, signed_report
+from tests.keys import accept, deliver, host_key, signed_report
 from tests.kills.helpers import actions, file, lab_snapshot, refreshed
 from tests.notify.helpers import person
 
@@ -231,7 +230,7 @@ def test_a_corrected_result_has_its_released_memory_confirmed(
     taken_at = timezone.now()
     later["taken_at"] = taken_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     with django_capture_on_commit_callbacks(execute=True):
-        ingest_snapshot(json.dumps(later), received_at=taken_at + timedelta(seconds=1))
+        deliver(json.dumps(later), received_at=taken_at + timedelta(seconds=1))
     kill_request = refreshed(expired_order)
     assert kill_request.memory_released_bytes == 1 * GiB
     assert "memory_released" in actions(kill_request)

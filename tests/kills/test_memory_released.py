@@ -10,10 +10,10 @@ import pytest
 from django.utils import timezone
 
 from gpuadmin.audit.models import AuditEvent
-from gpuadmin.fleet.ingest import ingest_snapshot
 from gpuadmin.fleet.models import Finding
 from gpuadmin.kills import services
 from tests.factories import GiB
+from tests.keys import deliver
 from tests.kills.helpers import GPU0, file, lab_snapshot, refreshed
 
 pytestmark = pytest.mark.django_db
@@ -52,7 +52,7 @@ def ingest_after(django_capture_on_commit_callbacks):
         taken_at = kill_request.finished_at + timedelta(seconds=seconds)
         document["taken_at"] = taken_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         with django_capture_on_commit_callbacks(execute=True):
-            ingest_snapshot(json.dumps(document), received_at=taken_at + timedelta(seconds=1))
+            deliver(json.dumps(document), received_at=taken_at + timedelta(seconds=1))
 
     return _ingest
 

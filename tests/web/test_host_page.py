@@ -170,9 +170,9 @@ def test_a_gpu_whose_processes_hold_more_than_it_uses_is_flagged(viewer_client):
 def test_a_rejected_snapshot_and_an_unavailable_backend_are_explained(viewer_client):
     store("gpu01", gpus=[], backend="none", available=False, reason="NVML library not found")
     with pytest.raises(SnapshotRejected):
-        from gpuadmin.fleet.ingest import ingest_snapshot
+        from tests.keys import deliver
 
-        ingest_snapshot(snapshot_json("gpu01").replace('"schema_version": 2', '"schema_version": 99'))
+        deliver(snapshot_json("gpu01").replace('"schema_version": 2', '"schema_version": 99'))
     summary = section(page_of(viewer_client), "host-summary")
     error = Host.objects.get(name="gpu01").last_error
     assert error

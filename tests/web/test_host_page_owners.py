@@ -8,9 +8,9 @@ import re
 import pytest
 from django.urls import reverse
 
-from gpuadmin.fleet.ingest import ingest_snapshot
 from tests.factories import proc, snapshot
 from tests.fleet.helpers import store
+from tests.keys import deliver
 
 pytestmark = pytest.mark.django_db
 
@@ -78,6 +78,6 @@ def test_a_version_1_snapshot_is_ingested_and_shown_with_its_container_id(viewer
     document = snapshot("gpu01", processes=[proc(7, user="alice", gpu_memory=GPU, container_id=CID)])
     document["schema_version"] = 1
     del document["processes"][0]["owner"]
-    ingest_snapshot(json.dumps(document))
+    deliver(json.dumps(document))
     cell = user_cell(holder_row(viewer_client, 7))
     assert f"ctr {CID}" in cell

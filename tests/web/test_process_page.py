@@ -13,11 +13,10 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from gpuadmin.fleet.ingest import ingest_snapshot
 from gpuadmin.fleet.models import Host
 from gpuadmin.kills import services
 from tests.factories import GiB, gpu, proc, snapshot
-from tests.keys import enrol
+from tests.keys import deliver, enrol
 
 pytestmark = pytest.mark.django_db
 
@@ -42,7 +41,7 @@ def store(processes: list[dict[str, Any]], minutes_ago: float) -> None:
     taken_at = timezone.now() - timedelta(minutes=minutes_ago)
     used = sum(sum(v for v in p["gpu_memory_bytes"].values()) for p in processes)
     document = snapshot("gpu01", processes=processes, gpus=[gpu(0, used=used)], taken_at=taken_at)
-    ingest_snapshot(json.dumps(document), received_at=taken_at + timedelta(seconds=1))
+    deliver(json.dumps(document), received_at=taken_at + timedelta(seconds=1))
 
 
 def page(client: Client, pid: int, start: int | None = None) -> tuple[int, str]:
