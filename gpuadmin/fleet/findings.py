@@ -820,23 +820,19 @@ _REWRITE = PreparedUpdate(
 )
 
 
-def sync_findings(host: Host, drafts: Iterable[FindingDraft], now: datetime,
-                  open_findings: PendingRows | None = None) -> SyncResult:
+def sync_findings(host: Host, drafts: Iterable[FindingDraft], now: datetime) -> SyncResult:
     """Open the new findings, refresh those still present, resolve those that vanished.
 
     Matching is by (kind, key): a finding keeps its first_seen_at for as long as
     consecutive snapshots show it. A resolved finding that comes back opens a
-    new row, so the history of each episode stays intact. ``open_findings``: the
-    host's open findings, asked for already in this transaction (``start_reading_open``).
+    new row, so the history of each episode stays intact.
     """
     wanted: dict[tuple[str, str], FindingDraft] = {}
     for draft in drafts:
         if draft.kind not in SNAPSHOT_KINDS:
             raise ValueError(f"{draft.kind} findings are not drawn from snapshots")
         wanted[(draft.kind, draft.key)] = draft
-    if open_findings is None:
-        open_findings = start_reading_open(host.pk)
-    still_open, others = _open_findings(open_findings)
+    still_open, others = _open_findings(start_reading_open(host.pk))
     created, refreshed, only_seen = [], [], []
     for kind_key, draft in wanted.items():
         fields = {name: getattr(draft, name) for name in _DRAFT_FIELDS}

@@ -220,7 +220,6 @@ def record_process_lives(
     boot_id: str,
     taken_at: datetime,
     previous_taken_at: datetime | None,
-    open_lives: PendingRows | None = None,
     mattering: list[ProcessRow] | None = None,
 ) -> list[LifeValues]:
     """Start or extend the lives of the processes in this snapshot, end those it no longer shows.
@@ -235,8 +234,7 @@ def record_process_lives(
 
     ``previous_taken_at``: the host's snapshot before this one (None for its
     first), the last that showed every life still open: a life that ends now
-    was last seen then. ``open_lives``: the host's open lives, asked for
-    already in this transaction (``start_reading_open_lives``).
+    was last seen then.
 
     Stored lives are read as plain values (no model instances) and only the
     lives whose values changed, or that are new, are written in full; the
@@ -249,9 +247,7 @@ def record_process_lives(
     """
     cap = settings.GPUADMIN_HISTORY_PROCESSES_PER_SNAPSHOT
     mattering = capped(mattering if mattering is not None else mattering_rows(rows))
-    if open_lives is None:
-        open_lives = start_reading_open_lives(host.pk, taken_at=taken_at)
-    known = _known_lives(host, boot_id, mattering, open_lives)
+    known = _known_lives(host, boot_id, mattering, start_reading_open_lives(host.pk, taken_at=taken_at))
     step = settings.GPUADMIN_HISTORY_PROCESS_STEP_BYTES  # read once, not once per process
     seen_before = previous_taken_at or taken_at
     lives: dict[LifeKey, LifeValues] = {}

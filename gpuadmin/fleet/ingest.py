@@ -28,7 +28,6 @@ from gpuadmin.fleet.process_tree import ProcessRow, attributed_memory_bytes, pro
 from gpuadmin.fleet.signals import snapshot_ingested
 from gpuadmin.fleet.statements import (
     Param,
-    PendingRows,
     PreparedQuery,
     PreparedUpdate,
     RowInsert,
@@ -120,57 +119,14 @@ def receive_snapshot(message: Any, *, received_at: datetime | None = None) -> Ho
     try:
         # One transaction per snapshot: the key check and the storing, under one lock of the host row.
         with transaction.atomic():
-            with pipelined():
-                # The lock, and behind it the reads of a steady snapshot: one round trip for all.
-                locking = trust.start_locking(host_name)
-                ahead = _read_ahead(host_name, _clamped_taken_at(document, received_at))
-            try:
-                host = trust.admit(host_name, opened, received_at=received_at, locking=locking)
-                if host is None:
-                    return None  # awaiting acceptance: nothing of it is stored
-                _HOST_IDS[host.name] = host.pk
-                # Read for another host of this name (removed since), the reads are not used.
-                used = ahead if ahead is not None and ahead.host_pk == host.pk else None
-                return ingest_document(document, received_at=received_at, locked_host=host, text=opened.text,
-                                       ahead=used)
-            finally:
-                if ahead is not None:
-                    ahead.close()  # what was not read
+            host = trust.admit(host_name, opened, received_at=received_at)
+            if host is None:
+                return None  # awaiting acceptance: nothing of it is stored
+            return ingest_document(document, received_at=received_at, locked_host=host, text=opened.text)
     except trust.MessageRejected as rejected:
         trust.reject_message(SnapshotRejection.MessageKind.SNAPSHOT, rejected.reason, host_name=host_name,
                              size_bytes=len(opened.text), received_at=received_at)
         raise SnapshotRejected(rejected.reason, host_name=host_name) from None
-
-
-# Host name -> id, as this process last stored a snapshot of it: whose rows to read before the host's
-# lock is answered (_read_ahead). Accepted hosts only. A host removed and added again has a new id:
-# what was read for the old one is not used.
-_HOST_IDS: dict[str, int] = {}
-
-
-@dataclass(frozen=True)
-class ReadAhead:
-    """The reads a steady snapshot of host ``host_pk`` makes, sent behind the host's lock
-    (``receive_snapshot``): they run under it, and all come back with its answer."""
-
-    host_pk: int
-    gpus: PendingRows  # _STORED_GPUS
-    lives: PendingRows  # history.start_reading_open_lives
-    findings: PendingRows  # findings.start_reading_open
-
-    def close(self) -> None:
-        for pending in (self.gpus, self.lives, self.findings):
-            pending.close()
-
-
-def _read_ahead(host_name: str, taken_at: datetime) -> ReadAhead | None:
-    """The reads of a host this process stored before (None for one it has not)."""
-    host_pk = _HOST_IDS.get(host_name)
-    if host_pk is None:
-        return None
-    return ReadAhead(host_pk, gpus=_STORED_GPUS.start(host=host_pk),
-                     lives=history.start_reading_open_lives(host_pk, taken_at=taken_at),
-                     findings=findings.start_reading_open(host_pk))
 
 
 def _clamped_taken_at(document: dict[str, Any], received_at: datetime) -> datetime:
@@ -196,7 +152,6 @@ def ingest_document(
     received_at: datetime,
     locked_host: Host,
     text: str | None = None,
-    ahead: ReadAhead | None = None,
 ) -> Host:
     """Store one validated snapshot document; return its host.
 
@@ -217,7 +172,6 @@ def ingest_document(
     has locked (``receive_snapshot``, after the key check: the only way in).
     ``text``: the JSON text ``document`` was parsed from (``parse_snapshot``), stored as the latest
     document as it is instead of encoding the document again (~125 KB for 200 processes).
-    ``ahead``: the host's reads, sent already in this transaction (``receive_snapshot``).
     """
     taken_at = _clamped_taken_at(document, received_at)
     # No savepoint inside the caller's transaction: any error here fails the whole snapshot anyway.
@@ -236,20 +190,18 @@ def ingest_document(
             _update_host(host, document, rows, taken_at=taken_at, received_at=received_at,
                          mattering_count=len(mattering))
             _store_latest(host, document, taken_at=taken_at, received_at=received_at, text=text)
-            gpus_by_uuid = _upsert_gpus(host, document, attributed_bytes, received_at=received_at,
-                                        stored_gpus=ahead.gpus if ahead else None)
+            gpus_by_uuid = _upsert_gpus(host, document, attributed_bytes, received_at=received_at)
             history.record_samples(host, document, gpus_by_uuid=gpus_by_uuid,
                                    attributed_bytes=attributed_bytes, taken_at=taken_at)
             history.update_idle_since(gpus_by_uuid, document, attributed_bytes, taken_at=taken_at)
             boot_id = document["host"]["boot_id"]
             lives = history.record_process_lives(host, rows, boot_id=boot_id, taken_at=taken_at,
                                                  previous_taken_at=previous_taken_at,
-                                                 open_lives=ahead.lives if ahead else None,
                                                  mattering=mattering)
             facts = history.findings_facts(host, lives, gpus_by_uuid.values(), taken_at=taken_at,
                                            zombies=document["process_counts"]["zombies"])
             synced = findings.sync_findings(host, findings.compute_findings(document, facts, rows=rows),
-                                            received_at, open_findings=ahead.findings if ahead else None)
+                                            received_at)
         transaction.on_commit(
             partial(snapshot_ingested.send, sender=Host, host=host, document=document,
                     open_finding_kinds=synced.open_kinds),
@@ -355,18 +307,15 @@ class ListedGpu:
 
 def _upsert_gpus(
     host: Host, document: dict[str, Any], attributed_bytes: dict[str, int], *, received_at: datetime,
-    stored_gpus: PendingRows | None = None,
 ) -> dict[str, history.GpuRow]:
     """GPU rows as this snapshot lists them; GPUs it no longer lists stay, marked not present.
 
-    The host's GPUs are read first (their ids and idle_since; ``stored_gpus``: asked
-    for already in this transaction), so that the upsert needs no read-back and a
+    The host's GPUs are read first (their ids and idle_since), so that the upsert needs no read-back and a
     GPU is marked not present only when one is missing (the host row is locked:
     nothing else adds GPUs meanwhile).
     """
-    if stored_gpus is None:
-        stored_gpus = _STORED_GPUS.start(host=host.pk)
-    stored = {uuid: (pk, present, idle) for pk, uuid, present, idle in stored_gpus.rows()}
+    stored = {uuid: (pk, present, idle)
+              for pk, uuid, present, idle in _STORED_GPUS.start(host=host.pk).rows()}
     listed = document["gpus"]
     rows = []
     for g in listed:

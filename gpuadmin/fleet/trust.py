@@ -39,7 +39,7 @@ from django.utils import timezone
 from gpuadmin.audit import log
 from gpuadmin.audit.models import Action, AuditEvent
 from gpuadmin.fleet.models import Finding, Host, SnapshotRejection, awaiting_acceptance_q
-from gpuadmin.fleet.statements import Param, PendingRows, PreparedQuery
+from gpuadmin.fleet.statements import Param, PreparedQuery
 from gpuadmin.text import clip
 from gpuadmin.wire.signing import Opened, fingerprint, parse_public_key, public_key_text
 
@@ -73,18 +73,16 @@ class KeyMismatch(ValueError):
 # --- what arrives ---------------------------------------------------------------------
 
 
-def admit(host_name: str, opened: Opened, *, received_at: datetime,
-          locking: PendingRows | None = None) -> Host | None:
+def admit(host_name: str, opened: Opened, *, received_at: datetime) -> Host | None:
     """The host when its accepted key signed this message; None while it awaits acceptance.
 
     An unknown name (or a host that has no key yet) becomes awaiting
     acceptance with the message's key. Raises MessageRejected when the host
-    has another key than the one that signed. ``locking``: the host row's lock
-    asked for already in this transaction (``start_locking``).
+    has another key than the one that signed.
     """
     # No savepoint inside the caller's transaction (ingest): a refusal there fails it all anyway.
     with transaction.atomic(savepoint=False):
-        host = _locked_host(locking if locking is not None else start_locking(host_name))
+        host = _locked_host(host_name)
         if host is None:
             expire_offers(received_at)
             _check_key_offers_no_other_host(host_name, opened)
@@ -118,15 +116,9 @@ _LOCK_HOST = PreparedQuery(
 )
 
 
-def start_locking(host_name: str) -> PendingRows:
-    """Lock the row of the host of this name until the transaction ends; ``admit`` reads the answer.
-    Inside ``pipelined()``, reads sent after this run under the lock and come back with it."""
-    return _LOCK_HOST.start(name=host_name)
-
-
-def _locked_host(locking: PendingRows) -> Host | None:
-    """The host whose row ``locking`` locked; None when there is none of that name."""
-    rows = locking.rows()
+def _locked_host(host_name: str) -> Host | None:
+    """The host of this name, its row locked until the transaction ends; None when there is none."""
+    rows = _LOCK_HOST.start(name=host_name).rows()
     return Host.from_db(Host.objects.db, _HOST_COLUMNS, rows[0]) if rows else None
 
 
