@@ -277,8 +277,14 @@ Builder = Callable[[AuditEvent, dict[str, Any], SentenceContext], list[Part]]
 
 
 def _requested(event: AuditEvent, details: dict[str, Any], context: SentenceContext) -> list[Part]:
-    parts = [*_actor(event), w(" requested "), *_request(event), w(": kill ")]
-    parts += [value(event.targets_summary)] if event.targets_summary else [w("its targets")]
+    parts = [*_actor(event), w(" requested "), *_request(event)]
+    gpu = details.get("gpu")
+    if details.get("action") == "reset_gpu" and isinstance(gpu, dict):
+        # A GPU reset request (gpuadmin/kills: no targets, one GPU by UUID).
+        parts += [w(f": reset GPU {_int(gpu.get('index'))} "), value(_str(gpu.get("uuid")))]
+    else:
+        parts.append(w(": kill "))
+        parts += [value(event.targets_summary)] if event.targets_summary else [w("its targets")]
     parts += [w(" on "), *_host(event)]
     memory = _int(details.get("gpu_memory_bytes"))
     if memory:

@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 
 from gpuadmin.agent import killing
+from gpuadmin.audit.models import AuditEvent
+from gpuadmin.audit.sentences import describe, sentence_text
 from gpuadmin.kills import services
 from gpuadmin.kills.models import KillRequest
 from gpuadmin.kills.states import Status
@@ -127,6 +129,8 @@ def test_a_reset_request_needs_a_second_admin_and_a_gpu_the_host_has(
     with pytest.raises(services.NotAllowed):
         services.approve(kill_request.pk, requester)
     assert kill_request.plan_text == f"reset GPU 0 ({UUID}), only if nothing holds it then"
+    requested = AuditEvent.objects.get(action="requested", kill_request_id=kill_request.pk)
+    assert f"requested #{kill_request.pk}: reset GPU 0 {UUID} on gpu01" in sentence_text(describe(requested))
 
 
 def test_the_host_page_offers_a_reset_where_memory_is_driver_held_and_the_request_page_shows_it(
