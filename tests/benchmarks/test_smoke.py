@@ -56,6 +56,7 @@ SMOKE: dict[str, Smoke] = {
     "snapshot_budget.py": Smoke("--workers 5"),
     "soak.py": Smoke("--minutes 0.1 --kill-every 3 --sample-seconds 3 --browsers 1"),
     "statement_costs.py": Smoke("--hosts 2 --rounds 1", ("postgres",)),
+    "validation_paths.py": Smoke("--repeats 1"),
 }
 
 
