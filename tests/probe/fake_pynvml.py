@@ -101,6 +101,10 @@ class FakeGpu:
     remapped_rows: tuple[int, int, int, int] | None = None  # correctable, uncorrectable, pending, failure
     retired_pages: dict[int, int] | None = None  # cause -> pages retired for it
     retired_pages_pending: int | None = None
+    # What a GPU reset checks (gpuadmin/probe/kill/reset.py); None: the GPU answers NotSupported.
+    minor: int | None = None  # /dev/nvidia<minor>; its index when None
+    persistence: int | None = None  # 1: persistence mode on
+    virtualization: int | None = 0  # nvmlGpuVirtualizationMode_t: 0 bare metal, 1 passthrough
 
 
 # Functions that work without an open session.
@@ -145,6 +149,10 @@ def exported_functions(version: str) -> set[str]:
         "nvmlDeviceGetRetiredPages",
         "nvmlDeviceGetRetiredPagesPendingStatus", "nvmlEventSetCreate", "nvmlDeviceRegisterEvents",
         "nvmlEventSetWait_v2", "nvmlEventSetFree",
+    }
+    names |= {
+        "nvmlDeviceGetHandleByUUID", "nvmlDeviceGetIndex", "nvmlDeviceGetMinorNumber",
+        "nvmlDeviceGetPersistenceMode", "nvmlDeviceGetVirtualizationMode",
     }
     if v >= (460, 0):
         names.add("nvmlDeviceGetRemappedRows")
@@ -265,6 +273,18 @@ class FakeDriver:
                 handle, "nvmlDeviceGetMemoryInfo_v2", lambda d: self._memory(d, memory._obj, v2=True)),
             "nvmlDeviceGetUtilizationRates": lambda handle, out: self._on(
                 handle, "nvmlDeviceGetUtilizationRates", lambda d: self._utilization(d, out._obj)),
+            "nvmlDeviceGetHandleByUUID": self._handle_by_uuid,
+            "nvmlDeviceGetIndex": lambda handle, out: self._on(
+                handle, "nvmlDeviceGetIndex", lambda d: self._out(out, self._index(d))),
+            "nvmlDeviceGetMinorNumber": lambda handle, out: self._on(
+                handle, "nvmlDeviceGetMinorNumber",
+                lambda d: self._out(out, d.minor if d.minor is not None else self._index(d))),
+            "nvmlDeviceGetPersistenceMode": lambda handle, out: self._on(
+                handle, "nvmlDeviceGetPersistenceMode",
+                lambda d: NOT_SUPPORTED if d.persistence is None else self._out(out, d.persistence)),
+            "nvmlDeviceGetVirtualizationMode": lambda handle, out: self._on(
+                handle, "nvmlDeviceGetVirtualizationMode",
+                lambda d: NOT_SUPPORTED if d.virtualization is None else self._out(out, d.virtualization)),
             "nvmlDeviceGetMigMode": lambda handle, current, pending: self._on(
                 handle, "nvmlDeviceGetMigMode", lambda d: self._mig_mode(d, current, pending)),
             "nvmlDeviceGetMaxMigDeviceCount": lambda handle, count: self._on(
@@ -372,6 +392,15 @@ class FakeDriver:
         if "nvmlDeviceGetHandleByIndex_v2" in self.gpus[i].errors:
             return self.gpus[i].errors["nvmlDeviceGetHandleByIndex_v2"]
         return self._out(handle, 0x1000 + 0x100 * i)
+
+    def _handle_by_uuid(self, uuid: Any, handle: Any) -> int:
+        for i, gpu in enumerate(self.gpus):
+            if gpu.uuid.encode() == uuid.value:
+                return self._out(handle, 0x1000 + 0x100 * i)
+        return NOT_FOUND
+
+    def _index(self, device: Any) -> int:
+        return next(i for i, gpu in enumerate(self.gpus) if gpu is device)
 
     def _mig_handle(self, handle: Any, index: Any, out: Any) -> int:
         gpu, mig = self._device(handle)

@@ -521,3 +521,41 @@ def test_the_real_binding_on_this_machine_gives_gpus_or_a_reason(device: Device)
     else:
         assert backend["name"] == "none"
         assert backend["reason"]
+
+
+# --- a GPU reset's checks (gpuadmin/probe/kill/reset.py) over NVML ------------
+
+
+def test_reset_facts_read_the_gpu_by_uuid(install: Install) -> None:
+    install(FakeGpu("GPU-0"), FakeGpu("GPU-1", minor=3, persistence=1, virtualization=1),
+            FakeGpu("GPU-2", mig=[FakeMig(1, 0, "MIG-1"), FakeMig(2, 0, "MIG-2")], persistence=None))
+
+    facts = nvml.reset_facts("GPU-1")
+    mig = nvml.reset_facts("GPU-2")
+
+    assert facts is not None and mig is not None
+    assert (facts.index, facts.device_path, facts.persistence_mode, facts.virtualization) == (
+        1, "/dev/nvidia3", True, "passthrough")
+    assert (mig.index, mig.device_path, mig.mig_instances, mig.persistence_mode) == (
+        2, "/dev/nvidia2", 2, None)
+    assert nvml.reset_facts("GPU-elsewhere") is None
+
+
+def test_a_reset_over_nvml_is_refused_for_a_vm_a_holder_and_a_host_without_nvidia_smi(
+    install: Install, processes: Processes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpuadmin.probe.config import ProbeConfig
+    from gpuadmin.probe.kill.reset import reset_gpu
+
+    worker = processes.start("sleeper")
+    install(FakeGpu("GPU-vm", virtualization=1), FakeGpu("GPU-busy", compute=[(worker.pid, GiB)]),
+            FakeGpu("GPU-idle", persistence=0))
+    monkeypatch.setenv("PATH", "/nonexistent")  # no nvidia-smi here
+    config = ProbeConfig(gpu_backend="nvml", host_name="testhost")
+
+    vm, busy, idle = (reset_gpu(uuid, config) for uuid in ("GPU-vm", "GPU-busy", "GPU-idle"))
+
+    assert vm.fields["reason"] == "virtual_machine" and "passthrough GPU: not allowed" in vm.detail
+    assert busy.fields["reason"] == "gpu_held" and f"held by pid {worker.pid} (" in busy.detail
+    assert idle.fields["reason"] == "driver_refused"
+    assert "the driver refused: nvidia-smi is not installed on this host" in idle.detail
