@@ -97,8 +97,11 @@ def zombie_parent() -> None:
 
 
 def checkpointing_trainer(gpu: str) -> None:
-    """Saves a checkpoint on SIGINT and exits: the first step of the panel's signal ladder suffices."""
-    write_claim(gpu, 20 * GiB)
+    """Saves a checkpoint on SIGINT and exits: the first step of the panel's signal ladder suffices.
+
+    The handler comes first, as in a real trainer, and its claim after it: once the GPU shows the
+    memory, SIGINT saves a checkpoint (before, Python's default handler would only raise).
+    """
     checkpoint = scenario_dir() / f"checkpoint-{os.getpid()}.txt"
 
     def save_and_exit(signum: int, _frame: object) -> None:
@@ -107,6 +110,7 @@ def checkpointing_trainer(gpu: str) -> None:
         sys.exit(0)
 
     signal.signal(signal.SIGINT, save_and_exit)
+    write_claim(gpu, 20 * GiB)
     _sleep_forever()
 
 
