@@ -146,7 +146,8 @@ def open_memory_not_released(kill_request: KillRequest, outcome: memory.Release,
         steps.append("wait for the next snapshots; if it stays, request a GPU reset")
     gpus = ", ".join(f"GPU {index_of.get(uuid, uuid)}" for uuid in missing) or "its GPUs"
     total = sum(missing.values())
-    details = {
+    next_steps = list(dict.fromkeys(steps))
+    details: dict[str, Any] = {
         "kill_request_id": kill_request.pk,
         "boot_id": memory_baseline_boot(kill_request),
         "not_released_bytes": total,
@@ -154,11 +155,11 @@ def open_memory_not_released(kill_request: KillRequest, outcome: memory.Release,
                     for uuid, held in missing.items()},
         "snapshots_compared": kill_request.memory_snapshots_compared,
         "held_by": holding,
-        "next_steps": list(dict.fromkeys(steps)),
+        "next_steps": next_steps,
     }
     title = (f"{human_bytes(total)} of kill request #{kill_request.pk}'s GPU memory not released on {gpus} "
              f"after {kill_request.memory_snapshots_compared} snapshot(s)")[:300]
-    remedy = ("Held by: " + "; ".join(holding) + ". Next: " + "; ".join(details["next_steps"]) + ".")
+    remedy = ("Held by: " + "; ".join(holding) + ". Next: " + "; ".join(next_steps) + ".")
     finding, _created = Finding.objects.update_or_create(
         host=kill_request.host, kind=Finding.Kind.MEMORY_NOT_RELEASED, key=f"kill:{kill_request.pk}",
         resolved_at=None,
