@@ -150,11 +150,11 @@ def _close_old_connections(sender: Any = None, **_: object) -> None:
 
 
 # Python's collector looks at young objects after 700 more were made than freed, and now and then at
-# every object. Parsing a 200-process snapshot keeps thousands alive at once, so a central worker
-# collected about three times per snapshot, and every few hundred snapshots went through all of
-# Django and the apps (~120,000 objects): ~1.1 ms of CPU per snapshot, an eighth of ingest's
-# (benchmarks/README.md, "Ingest, stop 27"). What a worker process holds when it starts never becomes
-# garbage: frozen, the collector skips it; young objects wait for this many.
+# every object. Parsing a 200-process snapshot keeps thousands alive at once, so with the defaults a
+# central worker collected several times per snapshot and now and then walked all of Django and the
+# apps, none of which is ever garbage (its cost: benchmarks/README.md, "What each performance
+# mechanism is worth"). What a worker process holds when it starts is frozen, so the collector skips
+# it; young objects wait for this many.
 GC_YOUNG_THRESHOLD = 10_000
 
 

@@ -275,8 +275,8 @@ LOGGING = {
         # django-axes logs every successful login at INFO; lockouts are audit events (and WARNING).
         "axes": {"level": "WARNING"},
         # Celery says "received" and "succeeded" at INFO for every task: at fleet rate two lines per
-        # snapshot, hundreds a second into the journal, and a sixth of the worker's CPU
-        # (benchmarks/README.md, stop 23). Failures stay (ERROR), retries are logged as WARNING
+        # snapshot, hundreds a second into the journal, which buries what matters and costs the
+        # worker CPU it needs for ingest. Failures stay (ERROR), retries are logged as WARNING
         # (gpuadmin/celery.py); GPUADMIN_TASK_LOG_LEVEL=INFO shows every task again.
         **{name: {"level": env_str("GPUADMIN_TASK_LOG_LEVEL", "WARNING")}
            for name in ("celery.worker.strategy", "celery.app.trace")},

@@ -58,9 +58,9 @@ STAGING_PREFIX = ".new-"
 RECOVER_EVERY_SECONDS = 10.0
 # Time between empty polls: bounds the delay of a message sent to an idle worker.
 DEFAULT_POLLING_INTERVAL_SECONDS = 0.1
-# A listing of queue/ takes time in proportion to its backlog (~1.5 us a file, several times that
-# under coverage's tracer). The next one waits at least this many times as long as the last took,
-# so that listing stays a small share of a consumer's time however long the backlog grows.
+# A listing of queue/ takes time in proportion to its backlog. The next one waits at least this
+# many times as long as the last took, so that listing stays a small share of a consumer's time
+# however long the backlog grows.
 LISTING_SPACING_FACTOR = 20
 
 
