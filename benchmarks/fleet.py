@@ -39,11 +39,10 @@ by tests/services.py's ``postgres_server``, fsync off as in the tests), with
 
 ``--history-minutes M``: before the rates, each host gets M minutes of host
 samples (one per 10 s, its own counts), as a fleet that has run that long has:
-the PID trend of a host with zombies reads the last hour of them (default 0,
-as in the figures before stop 25);
-``--over``: how the processes reach PostgreSQL, TCP on 127.0.0.1 (the default,
-as in the figures before stop 25) or the server's Unix socket (a database on
-central's own machine, as deploy/central.env.example offers);
+the PID trend of a host with zombies reads the last hour of them (default 0);
+``--over``: how the processes reach PostgreSQL, TCP on 127.0.0.1 (the default)
+or the server's Unix socket (a database on central's own machine, as
+deploy/central.env.example offers);
 
 ``--profile N`` adds, after the rates, the queries of one steady-state snapshot
 (by kind of statement) and a cProfile of N more received by one process;
