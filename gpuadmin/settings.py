@@ -105,7 +105,7 @@ if DATABASE_URL:
     # connects until a query runs: an agent never queries, so it needs no database.
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)}
     if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
-        # Ingest's fixed statements (fleet/statements.py) bind on the server and are prepared on
+        # Ingest's fixed statements (fleet/storage/statements.py) bind on the server and are prepared on
         # their first run, once per connection. Django's own cursors bind on the client and never
         # prepare, whatever this says. A pooler in transaction mode must keep prepared statements
         # per client (PgBouncer: max_prepared_statements).

@@ -89,7 +89,7 @@ SLOW_PATHS = (
     "benchmarks/",  # every benchmark script's smoke run, soak.py's included
     "run/test_make_run.py",  # a whole `make run`
 )
-# What behaves differently on PostgreSQL: row locks, fleet.statements' prepared statements and
+# What behaves differently on PostgreSQL: row locks, fleet.storage.statements' prepared statements and
 # row arrays, the audit table's triggers and advisory lock, json_text's compression, migrations
 # with SQL of their own, transactions between threads and processes, column ranges and
 # aggregate types that SQLite does not enforce. The rest runs on SQLite only.

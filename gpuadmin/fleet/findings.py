@@ -39,7 +39,7 @@ from gpuadmin.fleet.process_tree import (
     process_rows,
     zombie_trees,
 )
-from gpuadmin.fleet.statements import Param, PendingRows, PreparedQuery, PreparedUpdate
+from gpuadmin.fleet.storage.statements import Param, PendingRows, PreparedQuery, PreparedUpdate
 from gpuadmin.probe.owners import SLURM_JOB
 from gpuadmin.text import clip, human_bytes, human_duration, utc_text
 
@@ -800,7 +800,7 @@ def mentions_process(details: dict[str, Any], pid: int, start_time_ticks: int) -
 
 # What a draft sets of its finding besides when it was seen (FindingDraft's attributes of these names).
 _DRAFT_FIELDS = ("severity", "title", "remedy", "details")
-# The statements every snapshot runs, compiled once (fleet.statements). Open findings are read as
+# The statements every snapshot runs, compiled once (fleet.storage.statements). Open findings are read as
 # plain values, unordered, of every kind (picked in Python: a host has few open ones of other kinds).
 _OPEN_FINDINGS = PreparedQuery(
     Finding.objects.open().filter(host=Param(Finding, "host")).order_by().values_list(

@@ -45,7 +45,7 @@ from django.db.models import BooleanField, ExpressionWrapper, Q
 from gpuadmin.fleet.findings import HistoryFacts, PidSample, Rising, zombies_grew
 from gpuadmin.fleet.models import Gpu, GpuSample, Host, HostSample, ProcessLife, ProcessPoint
 from gpuadmin.fleet.process_tree import ProcessRow
-from gpuadmin.fleet.statements import Param, PendingRows, PreparedQuery, PreparedUpdate, RowInsert
+from gpuadmin.fleet.storage.statements import Param, PendingRows, PreparedQuery, PreparedUpdate, RowInsert
 
 LifeKey = tuple[str, int, int]  # boot id, pid, start time in ticks
 # A life's stored or new values by column name (plain values: no model instance per process).

@@ -22,11 +22,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from gpuadmin.fleet import findings, history, retention, trust
-from gpuadmin.fleet.json_text import ValidatedJson
 from gpuadmin.fleet.models import Gpu, Host, LatestSnapshot, SnapshotRejection
 from gpuadmin.fleet.process_tree import ProcessRow, attributed_memory_bytes, process_rows
 from gpuadmin.fleet.signals import snapshot_ingested
-from gpuadmin.fleet.statements import (
+from gpuadmin.fleet.storage.json_text import ValidatedJson
+from gpuadmin.fleet.storage.statements import (
     Param,
     PreparedQuery,
     PreparedUpdate,
@@ -73,7 +73,7 @@ _GPU_UPDATE_FIELDS = [
     "present",
     "updated_at",
 ]
-# The statements every snapshot runs, compiled once (fleet.statements). What
+# The statements every snapshot runs, compiled once (fleet.storage.statements). What
 # host.save(update_fields=_HOST_SNAPSHOT_FIELDS) would run:
 _UPDATE_HOST = PreparedUpdate(
     Host.objects.filter(pk=Param(Host, "id")), **{name: Param(Host, name) for name in _HOST_SNAPSHOT_FIELDS}
@@ -290,7 +290,7 @@ def _store_latest(
     host: Host, document: dict[str, Any], *, taken_at: datetime, received_at: datetime, text: str | None
 ) -> None:
     # The validated text says the same as the document (nothing changes a parsed document): it is
-    # stored as it is (a text column, fleet/json_text.py), so the steady case encodes nothing.
+    # stored as it is (a text column, fleet/storage/json_text.py), so the steady case encodes nothing.
     stored: Any = document if text is None else ValidatedJson(text)
     _LATEST_UPSERT.run([(host.pk, taken_at, received_at, stored)])
 

@@ -17,7 +17,7 @@ from django.db.models import Case, Count, IntegerField, Min, OuterRef, Prefetch,
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from gpuadmin.fleet.json_text import JsonTextField
+from gpuadmin.fleet.storage.json_text import JsonTextField
 from gpuadmin.fleet.taken_at import document_taken_at
 
 # The read side's queries, named once (as NetBox's querysets and healthchecks'
@@ -221,7 +221,7 @@ class LatestSnapshotQuerySet(models.QuerySet):
 class LatestSnapshot(models.Model):
     """The newest accepted snapshot document of a host, as sent (validated).
 
-    Kept as text, not jsonb (``fleet/json_text.py``): every accepted snapshot
+    Kept as text, not jsonb (``fleet/storage/json_text.py``): every accepted snapshot
     rewrites it and nothing queries inside it in SQL.
     """
 

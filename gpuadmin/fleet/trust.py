@@ -39,7 +39,7 @@ from django.utils import timezone
 from gpuadmin.audit import log
 from gpuadmin.audit.models import Action, AuditEvent
 from gpuadmin.fleet.models import Finding, Host, SnapshotRejection, awaiting_acceptance_q
-from gpuadmin.fleet.statements import Param, PreparedQuery
+from gpuadmin.fleet.storage.statements import Param, PreparedQuery
 from gpuadmin.text import clip
 from gpuadmin.wire.signing import Opened, fingerprint, parse_public_key, public_key_text
 
@@ -110,7 +110,8 @@ def admit(host_name: str, opened: Opened, *, received_at: datetime) -> Host | No
 
 
 _HOST_COLUMNS = [field.attname for field in Host._meta.concrete_fields]
-# Host.objects.select_for_update().get(name=...), compiled once (fleet.statements): every snapshot runs it.
+# Host.objects.select_for_update().get(name=...), compiled once (fleet.storage.statements): every snapshot
+# runs it.
 _LOCK_HOST = PreparedQuery(
     Host.objects.select_for_update().filter(name=Param(Host, "name")).order_by().values_list(*_HOST_COLUMNS)
 )

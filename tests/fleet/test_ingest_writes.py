@@ -270,7 +270,7 @@ def test_a_signed_snapshot_locks_its_host_row_once() -> None:
     assert host is not None and host.last_snapshot_taken_at == at(10)
     host_reads = [s for s in sql if s.startswith("SELECT") and 'FROM "fleet_host"' in s]
     assert len(host_reads) == 1
-    # The read is the lock (compiled once by fleet.statements, it must still say so).
+    # The read is the lock (compiled once by fleet.storage.statements, it must still say so).
     assert host_reads[0].endswith(" FOR UPDATE") == connection.features.has_select_for_update
     # The test's own transaction makes receive_snapshot's a savepoint; nothing inside adds one.
     assert len([s for s in sql if s.startswith("SAVEPOINT")]) <= 1

@@ -1,4 +1,4 @@
-"""A host's latest snapshot document as text, not jsonb (gpuadmin/fleet/json_text.py).
+"""A host's latest snapshot document as text, not jsonb (gpuadmin/fleet/storage/json_text.py).
 
 Existing documents are kept: PostgreSQL turns each into its text
 (``USING "document"::text``), SQLite stored JSON as text already.
@@ -15,12 +15,12 @@ this column must set the compression again.
 
 from django.db import migrations
 
-import gpuadmin.fleet.json_text
+import gpuadmin.fleet.storage.json_text
 
 
 def compress_with_lz4(apps, schema_editor):
     connection = schema_editor.connection
-    if not gpuadmin.fleet.json_text.server_has_lz4(connection):
+    if not gpuadmin.fleet.storage.json_text.server_has_lz4(connection):
         return  # SQLite, or a PostgreSQL without lz4: its default compression stays
     model = apps.get_model("fleet", "LatestSnapshot")
     table = schema_editor.quote_name(model._meta.db_table)
@@ -38,7 +38,7 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name='latestsnapshot',
             name='document',
-            field=gpuadmin.fleet.json_text.JsonTextField(),
+            field=gpuadmin.fleet.storage.json_text.JsonTextField(),
         ),
         # Going back to jsonb needs nothing undone: the compression setting does no harm there.
         migrations.RunPython(compress_with_lz4, migrations.RunPython.noop, elidable=False),

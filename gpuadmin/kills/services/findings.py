@@ -28,13 +28,13 @@ from django.utils import timezone
 from gpuadmin.fleet.memory_explained import memory_explained
 from gpuadmin.fleet.models import Finding, Host
 from gpuadmin.fleet.process_tree import process_rows
-from gpuadmin.fleet.statements import Param, PreparedQuery
+from gpuadmin.fleet.storage.statements import Param, PreparedQuery
 from gpuadmin.kills import memory
 from gpuadmin.kills.models import KillRequest, KillStep, KillTarget
 from gpuadmin.text import human_bytes
 
 # Asked after every snapshot of every host (resolve_gone_unkillable), almost always in vain: its SQL
-# written once (fleet.statements), not built by the ORM each time.
+# written once (fleet.storage.statements), not built by the ORM each time.
 _ANY_OPEN_UNKILLABLE = PreparedQuery(
     Finding.objects.open().filter(host=Param(Finding, "host"), kind=Finding.Kind.UNKILLABLE)
     .order_by().values_list("pk")[:1]

@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from gpuadmin.audit.models import Action
 from gpuadmin.fleet.models import Host
-from gpuadmin.fleet.statements import Param, PreparedQuery
+from gpuadmin.fleet.storage.statements import Param, PreparedQuery
 from gpuadmin.fleet.taken_at import document_taken_at
 from gpuadmin.kills import memory
 from gpuadmin.kills.models import KillRequest, KillTarget
@@ -38,7 +38,7 @@ SETTLE_SECONDS = 60
 # Requests that finished longer ago than this are not waited on any more.
 WATCH_FOR = timedelta(hours=6)
 # The host's finished requests whose released memory is still to confirm: asked after every snapshot
-# of every host, its SQL written once (fleet.statements).
+# of every host, its SQL written once (fleet.storage.statements).
 _CANDIDATES = PreparedQuery(
     KillRequest.objects.filter(
         host=Param(KillRequest, "host"), status__in=RELEASING, memory_confirmed_at__isnull=True,

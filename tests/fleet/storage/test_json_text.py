@@ -1,4 +1,5 @@
-"""The latest document as text (gpuadmin/fleet/json_text.py): read as the document, written as its text."""
+"""The latest document as text (gpuadmin/fleet/storage/json_text.py): read as the document, written as its
+text."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import pytest
 from django.core import serializers
 from django.db import IntegrityError, connection, transaction
 
-from gpuadmin.fleet.json_text import ValidatedJson, server_has_lz4
 from gpuadmin.fleet.models import Host, LatestSnapshot
+from gpuadmin.fleet.storage.json_text import ValidatedJson, server_has_lz4
 from tests.factories import proc, snapshot
 from tests.fleet.helpers import HOSTILE_CMDLINE, T0, at
 

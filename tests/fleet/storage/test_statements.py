@@ -1,4 +1,4 @@
-"""fleet.statements: ingest's fixed statements, their SQL written once, on SQLite and PostgreSQL."""
+"""fleet.storage.statements: ingest's fixed statements, their SQL written once, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from django.db.models import TextField
 from django.db.models.functions import Cast
 from django.test.utils import CaptureQueriesContext
 
-from gpuadmin.fleet.json_text import ValidatedJson
 from gpuadmin.fleet.models import Finding, Gpu, GpuSample, Host, HostRollup, LatestSnapshot, ProcessLife
-from gpuadmin.fleet.statements import Param, PreparedQuery, PreparedUpdate, RowInsert, pipelined
+from gpuadmin.fleet.storage.json_text import ValidatedJson
+from gpuadmin.fleet.storage.statements import Param, PreparedQuery, PreparedUpdate, RowInsert, pipelined
 from tests.fleet.helpers import at, counted_round_trips
 
 pytestmark = pytest.mark.django_db

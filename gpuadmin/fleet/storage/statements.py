@@ -55,7 +55,7 @@ from django.db import DEFAULT_DB_ALIAS, connections, models, router
 from django.db.models.expressions import Expression
 from django.db.models.sql.subqueries import UpdateQuery
 
-from gpuadmin.fleet.json_text import JsonTextField
+from gpuadmin.fleet.storage.json_text import JsonTextField
 
 # Fields whose values the database drivers take as they are (DateTimeField, JSONField and JsonTextField,
 # a TextField, are adapted below).

@@ -1,0 +1,7 @@
+"""How the fleet's rows reach the database faster than the ORM would take them there.
+
+``statements``: ingest's fixed statements, their SQL written once per process (prepared
+queries, updates and multi-row inserts, pipelined reads). ``json_text``: the latest snapshot
+document kept as JSON text in a text column, not ``jsonb``. No rules about hosts live here:
+only how rows are written and read.
+"""
