@@ -40,6 +40,9 @@ class Smoke:
 SMOKE: dict[str, Smoke] = {
     "audit_verify.py": Smoke("--events 64 --batch 16 --repeats 1 --no-wait"),
     "broker_race.py": Smoke("--messages 20"),
+    # Every scenario for real (processes, probe, executor) on the simulated GPU; the default (nvml)
+    # backend's "no GPU here" is tests/benchmarks/test_gpu_check.py's.
+    "gpu_check.py": Smoke("--backend simulated --holders-mib 64 --grace-seconds 1"),
     "fleet.py": Smoke("--hosts 3 --gpus 1 --processes 5 --workers 1 --rate-hosts 3 --repeats 1 "
                       "--database sqlite --no-wait"),
     "history.py": Smoke("--days 1 --gpus 1 --growth 1 --repeats 1 --no-wait", ("postgres",)),
