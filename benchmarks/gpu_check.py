@@ -68,6 +68,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MiB = 1024**2
 WORKER = "_worker"  # argv[1] of this script run as one of its own processes
 READY_TIMEOUT_SECONDS = {"nvml": 180.0, "simulated": 20.0}
+# Each step of the kill's plan: a PyTorch process tears its CUDA context down on its way out.
+GRACE_SECONDS = {"nvml": 5.0, "simulated": 2.0}  # main()'s --grace-seconds help says these
 RELEASE_TIMEOUT_SECONDS = {"nvml": 30.0, "simulated": 5.0}
 POLL_SECONDS = 0.02
 
@@ -541,12 +543,15 @@ def main() -> int:
     parser.add_argument("--holders-mib", type=int, default=1024, help="GPU memory each holder takes (MiB)")
     parser.add_argument("--workers", type=int, default=2,
                         help="holders per launcher (at least 2: a lone one reads as a daemon)")
-    parser.add_argument("--grace-seconds", type=float, default=2.0, help="each step of the kill's plan")
+    parser.add_argument("--grace-seconds", type=float,
+                        help="each step of the kill's plan (default: 5 with nvml, 2 simulated)")
     parser.add_argument("--only", action="append", choices=[s.name for s in SCENARIOS],
                         help="run only this scenario (repeatable)")
     args = parser.parse_args()
     if args.workers < 2:
         parser.error("--workers must be at least 2")
+    if args.grace_seconds is None:
+        args.grace_seconds = GRACE_SECONDS[args.backend]
 
     from benchmarks import processes
 
@@ -570,10 +575,14 @@ def main() -> int:
                 continue
             try:
                 outcome = check.run(scenario)
-            except RuntimeError as exc:
-                outcome = Outcome(problems=[str(exc)])
+            except Exception as exc:  # one scenario's failure, reported; the others still run
+                outcome = Outcome(problems=[f"{type(exc).__name__}: {exc}"])
             print(line_for(scenario, outcome), flush=True)
             failed += bool(outcome.problems)
+        if args.backend == "nvml":
+            from gpuadmin.probe.gpus import nvml
+
+            nvml.close()
     print("all scenarios passed" if not failed else f"{failed} scenario(s) failed")
     return 1 if failed else 0
 
