@@ -117,7 +117,7 @@ def hold(spec: dict[str, Any], report_fd: int) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
         if spec["backend"] == "nvml":
-            import torch
+            import torch  # type: ignore[import-not-found,unused-ignore]  # only on a GPU host
 
             held = torch.empty(spec["mib"] * MiB, dtype=torch.uint8, device="cuda")
             torch.cuda.synchronize()
