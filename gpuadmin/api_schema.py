@@ -1,27 +1,44 @@
-"""The JSON API's response shapes, once, as the OpenAPI 3.1 schema at /api/v1/schema/ describes them.
+"""The JSON API's answers: the serializer base every shape is written with, and what is not a serializer.
 
-The API builds its answers with plain functions (``fleet/serializers.py``,
-``kills/serializers.py``, ``audit/export.py``), not DRF serializers, so
-drf-spectacular cannot read their shapes: they are written here as JSON Schema
-(OpenAPI 3.1 is JSON Schema 2020-12), named components the views refer to with
-``ref()``. A process is the snapshot's own definition
-(``gpuadmin/wire/snapshot.schema.json``, ``$defs/process``): the API passes
-processes through as the probe sent them. ``gpuadmin.web.api_docs.add_components``
-(a drf-spectacular postprocessing hook) puts them into the schema, with the apps'
-word lists (this module imports no app). ``tests/test_api_schema.py`` validates
-real answers of every endpoint against it, so this file, the functions and
-docs/api.md cannot drift apart unnoticed.
+Each response shape is a read-only DRF serializer beside the code that answers
+with it (``fleet/serializers.py``, ``kills/serializers.py``,
+``audit/export.py``): the answer is the serializer's ``.data`` and
+drf-spectacular generates the schema's component from the same class (its
+name without "Serializer"), so the keys are written once. ``Shape`` closes
+every such object (``additionalProperties: false``: a new key is a schema
+change) and requires every field not declared ``required=False``.
+
+Written here by hand, because no serializer builds them:
+
+- ``Process`` and ``ProcessOwner``: the API passes processes through exactly
+  as the probe sent them, so their shape is the snapshot's own definition
+  (``gpuadmin/wire/snapshot.schema.json``, ``$defs/process`` and ``$defs/owner``),
+  which already is their one home; ``ProcessAsSent`` and ``OwnerAsSent`` point there.
+- ``Error``: refusals are built by DRF's exception handler and by
+  ``KillError.as_dict`` with keys that vary by refusal.
+- ``HostHistory``, ``ProcessHistory`` and ``KillMarker``: the chart series
+  (``fleet/series.py``) are built as plain dicts, thousands of points per
+  answer, where a serializer per point would cost more than the queries.
+- request bodies (``body()``) and query parameters (``query()``).
+
+``gpuadmin.web.api_docs.add_components`` (a drf-spectacular postprocessing
+hook) adds those components. ``tests/test_api_schema.py`` validates real
+answers of every endpoint against the served schema.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from datetime import datetime
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
+from drf_spectacular.extensions import OpenApiSerializerExtension
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema_field
+from rest_framework import serializers
+
+from gpuadmin.text import utc_text
 
 Schema = dict[str, Any]
 SNAPSHOT_SCHEMA = Path(__file__).resolve().parent / "wire" / "snapshot.schema.json"
@@ -35,14 +52,14 @@ def array_of(name: str) -> Schema:
     return {"type": "array", "items": ref(name)}
 
 
-def _null(kind: str | list[str]) -> Schema:
-    return {"type": [*([kind] if isinstance(kind, str) else kind), "null"]}
+def _null(kind: str) -> Schema:
+    return {"type": [kind, "null"]}
 
 
-def _object(properties: dict[str, Schema], *, optional: tuple[str, ...] = ()) -> Schema:
-    """Every property required unless named optional; nothing else allowed (a new key is a schema change)."""
+def _object(properties: dict[str, Schema]) -> Schema:
+    """Every property required; nothing else allowed (a new key is a schema change), as ``Shape``."""
     return {"type": "object", "additionalProperties": False, "properties": properties,
-            "required": [name for name in properties if name not in optional]}
+            "required": list(properties)}
 
 
 STRING: Schema = {"type": "string"}
@@ -50,11 +67,65 @@ INTEGER: Schema = {"type": "integer"}
 BOOLEAN: Schema = {"type": "boolean"}
 TIME: Schema = {"type": "string", "format": "date-time"}
 TIME_OR_NULL: Schema = {"type": ["string", "null"], "format": "date-time"}
-FREE_OBJECT: Schema = {"type": "object"}
 
 
-def _choices(*values: str) -> Schema:
-    return {"type": "string", "enum": list(values)}
+# An answer's shape: only ever serializes (``.data``), never given data to validate. Fields are
+# left required rather than ``read_only`` so that an attribute a field cannot find is an error, not
+# a key silently left out. (No docstring: a serializer's docstring is its component's description.)
+class Shape(serializers.Serializer):
+    pass
+
+
+class _ClosedShape(OpenApiSerializerExtension):
+    """Every ``Shape`` in the schema allows no key it does not name."""
+
+    target_class = Shape
+    match_subclasses = True
+
+    def map_serializer(self, auto_schema: Any, direction: Any) -> Schema:
+        schema: Schema = auto_schema._map_basic_serializer(self.target, direction)
+        return {**schema, "additionalProperties": False}
+
+
+class UtcTime(serializers.DateTimeField):
+    """A time as the API writes every time (``gpuadmin.text.utc_text``): UTC, ISO 8601, with a "Z"."""
+
+    def __init__(self, *, timespec: str = "auto", **kwargs: Any) -> None:
+        self.timespec = timespec
+        super().__init__(**kwargs)
+
+    def to_representation(self, value: datetime) -> str:
+        return utc_text(value, timespec=self.timespec)
+
+
+class TextOrNull(serializers.CharField):
+    """A text column that stores "" for "not known": null in the answer."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(allow_null=True, **kwargs)
+
+    def to_representation(self, value: Any) -> str | None:  # type: ignore[override]  # null: not known
+        return str(value) if value else None
+
+
+@extend_schema_field(ref("Process"))
+class ProcessAsSent(serializers.JSONField):
+    """A process record exactly as the probe sent it (the snapshot schema's ``$defs/process``)."""
+
+
+@extend_schema_field(ref("ProcessOwner"))
+class OwnerAsSent(serializers.JSONField):
+    """A process's owner as the probe sent it (``$defs/owner``)."""
+
+
+class Given(serializers.ListSerializer):
+    """A list the caller hands in through the context under the field's name; left out when not given."""
+
+    def get_attribute(self, instance: Any) -> Any:
+        value = self.context.get(self.field_name or "")
+        if value is None:
+            raise serializers.SkipField
+        return value
 
 
 def _process_components() -> dict[str, Schema]:
@@ -64,90 +135,18 @@ def _process_components() -> dict[str, Schema]:
     return {"Process": definitions["process"], "ProcessOwner": definitions["owner"]}
 
 
-@dataclass(frozen=True)
-class Words:
-    """The apps' closed word lists the shapes name: passed in, so this module imports no app."""
-
-    statuses: tuple[str, ...]  # kills.states.Status
-    finding_kinds: tuple[str, ...]  # fleet.models.Finding.Kind
-    finding_severities: tuple[str, ...]  # fleet.models.Finding.Severity
-    actions: tuple[str, ...]  # audit.models.Action
-
-
 @cache
-def components(words: Words) -> dict[str, Schema]:
-    gpu = {
-        "index": INTEGER, "uuid": STRING, "name": STRING, "memory_total_bytes": _null("integer"),
-        "memory_used_bytes": _null("integer"), "memory_attributed_bytes": _null("integer"),
-        "memory_unattributed_bytes": _null("integer"), "utilization_percent": _null("integer"),
-    }
-    host_summary = {
-        "name": STRING, "online": BOOLEAN, "first_seen_at": TIME_OR_NULL, "last_seen_at": TIME_OR_NULL,
-        "last_snapshot_taken_at": TIME_OR_NULL, "boot_id": _null("string"), "kernel": _null("string"),
-        "driver_version": _null("string"), "pid_max": _null("integer"), "pids_in_use": _null("integer"),
-        "gpus": array_of("Gpu"),
-        "counts": _object({"processes": _null("integer"), "zombies": _null("integer"),
-                           "gpu_processes": _null("integer")}),
-        "open_findings_count": INTEGER,
-        "open_findings_by_severity": _object({s: INTEGER for s in words.finding_severities}),
-        "gpu_backend": _object({"name": _null("string"), "available": _null("boolean"),
-                                "reason": _null("string")}),
-        "last_error": _null("string"), "last_error_at": TIME_OR_NULL,
-    }
-    kill_marker = _object({"id": INTEGER, "status": _choices(*words.statuses), "t": TIME,
-                           "finished_at": TIME_OR_NULL, "url": STRING})
-    workload = {"oneOf": [_object({"key": STRING, "label": STRING}), {"type": "null"}]}
-    target = {
-        "pid": INTEGER, "start_time_ticks": INTEGER, "boot_id": STRING, "ppid": _null("integer"),
-        "uid": _null("integer"), "user": _null("string"), "name": STRING,
-        "cmdline": {"type": "array", "items": STRING}, "cmdline_truncated": BOOLEAN, "cmdline_sha256": STRING,
-        "state": STRING, "gpu_memory_bytes": {"type": "object", "additionalProperties": _null("integer")},
-        "is_descendant": BOOLEAN, "owner": {"oneOf": [ref("ProcessOwner"), {"type": "null"}]},
-        "outcome": _null("string"), "outcome_detail": STRING, "last_signal": _null("string"),
-    }
-    kill_request = {
-        "id": INTEGER, "status": _choices(*words.statuses), "final": BOOLEAN, "host": STRING,
-        "requested_by": STRING, "requested_at": TIME, "reason": STRING, "plan": {"type": "array"},
-        "include_descendants": BOOLEAN, "workload": workload, "snapshot_taken_at": TIME_OR_NULL,
-        "boot_id": STRING, "warnings": {"type": "array", "items": STRING},
-        "excluded_targets": {"type": "array"}, "pending_expires_at": TIME_OR_NULL,
-        "approved_by": _null("string"), "self_approved": BOOLEAN, "sigkill_only_allowed": BOOLEAN,
-        "closed_by": _null("string"), "decided_at": TIME_OR_NULL, "decision_reason": STRING,
-        "start_deadline": TIME_OR_NULL, "dispatched_at": TIME_OR_NULL, "started_at": TIME_OR_NULL,
-        "finished_at": TIME_OR_NULL, "result_detail": STRING,
-        "memory": _object({"expected_release_bytes": _null("integer"), "released_bytes": _null("integer"),
-                           "confirmed_at": TIME_OR_NULL}),
-        "targets": array_of("KillTarget"),
-        # Only on one request (detail, filing, decisions), not in the list:
-        "steps": array_of("KillStep"),
-        "targets_now": {"type": "array", "items": _object({
-            "pid": INTEGER, "gone": BOOLEAN, "will_be_refused": BOOLEAN,
-            "gpu_memory_now_bytes": _null("integer"), "changes": {"type": "array"}})},
-    }
+def components(statuses: tuple[str, ...]) -> dict[str, Schema]:
+    """The components no serializer generates (see the module's docstring).
+
+    ``statuses``: ``kills.states.Status``'s values, passed in, so this module imports no app.
+    """
     return {
         **_process_components(),
-        "Error": {"type": "object", "required": ["detail"], "description": (
-            "Any refusal. Kill request errors add `error` (the same text) and may add `field`, "
-            "`parent_offer`, `reauth_url`; a bad filter adds `errors` or `allowed`."),
-            "properties": {"detail": STRING, "error": STRING, "field": STRING, "reauth_url": STRING,
-                           "parent_offer": ref("ParentOffer"), "errors": FREE_OBJECT,
-                           "allowed": {"type": "array", "items": STRING}}},
-        "Gpu": _object(gpu),
-        "HostSummary": _object(host_summary),
-        "Finding": _object({"kind": _choices(*words.finding_kinds),
-                            "severity": _choices(*words.finding_severities), "title": STRING,
-                            "remedy": STRING,
-                            "first_seen_at": TIME, "last_seen_at": TIME, "details": FREE_OBJECT}),
-        "ZombieTree": _object({"parent_pid": INTEGER, "parent": {"oneOf": [ref("Process"), {"type": "null"}]},
-                               "zombie_count": INTEGER, "zombies": array_of("Process")}),
-        "HostDetail": _object({
-            **host_summary, "snapshot_taken_at": TIME_OR_NULL, "processes": array_of("Process"),
-            "zombie_trees": array_of("ZombieTree"), "orphans": array_of("Process"),
-            "findings": array_of("Finding"),
-        }),
-        "KillMarker": kill_marker,
+        "KillMarker": _object({"id": INTEGER, "status": {"type": "string", "enum": list(statuses)},
+                               "t": TIME, "finished_at": TIME_OR_NULL, "url": STRING}),
         "HostHistory": _object({
-            "range": _choices("1h", "24h", "7d", "30d"), "resolution_seconds": INTEGER,
+            "range": {"type": "string", "enum": ["1h", "24h", "7d", "30d"]}, "resolution_seconds": INTEGER,
             "aggregation": {"type": ["object", "null"]}, "from": TIME, "to": TIME,
             "gpus": {"type": "array", "items": _object({
                 "uuid": STRING, "index": INTEGER, "name": STRING, "memory_total_bytes": _null("integer"),
@@ -171,42 +170,12 @@ def components(words: Words) -> dict[str, Schema]:
             "state_changes": {"type": "array", "items": _object({"t": TIME, "state": STRING})},
             "kill_requests": array_of("KillMarker"),
         }),
-        "KillTarget": _object(target),
-        "KillStep": _object({"seq": INTEGER, "at": TIME_OR_NULL, "received_at": TIME_OR_NULL, "event": STRING,
-                             "pid": _null("integer"), "signal": _null("string"), "method": _null("string"),
-                             "result": _null("string"), "detail": STRING}),
-        "KillRequest": _object(kill_request, optional=("steps", "targets_now")),
-        "ParentOffer": _object({"pid": INTEGER, "start_time_ticks": _null("integer"), "name": STRING,
-                                "user": _null("string"), "command_line": STRING, "state": STRING,
-                                "zombie_count": INTEGER, "refused_because": _null("string")}),
-        "KillPreview": _object({
-            "host": STRING, "snapshot_taken_at": TIME_OR_NULL, "boot_id": _null("string"), "ok": BOOLEAN,
-            "refusal": _null("string"), "parent_offer": {"oneOf": [ref("ParentOffer"), {"type": "null"}]},
-            "warnings": {"type": "array", "items": STRING}, "workload": workload,
-            "targets": {"type": "array", "items": _object({
-                "pid": INTEGER, "start_time_ticks": INTEGER, "ppid": _null("integer"),
-                "uid": _null("integer"), "user": _null("string"), "name": STRING, "state": STRING,
-                "cmdline": {"type": "array", "items": STRING},
-                "gpu_memory_bytes": {"type": "object", "additionalProperties": _null("integer")},
-                "owner": {"oneOf": [ref("ProcessOwner"), {"type": "null"}]}, "is_descendant": BOOLEAN})},
-            "excluded": {"type": "array", "items": _object({"pid": INTEGER, "name": STRING,
-                                                             "user": _null("string"), "why": STRING})},
-        }),
-        "AuditEvent": _object({
-            "sequence": INTEGER, "created_at": TIME, "action": _choices(*words.actions),
-            "actor": STRING, "actor_id": _null("integer"), "kill_request_id": _null("integer"),
-            "host": STRING, "requester": STRING, "approver": STRING,
-            "process_users": {"type": "array", "items": STRING}, "targets_summary": STRING,
-            "details": FREE_OBJECT, "previous_hash": STRING, "hash": STRING, "sentence": STRING,
-        }),
-        "AuditPage": _object({"count": INTEGER, "next": _null("string"), "previous": _null("string"),
-                              "results": array_of("AuditEvent")}),
-        "AuditVerification": _object({
-            "ok": BOOLEAN, "events": INTEGER, "first_bad_sequence": _null("integer"),
-            "problem": _null("string"), "head_sequence": _null("integer"), "head_hash": _null("string"),
-            "recomputed_after": INTEGER, "full_verified_seconds_ago": {"type": "number"},
-            "anchor": _object({"ok": BOOLEAN, "sequence": _null("integer"),
-                               "said": {"type": "array", "items": STRING}})}),
+        "Error": {"type": "object", "required": ["detail"], "description": (
+            "Any refusal. Kill request errors add `error` (the same text) and may add `field`, "
+            "`parent_offer`, `reauth_url`; a bad filter adds `errors` or `allowed`."),
+            "properties": {"detail": STRING, "error": STRING, "field": STRING, "reauth_url": STRING,
+                           "parent_offer": ref("ParentOffer"), "errors": {"type": "object"},
+                           "allowed": {"type": "array", "items": STRING}}},
     }
 
 

@@ -1,4 +1,4 @@
-"""Audit events as plain data: one dict shape for the API, rows for the CSV export.
+"""Audit events as data: a serializer for the API (and its schema), rows for the CSV export.
 
 Both keep every raw field and add the event's sentence (``sentences.sentence_text``):
 the fields are the evidence, the sentence is for reading.
@@ -11,7 +11,10 @@ from collections.abc import Iterable, Iterator
 from itertools import islice
 from typing import Any
 
-from gpuadmin.audit.models import AuditEvent
+from rest_framework import serializers
+
+from gpuadmin.api_schema import Shape, UtcTime
+from gpuadmin.audit.models import Action, AuditEvent
 from gpuadmin.audit.sentences import describe, described, sentence_text
 from gpuadmin.text import utc_text
 
@@ -43,26 +46,30 @@ def _sentence(event: AuditEvent) -> str:
     return sentence_text(getattr(event, "sentence", None) or describe(event))
 
 
-def event_as_dict(event: AuditEvent) -> dict[str, Any]:
-    """The API's shape; pass events through ``sentences.described`` first to share one context."""
-    return {
-        "sequence": event.sequence,
-        # Always six fractional digits, as hashed (the rest of the API writes them only when present).
-        "created_at": utc_text(event.created_at, timespec="microseconds"),
-        "action": event.action,
-        "actor": event.actor_name,
-        "actor_id": event.actor_id,
-        "kill_request_id": event.kill_request_id,
-        "host": event.host_name,
-        "requester": event.requester_name,
-        "approver": event.approver_name,
-        "process_users": event.process_user_list,
-        "targets_summary": event.targets_summary,
-        "details": event.details,
-        "previous_hash": event.previous_hash,
-        "hash": event.hash,
-        "sentence": _sentence(event),
-    }
+class AuditEventSerializer(Shape):
+    """One event: every raw field (the evidence) and its sentence (for reading)."""
+
+    # Pass events through ``sentences.described`` first, so their sentences share one context.
+
+    sequence = serializers.IntegerField()
+    # Always six fractional digits, as hashed (the rest of the API writes them only when present).
+    created_at = UtcTime(timespec="microseconds")
+    action = serializers.ChoiceField(Action.choices)
+    actor = serializers.CharField(source="actor_name")
+    actor_id = serializers.IntegerField(allow_null=True)
+    kill_request_id = serializers.IntegerField(allow_null=True)
+    host = serializers.CharField(source="host_name")
+    requester = serializers.CharField(source="requester_name")
+    approver = serializers.CharField(source="approver_name")
+    process_users = serializers.ListField(child=serializers.CharField(), source="process_user_list")
+    targets_summary = serializers.CharField()
+    details = serializers.DictField()
+    previous_hash = serializers.CharField()
+    hash = serializers.CharField()
+    sentence = serializers.SerializerMethodField()
+
+    def get_sentence(self, event: AuditEvent) -> str:
+        return _sentence(event)
 
 
 def csv_safe(value: Any) -> Any:

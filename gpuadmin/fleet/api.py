@@ -17,10 +17,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from gpuadmin.api_json import AsciiJSONRenderer
-from gpuadmin.api_schema import BAD_INPUT, COMMON_ERRORS, NOT_FOUND, array_of, query, ref
+from gpuadmin.api_schema import BAD_INPUT, COMMON_ERRORS, NOT_FOUND, query, ref
 from gpuadmin.fleet import series
 from gpuadmin.fleet.models import Host, LatestSnapshot, ProcessLife
-from gpuadmin.fleet.serializers import host_detail_dict, host_summary_dict
+from gpuadmin.fleet.serializers import HostDetailSerializer, HostSummarySerializer
 
 
 def _host(name: str) -> Host:
@@ -31,23 +31,24 @@ def _host(name: str) -> Host:
 
 
 @extend_schema(summary="Every host of the fleet", tags=["fleet"], operation_id="hosts_list",
-               responses={200: array_of("HostSummary"), **COMMON_ERRORS})
+               responses={200: HostSummarySerializer(many=True), **COMMON_ERRORS})
 @api_view(["GET"])
 @renderer_classes([AsciiJSONRenderer])
 def hosts(request: Request) -> Response:
-    return Response([host_summary_dict(h) for h in Host.objects.for_listing()])
+    return Response(HostSummarySerializer(Host.objects.for_listing(), many=True).data)
 
 
 @extend_schema(summary="One host: GPUs, the processes that matter, open findings", tags=["fleet"],
-               responses={200: ref("HostDetail"), **COMMON_ERRORS, **NOT_FOUND})
+               responses={200: HostDetailSerializer, **COMMON_ERRORS, **NOT_FOUND})
 @api_view(["GET"])
 @renderer_classes([AsciiJSONRenderer])
 def host_detail(request: Request, name: str) -> Response:
     host = Host.objects.for_listing().named(name)
     if host is None:
         raise NotFound(f"No host named {name!r} has sent a snapshot.")
-    document = LatestSnapshot.objects.document_for(host)
-    return Response(host_detail_dict(host, document, host.findings.open().most_severe_first()))
+    context = {"document": LatestSnapshot.objects.document_for(host),
+               "findings": host.findings.open().most_severe_first()}
+    return Response(HostDetailSerializer(host, context=context).data)
 
 
 @extend_schema(summary="A host's history for the charts", tags=["fleet"],

@@ -1,25 +1,25 @@
-"""What the read side says about hosts: the JSON API's shapes.
+"""What the read side says about hosts: the JSON API's shapes, as read-only serializers.
 
 The queries that load them are named on the models' querysets
 (``Host.objects.for_listing()``, ``LatestSnapshot.objects.document_for(host)``,
 ``host.findings.open()``), shared with the pages so both show the same thing.
-
-Plain functions returning dicts rather than DRF serializers: everything here
-is read-only, half of it is a stored snapshot document that is already
-validated JSON (processes are passed through with every field the probe sent),
-and the other half is a few model columns. A function per shape is shorter,
-reads top to bottom, and is tested without a request.
+The answer and the OpenAPI schema's components both come from these classes
+(``gpuadmin.api_schema``). A process is passed through exactly as the probe
+sent it (``ProcessAsSent``: the snapshot schema's own definition).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.db.models import Count
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
 
+from gpuadmin.api_schema import ProcessAsSent, Shape, TextOrNull, UtcTime
 from gpuadmin.fleet.models import Finding, Gpu, Host
-from gpuadmin.fleet.process_tree import gpu_holders, orphans, process_rows, zombie_trees
-from gpuadmin.text import utc_text
+from gpuadmin.fleet.process_tree import ZombieTree, gpu_holders, orphans, process_rows, zombie_trees
 
 Severity = Finding.Severity
 
@@ -40,88 +40,155 @@ def present_gpus(host: Host) -> list[Gpu]:
     return gpus
 
 
-def gpu_dict(gpu: Gpu) -> dict[str, Any]:
-    return {
-        "index": gpu.index,
-        "uuid": gpu.uuid,
-        "name": gpu.name,
-        "memory_total_bytes": gpu.memory_total_bytes,
-        "memory_used_bytes": gpu.memory_used_bytes,
-        "memory_attributed_bytes": gpu.memory_attributed_bytes,
-        "memory_unattributed_bytes": gpu.memory_unattributed_bytes,
-        "utilization_percent": gpu.utilization_percent,
-    }
+class GpuSerializer(Shape):
+    index = serializers.IntegerField()
+    uuid = serializers.CharField()
+    name = serializers.CharField()
+    memory_total_bytes = serializers.IntegerField(allow_null=True)
+    memory_used_bytes = serializers.IntegerField(allow_null=True)
+    memory_attributed_bytes = serializers.IntegerField(allow_null=True)
+    memory_unattributed_bytes = serializers.IntegerField(allow_null=True)
+    utilization_percent = serializers.IntegerField(allow_null=True)
 
 
-def host_summary_dict(host: Host) -> dict[str, Any]:
+class ProcessCountsSerializer(Shape):
+    processes = serializers.IntegerField(allow_null=True, source="process_count")
+    zombies = serializers.IntegerField(allow_null=True, source="zombie_count")
+    gpu_processes = serializers.IntegerField(allow_null=True, source="gpu_process_count")
+
+
+class GpuBackendSerializer(Shape):
+    """How the agent reads its GPUs (NVML, nvidia-smi), and why not when it cannot."""
+
+    name = TextOrNull(source="gpu_backend_name")
+    available = serializers.BooleanField(allow_null=True, source="gpu_backend_available")
+    reason = TextOrNull(source="gpu_backend_reason")
+
+
+# Open findings counted by severity: a key for each of ``Finding.Severity``, 0 included.
+OpenFindingsBySeveritySerializer: type[Shape] = type(
+    "OpenFindingsBySeveritySerializer", (Shape,),
+    {"__module__": __name__, **{s.value: serializers.IntegerField() for s in Severity}},
+)
+
+
+class HostSummarySerializer(Shape):
     """One host as the list endpoint shows it: columns only, no snapshot document."""
-    by_severity = open_finding_counts(host)
-    return {
-        "name": host.name,
-        "online": host.is_online,
-        "first_seen_at": utc_text(host.first_seen_at),
-        "last_seen_at": utc_text(host.last_seen_at),
-        "last_snapshot_taken_at": utc_text(host.last_snapshot_taken_at),
-        "boot_id": host.boot_id,
-        "kernel": host.kernel or None,
-        "driver_version": host.driver_version or None,
-        "pid_max": host.pid_max,
-        "pids_in_use": host.pids_in_use,
-        "gpus": [gpu_dict(g) for g in present_gpus(host)],
-        "counts": {
-            "processes": host.process_count,
-            "zombies": host.zombie_count,
-            "gpu_processes": host.gpu_process_count,
-        },
-        "open_findings_count": sum(by_severity.values()),
-        "open_findings_by_severity": by_severity,
-        "gpu_backend": {
-            "name": host.gpu_backend_name,
-            "available": host.gpu_backend_available,
-            "reason": host.gpu_backend_reason or None,
-        },
-        "last_error": host.last_error or None,
-        "last_error_at": utc_text(host.last_error_at),
-    }
+
+    name = serializers.CharField()
+    online = serializers.BooleanField(source="is_online")
+    first_seen_at = UtcTime(allow_null=True)
+    last_seen_at = UtcTime(allow_null=True)
+    last_snapshot_taken_at = UtcTime(allow_null=True)
+    boot_id = serializers.CharField(allow_null=True)
+    kernel = TextOrNull()
+    driver_version = TextOrNull()
+    pid_max = serializers.IntegerField(allow_null=True)
+    pids_in_use = serializers.IntegerField(allow_null=True)
+    gpus = serializers.SerializerMethodField()
+    counts = ProcessCountsSerializer(source="*")
+    open_findings_count = serializers.SerializerMethodField()
+    open_findings_by_severity = serializers.SerializerMethodField()
+    gpu_backend = GpuBackendSerializer(source="*")
+    last_error = TextOrNull()
+    last_error_at = UtcTime(allow_null=True)
+
+    @extend_schema_field(GpuSerializer(many=True))
+    def get_gpus(self, host: Host) -> Any:
+        return GpuSerializer(present_gpus(host), many=True).data
+
+    def get_open_findings_count(self, host: Host) -> int:
+        return sum(open_finding_counts(host).values())
+
+    @extend_schema_field(OpenFindingsBySeveritySerializer)
+    def get_open_findings_by_severity(self, host: Host) -> dict[str, int]:
+        return open_finding_counts(host)
 
 
-def finding_dict(finding: Finding) -> dict[str, Any]:
-    return {
-        "kind": finding.kind,
-        "severity": finding.severity,
-        "title": finding.title,
-        "remedy": finding.remedy,
-        "first_seen_at": utc_text(finding.first_seen_at),
-        "last_seen_at": utc_text(finding.last_seen_at),
-        "details": finding.details,
-    }
+class FindingSerializer(Shape):
+    kind = serializers.ChoiceField(Finding.Kind.choices)
+    severity = serializers.ChoiceField(Severity.choices)
+    title = serializers.CharField()
+    remedy = serializers.CharField()
+    first_seen_at = UtcTime()
+    last_seen_at = UtcTime()
+    details = serializers.DictField()
 
 
-def processes_that_matter(document: dict[str, Any] | None) -> dict[str, Any]:
-    """GPU holders, zombie trees and orphans of a snapshot, each process exactly as the probe sent it."""
-    if document is None:
-        return {"processes": [], "zombie_trees": [], "orphans": []}
-    as_sent = {p["pid"]: p for p in document.get("processes", ())}
-    rows = process_rows(document)
-    return {
-        "processes": [as_sent[r.pid] for r in gpu_holders(rows)],
-        "zombie_trees": [
-            {
-                "parent_pid": tree.parent_pid,
-                "parent": as_sent.get(tree.parent_pid),
-                "zombie_count": len(tree.zombies),
-                "zombies": [as_sent[z.pid] for z in tree.zombies],
-            }
-            for tree in zombie_trees(rows)
-        ],
-        "orphans": [as_sent[r.pid] for r in orphans(rows)],
-    }
+@dataclass
+class ProcessesThatMatter:
+    """A snapshot's GPU holders, zombie trees and orphans; each process as the probe sent it."""
+
+    as_sent: dict[int, dict[str, Any]] = field(default_factory=dict)
+    holders: list[int] = field(default_factory=list)
+    trees: list[ZombieTree] = field(default_factory=list)
+    orphans: list[int] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, document: dict[str, Any] | None) -> ProcessesThatMatter:
+        if document is None:
+            return cls()
+        rows = process_rows(document)
+        return cls(as_sent={p["pid"]: p for p in document.get("processes", ())},
+                   holders=[r.pid for r in gpu_holders(rows)], trees=zombie_trees(rows),
+                   orphans=[r.pid for r in orphans(rows)])
 
 
-def host_detail_dict(host: Host, document: dict[str, Any] | None, findings: list[Finding]) -> dict[str, Any]:
-    return {
-        **host_summary_dict(host),
-        "snapshot_taken_at": document.get("taken_at") if document else None,
-        **processes_that_matter(document),
-        "findings": [finding_dict(f) for f in findings],
-    }
+class ZombieTreeSerializer(Shape):
+    """A parent and the zombies only it can reap (``process_tree.ZombieTree``)."""
+
+    parent_pid = serializers.IntegerField()
+    # A declared field is popped off the class (SerializerMetaclass): it does not shadow Field.parent.
+    parent = serializers.SerializerMethodField()  # type: ignore[assignment]
+    zombie_count = serializers.SerializerMethodField()
+    zombies = serializers.SerializerMethodField()
+
+    @extend_schema_field(ProcessAsSent(allow_null=True))
+    def get_parent(self, tree: ZombieTree) -> dict[str, Any] | None:
+        return self.context["matter"].as_sent.get(tree.parent_pid)
+
+    def get_zombie_count(self, tree: ZombieTree) -> int:
+        return len(tree.zombies)
+
+    @extend_schema_field(serializers.ListField(child=ProcessAsSent()))
+    def get_zombies(self, tree: ZombieTree) -> list[dict[str, Any]]:
+        return [self.context["matter"].as_sent[z.pid] for z in tree.zombies]
+
+
+class HostDetailSerializer(HostSummarySerializer):
+    """One host with its newest snapshot's processes that matter and its open findings."""
+
+    # context: "document" (the newest snapshot, or None) and "findings" (open, most severe first).
+
+    snapshot_taken_at = serializers.SerializerMethodField()
+    processes = serializers.SerializerMethodField()
+    zombie_trees = serializers.SerializerMethodField()
+    orphans = serializers.SerializerMethodField()
+    findings = serializers.SerializerMethodField()
+
+    def to_representation(self, instance: Host) -> Any:
+        self.context.setdefault("matter", ProcessesThatMatter.of(self.context["document"]))
+        return super().to_representation(instance)
+
+    @extend_schema_field(UtcTime(allow_null=True))
+    def get_snapshot_taken_at(self, host: Host) -> str | None:
+        document = self.context["document"]
+        return document.get("taken_at") if document else None
+
+    @extend_schema_field(serializers.ListField(child=ProcessAsSent()))
+    def get_processes(self, host: Host) -> list[dict[str, Any]]:
+        matter: ProcessesThatMatter = self.context["matter"]
+        return [matter.as_sent[pid] for pid in matter.holders]
+
+    @extend_schema_field(ZombieTreeSerializer(many=True))
+    def get_zombie_trees(self, host: Host) -> Any:
+        return ZombieTreeSerializer(self.context["matter"].trees, many=True, context=self.context).data
+
+    @extend_schema_field(serializers.ListField(child=ProcessAsSent()))
+    def get_orphans(self, host: Host) -> list[dict[str, Any]]:
+        matter: ProcessesThatMatter = self.context["matter"]
+        return [matter.as_sent[pid] for pid in matter.orphans]
+
+    @extend_schema_field(FindingSerializer(many=True))
+    def get_findings(self, host: Host) -> Any:
+        return FindingSerializer(self.context["findings"], many=True).data

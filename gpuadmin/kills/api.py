@@ -29,21 +29,24 @@ from gpuadmin.api_schema import (
     INTEGER,
     NOT_FOUND,
     STRING,
-    array_of,
     body,
     error,
     query,
-    ref,
 )
 from gpuadmin.fleet.models import LatestSnapshot
 from gpuadmin.kills import changes, services
 from gpuadmin.kills.models import KillRequest
-from gpuadmin.kills.serializers import kill_request_dict, preview_dict
+from gpuadmin.kills.serializers import (
+    KillPreviewSerializer,
+    KillRequestDetailSerializer,
+    KillRequestSerializer,
+    preview_data,
+)
 from gpuadmin.kills.services import BadInput, KillError
 from gpuadmin.kills.states import Status
 
 LIST_LIMIT = 200
-DECISION_RESPONSES = {200: ref("KillRequest"), **BAD_INPUT, **COMMON_ERRORS, **NOT_FOUND,
+DECISION_RESPONSES = {200: KillRequestDetailSerializer, **BAD_INPUT, **COMMON_ERRORS, **NOT_FOUND,
                       409: error("the request's status does not allow this now")}
 
 
@@ -75,27 +78,27 @@ def _bool(value: Any, name: str) -> bool:
     raise BadInput(f"{name} must be true or false; got {value!r}", field=name)
 
 
-def detail_dict(kill_request: KillRequest) -> dict[str, Any]:
+def detail_data(kill_request: KillRequest) -> Any:
     targets_now = None
     if kill_request.status == Status.PENDING:
         # What an approver would see now: each target against the newest snapshot.
         latest = LatestSnapshot.objects.for_host(kill_request.host)
         targets_now = changes.compare(list(kill_request.targets.all()), latest.document if latest else None)
-    return kill_request_dict(kill_request, steps=True, targets_now=targets_now)
+    return KillRequestDetailSerializer(kill_request, context={"targets_now": targets_now}).data
 
 
 @extend_schema(methods=["GET"], summary="Kill requests, newest first (at most 200)", tags=["kills"],
                operation_id="kill_requests_list",
                parameters=[query("status", "only this status", enum=list(Status.values)),
                            query("host", "only this host")],
-               responses={200: array_of("KillRequest"), **BAD_INPUT, **COMMON_ERRORS})
+               responses={200: KillRequestSerializer(many=True), **BAD_INPUT, **COMMON_ERRORS})
 @extend_schema(methods=["POST"], summary="File a kill request (role requester)", tags=["kills"],
                request=body({
                    "host": STRING, "pid": INTEGER, "start_time_ticks": INTEGER,
                    "include_descendants": BOOLEAN, "workload": STRING, "plan": {"type": "array"},
                    "reason": STRING,
                }, required=("host", "reason")),
-               responses={201: ref("KillRequest"), **BAD_INPUT, **COMMON_ERRORS, **NOT_FOUND,
+               responses={201: KillRequestDetailSerializer, **BAD_INPUT, **COMMON_ERRORS, **NOT_FOUND,
                           409: error("the process is already the target of an open request"),
                           422: error("the rules refuse the target (PID 1, a zombie, protected...)")})
 @api_view(["GET", "POST"])
@@ -119,7 +122,7 @@ def kill_requests(request: Request) -> Response:
             )
         except KillError as error:
             return _error(error)
-        return Response(kill_request_dict(kill_request, steps=True), status=201)
+        return Response(KillRequestDetailSerializer(kill_request).data, status=201)
 
     found = KillRequest.objects.shown()
     status = request.query_params.get("status")
@@ -129,7 +132,7 @@ def kill_requests(request: Request) -> Response:
         found = found.filter(status=status)
     if host := request.query_params.get("host"):
         found = found.filter(host__name=host)
-    return Response([kill_request_dict(k) for k in found.order_by("-requested_at")[:LIST_LIMIT]])
+    return Response(KillRequestSerializer(found.order_by("-requested_at")[:LIST_LIMIT], many=True).data)
 
 
 @extend_schema(summary="What a request would target, without filing it", tags=["kills"], parameters=[
@@ -137,7 +140,7 @@ def kill_requests(request: Request) -> Response:
     query("start_time_ticks", "the process's start time in clock ticks", kind=int),
     query("include_descendants", "true to list every descendant too"),
     query("workload", "a workload key instead of a process (slurm_job:4242)"),
-], responses={200: ref("KillPreview"), **BAD_INPUT, **COMMON_ERRORS, **NOT_FOUND})
+], responses={200: KillPreviewSerializer, **BAD_INPUT, **COMMON_ERRORS, **NOT_FOUND})
 @api_view(["GET"])
 @renderer_classes([AsciiJSONRenderer])
 def kill_request_preview(request: Request) -> Response:
@@ -155,16 +158,16 @@ def kill_request_preview(request: Request) -> Response:
             )
     except KillError as error:
         return _error(error)
-    return Response(preview_dict(result))
+    return Response(preview_data(result))
 
 
 @extend_schema(summary="One kill request with its steps", tags=["kills"],
-               responses={200: ref("KillRequest"), **COMMON_ERRORS, **NOT_FOUND})
+               responses={200: KillRequestDetailSerializer, **COMMON_ERRORS, **NOT_FOUND})
 @api_view(["GET"])
 @renderer_classes([AsciiJSONRenderer])
 def kill_request_detail(request: Request, pk: int) -> Response:
     try:
-        return Response(detail_dict(services.get_request(pk)))
+        return Response(detail_data(services.get_request(pk)))
     except KillError as error:
         return _error(error)
 
@@ -173,7 +176,7 @@ def _decide(pk: int, decision: Callable[[], object]) -> Response:
     """Run one decision on request ``pk`` and answer with the request as it now is."""
     try:
         decision()
-        return Response(detail_dict(services.get_request(pk)))
+        return Response(detail_data(services.get_request(pk)))
     except KillError as error:
         return _error(error)
 

@@ -1,134 +1,193 @@
-"""The JSON shapes of kill requests (API), as plain functions: the API only
-reads models here; every change goes through the services."""
+"""The JSON shapes of kill requests (API): read-only serializers, from which the OpenAPI schema's
+components are generated too (``gpuadmin.api_schema``). The API only reads models here; every
+change goes through the services."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from gpuadmin.kills.changes import TargetNow
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from gpuadmin.api_schema import Given, OwnerAsSent, Shape, TextOrNull, UtcTime
 from gpuadmin.kills.models import KillRequest, KillStep, KillTarget
+from gpuadmin.kills.states import Status
 from gpuadmin.kills.targets import Preview
-from gpuadmin.text import utc_text
 
 
-def target_dict(target: KillTarget) -> dict[str, Any]:
-    return {
-        "pid": target.pid,
-        "start_time_ticks": target.start_time_ticks,
-        "boot_id": target.boot_id,
-        "ppid": target.ppid,
-        "uid": target.uid,
-        "user": target.user,
-        "name": target.name,
-        "cmdline": target.cmdline,
-        "cmdline_truncated": target.cmdline_truncated,
-        "cmdline_sha256": target.cmdline_sha256,
-        "state": target.state,
-        "gpu_memory_bytes": target.gpu_memory_bytes,
-        "is_descendant": target.is_descendant,
-        "owner": target.owner,
-        "outcome": target.outcome,
-        "outcome_detail": target.outcome_detail,
-        "last_signal": target.last_signal or None,
-    }
+def _strings() -> serializers.ListField:
+    return serializers.ListField(child=serializers.CharField())
 
 
-def step_dict(step: KillStep) -> dict[str, Any]:
-    return {
-        "seq": step.seq,
-        "at": utc_text(step.at),
-        "received_at": utc_text(step.received_at),
-        "event": step.event,
-        "pid": step.pid,
-        "signal": step.signal or None,
-        "method": step.method or None,
-        "result": step.result or None,
-        "detail": step.detail,
-    }
+def _bytes_by_gpu() -> serializers.DictField:
+    """{GPU uuid: bytes or null}, as the snapshot says it."""
+    return serializers.DictField(child=serializers.IntegerField(allow_null=True))
 
 
-def kill_request_dict(kill_request: KillRequest, *, steps: bool = False,
-                      targets_now: list[TargetNow] | None = None) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "id": kill_request.pk,
-        "status": kill_request.status,
-        "final": kill_request.is_final,
-        "host": kill_request.host.name,
-        "requested_by": kill_request.requested_by_name,
-        "requested_at": utc_text(kill_request.requested_at),
-        "reason": kill_request.reason,
-        "plan": kill_request.plan,
-        "include_descendants": kill_request.include_descendants,
-        "workload": (
-            {"key": kill_request.workload, "label": kill_request.workload_label}
-            if kill_request.workload else None
-        ),
-        "snapshot_taken_at": utc_text(kill_request.snapshot_taken_at),
-        "boot_id": kill_request.boot_id,
-        "warnings": kill_request.warnings,
-        "excluded_targets": kill_request.excluded_targets,
-        "pending_expires_at": utc_text(kill_request.pending_expires_at),
-        "approved_by": kill_request.approved_by_name or None,
-        "self_approved": kill_request.self_approved,
-        "sigkill_only_allowed": kill_request.sigkill_only_allowed,
-        "closed_by": kill_request.closed_by_name or None,
-        "decided_at": utc_text(kill_request.decided_at),
-        "decision_reason": kill_request.decision_reason,
-        "start_deadline": utc_text(kill_request.start_deadline),
-        "dispatched_at": utc_text(kill_request.dispatched_at),
-        "started_at": utc_text(kill_request.started_at),
-        "finished_at": utc_text(kill_request.finished_at),
-        "result_detail": kill_request.result_detail,
-        "memory": {
-            "expected_release_bytes": kill_request.memory_expected_release_bytes,
-            "released_bytes": kill_request.memory_released_bytes,
-            "confirmed_at": utc_text(kill_request.memory_confirmed_at),
-        },
-        "targets": [target_dict(t) for t in kill_request.targets.all()],
-    }
-    if steps:
-        data["steps"] = [step_dict(s) for s in kill_request.steps.all()]
-    if targets_now is not None:
-        data["targets_now"] = [
-            {
-                "pid": now.target.pid,
-                "gone": now.gone,
-                "will_be_refused": now.will_be_refused,
-                "gpu_memory_now_bytes": now.gpu_memory_now_bytes,
-                "changes": now.changes,
-            }
-            for now in targets_now
-        ]
-    return data
+class KillTargetSerializer(Shape):
+    pid = serializers.IntegerField()
+    start_time_ticks = serializers.IntegerField()
+    boot_id = serializers.CharField()
+    ppid = serializers.IntegerField(allow_null=True)
+    uid = serializers.IntegerField(allow_null=True)
+    user = serializers.CharField(allow_null=True)
+    name = serializers.CharField()
+    cmdline = _strings()
+    cmdline_truncated = serializers.BooleanField()
+    cmdline_sha256 = serializers.CharField()
+    state = serializers.CharField()
+    gpu_memory_bytes = _bytes_by_gpu()
+    is_descendant = serializers.BooleanField()
+    owner = OwnerAsSent(allow_null=True)
+    outcome = serializers.ChoiceField(KillTarget.Outcome.choices)
+    outcome_detail = serializers.CharField()
+    last_signal = TextOrNull()
 
 
-def preview_dict(preview: Preview) -> dict[str, Any]:
-    return {
-        "host": preview.host_name,
-        "snapshot_taken_at": utc_text(preview.snapshot_taken_at),
-        "boot_id": preview.boot_id,
-        "ok": preview.ok,
-        "refusal": preview.refusal,
-        "parent_offer": preview.parent_offer.as_dict() if preview.parent_offer else None,
-        "warnings": preview.warnings,
-        "workload": (
-            {"key": preview.workload.key, "label": preview.workload.label} if preview.workload else None
-        ),
-        "targets": [
-            {
-                "pid": row.pid,
-                "start_time_ticks": row.start_time_ticks,
-                "ppid": row.ppid,
-                "uid": row.uid,
-                "user": row.user,
-                "name": row.name,
-                "state": row.state,
-                "cmdline": list(row.cmdline),
-                "gpu_memory_bytes": row.gpu_memory_bytes,
-                "owner": row.owner,
-                "is_descendant": i > 0 and preview.workload is None,
-            }
-            for i, row in enumerate(preview.targets)
-        ],
-        "excluded": [e.as_dict() for e in preview.excluded],
-    }
+class KillStepSerializer(Shape):
+    seq = serializers.IntegerField()
+    at = UtcTime(allow_null=True)
+    received_at = UtcTime(allow_null=True)
+    event = serializers.ChoiceField(KillStep.Event.choices)
+    pid = serializers.IntegerField(allow_null=True)
+    signal = TextOrNull()
+    method = TextOrNull()
+    result = TextOrNull()
+    detail = serializers.CharField()
+
+
+class WorkloadSerializer(Shape):
+    """Every process of a Slurm job, container or pod (``fleet.process_tree.Workload``)."""
+
+    key = serializers.CharField()
+    # A declared field is popped off the class (SerializerMetaclass): it does not shadow Field.label.
+    label = serializers.CharField()  # type: ignore[assignment]
+
+
+class MemorySerializer(Shape):
+    """GPU memory the kill should free, and what the snapshots after it showed freed."""
+
+    expected_release_bytes = serializers.IntegerField(allow_null=True, source="memory_expected_release_bytes")
+    released_bytes = serializers.IntegerField(allow_null=True, source="memory_released_bytes")
+    confirmed_at = UtcTime(allow_null=True, source="memory_confirmed_at")
+
+
+class TargetNowSerializer(Shape):
+    """A pending request's target against the newest snapshot (``kills.changes.TargetNow``)."""
+
+    pid = serializers.IntegerField(source="target.pid")
+    gone = serializers.BooleanField()
+    will_be_refused = serializers.BooleanField()
+    gpu_memory_now_bytes = serializers.IntegerField(allow_null=True)
+    changes = _strings()
+
+
+class KillRequestSerializer(Shape):
+    """A kill request as the list shows it."""
+
+    id = serializers.IntegerField(source="pk")
+    status = serializers.ChoiceField(Status.choices)
+    final = serializers.BooleanField(source="is_final")
+    host = serializers.CharField(source="host.name")
+    requested_by = serializers.CharField(source="requested_by_name")
+    requested_at = UtcTime()
+    reason = serializers.CharField()
+    plan = serializers.ListField()
+    include_descendants = serializers.BooleanField()
+    workload = serializers.SerializerMethodField()
+    snapshot_taken_at = UtcTime(allow_null=True)
+    boot_id = serializers.CharField()
+    warnings = _strings()
+    excluded_targets = serializers.ListField()
+    pending_expires_at = UtcTime(allow_null=True)
+    approved_by = TextOrNull(source="approved_by_name")
+    self_approved = serializers.BooleanField()
+    sigkill_only_allowed = serializers.BooleanField()
+    closed_by = TextOrNull(source="closed_by_name")
+    decided_at = UtcTime(allow_null=True)
+    decision_reason = serializers.CharField()
+    start_deadline = UtcTime(allow_null=True)
+    dispatched_at = UtcTime(allow_null=True)
+    started_at = UtcTime(allow_null=True)
+    finished_at = UtcTime(allow_null=True)
+    result_detail = serializers.CharField()
+    memory = MemorySerializer(source="*")
+    targets = KillTargetSerializer(many=True)
+
+    @extend_schema_field(WorkloadSerializer(allow_null=True))
+    def get_workload(self, kill_request: KillRequest) -> dict[str, Any] | None:
+        if not kill_request.workload:
+            return None
+        return WorkloadSerializer({"key": kill_request.workload, "label": kill_request.workload_label}).data
+
+
+class KillRequestDetailSerializer(KillRequestSerializer):
+    """One request (detail, filing, decisions): with its steps and, for a pending one, `targets_now`:
+    its targets as the newest snapshot shows them."""
+
+    # targets_now: given by the caller as context["targets_now"] (kills.changes.compare).
+
+    steps = KillStepSerializer(many=True)
+    targets_now = Given(child=TargetNowSerializer(), required=False)
+
+
+class ExcludedSerializer(Shape):
+    """A process a request for a workload or with descendants leaves out, and why (``targets.Excluded``)."""
+
+    pid = serializers.IntegerField()
+    name = serializers.CharField()
+    user = serializers.CharField(allow_null=True)
+    why = serializers.CharField()
+
+
+class ParentOfferSerializer(Shape):
+    """For a zombie: the parent that could reap it, offered instead (``targets.ParentOffer``)."""
+
+    pid = serializers.IntegerField()
+    start_time_ticks = serializers.IntegerField(allow_null=True)
+    name = serializers.CharField()
+    user = serializers.CharField(allow_null=True)
+    command_line = serializers.CharField()
+    state = serializers.CharField()
+    zombie_count = serializers.IntegerField()
+    refused_because = serializers.CharField(allow_null=True)
+
+
+class PreviewTargetSerializer(Shape):
+    """A process a request would target: its row in the snapshot (``fleet.process_tree.ProcessRow``)."""
+
+    pid = serializers.IntegerField()
+    start_time_ticks = serializers.IntegerField()
+    ppid = serializers.IntegerField(allow_null=True)
+    uid = serializers.IntegerField(allow_null=True)
+    user = serializers.CharField(allow_null=True)
+    name = serializers.CharField()
+    state = serializers.CharField()
+    cmdline = _strings()
+    gpu_memory_bytes = _bytes_by_gpu()
+    owner = OwnerAsSent(allow_null=True)
+    is_descendant = serializers.SerializerMethodField()
+
+    def get_is_descendant(self, row: Any) -> bool:
+        # The rows come seed first; a workload's processes are all named, none descends.
+        preview: Preview = self.context["preview"]
+        return row.pid != preview.targets[0].pid and preview.workload is None
+
+
+class KillPreviewSerializer(Shape):
+    """What a request would target, without filing it (``kills.targets.Preview``)."""
+
+    host = serializers.CharField(source="host_name")
+    snapshot_taken_at = UtcTime(allow_null=True)
+    boot_id = serializers.CharField(allow_null=True)
+    ok = serializers.BooleanField()
+    refusal = serializers.CharField(allow_null=True)
+    parent_offer = ParentOfferSerializer(allow_null=True)
+    warnings = _strings()
+    workload = WorkloadSerializer(allow_null=True)
+    targets = PreviewTargetSerializer(many=True)
+    excluded = ExcludedSerializer(many=True)
+
+
+def preview_data(preview: Preview) -> Any:
+    return KillPreviewSerializer(preview, context={"preview": preview}).data
