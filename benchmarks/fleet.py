@@ -99,7 +99,7 @@ def _ingest_share(hosts: list[Any], rounds: list[tuple[int, datetime]], barrier:
     receive them all, round after round."""
     from django.db import connections
 
-    from gpuadmin.fleet.ingest import receive_snapshot
+    from gpuadmin.fleet.intake.ingest import receive_snapshot
 
     connections.close_all()  # never share the parent's connection
     messages = [host.message(number, taken_at=taken_at) for number, taken_at in rounds for host in hosts]
@@ -189,7 +189,7 @@ def profile_ingest(hosts: list[Any], round_number: int, count: int) -> None:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from gpuadmin.fleet.ingest import receive_snapshot
+    from gpuadmin.fleet.intake.ingest import receive_snapshot
 
     profiled = hosts[:count]
     messages = [host.message(round_number) for host in profiled]
@@ -214,13 +214,13 @@ def profile_ingest(hosts: list[Any], round_number: int, count: int) -> None:
 
 # The steps of ingest timed by --stages: (module, function), each replaced where it is looked up.
 STAGES = [
-    ("gpuadmin.fleet.ingest", "open_envelope"),
-    ("gpuadmin.fleet.ingest", "parse_snapshot"),
-    ("gpuadmin.fleet.trust", "admit"),
-    ("gpuadmin.fleet.ingest", "process_rows"),
-    ("gpuadmin.fleet.ingest", "_update_host"),
-    ("gpuadmin.fleet.ingest", "_store_latest"),
-    ("gpuadmin.fleet.ingest", "_upsert_gpus"),
+    ("gpuadmin.fleet.intake.ingest", "open_envelope"),
+    ("gpuadmin.fleet.intake.ingest", "parse_snapshot"),
+    ("gpuadmin.fleet.intake.trust", "admit"),
+    ("gpuadmin.fleet.intake.ingest", "process_rows"),
+    ("gpuadmin.fleet.intake.ingest", "_update_host"),
+    ("gpuadmin.fleet.intake.ingest", "_store_latest"),
+    ("gpuadmin.fleet.intake.ingest", "_upsert_gpus"),
     ("gpuadmin.fleet.history", "record_samples"),
     ("gpuadmin.fleet.history", "record_process_lives"),
     ("gpuadmin.fleet.history", "_known_lives"),
@@ -237,7 +237,7 @@ def time_stages(hosts: list[Any], round_number: int, count: int) -> None:
     """Wall ms per snapshot of each of ``STAGES`` over ``count`` snapshots, and the whole."""
     import importlib
 
-    from gpuadmin.fleet.ingest import receive_snapshot
+    from gpuadmin.fleet.intake.ingest import receive_snapshot
 
     spent: dict[str, float] = {}
     spent_cpu: dict[str, float] = {}

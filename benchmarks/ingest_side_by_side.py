@@ -66,7 +66,7 @@ from benchmarks.fleet import database_server_pid, process_cpu_seconds
 setup_django(url)
 from django.db import connection
 from gpuadmin.fleet import synthetic
-from gpuadmin.fleet.ingest import receive_snapshot
+from gpuadmin.fleet.intake.ingest import receive_snapshot
 logging.disable(logging.WARNING)
 demo_hosts = synthetic.demo_hosts(Path(data_dir), hosts, processes=processes)
 def message(host, r):  # the host's round r (from 1), taken round_seconds after round r - 1

@@ -9,7 +9,7 @@ nowhere), with a simulated GPU. Then, --requests times, one after the other:
   1. spawn a target: a Python process whose SIGINT handler first writes
      time.time() to a file (the moment the signal reached it), then exits;
   2. list it on the simulated GPU and ingest a real snapshot of the host
-     (gpuadmin.probe.take_snapshot, gpuadmin.fleet.ingest) so it can be targeted;
+     (gpuadmin.probe.take_snapshot, gpuadmin.fleet.intake.ingest) so it can be targeted;
   3. file a kill request (plan SIGINT → 10 s → SIGKILL → 10 s) and approve it as
      a second admin; the moment the approval's transaction committed is taken
      where the on-commit dispatch begins;
@@ -140,7 +140,7 @@ def run(requests: int, work: Path, redis_url: str | None) -> list[dict[str, floa
 
     call_command("migrate", verbosity=0)
     # The agent's key is enrolled as `make run` enrols its own agent's: an approver accepts it
-    # (fleet.trust.accept_host), or central refuses to send the host any order.
+    # (fleet.intake.trust.accept_host), or central refuses to send the host any order.
     from gpuadmin.keys import central_signing_key, ensure_agent_key
     from gpuadmin.wire.signing import public_key_text
 

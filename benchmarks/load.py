@@ -186,7 +186,7 @@ class Sender:
 def enrol_hosts(count: int) -> list[tuple[str, Any, list[dict[str, Any]], list[dict[str, Any]]]]:
     """Hosts with their keys, accepted as an approver would; (name, key, processes, gpus) each."""
     from benchmarks.pages import typical_host
-    from gpuadmin.fleet import trust
+    from gpuadmin.fleet.intake import trust
     from gpuadmin.wire.signing import generate_private_key, public_key_text
 
     hosts = []

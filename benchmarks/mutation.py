@@ -92,8 +92,8 @@ GROUPS: dict[str, Group] = {
         ("gpuadmin/audit/chain.py",), ("tests/audit/test_chain.py", "tests/audit/test_chain_rows.py")
     ),
     "validation": Group(
-        ("gpuadmin/fleet/validation.py",),
-        ("tests/fleet/test_validation.py", "tests/fleet/test_validation_edges.py"),
+        ("gpuadmin/fleet/intake/validation.py",),
+        ("tests/fleet/intake/test_validation.py", "tests/fleet/intake/test_validation_edges.py"),
     ),
 }
 

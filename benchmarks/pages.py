@@ -1,7 +1,7 @@
 """Response times of the pages and the API over a large fleet.
 
 In a throwaway data directory (SQLite), ingest one snapshot per host through
-the real path (tests.factories -> tests.keys.deliver -> gpuadmin.fleet.ingest.receive_snapshot):
+the real path (tests.factories -> tests.keys.deliver -> gpuadmin.fleet.intake.ingest.receive_snapshot):
 --hosts hosts with 8 GPUs each, a dozen GPU-holding processes under two
 launchers, an orphaned worker pair still holding memory, a leaky parent with
 zombie children and a zombie whose parent is gone, a device-file holder; plus

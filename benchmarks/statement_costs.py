@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         from django.db import connection
 
         from gpuadmin.fleet import synthetic
-        from gpuadmin.fleet.ingest import receive_snapshot
+        from gpuadmin.fleet.intake.ingest import receive_snapshot
 
         logging.disable(logging.WARNING)
         with connection.cursor() as cursor:

@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with throwaway_data_dir("validation-paths-", wait=False) as data_dir:
         setup_django()
-        from gpuadmin.fleet.validation import SnapshotRejected, parse_snapshot
+        from gpuadmin.fleet.intake.validation import SnapshotRejected, parse_snapshot
 
         try:
             from gpuadmin.fleet import synthetic

@@ -307,7 +307,7 @@ GPUADMIN_HISTORY_PROCESS_STEP_BYTES = env_int("GPUADMIN_HISTORY_PROCESS_STEP_BYT
 # holders first: a signed snapshot with 15,000 made-up holders must not add 15,000 rows every interval.
 GPUADMIN_HISTORY_PROCESSES_PER_SNAPSHOT = max(1, env_int("GPUADMIN_HISTORY_PROCESSES_PER_SNAPSHOT", 500))
 # A host's offered key nobody accepted is withdrawn after this long without a snapshot renewing it,
-# freeing its slot of the 100 awaiting acceptance (gpuadmin/fleet/trust.py).
+# freeing its slot of the 100 awaiting acceptance (gpuadmin/fleet/intake/trust.py).
 GPUADMIN_HOST_OFFER_EXPIRY_SECONDS = max(60, env_int("GPUADMIN_HOST_OFFER_EXPIRY_SECONDS", 24 * 3600))
 # Findings drawn from history (gpuadmin/fleet/findings.py): a suspected leak is GPU
 # memory that rose in this many snapshots without falling; an idle holder keeps

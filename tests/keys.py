@@ -37,7 +37,7 @@ def host_key(host_name: str) -> Ed25519PrivateKey:
 
 def accept(host_name: str) -> Any:
     """Enrol the host with its test key (needs the database); returns the Host."""
-    from gpuadmin.fleet import trust
+    from gpuadmin.fleet.intake import trust
 
     return trust.accept_host(host_name, actor_name="tests", public_key=public_key_text(host_key(host_name)))
 
@@ -79,9 +79,9 @@ def deliver(snapshot: dict[str, Any] | str, *, received_at: datetime | None = No
     an approver accepts that fingerprint (``trust.accept_host``, audited), and the snapshot is sent
     again; ``accept_key=False`` leaves it awaiting. Raises ``SnapshotRejected`` as receive_snapshot does;
     an AssertionError when the host is left awaiting acceptance."""
-    from gpuadmin.fleet import trust
-    from gpuadmin.fleet.ingest import receive_snapshot
-    from gpuadmin.fleet.validation import host_name_from_text
+    from gpuadmin.fleet.intake import trust
+    from gpuadmin.fleet.intake.ingest import receive_snapshot
+    from gpuadmin.fleet.intake.validation import host_name_from_text
 
     if isinstance(snapshot, str):
         try:

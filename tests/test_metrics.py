@@ -14,8 +14,8 @@ from django.test import Client
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpuadmin.fleet.intake.validation import SnapshotRejected
 from gpuadmin.fleet.models import Finding, Gpu
-from gpuadmin.fleet.validation import SnapshotRejected
 from gpuadmin.kills import services
 from gpuadmin.kills.models import KillRequest
 from gpuadmin.metrics import SCRAPE_QUERIES, UNKNOWN_HOST_LABEL

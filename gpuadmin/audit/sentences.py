@@ -467,7 +467,7 @@ def _order_refused(event: AuditEvent, details: dict[str, Any], context: Sentence
             parts += [w(": "), value(details["reason"])]
     skipped = _int(details.get("not_written_before"))
     if skipped:
-        # fleet.trust.count_order_refusal: repeats and floods are counted on the host, not written.
+        # fleet.intake.trust.count_order_refusal: repeats and floods are counted on the host, not written.
         parts.append(w(f" ({skipped} more refusal{'s' if skipped > 1 else ''} from this host since the "
                        "previous one were counted but not written: repeats, or over the limit)"))
     return [*parts, *_agent_detail(details)]

@@ -1,7 +1,7 @@
 """The demo's synthetic hosts: a few more rows on the fleet page, through the real signed ingest path.
 
 Each host has its own Ed25519 key (made once, kept in the scenario folder),
-enrolled as an approver would (``fleet.trust.accept_host``); the driver seals
+enrolled as an approver would (``fleet.intake.trust.accept_host``); the driver seals
 each host's document with that key and sends it to ``central`` exactly as an
 agent does (``gpuadmin.sending.send_snapshot``), so ingest verifies,
 validates and stores it like any other. Their processes are made up (they
@@ -83,7 +83,7 @@ def host_key(host: SyntheticHost) -> Ed25519PrivateKey:
 
 def enrol_all() -> None:
     """Accept each synthetic host's key (needs Django); a data dir that knows another key forgets it."""
-    from gpuadmin.fleet import trust
+    from gpuadmin.fleet.intake import trust
 
     for host in HOSTS:
         public_key = public_key_text(host_key(host))

@@ -124,7 +124,7 @@ class Host(models.Model):
     last_error_at = models.DateTimeField(null=True, blank=True)
     # When central last sent this host a probe task: hosts offline for long are probed less often.
     last_probe_sent_at = models.DateTimeField(null=True, blank=True)
-    # The host's Ed25519 key (docs/security.md, gpuadmin/fleet/trust.py): offered by its
+    # The host's Ed25519 key (docs/security.md, gpuadmin/fleet/intake/trust.py): offered by its
     # first signed snapshot, trusted once an approver accepted it. Until then nothing it
     # sends is stored and no order is sent to it; afterwards only what this key signed counts.
     public_key = models.CharField(max_length=100, blank=True)
@@ -136,7 +136,7 @@ class Host(models.Model):
     rejected_message_count = models.PositiveIntegerField(default=0)
     last_rejected_message_at = models.DateTimeField(null=True, blank=True)
     last_rejected_message_reason = models.TextField(blank=True)
-    # Signed "order refused" reports from this host (fleet.trust.count_order_refusal): all of them, and
+    # Signed "order refused" reports from this host (fleet.intake.trust.count_order_refusal): all of them, and
     # those since the last one written to the audit log that were not (repeats, or over the bound).
     order_refusal_count = models.PositiveIntegerField(default=0)
     order_refusals_unwritten_count = models.PositiveIntegerField(default=0)

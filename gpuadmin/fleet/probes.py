@@ -69,7 +69,7 @@ def send_due_probes(now: datetime | None = None) -> list[str]:
     """Send a probe to every known host that is due one; return their names.
 
     Hosts awaiting acceptance get none: anyone can make up their names, and
-    accepting one asks it for a snapshot at once (``fleet.trust``).
+    accepting one asks it for a snapshot at once (``fleet.intake.trust``).
 
     Every host is due each interval, except hosts offline for more than
     LONG_OFFLINE_AFTER, which are due once per LONG_OFFLINE_PROBE_EVERY (their

@@ -392,8 +392,8 @@ def send(host: DemoHost, round_number: int, *, accept: bool = True, taken_at: da
     ``accept`` it is then accepted by fingerprint (as an approver would, audited)
     and the snapshot is sent again, now stored. ``taken_at``: as ``DemoHost.message``.
     """
-    from gpuadmin.fleet import trust
-    from gpuadmin.fleet.ingest import receive_snapshot
+    from gpuadmin.fleet.intake import trust
+    from gpuadmin.fleet.intake.ingest import receive_snapshot
 
     if receive_snapshot(host.message(round_number, taken_at=taken_at)) is not None:
         return True

@@ -1,6 +1,6 @@
 """Celery tasks of the fleet app (central side): thin wrappers over services.
 
-Ingest lives in ``gpuadmin.fleet.ingest``, probe scheduling in
+Ingest lives in ``gpuadmin.fleet.intake.ingest``, probe scheduling in
 ``gpuadmin.fleet.probes``; here are only the retry policies and the names.
 """
 
@@ -13,11 +13,11 @@ from celery import Task
 from django.db import DatabaseError
 
 from gpuadmin.celery import CENTRAL_QUEUE, app
-from gpuadmin.fleet import trust
-from gpuadmin.fleet.ingest import receive_snapshot
+from gpuadmin.fleet.intake import trust
+from gpuadmin.fleet.intake.ingest import receive_snapshot
+from gpuadmin.fleet.intake.validation import SnapshotRejected
 from gpuadmin.fleet.probes import send_due_probes
 from gpuadmin.fleet.retention import maintain_history
-from gpuadmin.fleet.validation import SnapshotRejected
 from gpuadmin.wire.task_names import INGEST_SNAPSHOT, MAINTAIN_HISTORY, SCHEDULE_PROBES
 
 logger = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from django.db import connection
 from kombu import Connection
 
 from gpuadmin.celery import app, host_queue
-from gpuadmin.fleet import trust
+from gpuadmin.fleet.intake import trust
 from gpuadmin.fleet.models import Host, LatestSnapshot
 from gpuadmin.wire.task_names import PROBE_HOST
 from tests import services

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 from gpuadmin.demo import fleet
+from gpuadmin.fleet.intake.validation import parse_snapshot
 from gpuadmin.fleet.process_tree import process_rows, workload_members
-from gpuadmin.fleet.validation import parse_snapshot
 
 
 def test_every_synthetic_host_sends_a_snapshot_central_accepts() -> None:

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from gpuadmin.demo.scenario import GPUS, HEALTH_CONDITIONS
 from gpuadmin.fleet.findings import XID_MEANINGS, compute_findings
+from gpuadmin.fleet.intake.validation import parse_snapshot
 from gpuadmin.fleet.models import Finding
-from gpuadmin.fleet.validation import parse_snapshot
 from gpuadmin.probe.gpus import simulated
 from tests.factories import snapshot
 from tests.run.helpers import SupervisedRun

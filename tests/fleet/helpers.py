@@ -14,8 +14,8 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from gpuadmin.fleet.intake.validation import SnapshotRejected, parse_snapshot
 from gpuadmin.fleet.models import Host
-from gpuadmin.fleet.validation import SnapshotRejected, parse_snapshot
 from tests.factories import GiB, gpu, proc, snapshot, snapshot_json
 from tests.keys import deliver
 

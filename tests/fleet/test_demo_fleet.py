@@ -9,8 +9,8 @@ from django.core.management import CommandError, call_command
 
 from gpuadmin.audit.models import Action, AuditEvent
 from gpuadmin.fleet import synthetic
+from gpuadmin.fleet.intake.validation import parse_snapshot
 from gpuadmin.fleet.models import Finding, Gpu, Host, LatestSnapshot
-from gpuadmin.fleet.validation import parse_snapshot
 from gpuadmin.wire.signing import canonical_json, public_key_text
 
 pytestmark = pytest.mark.django_db

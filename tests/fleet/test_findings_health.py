@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from gpuadmin.fleet.findings import XID_MEANINGS, FindingDraft, compute_findings
+from gpuadmin.fleet.intake.validation import parse_snapshot
 from gpuadmin.fleet.models import Finding
-from gpuadmin.fleet.validation import parse_snapshot
 from gpuadmin.probe.gpus import GpuHealth
 from tests.factories import gpu, snapshot
 

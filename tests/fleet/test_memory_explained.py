@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from gpuadmin.fleet.intake.validation import parse_snapshot
 from gpuadmin.fleet.memory_explained import memory_explained
 from gpuadmin.fleet.process_tree import process_rows
-from gpuadmin.fleet.validation import parse_snapshot
 from tests.factories import GiB, container_owner, gpu, proc, snapshot
 
 GPU0 = "GPU-sim-0000"

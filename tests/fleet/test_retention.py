@@ -11,7 +11,8 @@ from django.db import connection
 from django.db.models import Avg, Count, Max, Min
 
 from gpuadmin.fleet import retention
-from gpuadmin.fleet.ingest import receive_snapshot
+from gpuadmin.fleet.intake.ingest import receive_snapshot
+from gpuadmin.fleet.intake.validation import INT32_MAX, SnapshotRejected
 from gpuadmin.fleet.models import (
     Finding,
     GpuRollup,
@@ -23,7 +24,6 @@ from gpuadmin.fleet.models import (
     ProcessPoint,
 )
 from gpuadmin.fleet.tasks import maintain_history_task
-from gpuadmin.fleet.validation import INT32_MAX, SnapshotRejected
 from tests.factories import GiB, gpu, proc, snapshot
 from tests.fleet.helpers import at
 from tests.keys import accept, signed_snapshot

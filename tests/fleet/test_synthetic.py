@@ -8,6 +8,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from gpuadmin.demo import fleet as demo_scenario
+from gpuadmin.fleet.intake.validation import parse_snapshot
 from gpuadmin.fleet.synthetic import (
     GPU_MEMORY_BYTES,
     DemoHost,
@@ -17,7 +18,6 @@ from gpuadmin.fleet.synthetic import (
     proc,
     snapshot,
 )
-from gpuadmin.fleet.validation import parse_snapshot
 from gpuadmin.wire.signing import canonical_json
 
 NOW = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)

@@ -32,7 +32,7 @@ from kombu import Connection
 
 from gpuadmin.celery import app, host_queue
 from gpuadmin.data_dir import AGENT_SIGNING_KEY, prepare_data_dir
-from gpuadmin.fleet import trust
+from gpuadmin.fleet.intake import trust
 from gpuadmin.fleet.models import Host, LatestSnapshot
 from gpuadmin.wire.signing import fingerprint, load_private_key
 from gpuadmin.wire.task_names import PROBE_HOST

@@ -4,7 +4,7 @@ A host's clock may run ahead of or behind central's. The agent compares the
 order's ``host_deadline`` with its own clock; central computes it from the
 host's newest snapshot (taken_at on the host's clock, received_at on
 central's). Here a host runs 4 minutes ahead (central refuses snapshots more
-than 5 minutes ahead, fleet/validation.py) or 10 minutes behind, and the
+than 5 minutes ahead, fleet/intake/validation.py) or 10 minutes behind, and the
 agent's check runs with the host's skewed clock. The other way, the agent's
 reports carry its clock, and central's deadline for its "finished" still counts
 on central's.

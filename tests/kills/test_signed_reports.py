@@ -8,7 +8,7 @@ import pytest
 
 from gpuadmin.audit.models import AuditEvent
 from gpuadmin.audit.sentences import describe, sentence_text
-from gpuadmin.fleet import trust
+from gpuadmin.fleet.intake import trust
 from gpuadmin.fleet.models import Finding, Host
 from gpuadmin.kills import services
 from gpuadmin.kills.models import KillStep

@@ -1,7 +1,7 @@
 """Fitting a snapshot under the size limit (gpuadmin/probe/budget.py), on documents built by hand.
 
 The real-process case (400 device holders with hostile arguments, through
-central's validation and ingest) is tests/fleet/test_snapshot_budget.py.
+central's validation and ingest) is tests/fleet/intake/test_snapshot_budget.py.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from django.urls import reverse
 
 from gpuadmin.accounts import sudo
 from gpuadmin.audit.models import AuditEvent
-from gpuadmin.fleet.ingest import receive_snapshot
+from gpuadmin.fleet.intake.ingest import receive_snapshot
 from gpuadmin.fleet.models import Host
 from gpuadmin.wire.signing import fingerprint
 from tests.accounts.helpers import SIXTEEN_MINUTES, age_the_login, logged_in

@@ -5,8 +5,8 @@ import re
 import pytest
 from django.urls import reverse
 
+from gpuadmin.fleet.intake.validation import SnapshotRejected
 from gpuadmin.fleet.models import Host
-from gpuadmin.fleet.validation import SnapshotRejected
 from gpuadmin.web.host_tables import PROCESS_PAGE_ROWS
 from tests.factories import GiB, gpu, proc, snapshot_json
 from tests.fleet.helpers import make_offline, store, store_busy_host

@@ -3,7 +3,7 @@
 ``receive_report`` takes a report as it came off the broker: it counts only
 when signed by the accepted key of the host the request is for, and names the
 request by its full order id ("42-3f9a0c1b2d4e"); anything else is a rejected
-message (``fleet.trust``) and changes nothing. A signed "order_refused" report
+message (``fleet.intake.trust``) and changes nothing. A signed "order_refused" report
 (the agent did not accept something as an order) is written to the audit log
 and changes no request.
 
@@ -35,7 +35,7 @@ from django.utils import timezone
 
 from gpuadmin.audit import log
 from gpuadmin.audit.models import Action
-from gpuadmin.fleet import trust
+from gpuadmin.fleet.intake import trust
 from gpuadmin.fleet.models import Host, SnapshotRejection
 from gpuadmin.kills.models import KillRequest, KillStep, KillTarget
 from gpuadmin.kills.services._audit import audit

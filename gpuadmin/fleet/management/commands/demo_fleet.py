@@ -17,7 +17,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from gpuadmin.fleet import synthetic
-from gpuadmin.fleet.validation import SnapshotRejected
+from gpuadmin.fleet.intake.validation import SnapshotRejected
 
 
 class Command(BaseCommand):

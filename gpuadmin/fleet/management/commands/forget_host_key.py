@@ -12,7 +12,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from gpuadmin.fleet import trust
+from gpuadmin.fleet.intake import trust
 from gpuadmin.fleet.models import Host
 
 

@@ -19,7 +19,7 @@ from django.db.models import TextField
 from django.db.models.functions import Cast
 from django.test.utils import CaptureQueriesContext
 
-from gpuadmin.fleet.ingest import receive_snapshot
+from gpuadmin.fleet.intake.ingest import receive_snapshot
 from gpuadmin.fleet.models import Finding, Gpu, GpuSample, Host, LatestSnapshot, ProcessLife, ProcessPoint
 from tests.factories import GiB, container_owner, gpu, proc, slurm_owner, snapshot
 from tests.fleet.helpers import at, counted_round_trips

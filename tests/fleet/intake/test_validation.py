@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
-from gpuadmin.fleet.validation import (
+from gpuadmin.fleet.intake.validation import (
     PID_MAX_LIMIT,
     host_name_from_text,
     json_path,

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from django.test import Client, override_settings
 
-from gpuadmin.fleet.ingest import receive_snapshot
+from gpuadmin.fleet.intake.ingest import receive_snapshot
 from gpuadmin.fleet.models import LatestSnapshot
 from gpuadmin.probe.budget import DEFAULT_SNAPSHOT_MAX_BYTES, envelope_size, seal_snapshot
 from gpuadmin.probe.config import ProbeConfig

@@ -23,7 +23,7 @@ the error. So each keyword is expressed exactly or more strictly:
 - a keyword not known here raises ``Unsupported`` when the check is built: tests build it from the
   shipped schema, so the schema file stays the one place the snapshot's shape is written.
 
-tests/fleet/test_schema_types.py holds the check to jsonschema's answers.
+tests/fleet/intake/test_schema_types.py holds the check to jsonschema's answers.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 ``receive_snapshot`` takes the message as it came off the broker: signed by
 the host's own key (``gpuadmin.wire.signing``), or a rejected message
-(``fleet.trust``) that changes nothing. A rejected snapshot changes nothing
+(``fleet.intake.trust``) that changes nothing. A rejected snapshot changes nothing
 already stored: it leaves a ``SnapshotRejection`` row and, when the host's
 accepted key signed it, the error on the host (shown on its page until a good
 snapshot arrives). An accepted one is stored in one transaction: host facts,
@@ -21,7 +21,14 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from gpuadmin.fleet import findings, history, retention, trust
+from gpuadmin.fleet import findings, history, retention
+from gpuadmin.fleet.intake import trust
+from gpuadmin.fleet.intake.validation import (
+    INT32_MAX,
+    SnapshotRejected,
+    host_name_from_text,
+    parse_snapshot,
+)
 from gpuadmin.fleet.models import Gpu, Host, LatestSnapshot, SnapshotRejection
 from gpuadmin.fleet.process_tree import ProcessRow, attributed_memory_bytes, process_rows
 from gpuadmin.fleet.signals import snapshot_ingested
@@ -34,12 +41,6 @@ from gpuadmin.fleet.storage.statements import (
     pipelined,
 )
 from gpuadmin.fleet.taken_at import parse_taken_at
-from gpuadmin.fleet.validation import (
-    INT32_MAX,
-    SnapshotRejected,
-    host_name_from_text,
-    parse_snapshot,
-)
 from gpuadmin.wire.signing import BadMessage, MessageKind, open_envelope
 
 logger = logging.getLogger(__name__)
@@ -94,7 +95,7 @@ def receive_snapshot(message: Any, *, received_at: datetime | None = None) -> Ho
     """Store a snapshot message as it came off the broker; the host, or None while it awaits acceptance.
 
     Raises ``SnapshotRejected`` for anything not stored: not signed, signed by
-    another key than the host's (a rejected message, ``fleet.trust``), or a
+    another key than the host's (a rejected message, ``fleet.intake.trust``), or a
     document that does not validate.
     """
     received_at = received_at or timezone.now()

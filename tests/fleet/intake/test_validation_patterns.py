@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from gpuadmin.fleet.schema_types import NOT_VALID
-from gpuadmin.fleet.validation import HOST_NAME_PATTERN, parse_snapshot, quick_snapshot_decoder
+from gpuadmin.fleet.intake.schema_types import NOT_VALID
+from gpuadmin.fleet.intake.validation import HOST_NAME_PATTERN, parse_snapshot, quick_snapshot_decoder
 from tests.factories import container_owner, proc
 from tests.fleet.helpers import NOW, good, rejection
-from tests.fleet.test_validation_fast import jsonschema_accepts
+from tests.fleet.intake.test_validation_fast import jsonschema_accepts
 
 DIGEST = "0123456789abcdef" * 4
 

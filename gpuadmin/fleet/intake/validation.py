@@ -27,13 +27,18 @@ from django.utils import timezone
 from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import ValidationError, best_match
 
+from gpuadmin.fleet.intake.schema_types import (
+    NOT_VALID,
+    checked_json_decoder,
+    for_property_value,
+    python_pattern,
+)
 from gpuadmin.fleet.process_tree import memory_by_gpu, memory_total_bytes
 from gpuadmin.fleet.retention import history_kept_since
-from gpuadmin.fleet.schema_types import NOT_VALID, checked_json_decoder, for_property_value, python_pattern
 from gpuadmin.fleet.taken_at import parse_taken_at
 from gpuadmin.text import clip, human_bytes
 
-SCHEMA_PATH = Path(__file__).resolve().parent.parent / "wire" / "snapshot.schema.json"
+SCHEMA_PATH = Path(__file__).resolve().parents[2] / "wire" / "snapshot.schema.json"
 
 # A host's clock may run a little ahead of central's; more than this and its
 # taken_at would sort every later snapshot (and every other host's) wrongly.
@@ -287,7 +292,7 @@ def _check_schema_version(document: dict[str, Any]) -> None:
 def quick_snapshot_decoder() -> Callable[[str | bytes], Any]:
     """``text -> document``: the snapshot as plain values when the JSON text is certainly a valid
     snapshot of a supported schema version with no number beyond 64 bits, else ``NOT_VALID``: one
-    pass of msgspec over the text with types built from the schema (fleet/schema_types.py), one set
+    pass of msgspec over the text with types built from the schema (fleet/intake/schema_types.py), one set
     per version, the newest tried first; about a sixth of parsing with ``json`` and checking with
     compiled code. ``NOT_VALID`` may still be valid (a value the types do not know): ``parse_snapshot``
     then parses with ``_decode`` and asks jsonschema, which names the error."""

@@ -1,4 +1,4 @@
-"""The quick schema check (fleet/schema_types.py, validation.quick_snapshot_decoder) is never more
+"""The quick schema check (fleet/intake/schema_types.py, validation.quick_snapshot_decoder) is never more
 lenient than jsonschema: whatever JSON text it accepts, jsonschema accepts. It may refuse a valid
 document; the full check then has the word, so such a document is still stored."""
 
@@ -13,9 +13,9 @@ import jsonschema
 import msgspec
 import pytest
 
-from gpuadmin.fleet import schema_types
-from gpuadmin.fleet.schema_types import Unsupported, python_pattern
-from gpuadmin.fleet.validation import (
+from gpuadmin.fleet.intake import schema_types
+from gpuadmin.fleet.intake.schema_types import Unsupported, python_pattern
+from gpuadmin.fleet.intake.validation import (
     INT64_MAX,
     SnapshotRejected,
     parse_snapshot,
@@ -24,7 +24,7 @@ from gpuadmin.fleet.validation import (
     snapshot_validator,
 )
 from tests.factories import GiB, container_owner, gpu, proc, slurm_owner, snapshot
-from tests.fleet.test_validation_fast import good, jsonschema_accepts
+from tests.fleet.intake.test_validation_fast import good, jsonschema_accepts
 
 SCHEMA = snapshot_schema()
 PROCESS_PROPERTIES = sorted(SCHEMA["$defs"]["process"]["properties"])

@@ -10,15 +10,15 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
-from gpuadmin.fleet import validation
-from gpuadmin.fleet.taken_at import parse_taken_at
-from gpuadmin.fleet.validation import (
+from gpuadmin.fleet.intake import validation
+from gpuadmin.fleet.intake.validation import (
     INT64_MAX,
     MAX_CLOCK_AHEAD,
     PID_MAX_LIMIT,
     json_path,
     parse_snapshot,
 )
+from gpuadmin.fleet.taken_at import parse_taken_at
 from gpuadmin.text import human_bytes
 from tests.factories import gpu, proc
 from tests.fleet.helpers import NOW, good, rejection

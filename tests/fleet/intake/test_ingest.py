@@ -11,6 +11,7 @@ import pytest
 from django.db.models import Model
 from django.test import override_settings
 
+from gpuadmin.fleet.intake.validation import SnapshotRejected
 from gpuadmin.fleet.models import (
     Finding,
     Gpu,
@@ -22,7 +23,6 @@ from gpuadmin.fleet.models import (
     SnapshotRejection,
 )
 from gpuadmin.fleet.signals import snapshot_ingested
-from gpuadmin.fleet.validation import SnapshotRejected
 from tests.factories import BOOT_ID, GiB, gpu, proc, snapshot
 from tests.fleet.helpers import T0, at
 from tests.keys import deliver

@@ -1,4 +1,4 @@
-"""Host keys and enrolment (gpuadmin/fleet/trust.py) and what central does with what arrives.
+"""Host keys and enrolment (gpuadmin/fleet/intake/trust.py) and what central does with what arrives.
 
 A host's first signed snapshot only offers its key; once an approver accepted
 it, only what that key signed counts; everything else is a rejected message:
@@ -15,10 +15,10 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from gpuadmin.audit.models import AuditEvent
-from gpuadmin.fleet import trust
-from gpuadmin.fleet.ingest import receive_snapshot
+from gpuadmin.fleet.intake import trust
+from gpuadmin.fleet.intake.ingest import receive_snapshot
+from gpuadmin.fleet.intake.validation import SnapshotRejected
 from gpuadmin.fleet.models import Finding, Host, LatestSnapshot, SnapshotRejection
-from gpuadmin.fleet.validation import SnapshotRejected
 from gpuadmin.wire.signing import fingerprint, generate_private_key, public_key_text
 from tests.factories import proc, snapshot
 from tests.keys import accept, host_key, signed_snapshot

@@ -1,4 +1,4 @@
-"""The quick schema check (msgspec, tests/fleet/test_schema_types.py) is never more lenient than
+"""The quick schema check (msgspec, tests/fleet/intake/test_schema_types.py) is never more lenient than
 jsonschema, for each schema version it has types for; valid snapshots pass it.
 
 A document the quick check accepts is stored without asking jsonschema, so for
@@ -10,8 +10,12 @@ from typing import Any
 
 import pytest
 
-from gpuadmin.fleet.schema_types import NOT_VALID
-from gpuadmin.fleet.validation import quick_snapshot_decoder, snapshot_validator, supported_schema_versions
+from gpuadmin.fleet.intake.schema_types import NOT_VALID
+from gpuadmin.fleet.intake.validation import (
+    quick_snapshot_decoder,
+    snapshot_validator,
+    supported_schema_versions,
+)
 from tests.factories import GiB, gpu, proc, slurm_owner, snapshot
 
 
