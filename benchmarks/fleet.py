@@ -221,15 +221,15 @@ STAGES = [
     ("gpuadmin.fleet.intake.ingest", "_update_host"),
     ("gpuadmin.fleet.intake.ingest", "_store_latest"),
     ("gpuadmin.fleet.intake.ingest", "_upsert_gpus"),
-    ("gpuadmin.fleet.history", "record_samples"),
-    ("gpuadmin.fleet.history", "record_process_lives"),
-    ("gpuadmin.fleet.history", "_known_lives"),
-    ("gpuadmin.fleet.history", "_write_changed"),
-    ("gpuadmin.fleet.history", "_record_points"),
+    ("gpuadmin.fleet.history.record", "record_samples"),
+    ("gpuadmin.fleet.history.record", "record_process_lives"),
+    ("gpuadmin.fleet.history.record", "_known_lives"),
+    ("gpuadmin.fleet.history.record", "_write_changed"),
+    ("gpuadmin.fleet.history.record", "_record_points"),
     ("gpuadmin.fleet.findings", "compute_findings"),
     ("gpuadmin.fleet.findings", "sync_findings"),
-    ("gpuadmin.fleet.history", "findings_facts"),
-    ("gpuadmin.fleet.history", "update_idle_since"),
+    ("gpuadmin.fleet.history.record", "findings_facts"),
+    ("gpuadmin.fleet.history.record", "update_idle_since"),
 ]
 
 

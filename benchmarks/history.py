@@ -10,7 +10,7 @@ On a throwaway PostgreSQL (tests/services.py), one host with --gpus GPUs lives
   host row per 10 s snapshot (bulk inserts: ingesting 259,200 snapshots one by
   one would take hours and measure ingest, not history);
 - process lives and their points go through the real code
-  (``history.record_process_lives``), once a simulated minute;
+  (``record.record_process_lives``), once a simulated minute;
 - after each simulated day the real periodic task's service runs
   (``retention.maintain_history``): rollups, pruning.
 
@@ -125,7 +125,7 @@ def gpu_uuid(gpus: int, index: int) -> str:
 
 
 def simulate(host_name: str, gpus: int, days: int, now: datetime, rng: random.Random) -> Any:
-    from gpuadmin.fleet import history, retention
+    from gpuadmin.fleet.history import record, retention
     from gpuadmin.fleet.models import Gpu, GpuSample, Host, HostSample
     from gpuadmin.fleet.process_tree import ProcessRow
     from tests.factories import proc
@@ -193,8 +193,8 @@ def simulate(host_name: str, gpus: int, days: int, now: datetime, rng: random.Ra
                     )
                     for job in running
                 }
-                history.record_process_lives(host, rows, boot_id=BOOT_ID, taken_at=taken_at,
-                                             previous_taken_at=lives_taken_at)
+                record.record_process_lives(host, rows, boot_id=BOOT_ID, taken_at=taken_at,
+                                            previous_taken_at=lives_taken_at)
                 lives_taken_at = taken_at
             t += SNAPSHOT_SECONDS
         GpuSample.objects.bulk_create(gpu_samples, batch_size=10_000)
@@ -212,7 +212,7 @@ def simulate(host_name: str, gpus: int, days: int, now: datetime, rng: random.Ra
 
 def insert_rollups(host_name: str, gpus: int, days: int, now: datetime, rng: random.Random) -> Any:
     """A host with `gpus` GPUs and `days` of rollups (and its last 10 minutes raw), inserted directly."""
-    from gpuadmin.fleet import retention
+    from gpuadmin.fleet.history import retention
     from gpuadmin.fleet.models import Gpu, GpuRollup, GpuSample, Host, HostRollup
 
     host = Host.objects.create(name=host_name, boot_id=BOOT_ID, pid_max=4194304)

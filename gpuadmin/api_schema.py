@@ -17,7 +17,7 @@ Written here by hand, because no serializer builds them:
 - ``Error``: refusals are built by DRF's exception handler and by
   ``KillError.as_dict`` with keys that vary by refusal.
 - ``HostHistory``, ``ProcessHistory`` and ``KillMarker``: the chart series
-  (``fleet/series.py``) are built as plain dicts, thousands of points per
+  (``fleet/history/series.py``) are built as plain dicts, thousands of points per
   answer, where a serializer per point would cost more than the queries.
 - request bodies (``body()``) and query parameters (``query()``).
 

@@ -297,7 +297,7 @@ GPUADMIN_UNATTRIBUTED_THRESHOLD_BYTES = env_int(
     "GPUADMIN_UNATTRIBUTED_THRESHOLD_BYTES", 512 * 1024 * 1024
 )
 GPUADMIN_PID_USAGE_WARN_RATIO = 0.8
-# History (gpuadmin/fleet/retention.py): raw samples are kept this many days,
+# History (gpuadmin/fleet/history/retention.py): raw samples are kept this many days,
 # their 5-minute rollups (min/mean/max) this many.
 GPUADMIN_HISTORY_RAW_DAYS = env_int("GPUADMIN_HISTORY_RAW_DAYS", 2)
 GPUADMIN_HISTORY_DAYS = env_int("GPUADMIN_HISTORY_DAYS", 90)

@@ -18,7 +18,7 @@ from rest_framework.response import Response
 
 from gpuadmin.api_json import AsciiJSONRenderer
 from gpuadmin.api_schema import BAD_INPUT, COMMON_ERRORS, NOT_FOUND, query, ref
-from gpuadmin.fleet import series
+from gpuadmin.fleet.history import series
 from gpuadmin.fleet.models import Host, LatestSnapshot, ProcessLife
 from gpuadmin.fleet.serializers import HostDetailSerializer, HostSummarySerializer
 

@@ -146,7 +146,7 @@ class Host(models.Model):
     history_processes_kept_count = models.PositiveIntegerField(default=0)
     # When someone last pressed "probe now" for this host: at most once per probe interval.
     probe_now_sent_at = models.DateTimeField(null=True, blank=True)
-    # Samples taken before this are in the 5-minute rollups (gpuadmin/fleet/retention.py),
+    # Samples taken before this are in the 5-minute rollups (gpuadmin/fleet/history/retention.py),
     # whose buckets are closed: a late snapshot older than it is not stored.
     history_rolled_up_until = models.DateTimeField(null=True, blank=True)
 

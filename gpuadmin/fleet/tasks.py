@@ -13,11 +13,11 @@ from celery import Task
 from django.db import DatabaseError
 
 from gpuadmin.celery import CENTRAL_QUEUE, app
+from gpuadmin.fleet.history.retention import maintain_history
 from gpuadmin.fleet.intake import trust
 from gpuadmin.fleet.intake.ingest import receive_snapshot
 from gpuadmin.fleet.intake.validation import SnapshotRejected
 from gpuadmin.fleet.probes import send_due_probes
-from gpuadmin.fleet.retention import maintain_history
 from gpuadmin.wire.task_names import INGEST_SNAPSHOT, MAINTAIN_HISTORY, SCHEDULE_PROBES
 
 logger = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from django.views.decorators.http import require_GET, require_POST
 from gpuadmin.accounts import sudo
 from gpuadmin.accounts.permissions import role_required
 from gpuadmin.accounts.roles import Role, has_role
-from gpuadmin.fleet import series
+from gpuadmin.fleet.history import series
 from gpuadmin.fleet.intake import trust
 from gpuadmin.fleet.models import Finding, Gpu, Host, LatestSnapshot
 from gpuadmin.fleet.probes import ProbeTooSoon, probe_now

@@ -19,7 +19,7 @@ if not all(importlib.util.find_spec(name) for name in ("playwright", "tests.brow
 
 from playwright.sync_api import Page, expect
 
-from gpuadmin.fleet import retention
+from gpuadmin.fleet.history import retention
 from gpuadmin.fleet.models import Host
 from gpuadmin.kills import services
 from tests.factories import GiB, gpu, proc, snapshot

@@ -13,7 +13,7 @@ from django.urls import reverse
 from django.utils import timezone
 from knox.models import AuthToken
 
-from gpuadmin.fleet import retention
+from gpuadmin.fleet.history import retention
 from gpuadmin.fleet.models import Host
 from gpuadmin.kills import services
 from tests.factories import GiB, gpu, proc, snapshot

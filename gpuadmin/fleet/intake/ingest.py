@@ -21,7 +21,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from gpuadmin.fleet import findings, history, retention
+from gpuadmin.fleet import findings
+from gpuadmin.fleet.history import record, retention
 from gpuadmin.fleet.intake import trust
 from gpuadmin.fleet.intake.validation import (
     INT32_MAX,
@@ -86,7 +87,7 @@ _LATEST_UPSERT = RowInsert(LatestSnapshot, ["host", "taken_at", "received_at", "
 _STORED_GPUS = PreparedQuery(
     Gpu.objects.filter(host=Param(Gpu, "host")).order_by().values_list("pk", "uuid", "present", "idle_since")
 )
-# A GPU row as a snapshot lists it; idle_since is history.update_idle_since's, never set here.
+# A GPU row as a snapshot lists it; idle_since is record.update_idle_since's, never set here.
 _GPU_UPSERT = RowInsert(Gpu, ["host", "uuid", *_GPU_UPDATE_FIELDS], conflict=["host", "uuid"],
                         update=_GPU_UPDATE_FIELDS, returning=["uuid", "id"])
 
@@ -184,7 +185,7 @@ def ingest_document(
 
         rows = process_rows(document)
         attributed_bytes = attributed_memory_bytes(rows)
-        mattering = history.mattering_rows(rows)
+        mattering = record.mattering_rows(rows)
         previous_taken_at = host.last_snapshot_taken_at  # before _update_host moves it to this one
         # Writes go out without waiting for each answer; the reads in between wait for them.
         with pipelined():
@@ -192,15 +193,15 @@ def ingest_document(
                          mattering_count=len(mattering))
             _store_latest(host, document, taken_at=taken_at, received_at=received_at, text=text)
             gpus_by_uuid = _upsert_gpus(host, document, attributed_bytes, received_at=received_at)
-            history.record_samples(host, document, gpus_by_uuid=gpus_by_uuid,
-                                   attributed_bytes=attributed_bytes, taken_at=taken_at)
-            history.update_idle_since(gpus_by_uuid, document, attributed_bytes, taken_at=taken_at)
+            record.record_samples(host, document, gpus_by_uuid=gpus_by_uuid,
+                                  attributed_bytes=attributed_bytes, taken_at=taken_at)
+            record.update_idle_since(gpus_by_uuid, document, attributed_bytes, taken_at=taken_at)
             boot_id = document["host"]["boot_id"]
-            lives = history.record_process_lives(host, rows, boot_id=boot_id, taken_at=taken_at,
-                                                 previous_taken_at=previous_taken_at,
-                                                 mattering=mattering)
-            facts = history.findings_facts(host, lives, gpus_by_uuid.values(), taken_at=taken_at,
-                                           zombies=document["process_counts"]["zombies"])
+            lives = record.record_process_lives(host, rows, boot_id=boot_id, taken_at=taken_at,
+                                                previous_taken_at=previous_taken_at,
+                                                mattering=mattering)
+            facts = record.findings_facts(host, lives, gpus_by_uuid.values(), taken_at=taken_at,
+                                          zombies=document["process_counts"]["zombies"])
             synced = findings.sync_findings(host, findings.compute_findings(document, facts, rows=rows),
                                             received_at)
         transaction.on_commit(
@@ -237,12 +238,12 @@ def _store_late(host: Host, document: dict[str, Any], taken_at: datetime) -> Non
         logger.info("snapshot of %s taken at %s is older than its rolled-up history; ignored",
                     host.name, taken_at)
         return
-    if taken_at == host.last_snapshot_taken_at or history.has_samples_at(host, taken_at):
+    if taken_at == host.last_snapshot_taken_at or record.has_samples_at(host, taken_at):
         logger.info("snapshot of %s taken at %s already stored; ignored", host.name, taken_at)
         return
     logger.info("late snapshot of %s taken at %s: added to history only", host.name, taken_at)
     gpus_by_uuid = {g.uuid: g for g in host.gpus.filter(uuid__in=[g["uuid"] for g in document["gpus"]])}
-    history.record_samples(
+    record.record_samples(
         host,
         document,
         gpus_by_uuid=gpus_by_uuid,
@@ -279,7 +280,7 @@ def _update_host(
     host.gpu_backend_reason = backend["reason"] or ""
     host.last_error = ""
     host.last_error_at = None
-    # Shown on the host page when history kept only the cap's worth of them (history.capped).
+    # Shown on the host page when history kept only the cap's worth of them (record.capped).
     cap = settings.GPUADMIN_HISTORY_PROCESSES_PER_SNAPSHOT
     host.history_processes_mattering_count = mattering_count if mattering_count > cap else 0
     host.history_processes_kept_count = cap if mattering_count > cap else 0
@@ -298,7 +299,7 @@ def _store_latest(
 
 @dataclass(slots=True)
 class ListedGpu:
-    """A GPU of the snapshot as ingest goes on with it: its row's id and idle_since (``history.GpuRow``;
+    """A GPU of the snapshot as ingest goes on with it: its row's id and idle_since (``record.GpuRow``;
     no model instance per GPU per snapshot: Django's ``Model.__init__`` cost ~8 us each)."""
 
     uuid: str
@@ -308,7 +309,7 @@ class ListedGpu:
 
 def _upsert_gpus(
     host: Host, document: dict[str, Any], attributed_bytes: dict[str, int], *, received_at: datetime,
-) -> dict[str, history.GpuRow]:
+) -> dict[str, record.GpuRow]:
     """GPU rows as this snapshot lists them; GPUs it no longer lists stay, marked not present.
 
     The host's GPUs are read first (their ids and idle_since), so that the upsert needs no read-back and a
@@ -328,7 +329,7 @@ def _upsert_gpus(
     # Ids asked back for new GPUs only: the others' were read above.
     returned = _GPU_UPSERT.run(rows, returning=not stored.keys() >= {g["uuid"] for g in listed})
     ids = dict(returned or [])
-    gpus_by_uuid: dict[str, history.GpuRow] = {}
+    gpus_by_uuid: dict[str, record.GpuRow] = {}
     for g in listed:
         uuid = g["uuid"]
         before = stored.get(uuid)

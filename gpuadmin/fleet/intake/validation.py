@@ -27,6 +27,7 @@ from django.utils import timezone
 from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import ValidationError, best_match
 
+from gpuadmin.fleet.history.retention import history_kept_since
 from gpuadmin.fleet.intake.schema_types import (
     NOT_VALID,
     checked_json_decoder,
@@ -34,7 +35,6 @@ from gpuadmin.fleet.intake.schema_types import (
     python_pattern,
 )
 from gpuadmin.fleet.process_tree import memory_by_gpu, memory_total_bytes
-from gpuadmin.fleet.retention import history_kept_since
 from gpuadmin.fleet.taken_at import parse_taken_at
 from gpuadmin.text import clip, human_bytes
 

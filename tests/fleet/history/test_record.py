@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gpuadmin.fleet.history import _add_lives, description_digest
+from gpuadmin.fleet.history.record import _add_lives, description_digest
 from gpuadmin.fleet.models import GpuSample, Host, HostSample, ProcessLife, ProcessPoint
 from gpuadmin.fleet.process_tree import ProcessRow
 from tests.factories import GiB, gpu, proc, snapshot
@@ -261,7 +261,7 @@ def test_a_description_digest_is_the_same_in_every_worker_process() -> None:
     here = description_digest(ProcessRow.from_document(record))
     code = (
         "import json, sys, django; django.setup()\n"
-        "from gpuadmin.fleet.history import description_digest\n"
+        "from gpuadmin.fleet.history.record import description_digest\n"
         "from gpuadmin.fleet.process_tree import ProcessRow\n"
         "print(description_digest(ProcessRow.from_document(json.loads(sys.argv[1]))))\n"
     )

@@ -1,4 +1,4 @@
-"""History: what central keeps of past snapshots, proportional to what matters.
+"""History written at ingest: what central keeps of past snapshots, proportional to what matters.
 
 Per snapshot: one ``GpuSample`` per GPU and one ``HostSample``. Per process
 that matters *by itself* (holds GPU memory or a device file, is a zombie, is in
@@ -402,7 +402,7 @@ def _is_steady(life: LifeValues, row: ProcessRow, digest: int, step: int) -> boo
 
     Most processes that matter are steady from one snapshot to the next (a training job's memory
     stays where its allocator put it): they are not written, and no dict is built for them
-    (benchmarks/fleet.py). tests/fleet/test_history_steady.py holds this to ``_extended``."""
+    (benchmarks/fleet.py). tests/fleet/history/test_record_steady.py holds this to ``_extended``."""
     return (
         life["gone_at"] is None
         and life["description_digest"] == digest
@@ -466,7 +466,7 @@ _SIGNED_BIG_ENDIAN_64 = struct.Struct(">q").unpack
 def description_digest(row: ProcessRow) -> int:
     """A 64-bit digest of what ``_DESCRIPTION_FIELDS`` store of ``row`` (a bigint column): equal for an
     unchanged description. Owner keys in another order give another digest, and one rewrite. Stored
-    digests are compared with new ones: its value must never change (tests/fleet/test_history.py)."""
+    digests are compared with new ones: its value must never change (tests/fleet/history/test_record.py)."""
     text = _encode_description(
         (row.ppid, row.uid, row.user or "", row.name, row.cmdline, row.container_id or "", row.owner)
     )

@@ -27,7 +27,7 @@ from django.conf import settings
 from django.db.models import Avg, Count, F, Max
 from django.urls import reverse
 
-from gpuadmin.fleet import retention
+from gpuadmin.fleet.history import retention
 from gpuadmin.fleet.models import Gpu, GpuRollup, GpuSample, Host, HostRollup, HostSample, ProcessLife
 from gpuadmin.text import utc_text
 

@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 from django.db.models import Avg, Count, Max, Min
 
-from gpuadmin.fleet import retention
+from gpuadmin.fleet.history import retention
 from gpuadmin.fleet.intake.ingest import receive_snapshot
 from gpuadmin.fleet.intake.validation import INT32_MAX, SnapshotRejected
 from gpuadmin.fleet.models import (

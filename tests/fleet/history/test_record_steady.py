@@ -8,7 +8,7 @@ import random
 from datetime import timedelta
 from typing import Any
 
-from gpuadmin.fleet.history import (
+from gpuadmin.fleet.history.record import (
     _LIFE_COMPARED_FIELDS,
     _extended,
     _is_steady,
