@@ -226,8 +226,8 @@ STAGES = [
     ("gpuadmin.fleet.history.record", "_known_lives"),
     ("gpuadmin.fleet.history.record", "_write_changed"),
     ("gpuadmin.fleet.history.record", "_record_points"),
-    ("gpuadmin.fleet.findings", "compute_findings"),
-    ("gpuadmin.fleet.findings", "sync_findings"),
+    ("gpuadmin.fleet.findings.rules", "compute_findings"),
+    ("gpuadmin.fleet.findings.sync", "sync_findings"),
     ("gpuadmin.fleet.history.record", "findings_facts"),
     ("gpuadmin.fleet.history.record", "update_idle_since"),
 ]

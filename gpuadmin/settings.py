@@ -309,7 +309,7 @@ GPUADMIN_HISTORY_PROCESSES_PER_SNAPSHOT = max(1, env_int("GPUADMIN_HISTORY_PROCE
 # A host's offered key nobody accepted is withdrawn after this long without a snapshot renewing it,
 # freeing its slot of the 100 awaiting acceptance (gpuadmin/fleet/intake/trust.py).
 GPUADMIN_HOST_OFFER_EXPIRY_SECONDS = max(60, env_int("GPUADMIN_HOST_OFFER_EXPIRY_SECONDS", 24 * 3600))
-# Findings drawn from history (gpuadmin/fleet/findings.py): a suspected leak is GPU
+# Findings drawn from history (gpuadmin/fleet/findings/rules.py): a suspected leak is GPU
 # memory that rose in this many snapshots without falling; an idle holder keeps
 # GPU memory at 0% utilization this long; PIDs "run out" when the trend of the
 # last hour reaches pid_max within the horizon.

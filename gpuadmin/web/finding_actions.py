@@ -1,6 +1,6 @@
 """Findings that act: each finding's remedy as links a person can follow.
 
-The kinds decide what is offered (gpuadmin/fleet/findings.py and
+The kinds decide what is offered (gpuadmin/fleet/findings/rules.py and
 /work/shared/DOMAIN.md): orphans of one dead launcher are one kill request for
 all of them; zombies are dealt with through their parent (ask it to reap, or
 end it), never by signalling the zombies; a process in D state is not

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gpuadmin.fleet.findings import HW_SLOWDOWN_REASON, POWER_BRAKE_REASON, THERMAL_REASONS, watts_text
+from gpuadmin.fleet.findings.rules import HW_SLOWDOWN_REASON, POWER_BRAKE_REASON, THERMAL_REASONS, watts_text
 
 
 @dataclass(frozen=True)

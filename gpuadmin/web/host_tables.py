@@ -22,7 +22,7 @@ from urllib.parse import urlencode
 from django.conf import settings
 from django.core.paginator import Page, Paginator
 
-from gpuadmin.fleet.memory_explained import MemoryExplained, memory_explained
+from gpuadmin.fleet.findings.memory_explained import MemoryExplained, memory_explained
 from gpuadmin.fleet.models import Gpu
 from gpuadmin.fleet.process_tree import (
     ProcessRow,

@@ -15,7 +15,7 @@ from typing import Any
 
 from django.db.models import Q
 
-from gpuadmin.fleet.findings import mentions_process
+from gpuadmin.fleet.findings.rules import mentions_process
 from gpuadmin.fleet.history import series
 from gpuadmin.fleet.models import Finding, Host, LatestSnapshot, ProcessLife
 from gpuadmin.fleet.process_tree import ProcessRow, process_rows

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from gpuadmin.demo.scenario import GPUS, HEALTH_CONDITIONS
-from gpuadmin.fleet.findings import XID_MEANINGS, compute_findings
+from gpuadmin.fleet.findings.rules import XID_MEANINGS, compute_findings
 from gpuadmin.fleet.intake.validation import parse_snapshot
 from gpuadmin.fleet.models import Finding
 from gpuadmin.probe.gpus import simulated

@@ -8,7 +8,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from gpuadmin.fleet.findings import FindingDraft, sync_findings
+from gpuadmin.fleet.findings.rules import FindingDraft
+from gpuadmin.fleet.findings.sync import sync_findings
 from gpuadmin.fleet.models import Finding, Host, LatestSnapshot
 from tests.factories import gpu, proc, snapshot
 from tests.fleet.helpers import T0, at

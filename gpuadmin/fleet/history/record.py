@@ -42,7 +42,7 @@ import msgspec
 from django.conf import settings
 from django.db.models import BooleanField, ExpressionWrapper, Q
 
-from gpuadmin.fleet.findings import HistoryFacts, PidSample, Rising, zombies_grew
+from gpuadmin.fleet.findings.rules import HistoryFacts, PidSample, Rising, zombies_grew
 from gpuadmin.fleet.models import Gpu, GpuSample, Host, HostSample, ProcessLife, ProcessPoint
 from gpuadmin.fleet.process_tree import ProcessRow
 from gpuadmin.fleet.storage.statements import Param, PendingRows, PreparedQuery, PreparedUpdate, RowInsert

@@ -21,7 +21,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from gpuadmin.fleet import findings
+from gpuadmin.fleet.findings import rules, sync
 from gpuadmin.fleet.history import record, retention
 from gpuadmin.fleet.intake import trust
 from gpuadmin.fleet.intake.validation import (
@@ -202,8 +202,7 @@ def ingest_document(
                                                 mattering=mattering)
             facts = record.findings_facts(host, lives, gpus_by_uuid.values(), taken_at=taken_at,
                                           zombies=document["process_counts"]["zombies"])
-            synced = findings.sync_findings(host, findings.compute_findings(document, facts, rows=rows),
-                                            received_at)
+            synced = sync.sync_findings(host, rules.compute_findings(document, facts, rows=rows), received_at)
         transaction.on_commit(
             partial(snapshot_ingested.send, sender=Host, host=host, document=document,
                     open_finding_kinds=synced.open_kinds),

@@ -8,7 +8,7 @@ start time).
 "Memory not released": a finished kill whose targets' GPU memory had not come
 back after ``GPUADMIN_MEMORY_RELEASE_SNAPSHOTS`` snapshots (``memory_release.py``).
 It names what still holds it, from the snapshot's memory explained
-(``fleet/memory_explained.py``), and the next step: kill the orphans, or
+(``fleet/findings/memory_explained.py``), and the next step: kill the orphans, or
 request a GPU reset for memory no process holds. It closes when a later
 snapshot shows the memory back (``memory.release`` complete, against the same
 baseline), or the host rebooted.
@@ -25,7 +25,7 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from gpuadmin.fleet.memory_explained import memory_explained
+from gpuadmin.fleet.findings.memory_explained import memory_explained
 from gpuadmin.fleet.models import Finding, Host
 from gpuadmin.fleet.process_tree import process_rows
 from gpuadmin.fleet.storage.statements import Param, PreparedQuery

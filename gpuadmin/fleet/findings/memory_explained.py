@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gpuadmin.fleet.findings import hidden_container_suspects, workload_list
+from gpuadmin.fleet.findings.rules import hidden_container_suspects, workload_list
 from gpuadmin.fleet.process_tree import ProcessRow, attributed_memory_bytes, orphans
 from gpuadmin.text import human_bytes
 

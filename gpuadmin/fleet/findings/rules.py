@@ -1,8 +1,8 @@
-"""Findings: what a snapshot says is wrong on a host, each with a one-line remedy.
+"""Findings' rules: what a snapshot says is wrong on a host, each with a one-line remedy.
 
 ``compute_findings`` reads a validated document and returns drafts (pure, no
-database); ``sync_findings`` turns the drafts into open / refreshed / resolved
-``Finding`` rows. Each remedy names the way out that works: a zombie is dealt
+database: ``sync.py`` turns the drafts into open / refreshed / resolved
+``Finding`` rows). Each remedy names the way out that works: a zombie is dealt
 with through its parent, an orphan through a kill request, a D-state process
 through the kernel, and memory nobody accounts for outside the process world.
 
@@ -29,7 +29,7 @@ from typing import Any, cast
 
 from django.conf import settings
 
-from gpuadmin.fleet.models import Finding, Host
+from gpuadmin.fleet.models import Finding
 from gpuadmin.fleet.process_tree import (
     ProcessRow,
     Workload,
@@ -39,7 +39,6 @@ from gpuadmin.fleet.process_tree import (
     process_rows,
     zombie_trees,
 )
-from gpuadmin.fleet.storage.statements import Param, PendingRows, PreparedQuery, PreparedUpdate
 from gpuadmin.probe.owners import SLURM_JOB
 from gpuadmin.text import clip, human_bytes, human_duration, utc_text
 
@@ -93,15 +92,6 @@ class FindingDraft:
         object.__setattr__(self, "title", clip(self.title, _TITLE_MAX_CHARS))
         object.__setattr__(self, "remedy", clip(self.remedy, _REMEDY_MAX_CHARS))
         object.__setattr__(self, "key", self.key[:_KEY_MAX_CHARS])
-
-
-@dataclass(frozen=True)
-class SyncResult:
-    opened: int
-    refreshed: int
-    resolved: int
-    # The kinds of the host's findings open after the sync: this snapshot's and other apps' (unkillable).
-    open_kinds: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -794,91 +784,6 @@ def mentions_process(details: dict[str, Any], pid: int, start_time_ticks: int) -
         if details.get(pid_key) == pid and details.get(start_key) == start_time_ticks:
             return True
     return [pid, start_time_ticks] in (details.get("targets") or [])
-
-
-# --- storing --------------------------------------------------------------
-
-# What a draft sets of its finding besides when it was seen (FindingDraft's attributes of these names).
-_DRAFT_FIELDS = ("severity", "title", "remedy", "details")
-# The statements every snapshot runs, compiled once (fleet.storage.statements). Open findings are read as
-# plain values, unordered, of every kind (picked in Python: a host has few open ones of other kinds).
-_OPEN_FINDINGS = PreparedQuery(
-    Finding.objects.open().filter(host=Param(Finding, "host")).order_by().values_list(
-        "kind", "key", "pk", *_DRAFT_FIELDS
-    )
-)
-_SEEN = PreparedUpdate(
-    Finding.objects.open().filter(host=Param(Finding, "host"), kind__in=sorted(SNAPSHOT_KINDS)),
-    last_seen_at=Param(Finding, "last_seen_at"),
-)
-# One open finding rewritten (its details moved: unattributed memory, zombie counts...): one snapshot
-# in three of a demo fleet. bulk_update built its CASE statement anew each time, ~1.6 ms of CPU for
-# one finding; this ~0.15 ms.
-_REWRITE = PreparedUpdate(
-    Finding.objects.filter(pk=Param(Finding, "id")),
-    **{name: Param(Finding, name) for name in (*_DRAFT_FIELDS, "last_seen_at")},
-)
-
-
-def sync_findings(host: Host, drafts: Iterable[FindingDraft], now: datetime) -> SyncResult:
-    """Open the new findings, refresh those still present, resolve those that vanished.
-
-    Matching is by (kind, key): a finding keeps its first_seen_at for as long as
-    consecutive snapshots show it. A resolved finding that comes back opens a
-    new row, so the history of each episode stays intact.
-    """
-    wanted: dict[tuple[str, str], FindingDraft] = {}
-    for draft in drafts:
-        if draft.kind not in SNAPSHOT_KINDS:
-            raise ValueError(f"{draft.kind} findings are not drawn from snapshots")
-        wanted[(draft.kind, draft.key)] = draft
-    still_open, others = _open_findings(start_reading_open(host.pk))
-    created, refreshed, only_seen = [], [], []
-    for kind_key, draft in wanted.items():
-        fields = {name: getattr(draft, name) for name in _DRAFT_FIELDS}
-        pk, stored = still_open.pop(kind_key, (None, None))
-        if pk is None:
-            created.append(Finding(host=host, kind=draft.kind, key=draft.key, first_seen_at=now,
-                                   last_seen_at=now, **fields))
-        elif stored == tuple(fields.values()):
-            # Most open findings read the same snapshot after snapshot: one UPDATE of last_seen_at.
-            only_seen.append(pk)
-        else:
-            refreshed.append((pk, fields))
-    if still_open:
-        Finding.objects.filter(pk__in=[pk for pk, _ in still_open.values()]).update(resolved_at=now)
-    if created:
-        Finding.objects.bulk_create(created)
-    for pk, fields in refreshed:
-        _REWRITE.run(id=pk, last_seen_at=now, **fields)
-    if only_seen:
-        # What is still open now is what this snapshot shows: one statement of fixed SQL marks all of it
-        # seen (the new and rewritten ones were already), rather than a list of ids.
-        _SEEN.run(host=host.pk, last_seen_at=now)
-    return SyncResult(
-        opened=len(created), refreshed=len(refreshed) + len(only_seen), resolved=len(still_open),
-        open_kinds=frozenset(kind for kind, _ in wanted) | others,
-    )
-
-
-def start_reading_open(host_pk: int) -> PendingRows:
-    """The open findings of the host ``sync_findings`` reads, asked for now (``PreparedQuery.start``)."""
-    return _OPEN_FINDINGS.start(host=host_pk)
-
-
-def _open_findings(
-    pending: PendingRows,
-) -> tuple[dict[tuple[str, str], tuple[int, tuple[Any, ...]]], set[str]]:
-    """The host's open findings that snapshots draw, by (kind, key): their id and ``_DRAFT_FIELDS``
-    values; and the kinds of its other open findings (other apps')."""
-    drawn: dict[tuple[str, str], tuple[int, tuple[Any, ...]]] = {}
-    others: set[str] = set()
-    for kind, key, pk, *stored in pending.rows():
-        if kind in SNAPSHOT_KINDS:
-            drawn[(kind, key)] = (pk, tuple(stored))
-        else:
-            others.add(kind)
-    return drawn, others
 
 
 # --- wording --------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.test import override_settings
 
-from gpuadmin.fleet.findings import compute_findings, hidden_container_suspects
+from gpuadmin.fleet.findings.rules import compute_findings, hidden_container_suspects
 from gpuadmin.fleet.models import Finding
 from gpuadmin.fleet.process_tree import process_rows
 from tests.factories import GiB, container_owner, gpu, proc, slurm_owner, snapshot

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpuadmin.fleet.findings import FindingDraft, sync_findings
+from gpuadmin.fleet.findings.rules import FindingDraft
+from gpuadmin.fleet.findings.sync import sync_findings
 from gpuadmin.fleet.models import Finding, Host
 from tests.fleet.helpers import T0, at
 

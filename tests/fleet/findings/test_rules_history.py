@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from gpuadmin.fleet.findings import PidSample, pid_forecast
+from gpuadmin.fleet.findings.rules import PidSample, pid_forecast
 from gpuadmin.fleet.models import Finding, Host
 from gpuadmin.probe import procfs
 from gpuadmin.probe.config import ProbeConfig

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gpuadmin.fleet.findings import XID_MEANINGS, FindingDraft, compute_findings
+from gpuadmin.fleet.findings.rules import XID_MEANINGS, FindingDraft, compute_findings
 from gpuadmin.fleet.intake.validation import parse_snapshot
 from gpuadmin.fleet.models import Finding
 from gpuadmin.probe.gpus import GpuHealth

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
-from gpuadmin.fleet.findings import FindingDraft, compute_findings, describe
+from gpuadmin.fleet.findings.rules import FindingDraft, compute_findings, describe
 from gpuadmin.fleet.models import Finding
 from gpuadmin.fleet.process_tree import ProcessRow
 from tests.factories import GiB, gpu, proc, snapshot

@@ -1,4 +1,4 @@
-"""Each GPU's memory explained (fleet/memory_explained.py): the numbers compared, and each gap nobody
+"""Each GPU's memory explained (fleet/findings/memory_explained.py): the numbers compared, and each gap nobody
 frees with its cause and remedy. Pure: snapshots from the factories, checked as central would."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from gpuadmin.fleet.findings.memory_explained import memory_explained
 from gpuadmin.fleet.intake.validation import parse_snapshot
-from gpuadmin.fleet.memory_explained import memory_explained
 from gpuadmin.fleet.process_tree import process_rows
 from tests.factories import GiB, container_owner, gpu, proc, snapshot
 
