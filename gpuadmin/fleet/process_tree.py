@@ -33,9 +33,8 @@ SHORT_ID_CHARS = 12
 class ProcessRow(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One process record of a snapshot (docs/snapshot.md), as the findings, pages and history read it.
 
-    A msgspec Struct, made from the record by msgspec in C (``process_rows``): ingest makes ~200 per
-    snapshot, and filling in a frozen dataclass in Python took twice as long (benchmarks/README.md,
-    stop 28). Not tracked by the garbage collector: a row refers to no row. A record lacking an
+    A msgspec Struct, made from the record by msgspec in C (``process_rows``), since ingest makes
+    ~200 per snapshot. Not tracked by the garbage collector: a row refers to no row. A record lacking an
     optional field gets the default; unknown fields are left out.
     """
 

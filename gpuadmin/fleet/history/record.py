@@ -54,8 +54,8 @@ LifeValues = dict[str, Any]
 # How far back the "PIDs running out" forecast looks.
 PID_TREND_SECONDS = 3600
 # How stale an open life's stored last_seen_at may grow before a snapshot refreshes it (the exact
-# moment is the host's newest snapshot). Rewriting ~200 rows per snapshot was a third of
-# PostgreSQL's work of ingest (benchmarks/fleet.py).
+# moment is the host's newest snapshot): rewriting every open life at every snapshot would make
+# PostgreSQL rewrite ~200 rows for nothing.
 LIFE_SEEN_REFRESH = timedelta(seconds=60)
 # Keeps each ``IN (...)`` list under SQLite's limit on bound parameters.
 _PIDS_PER_QUERY = 5000
@@ -88,9 +88,9 @@ _LIFE_UPDATE_FIELDS = [
 _LIFE_COMPARED_FIELDS = [name for name in _LIFE_UPDATE_FIELDS
                          if name != "last_seen_at" and name not in _DESCRIPTION_FIELDS]
 # What is read of a stored open life: its id and identity, and what a snapshot extends or compares.
-# Not read: its description (the digest says whether it changed; the two JSON columns of ~200 lives
-# cost ~1.8 ms to load per snapshot on PostgreSQL), its last_seen_at and gone_at (dates cost ~5 us
-# each to load; the previous snapshot saw it, and whether its refresh is due is a boolean).
+# Not read: its description (the digest says whether it changed, so the two JSON columns of ~200
+# lives need not be loaded), its last_seen_at and gone_at (the previous snapshot saw it, and whether
+# its refresh is due is a boolean).
 _LIFE_KEY_COLUMNS = ["boot_id", "pid", "start_time_ticks"]  # a LifeKey's, in its order
 _IDENTITY_COLUMNS = ["pk", *_LIFE_KEY_COLUMNS]
 _OPEN_COLUMNS = [*_IDENTITY_COLUMNS, *_LIFE_COMPARED_FIELDS, "refresh_due"]
@@ -137,7 +137,7 @@ _HOST_SAMPLE = RowInsert(
 )
 
 # A GPU that started or stopped idling (update_idle_since): on a busy host, about as often as a job
-# stalls on its data. bulk_update built its CASE statement anew each time (~1.5 ms of CPU).
+# stalls on its data; compiled once, where bulk_update would build its CASE statement every time.
 _SET_IDLE_SINCE = PreparedUpdate(Gpu.objects.filter(pk=Param(Gpu, "id")), idle_since=Param(Gpu, "idle_since"))
 
 # The host's samples of the last PID_TREND_SECONDS (findings_facts), compiled once; and the zombie

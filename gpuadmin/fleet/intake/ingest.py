@@ -299,7 +299,7 @@ def _store_latest(
 @dataclass(slots=True)
 class ListedGpu:
     """A GPU of the snapshot as ingest goes on with it: its row's id and idle_since (``record.GpuRow``;
-    no model instance per GPU per snapshot: Django's ``Model.__init__`` cost ~8 us each)."""
+    no model instance per GPU per snapshot: ingest needs two of its values, not a model)."""
 
     uuid: str
     pk: int | None

@@ -1,8 +1,9 @@
 """The snapshot schema as msgspec types: one pass in C over the JSON text that parses and checks.
 
-A 200-process snapshot costs ``json.loads`` about 1.3 ms and the schema check in Python about 1.8 ms
-more (benchmarks/fleet.py); msgspec's decoder, given types built here from the same schema file,
-checks the text in about a third of that. The check is never more lenient than jsonschema, which
+Parsing with ``json`` and then checking in Python walks every value twice; msgspec's decoder, given
+types built here from the same schema file, parses and checks in one pass (what that is worth:
+benchmarks/README.md, "What each performance mechanism is worth"). The check is never more lenient
+than jsonschema, which
 has the last word: what it accepts is valid; what it refuses goes to the full check, which names
 the error. So each keyword is expressed exactly or more strictly:
 
@@ -17,7 +18,7 @@ the error. So each keyword is expressed exactly or more strictly:
 - ``format`` is not checked, as jsonschema does not check it (``validation.snapshot_validator``);
 - a ``pattern`` that is one character class repeated (``^[0-9a-f]{64}$``, ``^[A-Za-z]$``) becomes
   the length it implies and a check of the characters, made over all the strings of an array at
-  once: msgspec calls the regex once per value, ~0.6 us each, and a process has two such values
+  once, where msgspec would call the regex once per value, and a process has two such values
   (``_Characters``). Any other pattern is msgspec's, as ``python_pattern`` spells it: its ``$`` is
   the end of the text, as in JSON Schema, not also before a final newline as in Python;
 - a keyword not known here raises ``Unsupported`` when the check is built: tests build it from the

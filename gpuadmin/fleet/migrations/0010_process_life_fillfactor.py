@@ -6,7 +6,7 @@ found no room on the row's own page: the new version went elsewhere, and each
 of the table's three indexes took a new entry. With a fifth of each page kept
 free, 98 % of them stay on their page (a heap-only tuple: no index is
 touched), and the upsert of a snapshot's changed lives costs PostgreSQL about
-a fifth less (benchmarks/README.md, "Ingest, stop 27"). The table grows by
+a fifth less (benchmarks/statement_costs.py). The table grows by
 about a quarter. Pages written before this keep their fill until rewritten.
 SQLite has no such setting: nothing is done there.
 """

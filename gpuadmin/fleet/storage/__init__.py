@@ -1,4 +1,4 @@
-"""How the fleet's rows reach the database faster than the ORM would take them there.
+"""How ingest's rows reach the database without the ORM's per-call work.
 
 ``statements``: ingest's fixed statements, their SQL written once per process (prepared
 queries, updates and multi-row inserts, pipelined reads). ``json_text``: the latest snapshot

@@ -1,45 +1,22 @@
 """Ingest's fixed statements, their SQL written once per process.
 
-Every snapshot runs the same dozen statements. The ORM builds each one anew on
-every call (a queryset clone per method, the compiler, each value prepared
-through its field): half a millisecond to a millisecond of CPU per statement,
-several times what the database driver needs to send it. Here the SQL is kept
-per database and only the values change:
+Every snapshot runs the same dozen statements, and the ORM would build each one
+anew on every call (a queryset clone, the compiler, each value through its
+field). Here the SQL is kept per database and only the values change:
 
 - ``PreparedQuery`` (a SELECT) and ``PreparedUpdate`` (an UPDATE): a queryset
-  the ORM compiles once, with ``Param`` placeholders where each run's values go
-  (rows come back converted as ``values_list`` would give them). A SELECT can be
-  sent now and read later (``start``): inside ``pipelined()``, several reads
-  then cost one round trip.
-- ``RowInsert``: an INSERT of many rows (optionally an upsert) written from
-  the model's columns; numbers, text, booleans, times and foreign keys (ids)
-  are handed to the driver as they are, only times get the backend's own form
-  (SQLite stores text), JSON values their field's (jsonb on PostgreSQL) and a
-  ``JsonTextField`` its text. Every column that cannot be NULL must be given:
-  model defaults are Django's, not the table's. On PostgreSQL several rows go
-  as one JSON parameter (``INSERT ... SELECT ... FROM jsonb_array_elements(%s)``):
-  the statement's text is the same for any number of rows, and the rows are
-  encoded by msgspec in one pass, where psycopg spelled one array per
-  column in Python (``UNNEST``, about half a millisecond more per snapshot)
-  and the json module each JSON value apart, then the rows around them.
-  One row binds its values as they are: the latest document's 125 KB is not
-  escaped into a JSON array for the server to parse back out.
+  compiled once, with ``Param`` placeholders where each run's values go.
+- ``RowInsert``: an INSERT or upsert of many rows, written from the model's
+  columns. Every column that cannot be NULL must be given: model defaults are
+  Django's, not the table's. On PostgreSQL the rows go as one JSON parameter,
+  so the statement's text is the same for any number of rows.
+- ``pipelined()``: on PostgreSQL, statements inside a transaction are sent
+  without waiting for each answer, so nothing run inside may depend on a row
+  count (``PreparedUpdate.run`` returns none).
 
-On PostgreSQL these statements bind their values on the server and are
-prepared on first use (``_cursor``): the server parses and plans each once per
-connection. Measured on a 200-process snapshot, PostgreSQL's CPU per snapshot
-fell by about a third, and ingest's own by a tenth (client-side binding spelled
-every value, the latest document's 125 KB included, into the SQL text).
-A SELECT of time columns reads them with psycopg's own loader, in C, where the
-session and Django both use UTC (the same values; Django's loader is Python).
-
-``pipelined()``: inside a transaction on PostgreSQL, statements are sent
-without waiting for each one's answer (psycopg's pipeline mode); the answers
-come back together when something is read (a SELECT's rows, an upsert's
-returned ids) or when the block ends. A steady snapshot's writes then cost one
-round trip instead of one each. So nothing run inside may depend on a row
-count: ``PreparedUpdate.run`` returns none, and an upsert returns rows only
-when asked (``RowInsert.run(returning=...)``).
+On PostgreSQL they bind on the server and are prepared once per connection
+(``_cursor``). What this is worth is not measured yet (benchmarks/README.md,
+"What each performance mechanism is worth").
 """
 
 from __future__ import annotations
@@ -90,8 +67,8 @@ class _Compiled(NamedTuple):
     compiler: Any
     sql: str
     params: tuple[Any, ...]
-    # A SELECT's: what the ORM's results_iter applies to each row (it looks them up field by field
-    # on every run, a tenth of a millisecond for a wide row), and whether a column is a time.
+    # A SELECT's: what the ORM's results_iter applies to each row (found once here, where the ORM
+    # looks them up field by field on every run), and whether a column is a time.
     converters: dict[int, Any]
     reads_times: bool
 

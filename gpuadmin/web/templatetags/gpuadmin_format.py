@@ -132,7 +132,8 @@ def memory_bar(gpu: Any) -> dict[str, str]:
 # One GPU's memory bar. It has one width everywhere (static/css/gpuadmin.css, .bar), so every
 # GPU is drawn on the same scale, its figures beside it. SVG lengths, not style attributes: the
 # Content-Security-Policy allows no inline style. Markup built here, not by an included template:
-# the fleet page draws 400 of them, and this costs a tenth of an {% include %}.
+# the fleet page draws 400 of them, and an {% include %} would resolve a template and its context
+# for each.
 _GPU_BAR = (
     '<div class="gpu-line" title="{title}">'
     '<span class="small">GPU {index}</span>'
