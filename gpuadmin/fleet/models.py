@@ -311,6 +311,12 @@ class ProcessLifeQuerySet(models.QuerySet):
             life.host = host  # the caller's row: latest_sighting_at() and the pages read no second one
         return life
 
+    def left_by_launcher(self, host: Host) -> ProcessLifeQuerySet:
+        """The host's processes still alive (open lives of its current boot) that a snapshot showed
+        outliving their launcher (``launcher_pid``), by pid."""
+        return self.filter(host=host, boot_id=host.boot_id, gone_at__isnull=True,
+                           launcher_pid__isnull=False).order_by("pid")
+
 
 class ProcessLife(models.Model):
     """One process that mattered, from the first snapshot that saw it to the last.
@@ -333,6 +339,20 @@ class ProcessLife(models.Model):
     # A digest of the seven values above (ppid to owner) as last written (history.description_digest):
     # ingest compares it, not them, to tell a steady life. Null on lives written before it existed.
     description_digest = models.BigIntegerField(null=True, blank=True)
+    # Its parent's command line (as shown: its name in brackets when it has none; clipped) and user as
+    # the snapshot that last wrote the life showed them ("" when that snapshot did not have the
+    # parent): written with the life, never compared, so a parent that exec()s without the life
+    # changing is not seen until the life is written again.
+    parent_name = models.CharField(max_length=256, blank=True, default="", db_default="")
+    parent_user = models.CharField(max_length=256, blank=True, default="", db_default="")
+    # The launcher it outlived: its parent before the snapshot that first showed it re-parented and
+    # left behind (``orphaned``), as last written (parent_name, parent_user), and between which two
+    # snapshots that parent went away. Null when no snapshot showed the process losing its parent.
+    launcher_pid = models.PositiveIntegerField(null=True, blank=True)
+    launcher_name = models.CharField(max_length=256, blank=True, default="", db_default="")
+    launcher_user = models.CharField(max_length=256, blank=True, default="", db_default="")
+    launcher_exited_after = models.DateTimeField(null=True, blank=True)
+    launcher_exited_before = models.DateTimeField(null=True, blank=True)
     first_seen_at = models.DateTimeField()
     # Exact once the life is gone; while it is open, refreshed only every history.LIFE_SEEN_REFRESH:
     # ask latest_sighting_at().

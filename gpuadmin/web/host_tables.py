@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
@@ -23,7 +24,7 @@ from django.conf import settings
 from django.core.paginator import Page, Paginator
 
 from gpuadmin.fleet.findings.memory_explained import MemoryExplained, memory_explained
-from gpuadmin.fleet.models import Gpu
+from gpuadmin.fleet.models import Gpu, ProcessLife
 from gpuadmin.fleet.process_tree import (
     ProcessRow,
     Workload,
@@ -212,6 +213,33 @@ class HostTables:
     left_out_count: int = 0
     gpu_health: dict[str, list[HealthLine]] = field(default_factory=dict)  # GPU uuid -> its card's lines
     memory_explained: dict[str, MemoryExplained] = field(default_factory=dict)  # GPU uuid -> its memory
+
+
+@dataclass(frozen=True)
+class ExitedLauncher:
+    """A launcher that went away leaving processes behind (``ProcessLife.launcher_*``): who it was
+    as last seen, between which two snapshots it exited, and the pids of what it left."""
+
+    pid: int
+    name: str  # its command line as shown; "" when no snapshot had it
+    user: str
+    exited_after: datetime
+    exited_before: datetime
+    orphan_pids: tuple[int, ...]
+
+
+def exited_launchers(lives: Iterable[ProcessLife]) -> list[ExitedLauncher]:
+    """One line per launcher the lives (``ProcessLife.objects.left_by_launcher``) outlived, the most
+    recent exit first."""
+    by_launcher: dict[tuple[Any, ...], list[int]] = {}
+    for life in lives:
+        if None in (life.launcher_pid, life.launcher_exited_after, life.launcher_exited_before):
+            continue
+        key = (life.launcher_pid, life.launcher_name, life.launcher_user, life.launcher_exited_after,
+               life.launcher_exited_before)
+        by_launcher.setdefault(key, []).append(life.pid)
+    launchers = [ExitedLauncher(*key, orphan_pids=tuple(sorted(pids))) for key, pids in by_launcher.items()]
+    return sorted(launchers, key=lambda launcher: (launcher.exited_before, launcher.pid), reverse=True)
 
 
 def mig_instance_rows(document: dict[str, Any]) -> dict[str, list[MigInstanceRow]]:

@@ -22,7 +22,7 @@ from gpuadmin.accounts.permissions import role_required
 from gpuadmin.accounts.roles import Role, has_role
 from gpuadmin.fleet.history import series
 from gpuadmin.fleet.intake import trust
-from gpuadmin.fleet.models import Finding, Gpu, Host, LatestSnapshot
+from gpuadmin.fleet.models import Finding, Gpu, Host, LatestSnapshot, ProcessLife
 from gpuadmin.fleet.probes import ProbeTooSoon, probe_now
 from gpuadmin.htmx import (
     HTMX_STOP_POLLING,
@@ -36,7 +36,7 @@ from gpuadmin.htmx import (
 from gpuadmin.notify.directory import Directory
 from gpuadmin.web.finding_actions import finding_view
 from gpuadmin.web.fleet_page import STATUSES, FleetPage, FleetQuery, changes
-from gpuadmin.web.host_tables import SORT_DESCENDING_BY_DEFAULT, ProcessQuery, host_tables
+from gpuadmin.web.host_tables import SORT_DESCENDING_BY_DEFAULT, ProcessQuery, exited_launchers, host_tables
 from gpuadmin.web.process_page import process_page
 
 logger = logging.getLogger(__name__)
@@ -95,6 +95,7 @@ def host_detail(request: HtmxHttpRequest, name: str) -> HttpResponse:
         "tables": host_tables(
             LatestSnapshot.objects.document_for(host), gpus, query, Directory.for_host(host).name_of_row
         ),
+        "exited_launchers": exited_launchers(ProcessLife.objects.left_by_launcher(host)),
         "findings": [
             finding_view(f, host, may_request=may_request) for f in host.findings.open().most_severe_first()
         ],

@@ -257,8 +257,8 @@ def test_a_host_without_a_stored_snapshot_still_has_a_page(viewer_client):
 def test_the_host_page_takes_a_fixed_number_of_queries(viewer_client, busy, django_assert_max_num_queries):
     page_of(viewer_client)  # warm the session
     # session, user, groups; host with finding counts, its GPUs, its snapshot, its open findings,
-    # the accounts that say who its users are.
-    with django_assert_max_num_queries(8):
+    # the accounts that say who its users are, its processes that outlived their launcher.
+    with django_assert_max_num_queries(9):
         page_of(viewer_client)
 
 
@@ -405,3 +405,32 @@ def test_a_gpu_in_mig_mode_shows_its_instances_with_their_processes(viewer_clien
     assert rows == [("MIG-a", "1", "0", "A100 MIG 1g.10gb", "3 GiB / 10 GiB", "0"),
                     ("MIG-b", "2", "0", "A100 MIG 3g.40gb", "— / 40 GiB", "2")]
     assert "mig-instances" not in other
+
+
+def test_orphans_section_names_the_launcher_that_exited_and_when(viewer_client):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from gpuadmin.text import utc_text
+
+    before, after = timezone.now() - timedelta(seconds=20), timezone.now() - timedelta(seconds=10)
+    launcher = proc(1234, user="alice", name="python", cmdline=["python", "train.py", "<b>"])
+
+    def workers(alive: bool) -> list[dict]:
+        return [proc(pid, ppid=1234 if alive else 1, pgid=1234, sid=1234, orphaned=not alive, reasons=["gpu"],
+                     gpu_memory={"GPU-sim-0000": GiB}) for pid in (1300, 1301)]
+
+    deliver_at = {"gpus": [gpu(0, used=2 * GiB)]}
+    store(processes=[launcher, *workers(True)], taken_at=before, **deliver_at)
+    orphans = section(page_of(viewer_client), "host-orphans")
+    assert "exited-launchers" not in orphans
+    store(processes=workers(False), taken_at=after, **deliver_at)
+
+    orphans = section(page_of(viewer_client), "host-orphans")
+    line = re.search(r'<li data-launcher-pid="1234">.*?</li>', orphans, re.S).group(0)
+    text = re.sub(r"<[^>]+>", "", line)
+    assert text.startswith("Launcher python train.py &lt;b&gt; (pid 1234, alice) exited between ")
+    assert utc_text(before, timespec="seconds").replace("T", " ").replace("Z", " UTC") in text
+    assert utc_text(after, timespec="seconds").replace("T", " ").replace("Z", " UTC") in text
+    assert text.endswith("leaving 2 processes behind: pid 1300, 1301.")

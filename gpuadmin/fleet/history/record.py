@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import struct
+from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -46,6 +47,7 @@ from gpuadmin.fleet.findings.rules import HistoryFacts, PidSample, Rising, zombi
 from gpuadmin.fleet.models import Gpu, GpuSample, Host, HostSample, ProcessLife, ProcessPoint
 from gpuadmin.fleet.process_tree import ProcessRow
 from gpuadmin.fleet.storage.statements import Param, PendingRows, PreparedQuery, PreparedUpdate, RowInsert
+from gpuadmin.text import clip
 
 LifeKey = tuple[str, int, int]  # boot id, pid, start time in ticks
 # A life's stored or new values by column name (plain values: no model instance per process).
@@ -63,10 +65,16 @@ _PIDS_PER_QUERY = 5000
 # What a snapshot says of a process beside its memory and state: written over a life's stored values,
 # compared through their digest (description_digest).
 _DESCRIPTION_FIELDS = ["ppid", "uid", "user", "name", "cmdline", "container_id", "owner"]
+# The parent's name and user, from the parent's row in the same snapshot: written with a life that is
+# written anyway, never compared (their change alone writes nothing), kept to name the launcher a
+# process outlives (_launchers_exited).
+_PARENT_FIELDS = ["parent_name", "parent_user"]
+_PARENT_NAME_MAX_CHARS = ProcessLife._meta.get_field("parent_name").max_length or 256
 # What an upsert writes over a stored life: all but first_seen_at, which only a new life sets (a life
 # seen again after being marked gone keeps its first sighting).
 _LIFE_UPDATE_FIELDS = [
     *_DESCRIPTION_FIELDS,
+    *_PARENT_FIELDS,
     "description_digest",
     "last_seen_at",
     "gone_at",
@@ -86,7 +94,7 @@ _LIFE_UPDATE_FIELDS = [
 # What a life's upsert would change other than when it was last seen: its description by digest
 # (_is_steady tells whether any of it changes).
 _LIFE_COMPARED_FIELDS = [name for name in _LIFE_UPDATE_FIELDS
-                         if name != "last_seen_at" and name not in _DESCRIPTION_FIELDS]
+                         if name != "last_seen_at" and name not in (*_DESCRIPTION_FIELDS, *_PARENT_FIELDS)]
 # What is read of a stored open life: its id and identity, and what a snapshot extends or compares.
 # Not read: its description (the digest says whether it changed, so the two JSON columns of ~200
 # lives need not be loaded), its last_seen_at and gone_at (the previous snapshot saw it, and whether
@@ -253,6 +261,7 @@ def record_process_lives(
     lives: dict[LifeKey, LifeValues] = {}
     changed: dict[LifeKey, LifeValues] = {}
     refresh_due: list[bool] = []  # of each steady life: is its stored last_seen_at due a refresh?
+    newly_orphaned: list[tuple[LifeValues, ProcessRow]] = []  # stored lives this snapshot shows orphaned
 
     def extend(key: LifeKey, life: LifeValues | None, row: ProcessRow) -> None:
         digest = description_digest(row)
@@ -260,8 +269,11 @@ def record_process_lives(
             lives[key] = life  # as read: nothing of it changes (most lives, most snapshots)
             refresh_due.append(life["refresh_due"])
         else:
+            if life is not None and row.orphaned and not life["was_orphaned"]:
+                newly_orphaned.append((life, row))
             lives[key] = changed[key] = _extended(life, row, digest=digest, taken_at=taken_at,
-                                                  seen_before=seen_before, step=step)
+                                                  seen_before=seen_before, step=step,
+                                                  parent=rows.get(row.ppid))
 
     for row in mattering:
         key = (boot_id, row.pid, row.start_time_ticks)
@@ -277,6 +289,8 @@ def record_process_lives(
             # Still alive, no longer matters by itself (e.g. freed its memory): keep it current.
             extend(key, life, current)
 
+    # Read before the upsert writes the new parent over the one the orphans lost.
+    exited = _launchers_exited(newly_orphaned, taken_at=taken_at, seen_before=seen_before)
     if changed:
         ids = _write_changed(host, known, changed)
         _record_points(host, known, changed, ids, taken_at=taken_at)
@@ -284,7 +298,38 @@ def record_process_lives(
         # All of them at once: they stay in step, and the next refresh is a minute away.
         _SEEN_NOW.run(host=host.pk, last_seen_at=taken_at)
     _update_in_chunks(gone_ids, gone_at=taken_at, last_seen_at=seen_before)
+    for launcher, life_ids in exited:
+        _update_in_chunks(life_ids, **launcher)
     return list(lives.values())
+
+
+def _launchers_exited(
+    newly_orphaned: Sequence[tuple[LifeValues, ProcessRow]], *, taken_at: datetime, seen_before: datetime
+) -> list[tuple[LifeValues, list[int]]]:
+    """The launchers this snapshot shows gone: for each life it shows orphaned for the first time whose
+    parent changed, the parent it had (pid, name and user as last written) and between which snapshots
+    that one went away, as ``launcher_*`` values, each with the ids of the lives it left behind.
+
+    A process re-parented without being left behind (a daemon that double-forked: ``orphaned`` false)
+    gets none. Stored parents are read only here, for these few lives (open lives are read without
+    their description): a snapshot that orphans nothing reads nothing more.
+    """
+    if not newly_orphaned:
+        return []
+    open_ids = [life["pk"] for life, _ in newly_orphaned if "ppid" not in life]
+    stored = {pk: (ppid, name, user) for pk, ppid, name, user in ProcessLife.objects.filter(
+        pk__in=open_ids).values_list("pk", "ppid", *_PARENT_FIELDS)} if open_ids else {}
+    exited: dict[tuple[tuple[str, Any], ...], list[int]] = defaultdict(list)
+    for life, row in newly_orphaned:
+        ppid, name, user = stored.get(life["pk"]) or (life["ppid"], life["parent_name"], life["parent_user"])
+        if ppid in (row.ppid, 0):
+            continue
+        # A reopened life was last shown with its old parent when it was marked gone.
+        after = life["last_seen_at"] if life["gone_at"] is not None else seen_before
+        launcher = (("launcher_pid", ppid), ("launcher_name", name), ("launcher_user", user),
+                    ("launcher_exited_after", after), ("launcher_exited_before", taken_at))
+        exited[launcher].append(life["pk"])
+    return [(dict(launcher), ids) for launcher, ids in exited.items()]
 
 
 def _update_in_chunks(ids: list[int], **values: Any) -> None:
@@ -418,11 +463,12 @@ def _is_steady(life: LifeValues, row: ProcessRow, digest: int, step: int) -> boo
 
 def _extended(
     life: LifeValues | None, row: ProcessRow, *, digest: int, taken_at: datetime, seen_before: datetime,
-    step: int,
+    step: int, parent: ProcessRow | None = None,
 ) -> LifeValues:
     """The life's values after this snapshot (``_LIFE_UPDATE_FIELDS``, pid, start_time_ticks, and
     first_seen_at for a new life); ``digest``: ``description_digest(row)``; ``seen_before``: when the
-    previous snapshot showed it, if open; ``step``: GPUADMIN_HISTORY_PROCESS_STEP_BYTES."""
+    previous snapshot showed it, if open; ``step``: GPUADMIN_HISTORY_PROCESS_STEP_BYTES; ``parent``:
+    the snapshot's row of its parent, if it has one."""
     memory_bytes = row.total_gpu_memory_bytes
     point_memory, point_state = _next_point(life, memory_bytes, row.state, step)
     if life is not None and life["gone_at"] is not None:
@@ -438,6 +484,8 @@ def _extended(
         "cmdline": list(row.cmdline),
         "container_id": row.container_id or "",
         "owner": row.owner,
+        "parent_name": clip(parent.command_line, _PARENT_NAME_MAX_CHARS) if parent is not None else "",
+        "parent_user": (parent.user or "") if parent is not None else "",
         "description_digest": digest,
         "first_seen_at": taken_at,  # written for a new life only (_LIFE_UPDATE_FIELDS)
         "last_seen_at": taken_at,

@@ -321,3 +321,51 @@ def test_a_snapshot_with_more_holders_than_the_cap_keeps_the_biggest_and_the_pag
                     taken_at=at(20)))
     assert Host.objects.get(name="gpu01").history_processes_mattering_count == 0
     assert "History kept for" not in viewer_client.get("/hosts/gpu01/").content.decode()
+
+
+def launched_workers(taken_seconds: float, *, launcher_alive: bool, orphaned: bool = True) -> dict[str, Any]:
+    """A launcher (pid 100, bob's ``torchrun train.py``) and two workers on the GPU; once it is gone,
+    the workers re-parented to PID 1 (``orphaned``: left behind, as the probe says of a worker)."""
+    launcher = proc(100, ppid=1, user="bob", cmdline=["torchrun", "train.py"], reasons=["ancestor"])
+    workers = [
+        proc(pid, ppid=100 if launcher_alive else 1, pgid=100, sid=100, gpu_memory={GPU0: GiB},
+             orphaned=orphaned and not launcher_alive, reasons=["gpu"])
+        for pid in (101, 102)
+    ]
+    return snapshot("gpu01", processes=[launcher, *workers] if launcher_alive else workers,
+                    gpus=[gpu(0, used=2 * GiB)], taken_at=at(taken_seconds))
+
+
+LAUNCHER_FIELDS = ["pid", "launcher_pid", "launcher_name", "launcher_user", "launcher_exited_after",
+                   "launcher_exited_before"]
+
+
+def test_a_life_names_the_launcher_it_outlived_and_between_which_snapshots_it_exited(
+    ingest: Callable[..., Host],
+) -> None:
+    ingest(launched_workers(0, launcher_alive=True))
+    ingest(launched_workers(10, launcher_alive=True))
+    parents = ProcessLife.objects.order_by("pid").values_list("parent_name", "parent_user", "launcher_pid")
+    assert list(parents) == [("torchrun train.py", "bob", None), ("torchrun train.py", "bob", None)]
+    ingest(launched_workers(20, launcher_alive=False))
+    ingest(launched_workers(30, launcher_alive=False))  # a later snapshot keeps what the first one saw
+
+    assert list(ProcessLife.objects.order_by("pid").values_list(*LAUNCHER_FIELDS)) == [
+        (pid, 100, "torchrun train.py", "bob", at(10), at(20)) for pid in (101, 102)
+    ]
+    # The parent is now PID 1, which the snapshot does not have.
+    assert set(ProcessLife.objects.values_list("ppid", "parent_name", "parent_user")) == {(1, "", "")}
+
+
+def test_a_process_re_parented_without_being_left_behind_names_no_launcher(
+    ingest: Callable[..., Host],
+) -> None:
+    ingest(launched_workers(0, launcher_alive=True))
+    ingest(launched_workers(10, launcher_alive=False, orphaned=False))  # a daemon: re-parented on purpose
+    assert set(ProcessLife.objects.values_list("ppid", "launcher_pid", "launcher_name")) == {(1, None, "")}
+
+
+def test_a_process_first_seen_orphaned_names_no_launcher(ingest: Callable[..., Host]) -> None:
+    ingest(launched_workers(0, launcher_alive=False))
+    ingest(launched_workers(10, launcher_alive=False))
+    assert set(ProcessLife.objects.values_list("launcher_pid", flat=True)) == {None}
