@@ -153,7 +153,9 @@ def components(statuses: tuple[str, ...]) -> dict[str, Schema]:
                 "points": {"type": "array", "items": _object({
                     "t": TIME, "memory_used_bytes": _null("integer"),
                     "memory_attributed_bytes": _null("integer"),
-                    "utilization_percent": _null("number")})}})},
+                    "utilization_percent": _null("number"), "temperature_celsius": _null("integer"),
+                    "power_draw_milliwatts": _null("integer"),
+                    "power_limit_milliwatts": _null("integer")})}})},
             "host": _object({"name": STRING, "points": {"type": "array", "items": _object({
                 "t": TIME, "zombies": _null("integer"), "d_state": _null("integer"),
                 "pids_in_use": _null("integer"), "pid_max": _null("integer")})}}),

@@ -272,6 +272,10 @@ class GpuSample(models.Model):
     memory_used_bytes = models.BigIntegerField(null=True)
     memory_attributed_bytes = models.BigIntegerField(default=0)
     utilization_percent = models.PositiveSmallIntegerField(null=True)
+    # The snapshot's gpus[].health (docs/snapshot.md), in its units; null when the GPU did not say.
+    temperature_celsius = models.SmallIntegerField(null=True)
+    power_draw_milliwatts = models.BigIntegerField(null=True)
+    power_limit_milliwatts = models.BigIntegerField(null=True)
 
     class Meta:
         indexes = [models.Index(fields=["gpu", "taken_at"])]
@@ -439,6 +443,12 @@ class GpuRollup(models.Model):
     utilization_min_percent = models.SmallIntegerField(null=True)
     utilization_mean_tenths_percent = models.SmallIntegerField(null=True)
     utilization_max_percent = models.SmallIntegerField(null=True)
+    # Health (GpuSample's): the mean and the max, the max of the limit; null when no sample said.
+    temperature_mean_celsius = models.SmallIntegerField(null=True)
+    temperature_max_celsius = models.SmallIntegerField(null=True)
+    power_draw_mean_milliwatts = models.IntegerField(null=True)
+    power_draw_max_milliwatts = models.IntegerField(null=True)
+    power_limit_max_milliwatts = models.IntegerField(null=True)
 
     def __str__(self) -> str:
         return f"{self.gpu} bucket {self.bucket}"

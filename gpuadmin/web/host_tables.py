@@ -231,14 +231,17 @@ class ExitedLauncher:
 def exited_launchers(lives: Iterable[ProcessLife]) -> list[ExitedLauncher]:
     """One line per launcher the lives (``ProcessLife.objects.left_by_launcher``) outlived, the most
     recent exit first."""
-    by_launcher: dict[tuple[Any, ...], list[int]] = {}
+    by_launcher: dict[tuple[int, str, str, datetime, datetime], list[int]] = {}
     for life in lives:
-        if None in (life.launcher_pid, life.launcher_exited_after, life.launcher_exited_before):
+        pid, after, before = life.launcher_pid, life.launcher_exited_after, life.launcher_exited_before
+        if pid is None or after is None or before is None:
             continue
-        key = (life.launcher_pid, life.launcher_name, life.launcher_user, life.launcher_exited_after,
-               life.launcher_exited_before)
+        key = (pid, life.launcher_name, life.launcher_user, after, before)
         by_launcher.setdefault(key, []).append(life.pid)
-    launchers = [ExitedLauncher(*key, orphan_pids=tuple(sorted(pids))) for key, pids in by_launcher.items()]
+    launchers = [
+        ExitedLauncher(pid, name, user, after, before, orphan_pids=tuple(sorted(pids)))
+        for (pid, name, user, after, before), pids in by_launcher.items()
+    ]
     return sorted(launchers, key=lambda launcher: (launcher.exited_before, launcher.pid), reverse=True)
 
 

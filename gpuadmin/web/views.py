@@ -174,16 +174,22 @@ def process_detail(request: HttpRequest, name: str, pid: int, start_time_ticks: 
 
 
 def history_charts(host: Host, gpus: list[Gpu], range_name: str) -> list[dict[str, str | None]]:
-    """The host page's charts: one per GPU, then the host's process counts (drawn by static/js/charts.js)."""
-    charts: list[dict[str, str | None]] = [
-        {
+    """The host page's charts: two per GPU (its memory and utilization, its temperature and power),
+    then the host's process counts (drawn by static/js/charts.js)."""
+    charts: list[dict[str, str | None]] = []
+    for gpu in gpus:
+        charts.append({
             "kind": "gpu",
             "gpu_uuid": gpu.uuid,
             "title": f"GPU {gpu.index}: memory (attributed, unattributed) and utilization",
             "csv_name": f"{host.name}-gpu{gpu.index}-{range_name}.csv",
-        }
-        for gpu in gpus
-    ]
+        })
+        charts.append({
+            "kind": "gpu-health",
+            "gpu_uuid": gpu.uuid,
+            "title": f"GPU {gpu.index}: temperature and power (draw, limit)",
+            "csv_name": f"{host.name}-gpu{gpu.index}-health-{range_name}.csv",
+        })
     charts.append(
         {
             "kind": "host",

@@ -5,6 +5,7 @@
  *
  *   <section data-history-src="/api/v1/hosts/gpu01/history/?range=24h">
  *     <figure data-chart="gpu" data-gpu-uuid="GPU-...">   used, attributed, unattributed (stacked) + utilization
+ *     <figure data-chart="gpu-health" data-gpu-uuid="GPU-..."> temperature, power draw and limit
  *     <figure data-chart="host">                          zombies, D state, PIDs in use vs pid_max
  *   <figure data-chart="process" data-src="/api/v1/hosts/gpu01/processes/4120-412000/">
  *
@@ -29,6 +30,9 @@
     pidMax: "#5b6572",
     kill: "#b3261e",
     state: "#6b6f76",
+    temperature: "#c2410c",
+    power: "#6d28d9",
+    powerLimit: "#5b6572",
   };
 
   function seconds(iso) {
@@ -104,6 +108,52 @@
       ],
       scales: {bytes: {range: [0, Math.max(gpu.memory_total_bytes || 0, Math.max.apply(null, used.concat([GiB])))]},
                "%": {range: [0, 100]}},
+      markers: killMarks(payload.kill_requests),
+    };
+  }
+
+  function wattsText(milliwatts) {
+    return milliwatts === null || milliwatts === undefined ? "—" : (milliwatts / 1000).toFixed(0) + " W";
+  }
+
+  function celsiusText(value) {
+    return value === null || value === undefined ? "—" : value + " °C";
+  }
+
+  // Temperature and power draw against the limit; gaps where the GPU did not say (null).
+  function gpuHealthChart(gpu, payload) {
+    var pts = gpu.points;
+    var xs = pts.map(function (p) { return seconds(p.t); });
+    var col = function (key) { return pts.map(function (p) { return p[key]; }); };
+    var suffix = payload.aggregation ? " (" + payload.aggregation.health + ")" : "";
+    var powerDraw = col("power_draw_milliwatts");
+    var limit = col("power_limit_milliwatts");
+    return {
+      title: "GPU " + gpu.index + " health",
+      columns: [
+        {name: "t", values: xs, text: isoText},
+        {name: "temperature_celsius", values: col("temperature_celsius"), text: plainText},
+        {name: "power_draw_milliwatts", values: powerDraw, text: plainText},
+        {name: "power_limit_milliwatts", values: limit, text: plainText},
+      ],
+      data: [xs, col("temperature_celsius"), powerDraw, limit],
+      series: [
+        {label: "Time", value: function (u, v) { return v === null ? "—" : isoText(v); }},
+        {label: "Temperature" + suffix, scale: "celsius", stroke: COLORS.temperature, width: 1.5,
+         value: function (u, v) { return celsiusText(v); }},
+        {label: "Power draw" + suffix, scale: "milliwatts", stroke: COLORS.power, width: 1.5,
+         value: function (u, v) { return wattsText(v); }},
+        {label: "Power limit", scale: "milliwatts", stroke: COLORS.powerLimit, dash: [6, 4], width: 1,
+         value: function (u, v) { return wattsText(v); }},
+      ],
+      axes: [
+        {},
+        {scale: "celsius", values: function (u, ticks) { return ticks.map(celsiusText); }, size: 60},
+        {scale: "milliwatts", side: 1, grid: {show: false}, size: 60,
+         values: function (u, ticks) { return ticks.map(wattsText); }},
+      ],
+      scales: {celsius: {range: function (u, min, max) { return [0, Math.max(100, max || 0)]; }},
+               milliwatts: {range: function (u, min, max) { return [0, Math.max(100000, max || 0)]; }}},
       markers: killMarks(payload.kill_requests),
     };
   }
@@ -322,6 +372,9 @@
         if (kind === "gpu") {
           var gpu = byUuid[figure.getAttribute("data-gpu-uuid")];
           if (gpu) draw(figure, gpuChart(gpu, payload));
+        } else if (kind === "gpu-health") {
+          var healthOf = byUuid[figure.getAttribute("data-gpu-uuid")];
+          if (healthOf) draw(figure, gpuHealthChart(healthOf, payload));
         } else if (kind === "host") {
           draw(figure, hostChart(payload.host, payload));
         }

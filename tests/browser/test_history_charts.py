@@ -22,6 +22,7 @@ from playwright.sync_api import Page, expect
 from gpuadmin.fleet.history import retention
 from gpuadmin.fleet.models import Host
 from gpuadmin.kills import services
+from gpuadmin.probe.gpus import GpuHealth
 from tests.factories import GiB, gpu, proc, snapshot
 from tests.keys import deliver, enrol
 
@@ -42,7 +43,8 @@ PAINTED_PIXELS = """(figure) => {
 
 
 def forty_minutes_of_a_leaky_job() -> None:
-    """One snapshot a minute: pid 4120 climbs 1 GiB a minute on GPU 0, GPU 1 holds memory nobody claims."""
+    """One snapshot a minute: pid 4120 climbs 1 GiB a minute on GPU 0, GPU 1 holds memory nobody claims;
+    GPU 0 warms up and draws more power as it goes (GPU 1 says nothing of its health)."""
     now = timezone.now()
     for minute in range(40):
         memory = (2 + minute // 2) * GiB
@@ -59,6 +61,10 @@ def forty_minutes_of_a_leaky_job() -> None:
                   gpu(1, used=3 * GiB, utilization_percent=0)],
             taken_at=taken_at,
         )
+        document["gpus"][0]["health"] = GpuHealth(
+            temperature_celsius=40 + minute, power_draw_milliwatts=(200 + 10 * minute) * 1000,
+            power_limit_milliwatts=700_000,
+        ).as_document()
         deliver(json.dumps(document), received_at=taken_at + timedelta(seconds=1))
     retention.roll_up(now)
 
@@ -80,7 +86,10 @@ def test_the_host_page_draws_its_charts_and_switches_range_without_reloading(
     gpu0 = drawn(page, f"figure[data-chart='gpu'][data-gpu-uuid='{GPU0}']")
     drawn(page, f"figure[data-chart='gpu'][data-gpu-uuid='{GPU1}']")
     drawn(page, "figure[data-chart='host']")
+    health = drawn(page, f"figure[data-chart='gpu-health'][data-gpu-uuid='{GPU0}']")
     screenshot(page, "host-24h")
+    health.locator("details.chart-numbers summary").click()
+    expect(health.locator(".chart-table table")).to_contain_text("power_draw_milliwatts")
 
     # Hover: uPlot's legend shows the exact value and time under the cursor.
     over = gpu0.locator(".u-over")

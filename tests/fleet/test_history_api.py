@@ -16,6 +16,7 @@ from knox.models import AuthToken
 from gpuadmin.fleet.history import retention
 from gpuadmin.fleet.models import Host
 from gpuadmin.kills import services
+from gpuadmin.probe.gpus import GpuHealth
 from tests.factories import GiB, gpu, proc, snapshot
 from tests.keys import deliver, enrol
 
@@ -46,17 +47,27 @@ def start() -> datetime:
     return retention.bucket_start(retention.bucket_of(now - timedelta(minutes=30)))
 
 
+def health(i: int) -> dict[str, Any]:
+    """The i-th minute's GPU health: 50 + i °C, 100 + 10 i W of a 700 W limit."""
+    return GpuHealth(temperature_celsius=50 + i, power_draw_milliwatts=(100 + 10 * i) * 1000,
+                     power_limit_milliwatts=700_000).as_document()
+
+
 def store_minutes(start: datetime, minutes: int, *, every_seconds: int = 60) -> list[dict[str, Any]]:
+    """A snapshot a minute; the GPU says nothing of its health in minutes 3, 8, 13... (an older agent)."""
     documents = []
     for i, seconds in enumerate(range(0, minutes * 60, every_seconds)):
         memory = (1 + i % 4) * GiB
+        gpu0 = gpu(0, used=memory, utilization_percent=10 * (i % 5))
+        if i % 5 != 3:
+            gpu0["health"] = health(i)
         document = snapshot(
             "gpu01",
             processes=[
                 proc(1000, gpu_memory={GPU0: memory // 2}),
                 *[proc(2000 + z, state="Z") for z in range(i % 3)],
             ],
-            gpus=[gpu(0, used=memory, utilization_percent=10 * (i % 5))],
+            gpus=[gpu0],
             taken_at=start + timedelta(seconds=seconds),
             pids_in_use=400 + i,
         )
@@ -84,7 +95,14 @@ def test_the_last_hour_is_every_raw_sample_oldest_first(token_client: Client, st
         "memory_used_bytes": 2 * GiB,
         "memory_attributed_bytes": GiB,
         "utilization_percent": 10,
+        "temperature_celsius": 51,
+        "power_draw_milliwatts": 110_000,
+        "power_limit_milliwatts": 700_000,
     }
+    # Null when the GPU did not say, never zero.
+    unsaid = gpu0["points"][3]
+    health_keys = ("temperature_celsius", "power_draw_milliwatts", "power_limit_milliwatts")
+    assert [unsaid[key] for key in health_keys] == [None, None, None]
     assert body["host"]["points"][2] == {
         "t": iso(start + timedelta(minutes=2)),
         "zombies": 2,
@@ -104,7 +122,8 @@ def test_a_day_is_five_minute_points_with_the_max_memory_and_mean_utilization(
     status, body = history(token_client, range="24h")
     assert status == 200
     assert body["resolution_seconds"] == 300
-    assert body["aggregation"] == {"memory": "max", "utilization": "mean", "host_counts": "max"}
+    assert body["aggregation"] == {
+        "memory": "max", "utilization": "mean", "health": "max", "host_counts": "max"}
     points = body["gpus"][0]["points"]
     assert [p["t"] for p in points] == [iso(start + timedelta(minutes=m)) for m in (0, 5, 10)]
     # Minutes 0-4: memory 1, 2, 3, 4, 1 GiB; utilization 0, 10, 20, 30, 40.
@@ -113,7 +132,13 @@ def test_a_day_is_five_minute_points_with_the_max_memory_and_mean_utilization(
         "memory_used_bytes": 4 * GiB,
         "memory_attributed_bytes": 2 * GiB,
         "utilization_percent": 20.0,
+        "temperature_celsius": 54,
+        "power_draw_milliwatts": 140_000,
+        "power_limit_milliwatts": 700_000,
     }
+    # Minutes 5-9, from a stored rollup, and 10-14, summarised on the fly: the hottest, the most drawn.
+    assert [(p["temperature_celsius"], p["power_draw_milliwatts"]) for p in points[1:]] == [
+        (59, 190_000), (64, 240_000)]
     assert [p["zombies"] for p in body["host"]["points"]] == [2, 2, 2]
     assert [p["pids_in_use"] for p in body["host"]["points"]] == [404, 409, 414]
 

@@ -134,6 +134,7 @@ def test_the_host_page_switches_the_chart_range_as_a_fragment(viewer_client: Cli
     html = viewer_client.get(url).content.decode()
     assert 'data-history-src="/api/v1/hosts/gpu01/history/?range=24h"' in html
     assert 'data-chart="gpu" data-gpu-uuid="GPU-sim-0000"' in html
+    assert 'data-chart="gpu-health" data-gpu-uuid="GPU-sim-0000"' in html  # temperature and power
     assert "<script>" not in html  # charts are wired by data- attributes and static/js/charts.js
     fragment = viewer_client.get(url, {"range": "7d"}, HTTP_HX_REQUEST="true", HTTP_HX_TARGET="host-history")
     text = fragment.content.decode()

@@ -135,9 +135,12 @@ _LIFE_UPSERT = RowInsert(
     returning=["id"],
 )
 _POINT_INSERT = RowInsert(ProcessPoint, ["life", "taken_at", "gpu_memory_bytes", "state"])
-# The samples every snapshot adds (their SQL written once: RowInsert).
+# The samples every snapshot adds (their SQL written once: RowInsert), with these of a GPU's health
+# (gpus[].health, absent from older agents' snapshots and null where the GPU cannot say).
+_GPU_HEALTH_FIELDS = ["temperature_celsius", "power_draw_milliwatts", "power_limit_milliwatts"]
 _GPU_SAMPLE = RowInsert(
-    GpuSample, ["gpu", "taken_at", "memory_used_bytes", "memory_attributed_bytes", "utilization_percent"]
+    GpuSample, ["gpu", "taken_at", "memory_used_bytes", "memory_attributed_bytes", "utilization_percent",
+                *_GPU_HEALTH_FIELDS]
 )
 _HOST_SAMPLE = RowInsert(
     HostSample,
@@ -206,7 +209,7 @@ def record_samples(
     """One sample per GPU of the snapshot that has a row in ``gpus_by_uuid``, and one for the host."""
     _GPU_SAMPLE.run([
         (gpus_by_uuid[g["uuid"]].pk, taken_at, g["memory_used_bytes"], attributed_bytes.get(g["uuid"], 0),
-         g["utilization_percent"])
+         g["utilization_percent"], *_health_values(g.get("health")))
         for g in document["gpus"]
         if g["uuid"] in gpus_by_uuid
     ])
@@ -214,6 +217,11 @@ def record_samples(
     facts = document["host"]
     _HOST_SAMPLE.run([(host.pk, taken_at, counts["total"], counts["zombies"], counts["uninterruptible"],
                        facts["pids_in_use"], facts["pid_max"])])
+
+
+def _health_values(health: Mapping[str, Any] | None) -> list[Any]:
+    """A GPU's ``_GPU_HEALTH_FIELDS`` from its snapshot's health (all None when it has none)."""
+    return [None] * len(_GPU_HEALTH_FIELDS) if health is None else [health.get(n) for n in _GPU_HEALTH_FIELDS]
 
 
 def has_samples_at(host: Host, taken_at: datetime) -> bool:

@@ -67,6 +67,11 @@ _GPU_ROLLUP_FIELDS = [
     "utilization_min_percent",
     "utilization_mean_tenths_percent",
     "utilization_max_percent",
+    "temperature_mean_celsius",
+    "temperature_max_celsius",
+    "power_draw_mean_milliwatts",
+    "power_draw_max_milliwatts",
+    "power_limit_max_milliwatts",
 ]
 MiB = 1024**2
 _HOST_ROLLUP_FIELDS = [
@@ -157,8 +162,13 @@ def _mib(memory: Summary) -> tuple[int | None, int | None, int | None]:
     return memory.minimum // MiB, round(memory.mean / MiB), -(-memory.maximum // MiB)
 
 
+def _rounded(value: float | None) -> int | None:
+    return None if value is None else round(value)
+
+
 def gpu_rollups(rows: Iterable[Sequence[Any]]) -> list[GpuRollup]:
-    """Rollups of raw GPU rows ``(gpu_id, taken_at, used, attributed, utilization)``, per GPU and bucket."""
+    """Rollups of raw GPU rows (``GPU_RAW_FIELDS``: gpu_id, taken_at, used, attributed, utilization,
+    temperature, power draw, power limit), per GPU and bucket."""
     grouped: dict[tuple[int, int], list[Sequence[Any]]] = defaultdict(list)
     for row in rows:
         grouped[(row[0], bucket_of(row[1]))].append(row)
@@ -168,6 +178,8 @@ def gpu_rollups(rows: Iterable[Sequence[Any]]) -> list[GpuRollup]:
         attributed_min, attributed_mean, attributed_max = _mib(summarise(r[3] for r in members))
         utilization = summarise(r[4] for r in members)
         mean_tenths = None if utilization.mean is None else round(utilization.mean * 10)
+        temperature = summarise(r[5] for r in members)
+        power_draw = summarise(r[6] for r in members)
         rollup = GpuRollup(
             gpu_id=gpu_id,
             bucket=bucket,
@@ -181,6 +193,11 @@ def gpu_rollups(rows: Iterable[Sequence[Any]]) -> list[GpuRollup]:
             utilization_min_percent=utilization.minimum,
             utilization_mean_tenths_percent=mean_tenths,
             utilization_max_percent=utilization.maximum,
+            temperature_mean_celsius=_rounded(temperature.mean),
+            temperature_max_celsius=temperature.maximum,
+            power_draw_mean_milliwatts=_rounded(power_draw.mean),
+            power_draw_max_milliwatts=power_draw.maximum,
+            power_limit_max_milliwatts=summarise(r[7] for r in members).maximum,
         )
         _clamp_to_columns(rollup, _GPU_ROLLUP_BOUNDS)
         rollups.append(rollup)
@@ -218,7 +235,8 @@ def host_rollups(rows: Iterable[Sequence[Any]]) -> list[HostRollup]:
     return rollups
 
 
-GPU_RAW_FIELDS = ("gpu_id", "taken_at", "memory_used_bytes", "memory_attributed_bytes", "utilization_percent")
+GPU_RAW_FIELDS = ("gpu_id", "taken_at", "memory_used_bytes", "memory_attributed_bytes", "utilization_percent",
+                  "temperature_celsius", "power_draw_milliwatts", "power_limit_milliwatts")
 HOST_RAW_FIELDS = ("host_id", "taken_at", "zombie_count", "uninterruptible_count", "pids_in_use", "pid_max")
 
 

@@ -7,7 +7,8 @@ A range names how far back a chart looks and at what resolution:
   SQL into 5-minute, 30-minute and 2-hour points, so that a chart never gets
   more than a few hundred points per GPU. Memory and host counts are then the
   group's maximum (a spike stays visible), utilization the mean of its
-  5-minute means. Samples not yet rolled up (the last few minutes, or all of
+  5-minute means, temperature and power (draw and limit) the group's maximum.
+  Samples not yet rolled up (the last few minutes, or all of
   them before the first rollup run) are summarised the same way on the fly.
 
 Times are written with ``gpuadmin.text.utc_text`` (ISO 8601, UTC, "Z"); points
@@ -51,7 +52,7 @@ RANGES: dict[str, Range] = {
 }
 DEFAULT_RANGE = "24h"
 # Rollups: memory and host counts are the maximum (a spike stays visible), utilization the mean.
-ROLLUP_AGGREGATION = {"memory": "max", "utilization": "mean", "host_counts": "max"}
+ROLLUP_AGGREGATION = {"memory": "max", "utilization": "mean", "health": "max", "host_counts": "max"}
 # A process that changes all the time still gets a bounded series: its newest points.
 PROCESS_POINTS_MAX = 10_000
 KILL_MARKERS_MAX = 500
@@ -110,12 +111,12 @@ def _raw_points(
 ) -> tuple[dict[int, list[dict[str, Any]]], list[dict[str, Any]]]:
     texts = _TimeTexts()
     gpu_points: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    for gpu_id, taken_at, used, attributed, utilization in (
+    for gpu_id, taken_at, used, attributed, utilization, *health in (
         GpuSample.objects.filter(gpu__in=gpus, taken_at__gte=since)
         .order_by("taken_at")
         .values_list(*retention.GPU_RAW_FIELDS)
     ):
-        gpu_points[gpu_id].append(_gpu_point(texts[taken_at], used, attributed, utilization))
+        gpu_points[gpu_id].append(_gpu_point(texts[taken_at], used, attributed, utilization, Health(*health)))
     host_points = [
         _host_point(texts[taken_at], zombies, d_state, pids, pid_max)
         for _, taken_at, zombies, d_state, pids, pid_max in HostSample.objects.filter(
@@ -135,12 +136,32 @@ class _TimeTexts(dict[datetime, str]):
         return text
 
 
-def _gpu_point(t: str, used: int | None, attributed: int | None, utilization: float | None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Health:
+    """A chart point's GPU health, in the snapshot's units; None where no sample said."""
+
+    temperature_celsius: int | None = None
+    power_draw_milliwatts: int | None = None
+    power_limit_milliwatts: int | None = None
+
+    def highest(self, other: Health) -> Health:
+        """Each value the higher of the two (a group's point: the hottest, the most drawn)."""
+        return Health(_max(self.temperature_celsius, other.temperature_celsius),
+                      _max(self.power_draw_milliwatts, other.power_draw_milliwatts),
+                      _max(self.power_limit_milliwatts, other.power_limit_milliwatts))
+
+
+def _gpu_point(
+    t: str, used: int | None, attributed: int | None, utilization: float | None, health: Health
+) -> dict[str, Any]:
     return {
         "t": t,
         "memory_used_bytes": used,
         "memory_attributed_bytes": attributed,
         "utilization_percent": None if utilization is None else round(utilization, 1),
+        "temperature_celsius": health.temperature_celsius,
+        "power_draw_milliwatts": health.power_draw_milliwatts,
+        "power_limit_milliwatts": health.power_limit_milliwatts,
     }
 
 
@@ -162,10 +183,13 @@ class _Group:
     attributed: int | None = None
     utilization_sum: float = 0.0
     utilization_buckets: int = 0
+    health: Health = Health()
 
     def add(
-        self, used: int | None, attributed: int | None, utilization_sum: float | None, buckets: int
+        self, used: int | None, attributed: int | None, utilization_sum: float | None, buckets: int,
+        health: Health,
     ) -> None:
+        self.health = self.health.highest(health)
         self.used = _max(self.used, used)
         self.attributed = _max(self.attributed, attributed)
         if utilization_sum is not None:
@@ -201,6 +225,9 @@ def _rolled_up_points(
             attributed=Max("memory_attributed_max_mib"),
             utilization=Avg("utilization_mean_tenths_percent"),
             utilization_buckets=Count("utilization_mean_tenths_percent"),
+            temperature=Max("temperature_max_celsius"),
+            power_draw=Max("power_draw_max_milliwatts"),
+            power_limit=Max("power_limit_max_milliwatts"),
         )
     ):
         _add_rollup(
@@ -209,6 +236,7 @@ def _rolled_up_points(
             row["attributed"],
             row["utilization"],
             row["utilization_buckets"],
+            health=Health(row["temperature"], row["power_draw"], row["power_limit"]),
         )
     host_groups: dict[int, dict[str, int]] = {}
     for row in (
@@ -239,6 +267,7 @@ def _rolled_up_points(
             rollup.memory_attributed_max_mib,
             mean,
             0 if mean is None else 1,
+            health=_rollup_health(rollup),
         )
     for host_rollup in retention.host_rollups(
         HostSample.objects.filter(host=host, taken_at__gte=tail_start).values_list(*retention.HOST_RAW_FIELDS)
@@ -263,7 +292,7 @@ def _rolled_up_points(
     gpu_points: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for (gpu_id, group), values in sorted(gpu_groups.items(), key=lambda item: item[0][1]):
         gpu_points[gpu_id].append(
-            _gpu_point(_group_start(group), values.used, values.attributed, values.utilization)
+            _gpu_point(_group_start(group), values.used, values.attributed, values.utilization, values.health)
         )
     host_points = [
         _host_point(_group_start(group), **counts)
@@ -272,8 +301,14 @@ def _rolled_up_points(
     return gpu_points, host_points
 
 
+def _rollup_health(rollup: GpuRollup) -> Health:
+    return Health(rollup.temperature_max_celsius, rollup.power_draw_max_milliwatts,
+                  rollup.power_limit_max_milliwatts)
+
+
 def _add_rollup(
-    group: _Group, used_mib: int | None, attributed_mib: int | None, mean_tenths: float | None, buckets: int
+    group: _Group, used_mib: int | None, attributed_mib: int | None, mean_tenths: float | None, buckets: int,
+    *, health: Health,
 ) -> None:
     """Rollup columns (MiB, tenths of a percent) into a chart point (bytes, percent)."""
     group.add(
@@ -281,6 +316,7 @@ def _add_rollup(
         None if attributed_mib is None else attributed_mib * retention.MiB,
         None if mean_tenths is None else mean_tenths / 10 * buckets,
         buckets,
+        health,
     )
 
 

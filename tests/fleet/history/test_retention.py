@@ -24,6 +24,7 @@ from gpuadmin.fleet.models import (
     ProcessPoint,
 )
 from gpuadmin.fleet.tasks import maintain_history_task
+from gpuadmin.probe.gpus import GpuHealth
 from tests.factories import GiB, gpu, proc, snapshot
 from tests.fleet.helpers import at
 from tests.keys import accept, signed_snapshot
@@ -40,13 +41,16 @@ def varying_snapshot(seconds: int, **kwargs: Any) -> dict[str, Any]:
     used = (1 + step % 7) * GiB + step * MiB + 4097  # not whole MiB: the rounding shows
     holder = proc(1000, gpu_memory={GPU0: used // 2})
     zombies = [proc(2000 + z, ppid=1000, state="Z") for z in range(step % 3)]
+    gpu0 = gpu(0, used=used, utilization_percent=(step * 13) % 101)
+    # GPU 0 reports its health (GPU 1 does not): temperature and power that vary, a limit that steps.
+    gpu0["health"] = GpuHealth(
+        temperature_celsius=40 + (step * 7) % 45, power_draw_milliwatts=90_000 + step * 1_333,
+        power_limit_milliwatts=700_000 - (step // 40) * 1000,
+    ).as_document()
     return snapshot(
         "gpu01",
         processes=[holder, *zombies],
-        gpus=[
-            gpu(0, used=used, utilization_percent=(step * 13) % 101),
-            gpu(1, used=step, utilization_percent=None),
-        ],
+        gpus=[gpu0, gpu(1, used=step, utilization_percent=None)],
         taken_at=at(seconds),
         pids_in_use=500 + step,
         **kwargs,
@@ -82,6 +86,11 @@ def raw_buckets(host: Host) -> dict[tuple[int, int], dict[str, Any]]:
                 util_min=Min("utilization_percent"),
                 util_mean=Avg("utilization_percent"),
                 util_max=Max("utilization_percent"),
+                temperature_mean=Avg("temperature_celsius"),
+                temperature_max=Max("temperature_celsius"),
+                power_mean=Avg("power_draw_milliwatts"),
+                power_max=Max("power_draw_milliwatts"),
+                limit_max=Max("power_limit_milliwatts"),
             )
         )
         for row in rows:
@@ -113,6 +122,15 @@ def test_rollups_have_the_min_mean_and_max_of_the_raw_samples_of_their_bucket(tw
             assert rollup.utilization_mean_tenths_percent is None
         else:
             assert rollup.utilization_mean_tenths_percent == round(row["util_mean"] * 10)
+        # Health: the mean and max of what the GPU said (GPU 1 said nothing: null, never zero).
+        maxima = (rollup.temperature_max_celsius, rollup.power_draw_max_milliwatts,
+                  rollup.power_limit_max_milliwatts)
+        assert maxima == (row["temperature_max"], row["power_max"], row["limit_max"])
+        assert (rollup.temperature_mean_celsius, rollup.power_draw_mean_milliwatts) == (
+            None if row["temperature_mean"] is None else round(row["temperature_mean"]),
+            None if row["power_mean"] is None else round(row["power_mean"]),
+        )
+        assert (rollup.temperature_max_celsius is None) == (key[0] == 1)
     # The host's counts too: zombies cycle 0, 1, 2 and PIDs climb by one per snapshot.
     first = HostRollup.objects.order_by("bucket").first()
     assert first is not None
@@ -210,6 +228,8 @@ def test_a_host_claiming_absurd_gpu_memory_is_rolled_up_clamped_beside_the_other
     for seconds in (0, 60):
         hog = proc(1000, gpu_memory={GPU0: absurd})
         gpus = [gpu(0, total=absurd, used=absurd)]
+        gpus[0]["health"] = GpuHealth(power_draw_milliwatts=absurd,
+                                      power_limit_milliwatts=absurd).as_document()
         ingest(snapshot("gpu01", processes=[hog], gpus=gpus, taken_at=at(seconds)))
         ingest(snapshot("gpu02", gpus=[gpu(0, used=10 * GiB)], taken_at=at(seconds)))
 
@@ -221,6 +241,8 @@ def test_a_host_claiming_absurd_gpu_memory_is_rolled_up_clamped_beside_the_other
         INT32_MAX, INT32_MAX, INT32_MAX
     )
     assert clamped.memory_attributed_max_mib == INT32_MAX
+    assert (clamped.power_draw_mean_milliwatts, clamped.power_draw_max_milliwatts,
+            clamped.power_limit_max_milliwatts) == (INT32_MAX, INT32_MAX, INT32_MAX)
     assert GpuRollup.objects.get(gpu__host__name="gpu02").memory_used_max_mib == 10 * 1024
     assert (result.pruned.gpu_samples, result.pruned.host_samples) == (4, 4)
 
