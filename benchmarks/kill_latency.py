@@ -132,11 +132,12 @@ def run(requests: int, work: Path, redis_url: str | None) -> list[dict[str, floa
     from django.contrib.auth.models import Group, User
     from django.core.management import call_command
 
+    from gpuadmin.fleet.intake.ingest import receive_snapshot
     from gpuadmin.kills import services
     from gpuadmin.kills.models import KillRequest
     from gpuadmin.kills.services import dispatch
     from gpuadmin.probe import ProbeConfig, take_snapshot
-    from tests.keys import deliver
+    from tests.keys import signed_snapshot
 
     call_command("migrate", verbosity=0)
     # The agent's key is enrolled as `make run` enrols its own agent's: an approver accepts it
@@ -145,7 +146,8 @@ def run(requests: int, work: Path, redis_url: str | None) -> list[dict[str, floa
     from gpuadmin.wire.signing import public_key_text
 
     agent_data = data_dir if redis_url is None else work / "agent-data"
-    call_command("accept_host", HOST, public_key=public_key_text(ensure_agent_key(agent_data)[0]))
+    agent_key = ensure_agent_key(agent_data)[0]
+    call_command("accept_host", HOST, public_key=public_key_text(agent_key))
     requester = User.objects.create_user("bench-requester")
     requester.groups.add(Group.objects.get(name="requester"))
     approver = User.objects.create_user("bench-approver")
@@ -190,7 +192,8 @@ def run(requests: int, work: Path, redis_url: str | None) -> list[dict[str, floa
                 assert target.stdout is not None and target.stdout.readline().strip() == "ready"
                 write_gpus(gpus_file, [target.pid])
                 document = take_snapshot(probe_config)
-                deliver(json.dumps(document))
+                # Signed with the agent's own key, as its worker signs what it sends.
+                receive_snapshot(signed_snapshot(document, key=agent_key))
                 record = next(p for p in document["processes"] if p["pid"] == target.pid)
                 kill_request = services.file_request(
                     requester, host=HOST, pid=target.pid, start_time_ticks=record["start_time_ticks"],
