@@ -52,7 +52,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks import processes  # noqa: E402
 from benchmarks.kill_latency import percentile  # noqa: E402
-from benchmarks.soak import Run, session_members  # noqa: E402
+from benchmarks.soak import Run  # noqa: E402
 from tests.services import free_port, postgres_server, redis_server  # noqa: E402
 
 ADMIN = "load-admin"
@@ -290,8 +290,8 @@ def measure(args: argparse.Namespace, base: str, run: Run, *, database: Any, bro
     postmaster = int((database.socket_dir.parent / "data" / "postmaster.pid").read_text().split()[0])
     children = dict(_run_children(run))
     cpu = CpuParts({
-        "web (gunicorn)": session_members(children["web"]),
-        "worker (celery + beat)": session_members(children["worker"]),
+        "web (gunicorn)": processes.session_members(children["web"]),
+        "worker (celery + beat)": processes.session_members(children["worker"]),
         "PostgreSQL": [postmaster, *children_of(postmaster)],
         "Redis": [broker.process.pid],
         "load generator (this process)": [os.getpid()],

@@ -26,7 +26,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from gpuadmin.run import become_subreaper
@@ -125,18 +125,25 @@ def stop_all(grace_seconds: float = GRACE_SECONDS) -> None:
 
 def children_of(parent: int, *, zombies: bool = False) -> list[int]:
     """Processes whose parent is ``parent``, from /proc: live ones, and zombies if asked."""
-    found = []
+    return sorted(pid for pid, fields in _stat_fields()
+                  if int(fields[1]) == parent and (zombies or fields[0] != b"Z"))
+
+
+def session_members(sid: int) -> list[int]:
+    """Every process in session ``sid``, from /proc."""
+    return sorted(pid for pid, fields in _stat_fields() if int(fields[3]) == sid)
+
+
+def _stat_fields() -> Iterator[tuple[int, list[bytes]]]:
+    """(pid, the fields of /proc/<pid>/stat after the command name: state, ppid, pgrp, session, ...)."""
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat", "rb") as stat:
-                fields = stat.read().rsplit(b")", 1)[1].split()
+                yield int(entry), stat.read().rsplit(b")", 1)[1].split()
         except OSError:
             continue
-        if int(fields[1]) == parent and (zombies or fields[0] != b"Z"):
-            found.append(int(entry))
-    return sorted(found)
 
 
 def _group_alive(pgid: int) -> bool:

@@ -122,27 +122,12 @@ def rss_kib(pid: int) -> int | None:
     return 0  # a zombie has no VmRSS line
 
 
-def session_members(sid: int) -> list[int]:
-    members = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as stat:
-                fields = stat.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[3]) == sid:
-            members.append(int(entry))
-    return sorted(members)
-
-
 def run_processes(run: Run) -> dict[str, int]:
     """A label for each process of the run -> its pid."""
     found = {"supervisor": run.process.pid}
     for name, leader in run.children().items():
         short = "gunicorn" if "gunicorn" in name else "celery"
-        for pid in session_members(leader):
+        for pid in processes.session_members(leader):
             role = ("master" if short == "gunicorn" else "main") if pid == leader else f"child {pid}"
             found[f"{short} {role}"] = pid
     return found
