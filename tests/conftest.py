@@ -96,10 +96,12 @@ SLOW_PATHS = (
 ENGINE_PATHS = (
     "audit/test_append_only.py", "audit/test_anchors.py", "audit/test_chain.py",
     "audit/test_verify_command.py",
-    "fleet/test_findings_sync.py", "fleet/test_history.py", "fleet/test_ingest.py",
-    "fleet/test_ingest_writes.py", "fleet/test_json_text.py", "fleet/test_latest_document_migration.py",
-    "fleet/test_process_life_fillfactor_migration.py", "fleet/test_querysets.py",
-    "fleet/test_retention.py", "fleet/test_statements.py", "fleet/test_trust.py",
+    "fleet/findings/test_sync.py",
+    "fleet/history/test_record.py", "fleet/history/test_retention.py",
+    "fleet/intake/test_ingest.py", "fleet/intake/test_ingest_writes.py", "fleet/intake/test_trust.py",
+    "fleet/storage/test_json_text.py", "fleet/storage/test_statements.py",
+    "fleet/test_latest_document_migration.py", "fleet/test_process_life_fillfactor_migration.py",
+    "fleet/test_querysets.py",
     "kills/test_concurrent_approvals.py", "kills/test_decisions.py", "kills/test_dispatch.py",
     "kills/test_memory_released.py", "kills/test_service_contract.py",
     "web/test_fleet_page.py",
@@ -108,6 +110,11 @@ ENGINE_PATHS = (
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # A test module moved or renamed must not leave its tier silently: the PostgreSQL pass once lost
+    # half its tests when tests/fleet/ was split into folders.
+    missing = [path for path in (*SLOW_PATHS, *ENGINE_PATHS) if not (TESTS / path).exists()]
+    if missing:
+        raise pytest.UsageError(f"tests/conftest.py names test paths that do not exist: {', '.join(missing)}")
     # Registered beside the rules that set them (--strict-markers); pyproject.toml has the others.
     for marker in ("slow: not in `make test-fast` (SLOW_PATHS, `services` tests, or by hand)",
                    "engine: run again on PostgreSQL (ENGINE_PATHS, `postgres` tests, or by hand)"):
