@@ -9,7 +9,13 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 
-from tests.kills.helpers import SentTasks, lab, protect_like_the_lab, sent  # noqa: F401 - lab, sent: fixtures
+from tests.kills.helpers import (  # noqa: F401 - killed, lab, sent: fixtures
+    SentTasks,
+    killed,
+    lab,
+    protect_like_the_lab,
+    sent,
+)
 
 
 @pytest.fixture(autouse=True)

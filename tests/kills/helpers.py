@@ -308,3 +308,29 @@ def sent(monkeypatch) -> SentTasks:
 
     monkeypatch.setattr(app, "send_task", fake_send_task)
     return record
+
+
+# The launcher and its two workers (18 GiB on GPU 0) of lab_snapshot(): what `killed` kills.
+KILLED = (4120, 4121, 4123)
+
+
+@pytest.fixture
+def killed(lab: Any, requester: Any, approver: Any, sent: Any, approve_committed: Any) -> KillRequest:
+    """A request for the launcher and its two workers, reported finished by the agent (its steps 5 s ago)."""
+    kill_request = file(requester, 4120, include_descendants=True)
+    approve_committed(kill_request, approver)
+    finished_at = datetime.now(UTC)
+    order_id = refreshed(kill_request).order_request_id
+
+    def report(seq: int, kind: str, pid: int | None = None, **fields: Any) -> None:
+        services.record_progress({
+            "request_id": order_id, "seq": seq, "event": kind, "pid": pid,
+            "start_time_ticks": pid * 100 if pid else None,
+            "at": (finished_at - timedelta(seconds=5 - seq * 0.1)).isoformat(), **fields,
+        })
+
+    report(1, "started")
+    for seq, pid in enumerate(KILLED, start=2):
+        report(seq, "target_exited", pid, detail="exited")
+    report(9, "finished", result="succeeded", detail="all gone")
+    return refreshed(kill_request)

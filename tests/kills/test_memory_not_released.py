@@ -3,7 +3,7 @@ request's page says so, and a finding names what still holds it and the next ste
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, timedelta
 from typing import Any
 
 import pytest
@@ -12,35 +12,10 @@ from gpuadmin.fleet.models import Finding, Host
 from gpuadmin.kills import services
 from gpuadmin.kills.models import KillRequest
 from tests.factories import GiB
-from tests.kills.helpers import GPU0, file, lab_snapshot, refreshed
+from tests.kills.helpers import GPU0, KILLED, lab_snapshot, refreshed
 from tests.people import client_for
 
 pytestmark = pytest.mark.django_db
-
-KILLED = (4120, 4121, 4123)
-
-
-@pytest.fixture
-def killed(lab: Any, requester: Any, approver: Any, sent: Any, approve_committed: Any) -> KillRequest:
-    """The launcher and its two workers (18 GiB on GPU 0), reported gone by the agent."""
-    kill_request = file(requester, 4120, include_descendants=True)
-    approve_committed(kill_request, approver)
-    finished_at = datetime.now(UTC)
-    order_id = refreshed(kill_request).order_request_id
-
-    def report(seq: int, kind: str, pid: int | None = None, **fields: Any) -> None:
-        services.record_progress({
-            "request_id": order_id, "seq": seq, "event": kind, "pid": pid,
-            "start_time_ticks": pid * 100 if pid else None,
-            "at": (finished_at - timedelta(seconds=5 - seq * 0.1)).isoformat(), **fields,
-        })
-
-    report(1, "started")
-    for seq, pid in enumerate(KILLED, start=2):
-        report(seq, "target_exited", pid, detail="exited")
-    report(9, "finished", result="succeeded", detail="all gone")
-    return refreshed(kill_request)
-
 
 def snapshot_after(kill_request: KillRequest, seconds: float, *, stuck_bytes: int) -> None:
     """A snapshot ``seconds`` after the kill finished: its targets gone, ``stuck_bytes`` held by no one."""

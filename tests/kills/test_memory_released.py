@@ -14,34 +14,9 @@ from gpuadmin.fleet.models import Finding
 from gpuadmin.kills import services
 from tests.factories import GiB
 from tests.keys import deliver
-from tests.kills.helpers import GPU0, file, lab_snapshot, refreshed
+from tests.kills.helpers import GPU0, KILLED, file, lab_snapshot, refreshed
 
 pytestmark = pytest.mark.django_db
-
-KILLED = (4120, 4121, 4123)
-
-
-@pytest.fixture
-def killed(lab, requester, approver, sent, approve_committed):
-    """A request for the launcher and its two workers (18 GiB on GPU 0), reported finished by the agent."""
-    kill_request = file(requester, 4120, include_descendants=True)
-    approve_committed(kill_request, approver)
-    finished_at = datetime.now(UTC)
-    order_id = refreshed(kill_request).order_request_id
-
-    def report(seq: int, kind: str, pid: int | None = None, **fields: Any) -> None:
-        services.record_progress({
-            "request_id": order_id, "seq": seq, "event": kind, "pid": pid,
-            "start_time_ticks": pid * 100 if pid else None,
-            "at": (finished_at - timedelta(seconds=5 - seq * 0.1)).isoformat(), **fields,
-        })
-
-    report(1, "started")
-    for seq, pid in enumerate(KILLED, start=2):
-        report(seq, "target_exited", pid, detail="exited")
-    report(9, "finished", result="succeeded", detail="all gone")
-    return refreshed(kill_request)
-
 
 @pytest.fixture
 def ingest_after(django_capture_on_commit_callbacks):
