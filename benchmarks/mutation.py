@@ -57,7 +57,10 @@ def _kill_tests(*names: str) -> tuple[str, ...]:
 GROUPS: dict[str, Group] = {
     "identity": Group(("gpuadmin/probe/kill/identity.py",), _kill_tests()),
     "order": Group(
-        ("gpuadmin/wire/kill_order.py",), _kill_tests("test_order_validation.py", "test_order_edges.py")
+        ("gpuadmin/wire/kill_order.py",),
+        _kill_tests(
+            "test_order_validation.py", "test_order_edges.py", "test_signed_orders.py", "test_reset.py"
+        ),
     ),
     "protocol": Group(
         ("gpuadmin/wire/kill_protocol.py",),

@@ -158,3 +158,29 @@ def test_a_reset_order_has_no_targets_and_no_plan_and_kill_orders_stay_as_they_w
     with pytest.raises(ValueError, match="'targets' must be a non-empty list"):
         validate_order({k: v for k, v in reset_order().items() if k != "action"})
 
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"gpu": None}, "order: 'gpu' must be an object like {'uuid': 'GPU-...'}"),
+    ({"gpu": {}}, "order.gpu: missing 'uuid'"),
+    ({"gpu": {"uuid": ""}}, "order.gpu: 'uuid' must not be empty"),
+    ({"gpu": {"uuid": "G" * 129}}, "order.gpu: 'uuid' must be 1-128 characters, no spaces around"),
+    ({"gpu": {"uuid": f" {UUID}"}}, "order.gpu: 'uuid' must be 1-128 characters, no spaces around"),
+    ({"targets": [{"pid": 1}]}, "order: a reset_gpu order has empty 'targets' and 'plan'"),
+])
+def test_a_malformed_reset_order_is_refused_naming_what_is_wrong(change: dict[str, Any],
+                                                                  message: str) -> None:
+    # The agent's refusal carries this text back to the request's page: it must say where.
+    with pytest.raises(ValueError) as refused:
+        validate_order(reset_order() | change)
+    assert str(refused.value).startswith(message)
+
+
+@pytest.mark.parametrize("missing", ["gpu", "targets", "plan"])
+def test_a_reset_order_without_its_fields_is_refused_naming_the_field(missing: str) -> None:
+    with pytest.raises(ValueError, match=f"^order: missing '{missing}'$"):
+        validate_order({k: v for k, v in reset_order().items() if k != missing})
+
+
+def test_a_gpu_uuid_of_128_characters_is_accepted() -> None:
+    assert validate_order(reset_order("G" * 128)).action is Action.RESET_GPU
