@@ -99,14 +99,20 @@ def resolve_gone_unkillable(host: Host, document: dict[str, Any], *,
         start = finding.details.get("start_time_ticks")
         row = rows.get(pid) if isinstance(pid, int) else None
         same_boot = finding.details.get("boot_id") in (None, boot_id)
-        if same_boot and row is not None and row.start_time_ticks == start:
-            finding.last_seen_at = now
-            finding.save(update_fields=["last_seen_at"])
-            continue
-        finding.resolved_at = now
-        finding.save(update_fields=["resolved_at"])
-        resolved += 1
+        resolved += _seen_or_resolved(
+            finding, still_open=same_boot and row is not None and row.start_time_ticks == start, now=now)
     return resolved
+
+
+def _seen_or_resolved(finding: Finding, *, still_open: bool, now: datetime) -> int:
+    """Refresh a finding this snapshot still bears out, else resolve it; 1 when it was resolved."""
+    if still_open:
+        finding.last_seen_at = now
+        finding.save(update_fields=["last_seen_at"])
+        return 0
+    finding.resolved_at = now
+    finding.save(update_fields=["resolved_at"])
+    return 1
 
 
 # What to do next about a part of the memory nobody frees, by its cause (memory_explained's gaps).
@@ -192,13 +198,7 @@ def resolve_memory_came_back(host: Host, document: dict[str, Any], *,
     for finding in findings:
         kill_request = requests.get(finding.details.get("kill_request_id"))
         rebooted = finding.details.get("boot_id") not in (None, "", boot_id)
-        if kill_request is not None and not rebooted:
-            outcome = memory.release(kill_request.memory_baseline, document)
-            if not outcome.complete:
-                finding.last_seen_at = now
-                finding.save(update_fields=["last_seen_at"])
-                continue
-        finding.resolved_at = now
-        finding.save(update_fields=["resolved_at"])
-        resolved += 1
+        still_held = (kill_request is not None and not rebooted
+                      and not memory.release(kill_request.memory_baseline, document).complete)
+        resolved += _seen_or_resolved(finding, still_open=still_held, now=now)
     return resolved
