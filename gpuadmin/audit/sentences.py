@@ -65,6 +65,7 @@ REFUSAL_WORDS: dict[Refusal, str] = {
     Refusal.SIGNAL_ERROR: "the signal could not be sent",
     Refusal.PROTECTED_EXECUTABLE: "its executable is on the host's protected list",
     Refusal.UNVERIFIABLE_EXECUTABLE: "its executable could not be read to check the protected list",
+    Refusal.NOT_OWN_PROCESS: "a self-service order may stop only its person's own processes (by uid)",
 }
 
 # How an order ended, worded to follow "#n ".

@@ -25,8 +25,10 @@ from gpuadmin.wire.kill_protocol import (
     ACCEPTED_ORDER_VERSIONS,
     MAX_HOST_CLOCK_OFFSET_SECONDS,
     MAX_ORDER_WINDOW_SECONDS,
+    MAX_SELF_SERVICE_UIDS,
     REAP_SIGNAL,
     REQUEST_ID_PATTERN,
+    SELF_SERVICE_ORDER_VERSION,
     SIGNALS,
     Action,
     OrderRefusal,
@@ -86,6 +88,11 @@ class Order:
     # names one GPU (``gpu_uuid``) and has no targets and no plan.
     action: Action = Action.KILL
     gpu_uuid: str = ""
+    # A self-service order (its "self_service" block): a person stopping their own processes with
+    # no second admin. The agent signals a target only while /proc shows its uid among these
+    # (identity.observe, before every signal); None for every other order.
+    self_service_uids: frozenset[int] | None = None
+    self_service_person: str = ""
 
     def expired_at(self, now: float) -> bool:
         """Whether ``now`` (this host's clock) is past the order's start deadline."""
@@ -236,6 +243,35 @@ def _reset_gpu(order: dict[str, Any]) -> str:
     return uuid
 
 
+def _self_service(order: dict[str, Any], version: int, action: Action,
+                  targets: tuple[Target, ...]) -> tuple[frozenset[int] | None, str]:
+    """The uids a self-service order allows and whose order it is; (None, "") for any other order."""
+    raw = order.get("self_service")
+    if raw is None:
+        if version == SELF_SERVICE_ORDER_VERSION:
+            raise ValueError(f"order: version {version} is a self-service order; "
+                             "its 'self_service' is missing")
+        return None, ""
+    where = "order.self_service"
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where} must be an object like {{'allowed_uids': [1000], 'person': 'alice'}}")
+    if action is not Action.KILL:
+        raise ValueError(f"{where}: only a kill may be self-service; got action {action.value!r}")
+    uids = _require(raw, "allowed_uids", where)
+    if not isinstance(uids, list) or not uids or len(uids) > MAX_SELF_SERVICE_UIDS:
+        raise ValueError(f"{where}: 'allowed_uids' must be a list of 1 to {MAX_SELF_SERVICE_UIDS} uids")
+    if not all(_is_int(uid) and uid >= 0 for uid in uids):
+        raise ValueError(f"{where}: 'allowed_uids' must hold non-negative integers; got {uids!r:.200}")
+    allowed = frozenset(uids)
+    # Central checked the same before signing; a target outside them means the order is not what
+    # a self-service order may be, whoever signed it.
+    for target in targets:
+        if target.uid not in allowed:
+            raise ValueError(f"{where}: target PID {target.pid} has uid {target.uid}, not one of the "
+                             f"allowed uids {sorted(allowed)}")
+    return allowed, _text(raw, "person", where)
+
+
 def validate_order(order: Any) -> Order:
     """The order as dataclasses, or ValueError saying what is wrong with it."""
     if not isinstance(order, dict):
@@ -267,6 +303,7 @@ def validate_order(order: Any) -> Order:
         gpu_uuid = ""
         targets = _targets(_require(order, "targets", "order"))
         plan = _plan(_require(order, "plan", "order"))
+    self_service_uids, self_service_person = _self_service(order, version, action, targets)
     return Order(
         order_version=version,
         request_id=request_id,
@@ -281,6 +318,8 @@ def validate_order(order: Any) -> Order:
         host_deadline=host_deadline,
         action=action,
         gpu_uuid=gpu_uuid,
+        self_service_uids=self_service_uids,
+        self_service_person=self_service_person,
     )
 
 

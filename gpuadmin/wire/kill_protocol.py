@@ -23,7 +23,13 @@ from typing import Any, Self
 # every order is signed by central (gpuadmin/wire/signing.py); version 1 orders
 # were not, and an agent refuses them.
 ORDER_VERSION = 2
-ACCEPTED_ORDER_VERSIONS = frozenset({ORDER_VERSION})
+# A self-service order (a person stopping their own processes, no second admin): version 2
+# plus its "self_service" block. Its own number, so an agent that predates it refuses it as
+# an unsupported version instead of ignoring the block and skipping the uid check it asks for.
+SELF_SERVICE_ORDER_VERSION = 3
+ACCEPTED_ORDER_VERSIONS = frozenset({ORDER_VERSION, SELF_SERVICE_ORDER_VERSION})
+# At most this many uids in a self-service order's "allowed_uids" (a person's accounts on one host).
+MAX_SELF_SERVICE_UIDS = 64
 # An order's deadline may lie at most this long after its approval: it bounds
 # how long a captured order could be replayed at all (the journal refuses a
 # replay within it), whatever central's settings say.
@@ -156,6 +162,9 @@ class Refusal(StrEnum):
     # The agent's protected executables (probe/kill/protected.py): by the executable it resolves itself.
     PROTECTED_EXECUTABLE = "protected_executable"
     UNVERIFIABLE_EXECUTABLE = "unverifiable_executable"
+    # A self-service order's target whose uid, read from /proc before the signal, is not one the
+    # order allows (the person's own accounts on this host).
+    NOT_OWN_PROCESS = "not_own_process"
 
 
 class OrderRefusal(StrEnum):

@@ -230,7 +230,8 @@ class _Execution:
 
     def observe(self, tracked: _Tracked) -> Observation:
         return observe(tracked.target, order_boot_id=self.order.boot_id, host_boot_id=self.host_boot_id,
-                       protected_executables=self.protected_executables)
+                       protected_executables=self.protected_executables,
+                       allowed_uids=self.order.self_service_uids)
 
     def verified_alive(self, tracked: _Tracked, step: PlanStep) -> Observation | None:
         """Re-verify a target before a signal; None (and the event written) when it must not get it."""
@@ -540,10 +541,12 @@ def execute_order(
                                f"approved by {parsed.approved_by}")
                 outcome = reset_gpu(parsed.gpu_uuid, probe_config or ProbeConfig.from_env())
                 return execution.finish(outcome.result, outcome.detail, **outcome.fields)
+            approval = (f"self-service by {parsed.self_service_person}, only uids "
+                        f"{', '.join(str(u) for u in sorted(parsed.self_service_uids))}"
+                        if parsed.self_service_uids is not None else f"approved by {parsed.approved_by}")
             execution.emit(
                 Event.STARTED,
-                detail=f"executing {parsed.describe_plan()} on {len(parsed.targets)} target(s), approved by "
-                f"{parsed.approved_by}",
+                detail=f"executing {parsed.describe_plan()} on {len(parsed.targets)} target(s), {approval}",
             )
             execution.preflight()
             execution.escalate()

@@ -120,7 +120,8 @@ def _claim_mismatch(target: Target) -> str | None:
 
 
 def observe(target: Target, *, order_boot_id: str, host_boot_id: str,  # noqa: PLR0911 - one check each
-            protected_executables: ProtectedExecutables | None = None) -> Observation:
+            protected_executables: ProtectedExecutables | None = None,
+            allowed_uids: frozenset[int] | None = None) -> Observation:
     """Compare the target with what /proc shows for its PID now.
 
     The order of the checks matters: whether the PID is this process at all
@@ -135,6 +136,10 @@ def observe(target: Target, *, order_boot_id: str, host_boot_id: str,  # noqa: P
     like any other, rather than skipped or taken as matching when empty: the
     digest still tells an exec'd program from the approved one, and ignoring
     it would let a process dodge that check by exiting its main thread.
+
+    ``allowed_uids`` (a self-service order's): the uid /proc shows must be one of them, whatever
+    the order's target says; no second admin approved this order, so this is what keeps it to
+    the person's own processes even were central tricked into signing it.
     """
     if order_boot_id != host_boot_id:
         return Observation(
@@ -152,6 +157,16 @@ def observe(target: Target, *, order_boot_id: str, host_boot_id: str,  # noqa: P
         return Observation(Seen.ZOMBIE, stat)
     if protected_executables is not None and (refused_as := protected_executables.refusal(target.pid)):
         return Observation(Seen.REFUSED, stat, refused_as[0], refused_as[1])
+    if allowed_uids is not None:
+        uid = procfs.read_uid(target.pid)
+        if uid is None:
+            return _look_again(target, stat, None)
+        if uid not in allowed_uids:
+            return Observation(
+                Seen.REFUSED, stat, Refusal.NOT_OWN_PROCESS,
+                f"a self-service order: PID {target.pid} runs as uid {uid}, not one of the uids it allows "
+                f"({', '.join(str(u) for u in sorted(allowed_uids))})",
+            )
     mismatch = _claim_mismatch(target)
     if mismatch == "":
         return Observation(Seen.ALIVE, stat)
