@@ -16,11 +16,19 @@ API approvals authenticated by a session follow the same rule (403 with
 ``reauth_url``). Approvals with an API token do not: the token is itself a
 secret made on the server by someone with shell access, stored hashed and
 expiring; with TOTP required, they must carry a current code (``totp``).
+
+An approval sent to re-authenticate is not dropped: the approve POST (CSRF-checked) leaves an
+*intent* in the session (its kind, its data, the words that name it, a random token, its time) and
+the re-authentication page names it; the password POST that carries the same token (CSRF-checked
+too) finishes it through the handler its app registered (``register_intent``), once, within
+INTENT_MAX_AGE_SECONDS. A GET never finishes anything, and ``next`` stays only where to go after.
 """
 
 from __future__ import annotations
 
+import secrets
 import time
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -31,6 +39,13 @@ from django.utils.http import urlencode
 from django_htmx.http import HttpResponseClientRedirect
 
 SESSION_KEY = "gpuadmin_authenticated"
+INTENT_SESSION_KEY = "gpuadmin_reauth_intent"
+# An intent older than this is forgotten: the password must not finish something left behind.
+INTENT_MAX_AGE_SECONDS = 10 * 60
+
+# kind -> finish(request, data): what an intent does once the password is right (an HttpResponse).
+IntentFinisher = Callable[[HttpRequest, dict[str, Any]], HttpResponse]
+_finishers: dict[str, IntentFinisher] = {}
 
 
 def totp_required() -> bool:
@@ -60,9 +75,53 @@ def reauth_url(next_url: str) -> str:
     return f"{reverse('reauthenticate')}?{urlencode({'next': next_url})}"
 
 
-def reauth_response(request: HttpRequest, next_url: str) -> HttpResponse:
-    """Send the browser to re-authenticate, then back to ``next_url`` (htmx: the whole page goes)."""
+def register_intent(kind: str, finish: IntentFinisher) -> None:
+    """Let ``kind`` of intent be finished by ``finish`` after re-authentication (an app's ready())."""
+    _finishers[kind] = finish
+
+
+def remember_intent(request: HttpRequest, kind: str, data: dict[str, Any], *, summary: str) -> str:
+    """Keep what a POST wanted to do, for the re-authentication that follows; returns its token."""
+    if kind not in _finishers:
+        raise ValueError(f"no finisher registered for intent {kind!r}")
+    token = secrets.token_urlsafe(16)
+    request.session[INTENT_SESSION_KEY] = {
+        "kind": kind, "data": data, "summary": summary, "token": token,
+        "user": getattr(request.user, "pk", None), "at": time.time(),
+    }
+    return token
+
+
+def pending_intent(request: HttpRequest, token: str) -> dict[str, Any] | None:
+    """The intent ``token`` names, if it is this user's, fresh and finishable; else None."""
+    intent = request.session.get(INTENT_SESSION_KEY) if hasattr(request, "session") else None
+    if not isinstance(intent, dict) or not token or not isinstance(intent.get("token"), str):
+        return None
+    if not secrets.compare_digest(intent["token"], token):
+        return None
+    if intent.get("user") != getattr(request.user, "pk", None) or intent.get("kind") not in _finishers:
+        return None
+    at = intent.get("at")
+    if not isinstance(at, int | float) or time.time() - at > INTENT_MAX_AGE_SECONDS:
+        return None
+    return intent
+
+
+def finish_intent(request: HttpRequest, token: str) -> HttpResponse | None:
+    """Finish the intent ``token`` names, once (it is forgotten first); None if there is none."""
+    intent = pending_intent(request, token)
+    request.session.pop(INTENT_SESSION_KEY, None)
+    if intent is None:
+        return None
+    return _finishers[intent["kind"]](request, intent["data"])
+
+
+def reauth_response(request: HttpRequest, next_url: str, *, intent: str = "") -> HttpResponse:
+    """Send the browser to re-authenticate, then back to ``next_url`` (htmx: the whole page goes);
+    ``intent``: the token of a remembered intent the password will finish."""
     url = reauth_url(next_url)
+    if intent:
+        url += "&" + urlencode({"intent": intent})
     if getattr(request, "htmx", False):
         return HttpResponseClientRedirect(url)
     return HttpResponseRedirect(url)

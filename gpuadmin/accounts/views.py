@@ -32,6 +32,8 @@ def _safe_next(request: HttpRequest, candidate: str) -> str:
 @login_required
 def reauthenticate(request: HttpRequest) -> HttpResponse:
     next_url = _safe_next(request, request.POST.get("next") or request.GET.get("next", ""))
+    intent_token = request.POST.get("intent") or request.GET.get("intent", "")
+    intent = sudo.pending_intent(request, intent_token)
     user = request.user
     wants_totp = sudo.totp_required()
     has_device = wants_totp and _has_totp_device(user)
@@ -52,9 +54,12 @@ def reauthenticate(request: HttpRequest) -> HttpResponse:
             sudo.mark_authenticated(request, with_totp=wants_totp)
             with audit_trail.acting(user, via="web re-authentication"):
                 audit_trail.record(Action.REAUTHENTICATED, user.get_username(), totp=wants_totp)
-            return HttpResponseRedirect(next_url)
+            # The POST that was sent here is finished now (CSRF-checked, the token echoed), not redone.
+            finished = sudo.finish_intent(request, intent_token) if intent else None
+            return finished or HttpResponseRedirect(next_url)
     context = {
         "next": next_url,
+        "intent": intent,
         "error": error,
         "wants_totp": wants_totp,
         "has_device": has_device,

@@ -6,7 +6,9 @@ class KillsConfig(AppConfig):
     verbose_name = "Kill requests"
 
     def ready(self) -> None:
+        from gpuadmin.accounts import sudo
         from gpuadmin.fleet.signals import snapshot_ingested
-        from gpuadmin.kills import receivers
+        from gpuadmin.kills import receivers, views
 
         snapshot_ingested.connect(receivers.on_snapshot_ingested, dispatch_uid="kills.on_snapshot_ingested")
+        sudo.register_intent(views.APPROVE_INTENT, views.finish_approval_intent)

@@ -9,9 +9,11 @@ decisions), so a refresh renders exactly what the page did.
 
 from __future__ import annotations
 
-from typing import Any
+import hashlib
+from typing import Any, cast
 
 from django.contrib import messages
+from django.core.exceptions import PermissionDenied
 from django.db.models import Case, IntegerField, Value, When
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -54,16 +56,41 @@ def _latest_documents(hosts: set[int]) -> dict[int, dict[str, Any]]:
     return LatestSnapshot.objects.documents_by_host_id(hosts)
 
 
+def changes_fingerprint(compared: list[changes.TargetNow]) -> str:
+    """What kind of change each target shows, as a short digest an Approve form carries.
+
+    Amounts are left out (GPU memory moves a little between snapshots): the digest changes when a
+    target has gone, would be refused, or changed state, owner, or whether its memory changed, so an
+    approval is stopped only by news the approver has not seen.
+    """
+    kinds = sorted(
+        (now.target.pid, now.gone, now.will_be_refused,
+         now.row.state if now.row else "", (now.row.user or "") if now.row else "",
+         now.row is not None and now.row.total_gpu_memory_bytes != now.target.total_gpu_memory_bytes)
+        for now in compared if now.changes
+    )
+    return hashlib.sha256(repr(kinds).encode()).hexdigest()[:16] if kinds else ""
+
+
+def _compared_now(kill_request: KillRequest, document: dict[str, Any] | None = None,
+                  *, fetch: bool = True) -> list[changes.TargetNow]:
+    if document is None and fetch:
+        latest = LatestSnapshot.objects.for_host(kill_request.host)
+        document = latest.document if latest else None
+    return changes.compare(list(kill_request.targets.all()), document)
+
+
 def _row_context(kill_request: KillRequest, user: Any, document: dict[str, Any] | None = None,
                  *, compare: bool = True, error: str = "", notice: str = "") -> dict[str, Any]:
     changed: list[str] = []
+    fingerprint = ""
     if compare and kill_request.status == Status.PENDING:
-        if document is None:
-            latest = LatestSnapshot.objects.for_host(kill_request.host)
-            document = latest.document if latest else None
-        for now in changes.compare(list(kill_request.targets.all()), document):
+        compared = _compared_now(kill_request, document)
+        fingerprint = changes_fingerprint(compared)
+        for now in compared:
             changed.extend(f"PID {now.target.pid}: {c}" for c in now.changes)
     return {
+        "changes_seen": fingerprint,
         "kr": kill_request,
         "may_decide": services.may_decide(kill_request, user),
         "may_cancel": services.may_cancel(kill_request, user),
@@ -115,9 +142,13 @@ def _lists_context(request: HttpRequest, *, decided: int | None = None, error: s
     }
 
 
-def _timeline_context(kill_request: KillRequest) -> dict[str, Any]:
+def _timeline_context(kill_request: KillRequest, user: Any) -> dict[str, Any]:
     still_live = not _timeline_settled(kill_request)
     return {
+        # An approver sees a pending request's targets once, in "Before approving" with what changed.
+        "targets_shown_for_approval": (
+            kill_request.status == Status.PENDING and services.may_decide(kill_request, user)
+        ),
         "kr": kill_request,
         "targets": list(kill_request.targets.all()),
         "steps": list(kill_request.steps.select_related("target").order_by("seq")),
@@ -145,11 +176,12 @@ def _timeline_settled(kill_request: KillRequest) -> bool:
 @role_required(Role.VIEWER)
 def kill_request_detail(request: HttpRequest, pk: int) -> HttpResponse:
     kill_request = _get_or_404(pk)
-    context = _timeline_context(kill_request)
+    context = _timeline_context(kill_request, request.user)
     context.update(_row_context(kill_request, request.user, compare=False))
     if kill_request.status == Status.PENDING:
         latest = LatestSnapshot.objects.for_host(kill_request.host)
         context["targets_now"] = changes.compare(context["targets"], latest.document if latest else None)
+        context["changes_seen"] = changes_fingerprint(context["targets_now"])
         context["latest_taken_at"] = latest.taken_at if latest else None
     return render(request, "kills/detail.html", context)
 
@@ -161,7 +193,7 @@ def kill_request_timeline(request: HttpRequest, pk: int) -> HttpResponse:
         kill_request = _get_or_404(pk)
     except Http404:
         return HttpResponse("This kill request no longer exists.", status=HTMX_STOP_POLLING)
-    context = _timeline_context(kill_request)
+    context = _timeline_context(kill_request, request.user)
     status = HTMX_STOP_POLLING if not context["still_live"] else 200
     return render(request, "kills/_timeline.html", context, status=status)
 
@@ -275,15 +307,22 @@ def _plan_bounds() -> dict[str, int]:
     return {"min": plans.MIN_GRACE_SECONDS, "max": plans.MAX_GRACE_SECONDS, "steps": plans.MAX_STEPS}
 
 
-def _decided(request: HtmxHttpRequest, pk: int, action: str, do: Any) -> HttpResponse:
+def _decided(request: HtmxHttpRequest, pk: int, action: str, do: Any, *, refused: str = "",
+             already: bool = False) -> HttpResponse:
     """Run one decision; answer htmx (the list) with the list's sections as they are now, the
-    request under its new status; a browser with a redirect."""
+    request under its new status; a browser with a redirect. ``refused``: the decision was not
+    made, for this reason; ``already``: it had been made by this user before."""
     error = notice = ""
-    try:
-        do()
-        notice = f"Request #{pk} {action}."
-    except KillError as exc:
-        error = exc.message
+    if refused:
+        error = refused
+    elif already:
+        notice = f"Request #{pk} is {action} (it already was)."
+    else:
+        try:
+            do()
+            notice = f"Request #{pk} {action}."
+        except KillError as exc:
+            error = exc.message
     if wants_fragment(request):
         _get_or_404(pk)
         context = _lists_context(request, decided=pk, error=error, notice=notice)
@@ -295,15 +334,61 @@ def _decided(request: HtmxHttpRequest, pk: int, action: str, do: Any) -> HttpRes
     return redirect("kill_request_detail", pk=pk)
 
 
+CHANGED_SINCE_SEEN = (
+    "Something changed since this page was shown: read what changed for each target, then approve again."
+)
+APPROVE_INTENT = "kills.approve"
+
+
+def _approve_summary(kill_request: KillRequest) -> str:
+    """The words that name an approval on the re-authentication page: id, targets, host."""
+    what = "GPU reset" if kill_request.is_reset else "kill"
+    targets = ", ".join(f"PID {t.pid} {t.name}" for t in kill_request.targets.all()[:4])
+    more = kill_request.targets.count() - 4
+    if more > 0:
+        targets += f" and {more} more"
+    if kill_request.is_reset:
+        targets = kill_request.gpu_label
+    return f"Approve {what} request #{kill_request.pk} on {kill_request.host.name} ({targets})"
+
+
+def _approve_checked(request: HtmxHttpRequest, pk: int, *, allow_sigkill_only: bool,
+                     changes_seen: str) -> HttpResponse:
+    """Approve if the targets show the same kinds of change the approver saw; else say so, approve nothing."""
+    kill_request = _get_or_404(pk)
+    pending = kill_request.status == Status.PENDING
+    if pending and changes_fingerprint(_compared_now(kill_request)) != changes_seen:
+        return _decided(request, pk, "approved", None, refused=CHANGED_SINCE_SEEN)
+    if kill_request.status in (Status.APPROVED, Status.RUNNING, *RELEASING) and (
+            kill_request.approved_by_id == request.user.pk):
+        # A second submit of the same approval (a replay, a double click) is not an error.
+        return _decided(request, pk, "approved", None, already=True)
+    return _decided(request, pk, "approved",
+                    lambda: services.approve(pk, request.user, allow_sigkill_only=allow_sigkill_only))
+
+
+def finish_approval_intent(request: HttpRequest, data: dict[str, Any]) -> HttpResponse:
+    """The approval a re-authentication interrupted, finished after the password (sudo's intent)."""
+    if not has_role(request.user, Role.APPROVER):
+        raise PermissionDenied("approving needs the approver role")
+    return _approve_checked(cast(HtmxHttpRequest, request), int(data["pk"]),
+                            allow_sigkill_only=bool(data.get("allow_sigkill_only")),
+                            changes_seen=str(data.get("changes_seen", "")))
+
+
 @require_POST
 @role_required(Role.APPROVER)
 def kill_request_approve(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    if not sudo.recently_authenticated(request):
-        # Password again (and a TOTP code when required), then back to this request to approve it.
-        return sudo.reauth_response(request, reverse("kill_request_detail", args=[pk]))
     allow = request.POST.get("allow_sigkill_only") in ("on", "true", "1")
-    return _decided(request, pk, "approved",
-                    lambda: services.approve(pk, request.user, allow_sigkill_only=allow))
+    seen = request.POST.get("changes_seen", "")
+    if not sudo.recently_authenticated(request):
+        # Password again (and a TOTP code when required); that POST then finishes this approval.
+        kill_request = _get_or_404(pk)
+        token = sudo.remember_intent(request, APPROVE_INTENT,
+                                     {"pk": pk, "allow_sigkill_only": allow, "changes_seen": seen},
+                                     summary=_approve_summary(kill_request))
+        return sudo.reauth_response(request, reverse("kill_request_detail", args=[pk]), intent=token)
+    return _approve_checked(request, pk, allow_sigkill_only=allow, changes_seen=seen)
 
 
 @require_POST

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from django.urls import reverse
@@ -49,15 +50,16 @@ def test_an_old_login_is_sent_to_reauthenticate_and_back_to_the_request(lab, req
     client = logged_in("april")
     age_the_login(client, SIXTEEN_MINUTES)
     response = client.post(approve_url(kill_request.pk))
-    assert (response.status_code, response["Location"]) == (302, reauth_url(kill_request.pk))
+    assert response.status_code == 302
+    assert response["Location"].startswith(reauth_url(kill_request.pk) + "&intent=")
     assert refreshed(kill_request).status == Status.PENDING
     # htmx (the inline button on the list) is told to load the page instead of swapping a row.
     inline = client.post(approve_url(kill_request.pk), **HTMX)
-    assert inline["HX-Redirect"] == reauth_url(kill_request.pk)
+    assert inline["HX-Redirect"].startswith(reauth_url(kill_request.pk) + "&intent=")
     assert refreshed(kill_request).status == Status.PENDING
 
 
-def test_reauthenticating_returns_to_the_request_and_then_approving_works(
+def test_reauthenticating_returns_to_the_request(
         lab, requester, approver, sent, django_capture_on_commit_callbacks):
     kill_request = file(requester, 4600)
     client = logged_in("april")
@@ -75,6 +77,69 @@ def test_reauthenticating_returns_to_the_request_and_then_approving_works(
         client.post(approve_url(kill_request.pk))
     assert refreshed(kill_request).status == Status.APPROVED
     assert ("reauthenticated", "april") in [(a, actor) for a, actor, _ in account_events()]
+
+
+def intent_of(response) -> str:
+    """The intent token the approve POST's redirect to the re-authentication page carries."""
+    return parse_qs(urlsplit(response["Location"]).query)["intent"][0]
+
+
+def test_the_password_finishes_the_approval_it_interrupted(
+        lab, requester, approver, sent, django_capture_on_commit_callbacks):
+    kill_request = file(requester, 4600)
+    client = logged_in("april")
+    age_the_login(client, SIXTEEN_MINUTES)
+    sent_away = client.post(approve_url(kill_request.pk))
+    token = intent_of(sent_away)
+    page = client.get(sent_away["Location"]).content.decode()
+    # The page names what the password will finish: the request, its target, its host.
+    assert f"Approve kill request #{kill_request.pk} on gpu01 (PID 4600 " in page
+    assert f'name="intent" value="{token}"' in page
+    assert refreshed(kill_request).status == Status.PENDING  # a GET does nothing
+    with django_capture_on_commit_callbacks(execute=True):
+        done = client.post(reverse("reauthenticate"),
+                           {"password": PASSWORD, "next": f"/kills/{kill_request.pk}/", "intent": token},
+                           follow=True)
+    assert refreshed(kill_request).status == Status.APPROVED
+    assert refreshed(kill_request).approved_by == approver
+    assert done.redirect_chain[-1][0] == f"/kills/{kill_request.pk}/"
+    assert f"Request #{kill_request.pk} approved." in done.content.decode()
+    # Finished once: the same POST again finds no intent and approves nothing twice.
+    again = client.post(reverse("reauthenticate"),
+                        {"password": PASSWORD, "next": f"/kills/{kill_request.pk}/", "intent": token})
+    assert again["Location"] == f"/kills/{kill_request.pk}/"
+    assert [a for a, _, _ in account_events()].count("approved") <= 1
+
+
+def test_the_password_finishes_nothing_without_the_token_or_after_the_intent_is_stale(
+        lab, requester, approver, sent):
+    kill_request = file(requester, 4600)
+    client = logged_in("april")
+    age_the_login(client, SIXTEEN_MINUTES)
+    token = intent_of(client.post(approve_url(kill_request.pk)))
+    for other in ("", "not-the-token"):
+        client.post(reverse("reauthenticate"), {"password": PASSWORD, "intent": other})
+        assert refreshed(kill_request).status == Status.PENDING
+    age_the_login(client, SIXTEEN_MINUTES)
+    token = intent_of(client.post(approve_url(kill_request.pk)))
+    session = client.session
+    session[sudo.INTENT_SESSION_KEY]["at"] -= sudo.INTENT_MAX_AGE_SECONDS + 1
+    session.save()
+    client.post(reverse("reauthenticate"), {"password": PASSWORD, "intent": token})
+    assert refreshed(kill_request).status == Status.PENDING
+
+
+def test_the_finished_approval_still_checks_what_changed(lab, requester, approver, sent):
+    from tests.kills.helpers import lab_snapshot, store_snapshot
+
+    kill_request = file(requester, 4600)
+    client = logged_in("april")
+    age_the_login(client, SIXTEEN_MINUTES)
+    token = intent_of(client.post(approve_url(kill_request.pk)))
+    store_snapshot(lab_snapshot(drop=(4600,)))  # the target exits while the approver types
+    done = client.post(reverse("reauthenticate"), {"password": PASSWORD, "intent": token}, follow=True)
+    assert refreshed(kill_request).status == Status.PENDING
+    assert "Something changed since this page was shown" in done.content.decode()
 
 
 def test_reauthentication_never_sends_the_browser_to_another_site(approver):
@@ -105,7 +170,7 @@ def totp_required(settings) -> None:
 def test_with_totp_required_a_login_alone_does_not_approve(totp_required, lab, requester, approver, sent):
     kill_request = file(requester, 4600)
     response = logged_in("april").post(approve_url(kill_request.pk))
-    assert response["Location"] == reauth_url(kill_request.pk)
+    assert response["Location"].startswith(reauth_url(kill_request.pk) + "&intent=")
 
 
 @pytest.mark.usefixtures("totp_required", "lab", "sent")

@@ -228,7 +228,11 @@ def test_a_finished_request_shows_its_steps_outcomes_and_released_memory(
     )
     timeline = client.get(f"/kills/{kill_request.pk}/timeline/", **HTMX)
     assert timeline.status_code == 286
-    assert "Memory released</span>: 1 GiB of 1 GiB" in timeline.content.decode()
+    text = timeline.content.decode()
+    assert "Memory released</span>: 1 GiB of 1 GiB" in text
+    # The outcome leads: memory released first, and the gone targets are not shown as still sleeping.
+    assert text.index("<strong>Memory released: 1 GiB of 1 GiB</strong>") < text.index("<h2>Targets</h2>")
+    assert 'data-label="State"' not in text and "GPU memory held before" in text
 
 
 def test_a_plain_form_post_decides_and_redirects_with_a_message(lab, requester, approver):
@@ -251,3 +255,53 @@ def test_a_viewer_cannot_cancel(lab, requester, viewer):
     row = client_for(viewer).post(f"/kills/{kill_request.pk}/cancel/", **HTMX).content.decode()
     assert "Only the requester or an approver can cancel" in row
     assert refreshed(kill_request).status == Status.PENDING
+
+
+def changes_seen_on(page: str, pk: int) -> str:
+    """The 'what changed' digest the Approve form of request ``pk`` on ``page`` carries."""
+    import re
+
+    form = page[page.index(f'action="/kills/{pk}/approve/"'):]
+    return re.search(r'name="changes_seen" value="([0-9a-f]*)"', form).group(1)
+
+
+def test_approve_is_refused_when_the_targets_changed_after_the_page_was_shown(
+    lab, requester, approver, sent, django_capture_on_commit_callbacks
+):
+    kill_request = file(requester, 4120, include_descendants=True)
+    client = client_for(approver)
+    seen = changes_seen_on(client.get(f"/kills/{kill_request.pk}/").content.decode(), kill_request.pk)
+    assert seen == ""  # nothing changed yet
+    store_snapshot(lab_snapshot(drop=(4123,)))  # a target exits after the page was shown
+    refused = client.post(f"/kills/{kill_request.pk}/approve/", {"changes_seen": seen}, follow=True)
+    assert "Something changed since this page was shown" in refused.content.decode()
+    assert refreshed(kill_request).status == Status.PENDING
+    # The page now shows the change; approving what it shows works.
+    seen = changes_seen_on(refused.content.decode(), kill_request.pk)
+    assert seen and "no longer in the snapshot" in refused.content.decode()
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post(f"/kills/{kill_request.pk}/approve/", {"changes_seen": seen})
+    assert refreshed(kill_request).status == Status.APPROVED
+
+
+def test_the_list_approves_with_the_same_check(lab, requester, approver, sent):
+    kill_request = file(requester, 4120, include_descendants=True)
+    client = client_for(approver)
+    seen = changes_seen_on(client.get("/kills/").content.decode(), kill_request.pk)
+    store_snapshot(lab_snapshot(drop=(4123,)))
+    row = client.post(f"/kills/{kill_request.pk}/approve/", {"changes_seen": seen}, **HTMX).content.decode()
+    assert "Something changed since this page was shown" in row
+    assert "no longer in the snapshot" in row  # the list shows what changed, open
+    assert refreshed(kill_request).status == Status.PENDING
+
+
+def test_only_approvers_see_before_approving_and_the_targets_are_listed_once(lab, requester, approver):
+    kill_request = file(requester, 4600)
+    as_requester = client_for(requester).get(f"/kills/{kill_request.pk}/").content.decode()
+    assert "Before approving" not in as_requester
+    assert as_requester.count('data-pid="4600"') == 1
+    as_approver = client_for(approver).get(f"/kills/{kill_request.pk}/").content.decode()
+    assert "Before approving" in as_approver
+    assert as_approver.count('data-pid="4600"') == 1
+    # The status leads the page, above the request's facts.
+    assert as_approver.index("kill-status-pending") < as_approver.index("Requested by")
