@@ -1,5 +1,5 @@
 """The new-request form: reason, descendants, and the plan editor (up to
-MAX_STEPS rows of signal + grace; empty rows are ignored)."""
+MAX_STEPS rows of signal + grace; a row without a signal is dropped, whatever its grace)."""
 
 from __future__ import annotations
 
@@ -61,10 +61,12 @@ class KillRequestForm(forms.Form):
         for number in range(1, plans.MAX_STEPS + 1):
             signal = cleaned.get(f"signal_{number}")
             grace = cleaned.get(f"grace_{number}")
-            if not signal and grace is None:
+            if not signal:
+                # "Leave a row empty to drop it": its signal set to "—" drops it, even with a grace
+                # left in the number box (the presets fill every row's grace).
                 continue
-            if not signal or grace is None:
-                self.add_error(f"signal_{number}", f"step {number} needs both a signal and a grace period")
+            if grace is None:
+                self.add_error(f"grace_{number}", f"step {number} ({signal}) needs a grace period")
                 continue
             raw.append({"signal": signal, "grace_seconds": grace})
         try:

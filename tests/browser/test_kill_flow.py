@@ -2,7 +2,8 @@
 
 A requester logs in, opens the host, requests a kill with a reason and logs
 out; an approver logs in, is sent to re-authenticate (the login is made to
-look 16 minutes old), approves, and watches the timeline until the real
+look 16 minutes old), sees the request named there, and the password alone approves it
+(no second press of Approve); then watches the timeline until the real
 target process is gone; the audit page shows every step. The target's
 command line is hostile throughout: every page is checked for live payloads
 and CSP violations, and a screenshot of each is kept.
@@ -113,12 +114,14 @@ def test_request_reauthenticate_approve_and_watch_the_target_go(  # noqa: PLR091
             page.click("button:text-is('Approve')")
         assert "/reauthenticate/" in page.url
         check_page(page, guard, screenshot, "approver-reauthenticate")
+        # The page names the request; the password finishes the approval: no second Approve.
+        assert f"Approve kill request #{kill_request.pk} on {host_name}" in page.inner_text("main")
         page.fill("#reauth-password", PASSWORD)
         with page.expect_navigation():
             page.click("button:text-is('Confirm')")
         assert page.url.endswith(f"/kills/{kill_request.pk}/")
-        with page.expect_navigation():
-            page.click("button:text-is('Approve')")
+        assert f"Request #{kill_request.pk} approved." in page.inner_text("main")
+        assert KillRequest.objects.get(pk=kill_request.pk).approved_by_name == "april"
         # The timeline polls (htmx) until the request is final.
         page.wait_for_selector("#timeline .kill-status-succeeded", timeout=TIMEOUT_SECONDS * 1000)
         trainer.wait(timeout=10)  # the real target process is gone

@@ -157,6 +157,19 @@ def test_the_new_form_refuses_a_bad_plan_and_a_missing_reason(lab, requester):
     assert not KillRequest.objects.exists()
 
 
+def test_a_plan_row_whose_signal_is_empty_is_dropped_even_with_its_grace_left(lab, requester):
+    response = client_for(requester).post("/kills/new/", {
+        "host": "gpu01", "pid": 4600, "start": 460000, "reason": "done",
+        "signal_1": "SIGTERM", "grace_1": 20, "signal_2": "", "grace_2": 10, "signal_3": "", "grace_3": 5,
+    })
+    assert response.status_code == 302, response.content.decode()
+    assert [step["signal"] for step in KillRequest.objects.get().plan] == ["SIGTERM"]
+    missing = client_for(requester).post("/kills/new/", {
+        "host": "gpu01", "pid": 4600, "start": 460000, "reason": "done", "signal_1": "SIGTERM", "grace_1": "",
+    })
+    assert "step 1 (SIGTERM) needs a grace period" in missing.content.decode()
+
+
 def test_a_zombie_preview_offers_its_parent(lab, requester):
     page = client_for(requester).get("/kills/new/", {"host": "gpu01", "pid": 4201, "start": 420100})
     html = page.content.decode()
