@@ -8,6 +8,11 @@ host's findings open as the snapshot's transaction left them, other apps'
 included (ingest read them anyway; a finding opened since is seen by the next
 snapshot). The kills app listens to confirm that GPU memory came back after a
 kill and to close "unkillable" findings whose process is gone.
+
+``snapshot_storing(sender=Host, host=Host, document=dict, rows=dict[int, ProcessRow],
+taken_at=datetime)`` is sent inside the transaction that stores a snapshot that became the
+host's latest, under the host's row lock, in the host's order: what a receiver writes commits or
+fails with the snapshot. The usage ledger (``gpuadmin.usage``, above the fleet) listens.
 """
 
 from __future__ import annotations
@@ -15,3 +20,4 @@ from __future__ import annotations
 from django.dispatch import Signal
 
 snapshot_ingested = Signal()
+snapshot_storing = Signal()

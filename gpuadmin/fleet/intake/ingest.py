@@ -32,7 +32,7 @@ from gpuadmin.fleet.intake.validation import (
 )
 from gpuadmin.fleet.models import Gpu, Host, LatestSnapshot, SnapshotRejection
 from gpuadmin.fleet.process_tree import ProcessRow, attributed_memory_bytes, process_rows
-from gpuadmin.fleet.signals import snapshot_ingested
+from gpuadmin.fleet.signals import snapshot_ingested, snapshot_storing
 from gpuadmin.fleet.storage.json_text import ValidatedJson
 from gpuadmin.fleet.storage.statements import (
     Param,
@@ -203,6 +203,7 @@ def ingest_document(
             facts = record.findings_facts(host, lives, gpus_by_uuid.values(), taken_at=taken_at,
                                           zombies=document["process_counts"]["zombies"])
             synced = sync.sync_findings(host, rules.compute_findings(document, facts, rows=rows), received_at)
+            snapshot_storing.send(sender=Host, host=host, document=document, rows=rows, taken_at=taken_at)
         transaction.on_commit(
             partial(snapshot_ingested.send, sender=Host, host=host, document=document,
                     open_finding_kinds=synced.open_kinds),

@@ -1,0 +1,97 @@
+"""The usage ledger: who held which GPU, how long, how much of it, and how much of that time it computed.
+
+Three tables, none of them raw history (they outlive it: ``GPUADMIN_USAGE_DAYS``):
+
+- ``LifeUsage``: one row per process life and device it held (a MIG instance is a device of its own),
+  its totals over the whole life: the figure behind "which processes" links. A life that runs for a
+  month is one row, not thirty.
+- ``UsageDay``: the same time added up per UTC day, host, Unix user, owner and device model: what the
+  usage page, its CSV and the API read. People are resolved when read (``notify.directory``): a
+  mapping added later applies to the past too.
+- ``UsageCursor``: per host, the holders its latest snapshot showed and what was added up since the
+  last write to the two tables above (``ledger.py``).
+
+Times are integer milliseconds and memory-time integer byte-seconds: sums stay exact.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+from gpuadmin.fleet.models import Host
+
+# The counters both ledger tables keep, in this order everywhere (ledger.COUNTERS).
+COUNTER_FIELDS = ["held_milliseconds", "held_byte_seconds", "busy_milliseconds", "idle_milliseconds",
+                  "unmeasured_milliseconds"]
+
+
+class Counters(models.Model):
+    # Memory above GPUADMIN_USAGE_HELD_BYTES on the device.
+    held_milliseconds = models.BigIntegerField(default=0)
+    held_byte_seconds = models.BigIntegerField(default=0)
+    # The device's utilisation shared equally among its holders: an estimate (snapshots carry no
+    # per-process utilisation).
+    busy_milliseconds = models.BigIntegerField(default=0)
+    # Held while the device computed nothing (0 %).
+    idle_milliseconds = models.BigIntegerField(default=0)
+    # Held on a device that gave no utilisation (a MIG instance, an old driver): neither busy nor idle.
+    unmeasured_milliseconds = models.BigIntegerField(default=0)
+
+    class Meta:
+        abstract = True
+
+
+class LifeUsage(Counters):
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="life_usage")
+    # The process life's identity (fleet.ProcessLife's), not a key to it: raw history is pruned first.
+    boot_id = models.CharField(max_length=64)
+    pid = models.PositiveIntegerField()
+    start_time_ticks = models.BigIntegerField()
+    device_uuid = models.CharField(max_length=128)
+    device_model = models.CharField(max_length=256, blank=True)
+    user = models.CharField(max_length=256, blank=True)
+    uid = models.PositiveIntegerField(null=True, blank=True)
+    owner_label = models.CharField(max_length=200, blank=True)
+    first_at = models.DateTimeField()
+    last_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(
+            fields=["host", "boot_id", "pid", "start_time_ticks", "device_uuid"], name="life_usage_once")]
+        indexes = [models.Index(fields=["last_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.pid} on {self.device_uuid}"
+
+
+class UsageDay(Counters):
+    day = models.DateField()
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="usage_days")
+    user = models.CharField(max_length=256, blank=True)
+    owner_label = models.CharField(max_length=200, blank=True)
+    device_model = models.CharField(max_length=256, blank=True)
+    # Written with every addition (the latest wins): what people are resolved by, with the user name.
+    uid = models.PositiveIntegerField(null=True, blank=True)
+    owner_kind = models.CharField(max_length=32, blank=True)
+    owner_uid = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(
+            fields=["day", "host", "user", "owner_label", "device_model"], name="usage_day_once")]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.user} on {self.device_model}"
+
+
+class UsageCursor(models.Model):
+    host = models.OneToOneField(Host, on_delete=models.CASCADE, primary_key=True, related_name="+")
+    # The snapshot whose holders ``state`` lists.
+    taken_at = models.DateTimeField()
+    # JSON text (ledger.py encodes and reads it): the holders, and what was added up since
+    # ``pending_since`` that is not yet in LifeUsage and UsageDay.
+    state = models.TextField()
+    pending = models.TextField()
+    pending_since = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"usage cursor at {self.taken_at}"
