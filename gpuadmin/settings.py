@@ -60,6 +60,7 @@ INSTALLED_APPS = [
     "gpuadmin.kills",
     "gpuadmin.audit",
     "gpuadmin.notify",
+    "gpuadmin.usage",
     "gpuadmin.web",
 ]
 
@@ -306,6 +307,13 @@ GPUADMIN_HISTORY_PROCESS_STEP_BYTES = env_int("GPUADMIN_HISTORY_PROCESS_STEP_BYT
 # At most this many processes of one snapshot get (or keep) a history of their own, the biggest GPU
 # holders first: a signed snapshot with 15,000 made-up holders must not add 15,000 rows every interval.
 GPUADMIN_HISTORY_PROCESSES_PER_SNAPSHOT = max(1, env_int("GPUADMIN_HISTORY_PROCESSES_PER_SNAPSHOT", 500))
+# The usage ledger (gpuadmin/usage/): a process holds a GPU while its memory there is above this; the
+# ledger's days are kept this long; what ingest adds up is written to the ledger at most this often
+# (the page and the API lag by as much); ledger off: ingest keeps none (the benchmarks' side by side).
+GPUADMIN_USAGE_HELD_BYTES = env_int("GPUADMIN_USAGE_HELD_BYTES", 256 * 1024 * 1024)
+GPUADMIN_USAGE_DAYS = env_int("GPUADMIN_USAGE_DAYS", 400)
+GPUADMIN_USAGE_FLUSH_SECONDS = env_int("GPUADMIN_USAGE_FLUSH_SECONDS", 60)
+GPUADMIN_USAGE_LEDGER = env_bool("GPUADMIN_USAGE_LEDGER", True)
 # A host's offered key nobody accepted is withdrawn after this long without a snapshot renewing it,
 # freeing its slot of the 100 awaiting acceptance (gpuadmin/fleet/intake/trust.py).
 GPUADMIN_HOST_OFFER_EXPIRY_SECONDS = max(60, env_int("GPUADMIN_HOST_OFFER_EXPIRY_SECONDS", 24 * 3600))
