@@ -58,8 +58,11 @@ GROUPS: dict[str, Group] = {
     "identity": Group(("gpuadmin/probe/kill/identity.py",), _kill_tests()),
     "order": Group(
         ("gpuadmin/wire/kill_order.py",),
-        _kill_tests(
-            "test_order_validation.py", "test_order_edges.py", "test_signed_orders.py", "test_reset.py"
+        (
+            *_kill_tests(
+                "test_order_validation.py", "test_order_edges.py", "test_signed_orders.py", "test_reset.py"
+            ),
+            "tests/wire/test_kill_order.py",
         ),
     ),
     "protocol": Group(
@@ -96,7 +99,11 @@ GROUPS: dict[str, Group] = {
     ),
     "validation": Group(
         ("gpuadmin/fleet/intake/validation.py",),
-        ("tests/fleet/intake/test_validation.py", "tests/fleet/intake/test_validation_edges.py"),
+        (
+            "tests/fleet/intake/test_validation.py",
+            "tests/fleet/intake/test_validation_edges.py",
+            "tests/fleet/intake/test_schema_types.py",
+        ),
     ),
 }
 

@@ -4,6 +4,7 @@ a rejection keeps the host's name whatever made the payload unreadable."""
 from __future__ import annotations
 
 import json
+import pickle
 from datetime import timedelta
 from typing import Any
 
@@ -11,12 +12,15 @@ import pytest
 from django.test import override_settings
 
 from gpuadmin.fleet.intake import validation
+from gpuadmin.fleet.intake.schema_types import NOT_VALID
 from gpuadmin.fleet.intake.validation import (
     INT64_MAX,
     MAX_CLOCK_AHEAD,
     PID_MAX_LIMIT,
+    SnapshotRejected,
     json_path,
     parse_snapshot,
+    payload_size_bytes,
 )
 from gpuadmin.fleet.taken_at import parse_taken_at
 from gpuadmin.text import human_bytes
@@ -270,3 +274,79 @@ def test_a_big_but_valid_integer_is_walked_and_accepted() -> None:
 ])
 def test_only_text_that_may_hold_a_nul_or_a_lone_surrogate_is_walked(text: str, suspect: bool) -> None:
     assert validation._may_hold_suspect_text(text) is suspect
+
+
+# --- the same edges on the slow path (what the quick msgspec check does not decide) --------------------
+
+
+@pytest.fixture(params=["quick", "slow"])
+def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each test runs twice: as usual, and with the quick check answering "not sure" to every text, as it
+    does for a value its types do not know, so that the json + jsonschema + walk path decides alone."""
+    if request.param == "slow":
+        monkeypatch.setattr(validation, "quick_snapshot_decoder", lambda: lambda _text: NOT_VALID)
+    return str(request.param)
+
+
+def test_the_largest_64_bit_integer_passes_the_walk_too(path: str) -> None:
+    document = good(processes=[proc(10)])
+    document["processes"][0]["rss_bytes"] = INT64_MAX
+    assert parse_snapshot(json.dumps(document), now=NOW)["processes"][0]["rss_bytes"] == INT64_MAX
+
+
+def test_memory_adding_up_to_exactly_64_bits_per_process_and_per_gpu_is_accepted(path: str) -> None:
+    # All of it together is over 64 bits, so each process and each GPU is added up on its own.
+    document = good(gpus=[gpu(0), gpu(1)], processes=[proc(10), proc(11)])
+    uuids = [entry["uuid"] for entry in document["gpus"]]
+    document["processes"][0]["gpu_memory_bytes"] = {uuids[0]: INT64_MAX}
+    document["processes"][1]["gpu_memory_bytes"] = {uuids[1]: 1}
+    parsed = parse_snapshot(json.dumps(document), now=NOW)
+    assert parsed["processes"][0]["gpu_memory_bytes"] == {uuids[0]: INT64_MAX}
+
+
+def test_memory_of_one_gpu_adding_up_past_64_bits_is_named(path: str) -> None:
+    document = good(gpus=[gpu(0)], processes=[proc(10), proc(11)])
+    uuid = document["gpus"][0]["uuid"]
+    document["processes"][0]["gpu_memory_bytes"] = {uuid: INT64_MAX}
+    document["processes"][1]["gpu_memory_bytes"] = {uuid: 1}
+    assert rejection(json.dumps(document)).message == (
+        f"processes: the memory they hold on GPU {json.dumps(uuid)} adds up to more than a 64-bit integer"
+    )
+
+
+def test_a_snapshot_too_old_says_how_old_and_what_to_fix(settings: Any) -> None:
+    settings.GPUADMIN_HISTORY_DAYS = 90
+    message = rejection(json.dumps(good(taken_at=NOW - timedelta(days=91)))).message
+    assert " is 91 days before central's clock, older than anything central keeps " in message
+    assert message.endswith("(GPUADMIN_HISTORY_DAYS = 90); fix the host's clock (NTP)")
+
+
+@pytest.mark.parametrize(
+    ("seconds", "words"),
+    [(119, "119 seconds"), (120, "2 minutes"), (2 * 3600 - 1, "119 minutes"), (2 * 3600, "2 hours"),
+     (2 * 86400 - 1, "47 hours"), (2 * 86400, "2 days")],
+)
+def test_durations_in_messages_switch_unit_at_two_of_the_next(seconds: int, words: str) -> None:
+    assert validation._duration(timedelta(seconds=seconds)) == words
+
+
+def test_a_text_payload_is_measured_in_utf8_bytes_at_the_limit(settings: Any) -> None:
+    settings.GPUADMIN_SNAPSHOT_MAX_BYTES = 1000
+    assert payload_size_bytes("é" * 1000) == 2000
+    assert payload_size_bytes("é" * 999) == 1998
+    assert payload_size_bytes("e" * 1000) == 1000
+    assert payload_size_bytes(b"\xc3\xa9" * 10) == 20
+    assert payload_size_bytes(None) == 0  # type: ignore[arg-type]
+
+
+def test_a_rejection_keeps_its_message_when_sent_between_processes() -> None:
+    # Celery carries an exception by its args: the message must be one of them.
+    rejected = SnapshotRejected("snapshot is not valid JSON", host_name="gpu07")
+    assert pickle.loads(pickle.dumps(rejected)).message == "snapshot is not valid JSON"
+    assert rejected.args == ("snapshot is not valid JSON",)
+
+
+def test_the_schema_is_read_afresh_each_time() -> None:
+    first, second = validation.snapshot_schema(), validation.snapshot_schema()
+    assert first == second and first is not second
+    assert tuple(first["properties"]["schema_version"]["enum"]) == validation.supported_schema_versions()
