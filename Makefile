@@ -81,6 +81,9 @@ $(VENV_PYTHON):
 
 $(INSTALLED): pyproject.toml | $(VENV_PYTHON)
 	$(VENV_PYTHON) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	@# LDAP sign-in's python-ldap builds against libldap: without it, everything else still runs.
+	@$(VENV_PYTHON) -m pip install --quiet --disable-pip-version-check -e '.[test,ldap]' 2>/dev/null || \
+	  echo "LDAP sign-in not installed (Debian: apt-get install libldap2-dev libsasl2-dev, then make again)." >&2
 	@touch $@
 
 clean:

@@ -21,6 +21,7 @@ from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
 from gpuadmin import data_dir
+from gpuadmin.accounts.directory import config as directory_config
 from gpuadmin.accounts.throttling import UNIX_SOCKET, parse_trusted_proxies
 from gpuadmin.env import env_bool, env_int, env_secret, env_str
 from gpuadmin.probe.budget import DEFAULT_SNAPSHOT_MAX_BYTES
@@ -139,6 +140,15 @@ AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
+# Sign-in with the lab's directory (gpuadmin/accounts/directory/, docs/deploy.md): LDAP when
+# GPUADMIN_LDAP_SERVER_URI is set, OpenID Connect when GPUADMIN_OIDC_CLIENT_ID is; local accounts
+# keep working beside both (ModelBackend first).
+_LDAP = directory_config.ldap_settings()
+_OIDC = directory_config.oidc_settings()
+globals().update(_LDAP)
+globals().update(_OIDC)
+AUTHENTICATION_BACKENDS += [directory_config.LDAP_BACKEND] if _LDAP else []
+AUTHENTICATION_BACKENDS += [directory_config.OIDC_BACKEND] if _OIDC else []
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "fleet"
 LOGOUT_REDIRECT_URL = "login"
@@ -228,7 +238,8 @@ CONTENT_SECURITY_POLICY = {
         "font-src": [SELF],
         "object-src": [NONE],
         "base-uri": [NONE],
-        "form-action": [SELF],
+        # The OpenID Connect provider: re-authenticating after a form's POST redirects there.
+        "form-action": [SELF, *([directory_config.provider_origin(_OIDC)] if _OIDC else [])],
         "frame-ancestors": [NONE],
     },
 }

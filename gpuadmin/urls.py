@@ -13,6 +13,8 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     # Password again before approving ("sudo mode", gpuadmin/accounts/sudo.py).
     path("reauthenticate/", reauthenticate, name="reauthenticate"),
+    # Sign-in and re-authentication through the lab's OpenID Connect provider (404 when none is set).
+    path("oidc/", include("gpuadmin.accounts.directory.urls")),
     path("admin/", admin.site.urls),
     path("metrics", metrics_view, name="metrics"),  # Prometheus, bearer token (gpuadmin/metrics.py)
     path("healthz", healthz, name="healthz"),  # no login: for process managers and load balancers

@@ -1,4 +1,4 @@
-"""Throwaway servers for tests: redis-server and PostgreSQL, each on a free port in a temp dir.
+"""Throwaway servers for tests: redis-server, PostgreSQL and slapd, each on a free port in a temp dir.
 
 Used by tests/conftest.py (fixtures) and tests/with_postgres.py (a whole run on
 PostgreSQL). A missing binary raises ServiceMissing with the reason; the caller
@@ -68,7 +68,8 @@ def find_binary(name: str, extra_dirs: list[str] | None = None) -> str:
 
 
 def _debian_package(binary: str) -> str:
-    return {"redis-server": "redis-server", "runuser": "util-linux"}.get(binary, "postgresql")
+    return {"redis-server": "redis-server", "runuser": "util-linux", "slapd": "slapd",
+            "slapadd": "slapd"}.get(binary, "postgresql")
 
 
 def wait_for_port(port: int, process: subprocess.Popen, what: str, log_path: Path) -> None:
@@ -288,3 +289,79 @@ def _run(argv: list[str], what: str, log_path: Path | None = None) -> None:
         if log_path is not None:
             detail += "\n" + _tail(log_path)
         raise ServiceFailed(f"{what} failed with status {result.returncode}: {detail}")
+
+
+# --- slapd (OpenLDAP) ------------------------------------------------------------
+
+SLAPD_SCHEMA_DIR = "/etc/ldap/schema"
+SLAPD_MODULE_DIR = "/usr/lib/ldap"
+LDAP_SUFFIX = "dc=lab,dc=example"
+
+
+@dataclass
+class SlapdServer:
+    """One slapd with plain LDAP (StartTLS offered) on ``port`` and LDAPS on ``ldaps_port``, its
+    certificate (for localhost and 127.0.0.1) signed by the CA at ``ca_file``."""
+
+    port: int
+    ldaps_port: int
+    directory: Path
+    ca_file: Path
+    root_dn: str
+    root_password: str
+    suffix: str = LDAP_SUFFIX
+
+    @property
+    def url(self) -> str:
+        return f"ldap://127.0.0.1:{self.port}"
+
+    @property
+    def ldaps_url(self) -> str:
+        return f"ldaps://127.0.0.1:{self.ldaps_port}"
+
+
+@contextlib.contextmanager
+def slapd_server(ldif: str = "") -> Iterator[SlapdServer]:
+    """A throwaway OpenLDAP server (mdb database under a temp dir) holding ``ldif``, loaded by slapadd
+    before it starts; its root account (``root_dn``/``root_password``) may change entries."""
+    slapd = find_binary("slapd", ["/usr/sbin"])
+    slapadd = find_binary("slapadd", ["/usr/sbin"])
+    if not (Path(SLAPD_MODULE_DIR, "back_mdb.so").exists() and Path(SLAPD_SCHEMA_DIR, "nis.schema").exists()):
+        raise ServiceMissing(f"slapd's modules or schema are missing under {SLAPD_MODULE_DIR}, "
+                             f"{SLAPD_SCHEMA_DIR} (Debian: apt-get install slapd)")
+    directory = Path(tempfile.mkdtemp(prefix="gpuadmin-slapd-"))
+    (directory / "db").mkdir()
+    ca_file, cert_file, key_file = make_tls_files(directory, "localhost")
+    root_dn, root_password = f"cn=admin,{LDAP_SUFFIX}", "root-secret"
+    config = directory / "slapd.conf"
+    schemas = "".join(f"include {SLAPD_SCHEMA_DIR}/{name}.schema\n"
+                      for name in ("core", "cosine", "nis", "inetorgperson"))
+    config.write_text(
+        f"{schemas}modulepath {SLAPD_MODULE_DIR}\nmoduleload back_mdb\n"
+        f"pidfile {directory}/slapd.pid\n"
+        f"TLSCACertificateFile {ca_file}\nTLSCertificateFile {cert_file}\nTLSCertificateKeyFile {key_file}\n"
+        # Passwords are readable by their owner only (to bind), and nobody else.
+        "access to attrs=userPassword by self auth by anonymous auth by * none\n"
+        "access to * by * read\n"
+        f"database mdb\nsuffix \"{LDAP_SUFFIX}\"\nrootdn \"{root_dn}\"\nrootpw {root_password}\n"
+        f"directory {directory}/db\nmaxsize 16777216\n"
+    )
+    base = f"dn: {LDAP_SUFFIX}\nobjectClass: dcObject\nobjectClass: organization\no: Lab\ndc: lab\n\n"
+    (directory / "data.ldif").write_text(base + ldif)
+    _run([slapadd, "-f", str(config), "-l", str(directory / "data.ldif")], "slapadd")
+    port, ldaps_port = free_port(), free_port()
+    log_path = directory / "slapd.log"
+    with log_path.open("wb") as log:
+        # -d 0: stay in the foreground (a process group the tests own) and log nothing but errors.
+        process = subprocess.Popen(
+            [slapd, "-f", str(config), "-h", f"ldap://127.0.0.1:{port}/ ldaps://127.0.0.1:{ldaps_port}/",
+             "-d", "0"],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_for_port(port, process, "slapd", log_path)
+        wait_for_port(ldaps_port, process, "slapd", log_path)
+        yield SlapdServer(port=port, ldaps_port=ldaps_port, directory=directory, ca_file=ca_file,
+                          root_dn=root_dn, root_password=root_password)
+    finally:
+        stop_process_group(process)
+        shutil.rmtree(directory, ignore_errors=True)

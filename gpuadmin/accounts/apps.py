@@ -1,3 +1,5 @@
+import contextlib
+
 from django.apps import AppConfig
 
 
@@ -10,3 +12,8 @@ class AccountsConfig(AppConfig):
 
         audit_trail.connect()
         sudo.connect()
+        # LDAP sign-in is an extra (python-ldap builds against libldap): without it, nothing to connect.
+        with contextlib.suppress(ImportError):
+            from gpuadmin.accounts.directory import ldap
+
+            ldap.connect()

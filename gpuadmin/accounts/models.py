@@ -62,3 +62,34 @@ class CredentialChange(models.Model):
             return f"created {account}"
         detail = f" ({self.detail})" if self.detail else ""
         return f"changed the {self.get_kind_display()}{detail} of {account}"
+
+
+class DirectoryIdentity(models.Model):
+    """This account is a person of the lab's directory (LDAP or OpenID Connect), who signs in there.
+
+    Its roles are the directory's (``accounts.directory.roles``), set at each sign-in and by
+    ``manage.py sync_people``; its Unix name and uid (posixAccount's ``uid``/``uidNumber``, or the
+    provider's claims) make it the same person on every host (``notify.people_from_directory``).
+    A local account (none of these) is never taken over by a directory sign-in of the same name.
+    """
+
+    class Source(models.TextChoices):
+        LDAP = "ldap", "LDAP"
+        OIDC = "oidc", "OpenID Connect"
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                                related_name="directory_identity")
+    source = models.CharField(max_length=8, choices=Source.choices)
+    # LDAP: the entry's DN; OpenID Connect: the issuer and the subject ("https://sso.lab sub-123").
+    subject = models.CharField(max_length=500)
+    unix_name = models.CharField(max_length=256, blank=True)
+    unix_uid = models.PositiveIntegerField(null=True, blank=True)
+    # When the directory last said what this person's roles are (a sign-in or a sync).
+    roles_checked_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        verbose_name_plural = "directory identities"
+        constraints = [models.UniqueConstraint(fields=["source", "subject"], name="directory_subject_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.get_source_display()} {self.subject}"

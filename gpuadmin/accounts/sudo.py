@@ -32,6 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import BACKEND_SESSION_KEY
 from django.contrib.auth.signals import user_logged_in
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
@@ -52,8 +53,9 @@ def totp_required() -> bool:
     return bool(settings.GPUADMIN_REQUIRE_TOTP_FOR_APPROVAL)
 
 
-def mark_authenticated(request: HttpRequest, *, with_totp: bool) -> None:
-    request.session[SESSION_KEY] = {"at": time.time(), "totp": with_totp}
+def mark_authenticated(request: HttpRequest, *, with_totp: bool, at: float | None = None) -> None:
+    """``at``: when the person proved who they are, if not now (an OpenID Connect provider's auth_time)."""
+    request.session[SESSION_KEY] = {"at": time.time() if at is None else at, "totp": with_totp}
 
 
 def seconds_since_authentication(request: HttpRequest) -> float | None:
@@ -120,11 +122,23 @@ def reauth_response(request: HttpRequest, next_url: str, *, intent: str = "") ->
     """Send the browser to re-authenticate, then back to ``next_url`` (htmx: the whole page goes);
     ``intent``: the token of a remembered intent the password will finish."""
     url = reauth_url(next_url)
-    if intent:
+    if signed_in_with_oidc(request):
+        # No password here to ask for: the provider asks again (accounts/directory/oidc.py). The
+        # intent is not carried there; the person is brought back to ``next_url`` to do it again.
+        url = f"{reverse('oidc_reauthenticate')}?{urlencode({'next': next_url})}"
+    elif intent:
         url += "&" + urlencode({"intent": intent})
     if getattr(request, "htmx", False):
         return HttpResponseClientRedirect(url)
     return HttpResponseRedirect(url)
+
+
+# Who signed in through the lab's OpenID Connect provider re-authenticates there (accounts/directory/oidc.py).
+OIDC_BACKEND = "gpuadmin.accounts.directory.oidc.DirectoryOIDCBackend"
+
+
+def signed_in_with_oidc(request: HttpRequest) -> bool:
+    return hasattr(request, "session") and request.session.get(BACKEND_SESSION_KEY) == OIDC_BACKEND
 
 
 def check_totp(user: Any, code: str) -> bool:

@@ -32,6 +32,9 @@ def _safe_next(request: HttpRequest, candidate: str) -> str:
 @login_required
 def reauthenticate(request: HttpRequest) -> HttpResponse:
     next_url = _safe_next(request, request.POST.get("next") or request.GET.get("next", ""))
+    if sudo.signed_in_with_oidc(request):
+        # No password here: the provider asks again (accounts/directory/oidc.py).
+        return sudo.reauth_response(request, next_url)
     intent_token = request.POST.get("intent") or request.GET.get("intent", "")
     intent = sudo.pending_intent(request, intent_token)
     user = request.user
