@@ -22,11 +22,13 @@ urlpatterns = [
     path("api/v1/", include("gpuadmin.fleet.api_urls")),
     path("api/v1/", include("gpuadmin.kills.api_urls")),
     path("api/v1/", include("gpuadmin.audit.api_urls")),
+    path("api/v1/", include("gpuadmin.usage.api_urls")),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="api_schema"),
     path("api/v1/docs/", api_docs, name="api_docs"),  # the schema as a page, no script (web/api_docs.py)
     # Pages.
     path("kills/", include("gpuadmin.kills.urls")),
     path("audit/", include("gpuadmin.audit.urls")),
     path("notifications/", include("gpuadmin.notify.urls")),
+    path("usage/", include("gpuadmin.usage.urls")),
     path("", include("gpuadmin.web.urls")),
 ]

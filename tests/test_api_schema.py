@@ -151,6 +151,10 @@ def test_every_documented_endpoint_answers_as_the_schema_says(  # noqa: PLR0917 
     check(viewer_client, "get", "/api/v1/audit/?kill_request=x", 400)
     check(viewer_client, "get", "/api/v1/audit/verify", 200)
 
+    usage = check(viewer_client, "get", "/api/v1/usage/?by=host", 200)
+    assert usage["rows"], "the snapshots above held GPU memory"
+    check(viewer_client, "get", "/api/v1/usage/?by=nobody", 400)
+
     operations = {(template, method) for template, item in schema["paths"].items() for method in item}
     answered = {(template, method) for template, method, status in check.seen if status < 300}
     assert operations == answered, f"never called with success: {sorted(operations - answered)}"

@@ -40,6 +40,14 @@ class Counters(models.Model):
     class Meta:
         abstract = True
 
+    @property
+    def held_gpu_hours(self) -> float:
+        return self.held_milliseconds / 3_600_000
+
+    @property
+    def idle_gpu_hours(self) -> float:
+        return self.idle_milliseconds / 3_600_000
+
 
 class LifeUsage(Counters):
     host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="life_usage")

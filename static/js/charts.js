@@ -8,6 +8,7 @@
  *     <figure data-chart="gpu-health" data-gpu-uuid="GPU-..."> temperature, power draw and limit
  *     <figure data-chart="host">                          zombies, D state, PIDs in use vs pid_max
  *   <figure data-chart="process" data-src="/api/v1/hosts/gpu01/processes/4120-412000/">
+ *   <figure data-chart="usage" data-src="/api/v1/usage/?from=...&by=user">  GPU-hours per day, stacked by row
  *
  * Each figure holds .chart-canvas (the plot), .chart-table (its numbers as a
  * table, filled on first open) and a.chart-csv (the same numbers as CSV).
@@ -217,6 +218,50 @@
     };
   }
 
+  var USAGE_COLORS = ["#3b7dd8", "#e0922f", "#2e7d32", "#b3261e", "#6d28d9", "#8a5a00", "#1f5fa8", "#c2410c"];
+
+  function hoursText(value) {
+    return value === null || value === undefined ? "—" : value.toFixed(2) + " h";
+  }
+
+  // GPU-hours per UTC day, one band per row of the usage table (its first eight; the rest as "others"),
+  // stacked: each series is drawn as the running total, the biggest first so the smaller ones paint on top.
+  function usageChart(payload) {
+    var xs = payload.days.map(function (d) { return seconds(d + "T00:00:00Z"); });
+    var rows = payload.rows.slice(0, USAGE_COLORS.length).map(function (r) {
+      return {label: r.label, values: r.held_gpu_hours_per_day};
+    });
+    var rest = payload.rows.slice(USAGE_COLORS.length);
+    if (rest.length) {
+      rows.push({label: "others", values: xs.map(function (x, i) {
+        return rest.reduce(function (sum, r) { return sum + r.held_gpu_hours_per_day[i]; }, 0);
+      })});
+    }
+    var running = xs.map(function () { return 0; });
+    var stacked = rows.map(function (r) {
+      running = running.map(function (v, i) { return v + r.values[i]; });
+      return running.slice();
+    });
+    var order = rows.map(function (r, i) { return i; }).reverse();
+    var columns = [{name: "t", values: xs, text: isoText}].concat(rows.map(function (r) {
+      return {name: r.label, values: r.values, text: hoursText};
+    }));
+    return {
+      title: "GPU-hours per day",
+      columns: columns,
+      data: [xs].concat(order.map(function (i) { return stacked[i]; })),
+      series: [{label: "Day", value: function (u, v) { return v === null ? "—" : isoText(v).slice(0, 10); }}]
+        .concat(order.map(function (i) {
+          var color = i < USAGE_COLORS.length ? USAGE_COLORS[i] : "#5b6572";
+          return {label: rows[i].label, scale: "h", stroke: color, fill: color + "99",
+                  paths: uPlot.paths.stepped({align: 1}),
+                  value: function (u, v, s, idx) { return idx === null ? "—" : hoursText(rows[i].values[idx]); }};
+        })),
+      axes: [{}, {scale: "h", values: function (u, ticks) { return ticks.map(function (t) { return t + " h"; }); }}],
+      scales: {h: {range: function (u, min, max) { return [0, Math.max(1, max)]; }}},
+    };
+  }
+
   function killMarks(requests) {
     return (requests || []).map(function (k) {
       return {t: seconds(k.t), label: "kill #" + k.id, title: "kill request #" + k.id + " (" + k.status + ") at " + k.t,
@@ -388,8 +433,18 @@
     }).catch(function (error) { failed([figure], "Could not load the history: " + error.message); });
   }
 
+  function scope_(root) { return root && root.querySelectorAll ? root : document; }
+
+  function initUsage(figure) {
+    fetchJson(figure.getAttribute("data-src")).then(function (payload) {
+      draw(figure, usageChart(payload));
+    }).catch(function (error) { failed([figure], "Could not load the usage: " + error.message); });
+  }
+
   function init(root) {
     if (typeof uPlot === "undefined") return;
+    var usage = Array.prototype.slice.call(scope_(root).querySelectorAll("figure[data-chart='usage'][data-src]"));
+    usage.forEach(initUsage);
     var scope = root && root.querySelectorAll ? root : document;
     var sections = Array.prototype.slice.call(scope.querySelectorAll("[data-history-src]"));
     if (scope.matches && scope.matches("[data-history-src]")) sections.push(scope);
