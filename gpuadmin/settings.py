@@ -66,6 +66,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First, so it compresses what every other middleware wrote (pages, htmx fragments, the API's JSON);
+    # BREACH: docs/security.md ("Compression").
+    "django.middleware.gzip.GZipMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -95,6 +98,8 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                # The nav's "needs attention" count (templates/web/_nav_attention.html), read only if shown.
+                "gpuadmin.web.attention.nav_attention",
             ],
         },
     },

@@ -30,6 +30,15 @@ short version), so each process keeps the HTML of the rows it rendered last
 (``row_html``): an unchanged row is rendered once, not at every page load and
 every poll. Offline rows are always rendered: they say how long ago the host
 was seen, which changes with the clock, not with the row.
+
+Above the table, the attention strip (``Attention``) names what needs someone
+now: offline hosts, then critical findings, then kill requests waiting for an
+approver. It rides with the summary (the summary's part of the version covers
+both), so a poll re-sends it exactly when either changes.
+
+The order is server-side and in the URL (``sort=``): by default online hosts
+first, worst open finding first, then by name; an offline host's data is old,
+so it sorts after the hosts whose data is current (the strip names it first).
 """
 
 from __future__ import annotations
@@ -44,14 +53,15 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.core.paginator import Page, Paginator
-from django.db.models import Count, F, Q, Sum
-from django.db.models.functions import Greatest
+from django.db.models import Case, Count, F, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum, Value, When
+from django.db.models.functions import Coalesce, Greatest
 from django.template.loader import render_to_string
 from django.urls import get_script_prefix
 from django.utils.safestring import SafeString
 
-from gpuadmin.fleet.models import Finding, Gpu, Host, awaiting_acceptance_q
+from gpuadmin.fleet.models import Finding, Gpu, Host, ProcessLife, awaiting_acceptance_q
 from gpuadmin.kills.models import KillRequest
+from gpuadmin.web.attention import AttentionCount
 from gpuadmin.web.host_tables import page_param
 from gpuadmin.web.templatetags.gpuadmin_format import memory_bar
 
@@ -60,6 +70,21 @@ NAME_FILTER_MAX_CHARS = 253  # a host name's longest
 STATUS_ONLINE = "online"
 STATUS_OFFLINE = "offline"
 STATUSES = {STATUS_ONLINE: "Online", STATUS_OFFLINE: "Offline"}
+# The table's orders (``sort=``); "attention" is the default: online first, worst finding first, by name.
+SORT_ATTENTION = "attention"
+SORTS = {
+    SORT_ATTENTION: "Needs attention first",
+    "name": "Name",
+    "free": "Most free GPUs",
+    "zombies": "Most zombies",
+    "orphans": "Most orphans",
+}
+# A GPU counts as free when this little memory is used on it (the driver's own share fits under it).
+FREE_GPU_MAX_USED_BYTES = 1024**3
+FREE_GPUS_MAX = 64  # the largest "at least N free GPUs" the filter takes
+GPU_MODEL_MAX_CHARS = 256  # Gpu.name's longest
+# How many offline hosts and critical findings the attention strip names (the rest as "and N more").
+ATTENTION_NAMED_MAX = 8
 # Parts of a version string; a version never contains it otherwise (hex digits only).
 VERSION_SEPARATOR = "."
 # Rendered rows kept per process (row_html): every row of a 1,000-host fleet, in both forms
@@ -85,40 +110,64 @@ def _fields_version(record: object) -> str:
 
 @dataclass(frozen=True)
 class FleetQuery:
-    """The page's filters and page number, from the query string (so a filtered view is a link)."""
+    """The page's filters, order and page number, from the query string (so a filtered view is a link)."""
 
     name: str = ""
     status: str = ""
     kind: str = ""
+    needs_attention: bool = False
+    model: str = ""
+    free_gpus: int = 0
+    sort: str = SORT_ATTENTION
     page: int = 1
 
     @classmethod
     def from_params(cls, params: Mapping[str, str]) -> FleetQuery:
         status = params.get("status", "")
         kind = params.get("kind", "")
+        sort = params.get("sort", "")
+        free = params.get("free", "")
         return cls(
             name=params.get("name", "").strip()[:NAME_FILTER_MAX_CHARS],
             status=status if status in STATUSES else "",
             kind=kind if kind in Finding.Kind.values else "",
+            needs_attention=params.get("attention", "") == "1",
+            model=params.get("model", "")[:GPU_MODEL_MAX_CHARS],
+            free_gpus=min(int(free), FREE_GPUS_MAX) if free.isdigit() else 0,
+            sort=sort if sort in SORTS else SORT_ATTENTION,
             page=page_param(params.get("page", "")),
         )
 
     @property
     def is_filtered(self) -> bool:
-        return bool(self.name or self.status or self.kind)
+        return bool(self.name or self.status or self.kind or self.needs_attention or self.model
+                    or self.free_gpus)
 
-    def params(self, *, page: int | None = None) -> dict[str, str]:
+    def params(self, *, page: int | None = None, sort: str | None = None) -> dict[str, str]:
         page = self.page if page is None else page
+        sort = self.sort if sort is None else sort
         values = {"name": self.name, "status": self.status, "kind": self.kind,
+                  "attention": "1" if self.needs_attention else "", "model": self.model,
+                  "free": str(self.free_gpus) if self.free_gpus else "",
+                  "sort": sort if sort != SORT_ATTENTION else "",
                   "page": str(page) if page != 1 else ""}
         return {k: v for k, v in values.items() if v}
 
     def query_string(self, *, page: int | None = None) -> str:
         return urlencode(self.params(page=page))
 
+    def sorted_by(self, sort: str) -> str:
+        """The link to this view in another order, from its first page."""
+        return f"?{urlencode(self.params(page=1, sort=sort))}"
+
     def hosts(self, now: datetime) -> Paginator:
         """The keys of the hosts that match, in the page's order, paged."""
-        hosts = Host.objects.worst_finding_first()
+        online_since = now - Host.offline_after()
+        hosts = Host.objects.worst_finding_first().annotate(
+            # 1 for offline (never seen included): old data sorts after current data.
+            offline_rank=Case(When(last_seen_at__gte=online_since, then=Value(0)), default=Value(1),
+                              output_field=IntegerField()),
+        )
         if self.name:
             hosts = hosts.filter(name__icontains=self.name)
         if self.status == STATUS_ONLINE:
@@ -127,7 +176,47 @@ class FleetQuery:
             hosts = hosts.offline(now)
         if self.kind:
             hosts = hosts.with_open_finding(self.kind)
-        return Paginator(hosts.values_list("pk", flat=True), PAGE_ROWS)
+        if self.needs_attention:
+            # Offline, or a critical or warning finding open, or zombies: what the strip would name.
+            hosts = hosts.filter(Q(offline_rank=1) | Q(worst_finding_rank__lte=Finding.Severity.WARNING.rank)
+                                 | Q(zombie_count__gt=0))
+        if self.model:
+            hosts = hosts.filter(pk__in=Gpu.objects.filter(present=True, name=self.model).values("host_id"))
+        if self.free_gpus or self.sort == "free":
+            hosts = hosts.annotate(free_gpus=_free_gpus_of_outer_host())
+        if self.free_gpus:
+            hosts = hosts.filter(free_gpus__gte=self.free_gpus)
+        if self.sort == "orphans":
+            hosts = hosts.annotate(orphans=_orphans_of_outer_host())
+        order = {
+            SORT_ATTENTION: ("offline_rank", "worst_finding_rank", "name"),
+            "name": ("name",),
+            "free": ("offline_rank", "-free_gpus", "name"),
+            "zombies": ("-zombie_count", "name"),
+            "orphans": ("-orphans", "name"),
+        }[self.sort]
+        return Paginator(hosts.order_by(*order).values_list("pk", flat=True), PAGE_ROWS)
+
+
+def _free_gpus_of_outer_host() -> Coalesce:
+    """How many of the outer query's host's present GPUs are free (``FREE_GPU_MAX_USED_BYTES``)."""
+    free = (Gpu.objects.filter(host=OuterRef("pk"), present=True,
+                               memory_used_bytes__lte=FREE_GPU_MAX_USED_BYTES)
+            .order_by().values("host").annotate(n=Count("pk")).values("n"))
+    return Coalesce(Subquery(free), 0)
+
+
+def _orphans_of_outer_host() -> Coalesce:
+    """How many live processes of the outer query's host were left behind by their launcher."""
+    orphans = (ProcessLife.objects.filter(host=OuterRef("pk"), gone_at__isnull=True, was_orphaned=True)
+               .order_by().values("host").annotate(n=Count("pk")).values("n"))
+    return Coalesce(Subquery(orphans), 0)
+
+
+def gpu_models() -> list[str]:
+    """The GPU models of the fleet, for the filter's choices (one query)."""
+    return list(Gpu.objects.filter(present=True, host__in=Host.objects.fleet()).exclude(name="")
+                .order_by("name").values_list("name", flat=True).distinct())
 
 
 @dataclass(frozen=True)
@@ -147,10 +236,15 @@ class FleetRow:
     findings_critical: int
     findings_warning: int
     findings_info: int
+    orphan_count: int = 0
+    utilizations: tuple[int | None, ...] = ()  # per present GPU, by index, as ``bars``
+    worst_finding_severity: str = ""
+    worst_finding_title: str = ""
+    top_holder_user: str = ""  # whose process holds the most GPU memory on the host
 
     @classmethod
     def of(cls, host: Host, gpus: list[Any], now: datetime) -> FleetRow:
-        """``host`` with ``with_open_finding_counts``; ``gpus``: its present GPUs' figures, by index."""
+        """``host`` from ``_rows`` (counts, worst finding, top holder); ``gpus``: its present GPUs."""
         online = host.last_seen_at is not None and now - host.last_seen_at <= Host.offline_after()
         return cls(
             pk=host.pk,
@@ -166,6 +260,11 @@ class FleetRow:
             findings_critical=host.open_findings_critical,
             findings_warning=host.open_findings_warning,
             findings_info=host.open_findings_info,
+            orphan_count=host.orphans,
+            utilizations=tuple(g.utilization_percent for g in gpus),
+            worst_finding_severity=host.worst_finding_severity or "",
+            worst_finding_title=host.worst_finding_title or "",
+            top_holder_user=host.top_holder_user or "",
         )
 
     @property
@@ -173,8 +272,20 @@ class FleetRow:
         return [dict(bar) for bar in self.bars]
 
     @property
+    def gpu_cells(self) -> list[tuple[dict[str, str], int | None]]:
+        """Each present GPU's bar figures with its utilisation (the table's small cell per GPU)."""
+        return [(dict(bar), busy) for bar, busy in zip(self.bars, self.utilizations, strict=False)]
+
+    @property
     def has_findings(self) -> bool:
         return bool(self.findings_critical or self.findings_warning or self.findings_info)
+
+    @property
+    def findings_count_text(self) -> str:
+        """"1 critical, 2 warning": every open finding, counted (the cell names only the worst)."""
+        counts = ((self.findings_critical, "critical"), (self.findings_warning, "warning"),
+                  (self.findings_info, "info"))
+        return ", ".join(f"{n} {severity}" for n, severity in counts if n)
 
     @property
     def version(self) -> str:
@@ -271,6 +382,68 @@ class FleetSummary:
     def version(self) -> str:
         return _fields_version(self)
 
+    @property
+    def attention_count(self) -> AttentionCount:
+        """The nav's count, from these figures (the same definitions as ``AttentionCount.of_fleet``)."""
+        return AttentionCount(offline_hosts=self.hosts_offline, critical_findings=self.findings_critical,
+                              pending_approvals=self.kill_requests_pending)
+
+
+@dataclass(frozen=True)
+class Attention:
+    """The strip above the table: offline hosts, then critical findings, then requests waiting for approval.
+
+    Names the first few of each (``ATTENTION_NAMED_MAX``); the counts are the summary's. A list is read
+    only when its count is not zero, so a quiet fleet costs no query here.
+    """
+
+    offline_count: int
+    offline: tuple[tuple[str, datetime | None], ...]  # (host, last seen), the most recently gone first
+    critical_count: int
+    critical: tuple[tuple[str, str], ...]  # (host, finding title), the oldest first
+    pending_count: int
+    pending: tuple[tuple[int, str], ...]  # (request, host), the oldest first
+
+    @classmethod
+    def of_fleet(cls, summary: FleetSummary, now: datetime) -> Attention:
+        fleet = Host.objects.fleet()
+        offline: tuple[tuple[str, datetime | None], ...] = ()
+        critical: tuple[tuple[str, str], ...] = ()
+        pending: tuple[tuple[int, str], ...] = ()
+        if summary.hosts_offline:
+            offline = tuple(fleet.offline(now).order_by(F("last_seen_at").desc(nulls_last=True), "name")
+                            .values_list("name", "last_seen_at")[:ATTENTION_NAMED_MAX])
+        if summary.findings_critical:
+            critical = tuple(Finding.objects.open().filter(host__in=fleet, severity=Finding.Severity.CRITICAL)
+                             .order_by("first_seen_at", "pk").values_list("host__name", "title")
+                             [:ATTENTION_NAMED_MAX])
+        if summary.kill_requests_pending:
+            pending = tuple(KillRequest.objects.pending().order_by("pk").values_list("pk", "host__name")
+                            [:ATTENTION_NAMED_MAX])
+        return cls(summary.hosts_offline, offline, summary.findings_critical, critical,
+                   summary.kill_requests_pending, pending)
+
+    @property
+    def alarming(self) -> bool:
+        """Something is wrong (an alert for a screen reader), not only waiting (a status)."""
+        return bool(self.offline_count or self.critical_count)
+
+    @property
+    def offline_more(self) -> int:
+        return self.offline_count - len(self.offline)
+
+    @property
+    def critical_more(self) -> int:
+        return self.critical_count - len(self.critical)
+
+    @property
+    def pending_more(self) -> int:
+        return self.pending_count - len(self.pending)
+
+    @property
+    def version(self) -> str:
+        return _fields_version(self)
+
 
 @dataclass
 class FleetPage:
@@ -278,12 +451,24 @@ class FleetPage:
     summary: FleetSummary
     page: Page
     rows: list[FleetRow] = field(default_factory=list)
+    attention: Attention | None = None
 
     @classmethod
     def load(cls, query: FleetQuery, now: datetime) -> FleetPage:
         """The summary and the asked page (past the end: the last; the fleet may have shrunk)."""
         page = query.hosts(now).get_page(query.page)
-        return cls(query, FleetSummary.of_fleet(now), page, _rows(list(page), now))
+        summary = FleetSummary.of_fleet(now)
+        return cls(query, summary, page, _rows(list(page), now), Attention.of_fleet(summary, now))
+
+    @property
+    def summary_version(self) -> str:
+        """The summary's and the strip's: a poll sends both again when either changed."""
+        attention = self.attention.version if self.attention else ""
+        return _version((self.summary.version, attention))
+
+    @property
+    def sort_links(self) -> dict[str, str]:
+        return {key: self.query.sorted_by(key) for key in SORTS}
 
     @property
     def layout_version(self) -> str:
@@ -292,7 +477,7 @@ class FleetPage:
 
     @property
     def version(self) -> str:
-        parts = [self.summary.version, self.layout_version, *(row.version for row in self.rows)]
+        parts = [self.summary_version, self.layout_version, *(row.version for row in self.rows)]
         return VERSION_SEPARATOR.join(parts)
 
     @property
@@ -318,12 +503,30 @@ _GPU_FIGURES = ("host_id", "index", "memory_total_bytes", "memory_used_bytes", "
                 "utilization_percent")
 
 
+def most_severe_open_finding_of_outer_host() -> QuerySet[Finding]:
+    """The outer query's host's open findings, most severe first, then oldest (``Severity.rank``)."""
+    rank = Case(*[When(severity=severity.value, then=Value(severity.rank)) for severity in Finding.Severity],
+                output_field=IntegerField())
+    return (Finding.objects.open().filter(host=OuterRef("pk")).annotate(rank=rank)
+            .order_by("rank", "first_seen_at", "kind", "key"))
+
+
 def _rows(host_ids: list[int], now: datetime) -> list[FleetRow]:
-    """The rows of these hosts, in this order: two queries (hosts with counts, present GPUs)."""
+    """The rows of these hosts, in this order: two queries (hosts with counts, worst finding and top holder
+    as subqueries; present GPUs)."""
     if not host_ids:
         return []
+    worst = most_severe_open_finding_of_outer_host()
+    top_holder = (ProcessLife.objects.filter(host=OuterRef("pk"), gone_at__isnull=True,
+                                             last_gpu_memory_bytes__gt=0)
+                  .order_by("-last_gpu_memory_bytes", "pid").values("user")[:1])
     hosts = {host.pk: host for host in
-             Host.objects.filter(pk__in=host_ids).with_open_finding_counts().order_by()}
+             Host.objects.filter(pk__in=host_ids).with_open_finding_counts().annotate(
+                 worst_finding_severity=Subquery(worst.values("severity")[:1]),
+                 worst_finding_title=Subquery(worst.values("title")[:1]),
+                 top_holder_user=Subquery(top_holder),
+                 orphans=_orphans_of_outer_host(),
+             ).order_by()}
     gpus: dict[int, list[Any]] = defaultdict(list)
     present = Gpu.objects.filter(present=True, host_id__in=host_ids).order_by("host_id", "index")
     for gpu in present.values_list(*_GPU_FIGURES, named=True):
@@ -351,4 +554,4 @@ def changes(page: FleetPage, seen: str) -> Changes:
     if len(parts) < 2 or parts[1] != page.layout_version or len(parts) != 2 + len(page.rows):
         return Changes(region=True, summary=True)
     changed = tuple(row for row, was in zip(page.rows, parts[2:], strict=True) if row.version != was)
-    return Changes(summary=parts[0] != page.summary.version, rows=changed)
+    return Changes(summary=parts[0] != page.summary_version, rows=changed)

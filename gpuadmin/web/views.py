@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 
 from django.contrib import messages
+from django.contrib.humanize.templatetags.humanize import naturaltime
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.templatetags.static import static
@@ -34,8 +35,9 @@ from gpuadmin.htmx import (
     wants_fragment,
 )
 from gpuadmin.notify.directory import Directory
+from gpuadmin.web import attention
 from gpuadmin.web.finding_actions import finding_view
-from gpuadmin.web.fleet_page import STATUSES, FleetPage, FleetQuery, changes
+from gpuadmin.web.fleet_page import SORTS, STATUSES, FleetPage, FleetQuery, changes, gpu_models
 from gpuadmin.web.host_tables import SORT_DESCENDING_BY_DEFAULT, ProcessQuery, exited_launchers, host_tables
 from gpuadmin.web.process_page import process_page
 
@@ -58,10 +60,13 @@ def fleet(request: HtmxHttpRequest) -> HttpResponse:
     """The page, or (htmx's poll, which says what it shows in ``seen``) only what changed since:
     204 for nothing, else the changed rows and summary out of band (``gpuadmin.web.fleet_page``)."""
     page = FleetPage.load(FleetQuery.from_params(request.GET), timezone.now())
+    # The nav's count from the summary's figures: the context processor's queries are not run.
+    nav_attention = attention.keep(page.summary.attention_count)
     context = {"fleet": page, "poll_seconds": poll_seconds(), "statuses": STATUSES,
-               "finding_kinds": Finding.Kind.choices}
+               "finding_kinds": Finding.Kind.choices, "nav_attention": nav_attention}
     if not wants_fragment(request):
-        return render(request, "web/fleet.html", {**context, "awaiting_hosts": _awaiting_for(request)})
+        return render(request, "web/fleet.html", {**context, "awaiting_hosts": _awaiting_for(request),
+                                                  "sorts": SORTS, "gpu_models": gpu_models()})
     changed = changes(page, request.GET.get("seen", ""))
     if changed.nothing:
         return HttpResponse(status=HTTP_NO_CONTENT)
@@ -205,6 +210,21 @@ def history_charts(host: Host, gpus: list[Gpu], range_name: str) -> list[dict[st
 @role_required(Role.VIEWER)
 def host_probe(request: HttpRequest, name: str) -> HttpResponse:
     host = get_object_or_404(Host, name=name)
+    if not host.is_online:
+        # Its agent has not answered for a while: a probe goes out, but nothing says it will be answered,
+        # and a green "asked" would read as "it is fine".
+        seen = f"last seen {naturaltime(host.last_seen_at)}" if host.last_seen_at else "never seen"
+        try:
+            probe_now(host.name)
+        except ProbeTooSoon:
+            pass
+        except Exception:
+            logger.exception("could not send an on-demand probe to %s", host.name)
+        messages.warning(
+            request, f"{host.name} is offline ({seen}): its data below is old. A probe was sent; "
+            "the page changes only if its agent answers (check that the agent runs on it)."
+        )
+        return redirect("host_detail", name=host.name)
     try:
         probe_now(host.name)
     except ProbeTooSoon as exc:

@@ -39,12 +39,15 @@ def test_a_host_silent_for_three_intervals_is_marked_offline_with_its_last_seen_
     stale = make_offline(store("stale"))
     page = viewer_client.get(reverse("fleet")).content.decode()
     assert 'class="host-online"' in host_row(page, "fresh")
-    assert '<span class="badge badge-online">online</span>' in host_row(page, "fresh")
+    online = '<span class="badge badge-online" title="a snapshot arrived in the last 30 s">online</span>'
+    assert online in host_row(page, "fresh")
     row = host_row(page, "stale")
     assert 'class="host-offline"' in row
     assert '<span class="badge badge-offline">offline</span>' in row
+    # Its data is old: the row says as of when, in the lab's zone (UTC here), and how long ago.
     exact = stale.last_seen_at.strftime("%Y-%m-%d %H:%M:%S UTC")
-    assert f'title="{exact}">2\xa0hours ago</time>' in row
+    assert re.search(rf'<time class="stale-as-of" datetime="[^"]+" title="{exact}">'
+                     r"as of [0-9: -]+, 2 h ago</time>", row)
 
 
 def test_each_gpu_has_a_bar_with_its_unattributed_part(viewer_client):
@@ -53,25 +56,28 @@ def test_each_gpu_has_a_bar_with_its_unattributed_part(viewer_client):
     # GPU 0: 28 of 80 GiB attributed (35 %), 2 GiB unattributed (2.5 %).
     assert '<rect class="bar-attributed" width="35.0%" height="100%"/>' in row
     assert '<rect class="bar-unattributed" x="35.0%" width="2.5%" height="100%"/>' in row
-    assert "30 GiB / 80 GiB" in row
-    assert "(2 GiB unattributed)" in row
+    # One small cell per GPU: used/total and utilisation; the figures in full in its title.
+    assert "30/80 GiB 97%" in row
+    assert "2 GiB not attributed to any visible process" in row
     # GPU 1: 8 of 80 GiB attributed.
     assert '<rect class="bar-attributed" width="10.0%" height="100%"/>' in row
-    assert "10 GiB / 80 GiB" in row
+    assert "10/80 GiB 40%" in row
 
 
-def test_shows_gpu_process_zombie_and_finding_counts(viewer_client):
+def test_shows_zombie_and_orphan_counts_the_worst_finding_and_the_biggest_holder(viewer_client):
     store_busy_host("gpu01")
     row = host_row(viewer_client.get(reverse("fleet")).content.decode(), "gpu01")
-    cells = re.findall(r'<td class="num">(.*?)</td>', row, re.S)
-    host = Host.objects.get(name="gpu01")
-    # 101, 102, 201, 202 hold memory; 103 holds a device file.
-    assert cells[0] == str(host.gpu_process_count) == "5"
-    assert '<span class="badge badge-warning">6</span>' in cells[1]
-    # One critical (orphans), two warnings (unattributed on each GPU), two infos (zombie trees).
-    assert '<span class="badge badge-critical">1 critical</span>' in row
-    assert '<span class="badge badge-warning">2 warning</span>' in row
-    assert '<span class="badge badge-info">2 info</span>' in row
+    cells = re.findall(r'<td class="num" data-label="[^"]+">(.*?)</td>', row, re.S)
+    assert '<span class="badge badge-warning">6</span>' in cells[0]  # zombies
+    assert '<span class="badge badge-warning">2</span>' in cells[1]  # orphans 201 and 202
+    # The worst open finding (the orphans, critical), every open one counted in its title: one critical,
+    # two warnings (unattributed on each GPU), two infos (zombie trees).
+    worst = re.search(r'<td class="worst-finding"[^>]*>(.*?)</td>', row, re.S).group(1)
+    assert '<span class="badge badge-critical">critical</span>' in worst
+    assert "orphan" in worst
+    assert "(1 critical, 2 warning, 2 info)" in worst
+    # alice's pid 101 holds 20 GiB, the most on the host.
+    assert re.search(r'<td class="top-holder"[^>]*>alice</td>', row)
 
 
 def test_a_host_without_findings_says_none(viewer_client):
@@ -122,8 +128,9 @@ def test_the_number_of_queries_does_not_grow_with_the_number_of_hosts(viewer_cli
     assert with_sixty == with_ten
     assert poll_sixty == poll_ten
     # session, user, groups; summary: hosts, GPUs, findings, kill requests; page: count, its hosts' keys in
-    # order, those hosts with their finding counts, their GPUs.
-    assert with_sixty <= 11
+    # order, those hosts with their finding counts, worst finding, orphans and top holder, their GPUs; the
+    # GPU models to filter by. The attention strip reads nothing when nothing needs attention.
+    assert with_sixty <= 12
 
 
 def test_a_page_shows_fifty_hosts_and_links_to_the_next(viewer_client):
@@ -153,7 +160,8 @@ def test_filters_by_name_status_and_open_finding_kind(viewer_client):
     assert listed(viewer_client, status="online") == ["gpu-busy", "gpu-quiet"]
     assert listed(viewer_client, kind=Finding.Kind.ORPHAN_GPU) == ["gpu-busy"]
     assert listed(viewer_client, kind=Finding.Kind.ORPHAN_GPU, status="offline") == []
-    assert listed(viewer_client, status="sideways") == ["gpu-busy", "gpu-gone", "gpu-quiet"]  # no filter
+    # No filter: online hosts first (an offline host's figures are old), each by worst finding, then name.
+    assert listed(viewer_client, status="sideways") == ["gpu-busy", "gpu-quiet", "gpu-gone"]
     page = viewer_client.get(reverse("fleet"), {"name": "nothing-like-it"}).content.decode()
     assert "No host matches these filters." in page
 
@@ -185,10 +193,10 @@ def test_the_summary_counts_the_whole_fleet(viewer_client, requester):
     assert ">1 pending approval</a>" in summary
 
 
-def test_every_gpu_bar_has_the_same_width_and_its_figures_beside_it():
-    css = (Path(settings.BASE_DIR) / "static" / "css" / "gpuadmin.css").read_text()
-    assert ".fleet-table .gpu-line { grid-template-columns: 3.5rem 10rem max-content; }" in css
-    assert ".fleet-table .gpu-line .bar { width: 10rem; min-width: 10rem; }" in css
+def test_every_gpu_cell_has_the_same_width_so_every_gpu_is_drawn_on_one_scale():
+    css = (Path(settings.BASE_DIR) / "static" / "css" / "fleet.css").read_text()
+    assert ".gpu-cell { display: inline-block; width: 6.4rem;" in css
+    assert ".mini-bar { display: block; width: 100%;" in css
 
 
 def test_hosts_are_ordered_by_their_worst_open_finding(viewer_client):
@@ -199,3 +207,95 @@ def test_hosts_are_ordered_by_their_worst_open_finding(viewer_client):
     store("d-warning", gpus=[gpu(0, used=10 * GiB)])  # unattributed memory
     page = viewer_client.get(reverse("fleet")).content.decode()
     assert re.findall(r'data-host="([^"]+)"', page) == ["b-critical", "d-warning", "c-info", "a-quiet"]
+
+
+# --- Issue 33: the attention strip, the order and filters in the URL, offline data marked stale. ---
+
+
+def strip_of(page: str) -> str:
+    match = re.search(r'<section id="fleet-attention".*?</section>', page, re.S)
+    assert match, "no attention strip"
+    return match.group(0)
+
+
+def test_the_strip_names_offline_hosts_then_critical_findings_then_waiting_requests(viewer_client, requester):
+    busy = enrol(store_busy_host("gpu01"))  # orphans holding memory: a critical finding
+    make_offline(store("gpu-gone"))
+    file(requester, 101, host=busy.name)
+    strip = strip_of(viewer_client.get(reverse("fleet")).content.decode())
+    # Something is wrong: an alert, which a screen reader reads out at once.
+    assert 'role="alert"' in strip
+    offline, critical, pending = (strip.index(f'class="attention-{kind}"') for kind in ("offline", "critical",
+                                                                                         "pending"))
+    assert offline < critical < pending
+    assert "1 host offline:" in strip
+    gone = reverse("host_detail", kwargs={"name": "gpu-gone"})
+    assert f'<a href="{gone}" class="host-link">gpu-gone</a>' in strip
+    assert '?status=offline" class="attention-action">List offline hosts</a>' in strip
+    assert "1 critical finding:" in strip and "orphan" in strip
+    assert '?attention=1" class="attention-action">List hosts needing attention</a>' in strip
+    assert "1 kill request waiting for approval:" in strip
+    assert f'<a href="{reverse("kill_requests")}" class="attention-action">Review requests</a>' in strip
+
+
+def test_a_quiet_fleet_gets_a_status_not_an_alert(viewer_client, requester):
+    enrol(store("gpu01", processes=[proc(101, gpu_memory={"GPU-sim-0000": GiB})], gpus=[gpu(0, used=GiB)]))
+    strip = strip_of(viewer_client.get(reverse("fleet")).content.decode())
+    assert 'role="status"' in strip and 'role="alert"' not in strip
+    assert "Nothing needs attention" in strip
+    file(requester, 101)  # only waiting, nothing wrong: still a status
+    strip = strip_of(viewer_client.get(reverse("fleet")).content.decode())
+    assert 'role="status"' in strip and "1 kill request waiting for approval" in strip
+
+
+def test_a_poll_sends_the_strip_again_when_a_host_goes_offline(viewer_client):
+    from tests.web.test_fleet_poll import HTMX, poll_url
+
+    hosts = [store("gpu01"), store("gpu02")]
+    page = viewer_client.get(reverse("fleet")).content.decode()
+    make_offline(hosts[1])
+    body = viewer_client.get(poll_url(page), **HTMX).content.decode()
+    assert re.search(r'<section id="fleet-attention"[^>]*role="alert"[^>]*hx-swap-oob="true">', body)
+    assert "1 host offline:" in strip_of(body)
+    # The nav's count follows, out of band too.
+    assert re.search(r'<a id="nav-attention"[^>]*hx-swap-oob="true">'
+                     r'Needs attention <span class="count">1</span>', body)
+
+
+def test_offline_hosts_sort_after_online_ones_and_their_findings_are_marked_stale(viewer_client):
+    make_offline(store_busy_host("a-gone"))  # critical findings, but old
+    store("b-quiet")
+    page = viewer_client.get(reverse("fleet")).content.decode()
+    assert re.findall(r'data-host="([^"]+)"', page) == ["b-quiet", "a-gone"]
+    row = host_row(page, "a-gone")
+    assert '<span class="badge badge-critical">critical</span> <span class="badge badge-stale"' in row
+    assert "badge-stale" not in host_row(page, "b-quiet")
+
+
+def test_sorting_is_in_the_url_and_kept_by_the_filters_and_pages(viewer_client):
+    store_busy_host("a-busy")  # 6 zombies, 2 orphans
+    store("b-zombies", processes=[proc(20, name="p"), proc(21, ppid=20, state="Z")])
+    store("c-free", gpus=[gpu(0), gpu(1), gpu(2, used=10 * GiB)])
+    assert listed(viewer_client, sort="name") == ["a-busy", "b-zombies", "c-free"]
+    assert listed(viewer_client, sort="zombies") == ["a-busy", "b-zombies", "c-free"]
+    assert listed(viewer_client, sort="orphans")[0] == "a-busy"
+    assert listed(viewer_client, sort="free")[0] == "c-free"  # two free GPUs
+    assert listed(viewer_client, sort="sideways") == listed(viewer_client)  # unknown: the default
+    page = viewer_client.get(reverse("fleet"), {"sort": "zombies", "name": "b"}).content.decode()
+    assert '<input type="hidden" name="sort" value="zombies">' in page  # the filter form keeps the order
+    assert '<a href="?name=b&amp;sort=name">Host</a>' in page  # a header link keeps the filters
+
+
+def test_filters_by_needing_attention_gpu_model_and_free_gpus(viewer_client):
+    store_busy_host("gpu-busy")  # critical and warning findings
+    make_offline(store("gpu-gone"))
+    store("gpu-free", gpus=[gpu(0, name="NVIDIA A100"), gpu(1, name="NVIDIA A100")])
+    store("gpu-full", gpus=[gpu(0, name="NVIDIA A100", used=70 * GiB)],
+          processes=[proc(10, gpu_memory={"GPU-sim-0000": 70 * GiB})])
+    assert listed(viewer_client, attention="1") == ["gpu-busy", "gpu-gone"]
+    assert listed(viewer_client, model="NVIDIA A100") == ["gpu-free", "gpu-full"]
+    assert listed(viewer_client, free="2") == ["gpu-free"]
+    assert listed(viewer_client, free="2", model="NVIDIA A100", attention="1") == []
+    assert listed(viewer_client, free="lots") == listed(viewer_client)  # not a number: no filter
+    page = viewer_client.get(reverse("fleet")).content.decode()
+    assert '<option value="NVIDIA A100">NVIDIA A100</option>' in page

@@ -9,7 +9,7 @@ from django.urls import reverse
 
 from gpuadmin.broker.filesystem import BrokerFolders
 from gpuadmin.fleet.models import Host
-from tests.fleet.helpers import store
+from tests.fleet.helpers import make_offline, store
 
 pytestmark = pytest.mark.django_db
 
@@ -70,3 +70,15 @@ def test_a_second_press_within_the_interval_sends_nothing_and_says_when(viewer_c
     page = response.content.decode()
     assert "gpu01 was asked for a probe less than" in page
     assert "its regular probes go on meanwhile" in page
+
+
+def test_probe_now_on_an_offline_host_says_it_is_offline_not_that_all_is_well(viewer_client):
+    queue = filesystem_queue()
+    make_offline(store("gpu01"))
+    before = set(queue.iterdir())
+    response = viewer_client.post(URL, follow=True)
+    assert len(set(queue.iterdir()) - before) == 1  # asked all the same: the agent may be back
+    page = response.content.decode()
+    warning = '<div class="message message-warning" role="status">gpu01 is offline (last seen 2\xa0hours ago)'
+    assert warning in page
+    assert "message-success" not in page
