@@ -30,6 +30,8 @@ HISTORY_MAINTENANCE_PERIOD_SECONDS = 300.0
 EXPIRY_WARNING_PERIOD_SECONDS = 60.0
 # Events newer than the last anchor are vouched for by the database alone (docs/security.md).
 AUDIT_ANCHOR_PERIOD_SECONDS = 60.0
+# Fair-use policies count in minutes: one look a minute takes each step on time.
+FAIR_USE_PERIOD_SECONDS = 60.0
 # Sending from a web request after its commit: a broker that is down costs this little, never a hang.
 SEND_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
 # A periodic task that waits longer than this share of its period is dropped:
@@ -64,6 +66,11 @@ def beat_schedule(probe_interval_seconds: float) -> dict[str, dict]:
             "task": task_names.WARN_EXPIRING_REQUESTS,
             "schedule": EXPIRY_WARNING_PERIOD_SECONDS,
             "options": {"expires": EXPIRY_WARNING_PERIOD_SECONDS * EXPIRES_SHARE_OF_PERIOD},
+        },
+        "evaluate-fair-use": {
+            "task": task_names.EVALUATE_FAIR_USE,
+            "schedule": FAIR_USE_PERIOD_SECONDS,
+            "options": {"expires": FAIR_USE_PERIOD_SECONDS * EXPIRES_SHARE_OF_PERIOD},
         },
         "anchor-audit": {
             "task": task_names.ANCHOR_AUDIT,
@@ -101,6 +108,7 @@ app = Celery(
         "gpuadmin.kills.tasks",  # central: record_kill_progress, sweep
         "gpuadmin.notify.tasks",  # central: kill_event, deliver, warn_expiring
         "gpuadmin.audit.tasks",  # central: anchor
+        "gpuadmin.fairuse.tasks",  # central: evaluate, deliver_notice
     ],
 )
 app.config_from_object("django.conf:settings", namespace="CELERY")

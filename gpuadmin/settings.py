@@ -62,6 +62,7 @@ INSTALLED_APPS = [
     "gpuadmin.audit",
     "gpuadmin.notify",
     "gpuadmin.usage",
+    "gpuadmin.fairuse",
     "gpuadmin.web",
 ]
 
@@ -357,6 +358,10 @@ GPUADMIN_AUDIT_ANCHOR_SYSLOG = env_str("GPUADMIN_AUDIT_ANCHOR_SYSLOG")
 
 # Kill workflow (see gpuadmin/kills).
 GPUADMIN_ALLOW_SELF_APPROVAL = env_bool("GPUADMIN_ALLOW_SELF_APPROVAL", False)
+# A person may stop processes that run as their own mapped uids ("My GPUs") with no second admin:
+# on by default, since it gives nobody a power they lack (the owner can already kill their own
+# processes over ssh) and the agent re-checks each target's uid before every signal.
+GPUADMIN_SELF_SERVICE = env_bool("GPUADMIN_SELF_SERVICE", True)
 GPUADMIN_PENDING_EXPIRY_SECONDS = env_int("GPUADMIN_PENDING_EXPIRY_SECONDS", 3600)
 GPUADMIN_APPROVED_START_DEADLINE_SECONDS = env_int("GPUADMIN_APPROVED_START_DEADLINE_SECONDS", 120)
 # After a kill, the host's snapshots that may still show its targets' GPU memory coming back;

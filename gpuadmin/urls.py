@@ -29,6 +29,7 @@ urlpatterns = [
     path("kills/", include("gpuadmin.kills.urls")),
     path("audit/", include("gpuadmin.audit.urls")),
     path("notifications/", include("gpuadmin.notify.urls")),
+    path("", include("gpuadmin.fairuse.urls")),  # /me/gpus/ and fair use's pages
     path("usage/", include("gpuadmin.usage.urls")),
     path("", include("gpuadmin.web.urls")),
 ]

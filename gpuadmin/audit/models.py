@@ -72,6 +72,10 @@ Action = models.TextChoices(  # type: ignore[call-overload]
         ("TOTP_DEVICE_REMOVED", ("totp_device_removed", "TOTP device removed")),
         ("LOGIN_LOCKED_OUT", ("login_locked_out", "Login locked out")),
         ("REAUTHENTICATED", ("reauthenticated", "Re-authenticated to approve")),
+        # Fair use (gpuadmin/fairuse/): a policy created, changed or deleted (details["change"]), and a
+        # step of one of its cases (details["step"]: notified, snoozed, reminded, requested, resolved).
+        ("POLICY_CHANGED", ("policy_changed", "Fair-use policy changed")),
+        ("FAIR_USE_STEP", ("fair_use_step", "Fair-use step")),
     ],
     module=__name__,
 )

@@ -592,6 +592,21 @@ def _reauthenticated(event: AuditEvent, details: dict[str, Any], context: Senten
     return [*_account(details), w(f" confirmed its {how} to approve")]
 
 
+def _policy_changed(event: AuditEvent, details: dict[str, Any], context: SentenceContext) -> list[Part]:
+    policy = _dict(details.get("policy"))
+    what = f"{_str(policy.get('condition'))}, {_str(policy.get('mode'))}"
+    return [*_actor(event), w(f" {_str(details.get('change')) or 'changed'} fair-use policy "),
+            value(_str(policy.get("name"))), note(what)]
+
+
+def _fair_use_step(event: AuditEvent, details: dict[str, Any], context: SentenceContext) -> list[Part]:
+    parts = [w("Fair-use policy "), value(_str(details.get("policy"))), w(f": {_str(details.get('step'))} ")]
+    parts.append(quote(_str(details.get("summary"))))
+    if details.get("reason"):
+        parts += [w(" because "), quote(_str(details.get("reason")))]
+    return [*parts, w(" on "), *_host(event)]
+
+
 def _unknown(event: AuditEvent, details: dict[str, Any], context: SentenceContext) -> list[Part]:
     # An action no builder knows (only reachable for rows written by another version).
     parts = [*_request(event), w(f": {event.action}")]
@@ -628,6 +643,8 @@ _BUILDERS: dict[str, Builder] = {
     Action.TOTP_DEVICE_REMOVED: _totp_device_removed,
     Action.LOGIN_LOCKED_OUT: _login_locked_out,
     Action.REAUTHENTICATED: _reauthenticated,
+    Action.POLICY_CHANGED: _policy_changed,
+    Action.FAIR_USE_STEP: _fair_use_step,
 }
 
 

@@ -126,6 +126,9 @@ class KillRequest(models.Model):
     )
     approved_by_name = models.CharField(max_length=150, blank=True)
     self_approved = models.BooleanField(default=False)
+    # Filed by a person for their own processes, with no second admin (kills/services/self_service.py):
+    # its order is a self-service order, which the agent runs only on processes of the allowed uids.
+    self_service = models.BooleanField(default=False)
     # Who rejected or cancelled it.
     closed_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,

@@ -12,7 +12,8 @@ No Django and no Celery here, so anything may import it.
 from __future__ import annotations
 
 AGENT_PREFIX = "gpuadmin.agent."
-CENTRAL_PREFIXES = ("gpuadmin.fleet.", "gpuadmin.kills.", "gpuadmin.notify.", "gpuadmin.audit.")
+CENTRAL_PREFIXES = ("gpuadmin.fleet.", "gpuadmin.kills.", "gpuadmin.notify.", "gpuadmin.audit.",
+                    "gpuadmin.fairuse.")
 
 # Agent side: run by the agent of the host whose queue (host.<name>) they are sent to.
 PROBE_HOST = "gpuadmin.agent.probe_host"
@@ -28,3 +29,5 @@ NOTIFY_KILL_EVENT = "gpuadmin.notify.kill_event"  # who hears about a kill reque
 DELIVER_NOTIFICATION = "gpuadmin.notify.deliver"  # one message to one destination, with retries
 WARN_EXPIRING_REQUESTS = "gpuadmin.notify.warn_expiring"  # beat: pending requests about to expire
 ANCHOR_AUDIT = "gpuadmin.audit.anchor"  # beat: sign the audit chain's head, publish it outside the database
+EVALUATE_FAIR_USE = "gpuadmin.fairuse.evaluate"  # beat: live fair-use policies, one step at a time
+DELIVER_FAIR_USE_NOTICE = "gpuadmin.fairuse.deliver_notice"  # one fair-use notice to its person

@@ -11,6 +11,7 @@ the models directly (tests/kills/test_service_contract.py checks this).
 - expiry, sweeper: expire what waited too long, re-send, give up on silent agents
 - memory_release: memory confirmed by a later snapshot
 - findings: the "unkillable" finding, opened and closed
+- self_service: a person stopping their own processes, no second admin (checked by uid twice)
 - errors: why an action did not happen (pages and API show the message)
 """
 
@@ -21,6 +22,7 @@ from gpuadmin.kills.services.filing import file_request, file_reset_request, get
 from gpuadmin.kills.services.findings import resolve_gone_unkillable
 from gpuadmin.kills.services.memory_release import confirm_released
 from gpuadmin.kills.services.progress import EarlierStepsMissing, receive_report, record_progress
+from gpuadmin.kills.services.self_service import self_service_refusal, stop_own_processes
 from gpuadmin.kills.services.sweeper import sweep
 
 __all__ = [
@@ -46,6 +48,8 @@ __all__ = [
     "record_progress",
     "reject",
     "resolve_gone_unkillable",
+    "self_service_refusal",
     "send_order",
+    "stop_own_processes",
     "sweep",
 ]

@@ -25,7 +25,7 @@ from gpuadmin.keys import central_signing_key
 from gpuadmin.kills.models import KillRequest
 from gpuadmin.kills.services._audit import audit
 from gpuadmin.kills.states import Status
-from gpuadmin.wire.kill_protocol import ORDER_VERSION
+from gpuadmin.wire.kill_protocol import ORDER_VERSION, SELF_SERVICE_ORDER_VERSION
 from gpuadmin.wire.signing import MessageKind, seal
 from gpuadmin.wire.task_names import EXECUTE_KILL_ORDER
 from gpuadmin.wire.timestamps import wire_time
@@ -77,6 +77,13 @@ def build_order(kill_request: KillRequest) -> dict[str, Any]:
         # audit chain's signed head where central's database writers cannot reach (audit/anchors.py).
         "audit_anchor": newest_envelope(),
     }
+    if kill_request.self_service:
+        # No second admin approved it: the agent signals a target only while /proc shows one of
+        # these uids (the targets', each checked against the person's accounts at filing).
+        order.update(order_version=SELF_SERVICE_ORDER_VERSION, self_service={
+            "allowed_uids": sorted({t.uid for t in kill_request.targets.all() if t.uid is not None}),
+            "person": kill_request.requested_by_name,
+        })
     if kill_request.is_reset:
         # Kill orders stay exactly as before (no "action": an agent reads its absence as a kill).
         order.update(action=KillRequest.Action.RESET_GPU.value, gpu={"uuid": kill_request.gpu_uuid})

@@ -1,0 +1,299 @@
+"""Fair use, warning first: evaluate live policies, notify, snooze, notify again, then file a kill
+request in the policy's name, which still waits for an approver like any other (never a kill
+without approval: the request goes through ``gpuadmin.kills.services``).
+
+Every step of a case and every change to a policy is an audit event (``policy_changed``,
+``fair_use_step``) written in the transaction that makes it. The beat task
+(``tasks.evaluate_policies``) calls ``evaluate`` once a minute; tests call it with their own clock.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+from functools import partial
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.db import transaction
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.text import slugify
+
+from gpuadmin.accounts.roles import Role
+from gpuadmin.audit import log
+from gpuadmin.audit.models import Action
+from gpuadmin.fairuse import conditions
+from gpuadmin.fairuse.models import Case, Notice, Policy
+from gpuadmin.fairuse.states import OPEN, SNOOZABLE, CaseState
+from gpuadmin.kills import services as kills
+from gpuadmin.notify.delivery import send
+from gpuadmin.notify.models import Person
+
+logger = logging.getLogger(__name__)
+
+
+class NotAllowed(Exception):
+    """The answer is refused; the message says why."""
+
+
+# --- the audit log ---------------------------------------------------------------------------
+
+
+def audit_policy(policy: Policy, change: str, actor: Any = None) -> None:
+    """A policy created, changed or deleted (the admin calls it in the change's transaction)."""
+    log.record(Action.POLICY_CHANGED, actor=actor, details={"change": change, "policy": policy.described()})
+
+
+def _audit_step(case: Case, step: str, *, actor: Any = None, **details: Any) -> None:
+    log.record(
+        Action.FAIR_USE_STEP,
+        actor=actor,
+        host_name=case.host.name,
+        kill_request_id=case.kill_request_id,
+        process_users=[case.person.name] if case.person else [],
+        details={
+            "policy": case.policy.name,
+            "case": case.pk,
+            "step": step,
+            "summary": case.summary,
+            "targets": case.targets,
+            **details,
+        },
+    )
+
+
+# --- the policy's identity -----------------------------------------------------------------
+
+
+def policy_user(policy: Policy) -> Any:
+    """The account a policy files its kill requests as: a requester nobody can sign in as.
+
+    Its name says which policy filed (the audit log's actor and the request's "requested by"); it
+    is never an approver, and an approver is always someone else, so the two-person rule holds.
+    """
+    username = f"policy-{slugify(policy.name)}"[:150] or f"policy-{policy.pk}"
+    user, created = get_user_model().objects.get_or_create(username=username)
+    if created:
+        user.set_unusable_password()
+        user.save()
+        group, _ = Group.objects.get_or_create(name=Role.REQUESTER)
+        user.groups.add(group)
+    return user
+
+
+# --- notices ---------------------------------------------------------------------------------
+
+
+def _url(path: str) -> str:
+    return f"{settings.GPUADMIN_BASE_URL.rstrip('/')}{path}"
+
+
+def _notify(case: Case, *, again: bool) -> None:
+    person = case.person
+    if person is None:
+        return  # nobody mapped: the case goes on; the host page shows the process
+    first = "" if not again else "Second notice: "
+    request_in = (
+        case.policy.request_after_minutes
+        if again
+        else (case.policy.notify_again_after_minutes + case.policy.request_after_minutes)
+    )
+    notice = Notice.objects.create(
+        case=case,
+        person=person,
+        recipient_name=person.name,
+        subject=f"[gpuadmin] {first}{case.summary}"[:300],
+        body=(
+            f"{case.summary}.\nPolicy: {case.policy.name} ({case.policy.get_condition_display()}).\n"
+            f"What you hold: {_url(reverse('my_gpus'))}\n"
+            f"Still needed? Say why, and it is snoozed: {_url(reverse('fair_use_case', args=[case.pk]))}\n"
+            f"Otherwise a kill request is filed in about {request_in} minutes; an approver decides on it."
+        ),
+    )
+    transaction.on_commit(partial(_send_later, notice.pk))
+
+
+def _send_later(notice_id: int) -> None:
+    from gpuadmin.celery import send_central
+    from gpuadmin.wire.task_names import DELIVER_FAIR_USE_NOTICE
+
+    send_central(DELIVER_FAIR_USE_NOTICE, notice_id)
+
+
+def deliver_notice(notice_id: int) -> bool:
+    """Send one queued notice to each of its person's destinations; True when every one took it."""
+    claimed = Notice.objects.filter(pk=notice_id, status=Notice.Status.QUEUED).update(
+        status=Notice.Status.SENT
+    )
+    if not claimed:
+        return True  # sent already, or never queued: a repeated or forged task sends nothing
+    notice = Notice.objects.select_related("person").get(pk=notice_id)
+    person = notice.person
+    errors = []
+    for url in person.apprise_urls() if person else []:
+        outcome = send(url, notice.subject, notice.body)
+        if not outcome.ok:
+            errors.append(outcome.error)
+    if errors:
+        Notice.objects.filter(pk=notice_id).update(status=Notice.Status.FAILED, last_error="; ".join(errors))
+    return not errors
+
+
+# --- evaluation --------------------------------------------------------------------------------
+
+
+def evaluate(now: datetime | None = None) -> int:
+    """Run every live policy once against the fleet's newest snapshots; the number of steps taken."""
+    now = now or timezone.now()
+    steps = 0
+    for policy in Policy.objects.filter(mode=Policy.Mode.LIVE):
+        steps += evaluate_policy(policy, now)
+    return steps
+
+
+def evaluate_policy(policy: Policy, now: datetime) -> int:
+    candidates = {c.key: c for c in conditions.find(policy, now)}
+    steps = 0
+    for case in Case.objects.filter(policy=policy, status__in=OPEN).select_related(
+        "host", "person", "policy"
+    ):
+        if case.key not in candidates:
+            with transaction.atomic():
+                case.transition(CaseState.RESOLVED)
+                case.resolved_at = now
+                case.save()
+                _audit_step(case, "resolved", why="the condition no longer holds")
+            steps += 1
+    for key, candidate in candidates.items():
+        with transaction.atomic():
+            case = (
+                Case.objects.select_for_update()
+                .select_related("host", "person", "policy")
+                .filter(policy=policy, key=key, status__in=OPEN)
+                .first()
+            )
+            if case is None:
+                case = Case.objects.create(
+                    policy=policy,
+                    key=key,
+                    host=candidate.host,
+                    person=candidate.person,
+                    summary=candidate.summary,
+                    targets=candidate.targets,
+                    held_bytes=candidate.held_bytes,
+                    condition_since=candidate.since or now,
+                    first_seen_at=now,
+                )
+            else:
+                case.summary, case.targets, case.held_bytes = (
+                    candidate.summary,
+                    candidate.targets,
+                    candidate.held_bytes,
+                )
+            steps += _advance(case, now)
+            case.save()
+    return steps
+
+
+def _advance(case: Case, now: datetime) -> int:
+    """Take the step that is due (at most one a minute), in the caller's transaction."""
+    policy = case.policy
+    if case.status == CaseState.WATCHING:
+        if now - case.condition_since < timedelta(minutes=policy.minutes):
+            return 0
+        case.transition(CaseState.NOTIFIED)
+        case.notified_at = now
+        _notify(case, again=False)
+        _audit_step(case, "notified", person=case.person.name if case.person else None)
+        return 1
+    due_again = (
+        case.status == CaseState.NOTIFIED
+        and case.notified_at is not None
+        and now - case.notified_at >= timedelta(minutes=policy.notify_again_after_minutes)
+    ) or (case.status == CaseState.SNOOZED and case.snoozed_until is not None and now >= case.snoozed_until)
+    if due_again:
+        case.transition(CaseState.REMINDED)
+        case.reminded_at = now
+        _notify(case, again=True)
+        _audit_step(case, "reminded", person=case.person.name if case.person else None)
+        return 1
+    if (
+        case.status == CaseState.REMINDED
+        and case.reminded_at is not None
+        and now - case.reminded_at >= timedelta(minutes=policy.request_after_minutes)
+    ):
+        return _file_request(case, now)
+    return 0
+
+
+def _file_request(case: Case, now: datetime) -> int:
+    (pid, start), *also = case.targets
+    reason = (
+        f"fair-use policy {case.policy.name!r}: {case.summary}; the owner was notified twice "
+        "and did not answer"
+    )
+    try:
+        kill_request = kills.file_request(
+            policy_user(case.policy),
+            host=case.host,
+            pid=pid,
+            start_time_ticks=start,
+            also=[tuple(t) for t in also],
+            reason=reason,
+            now=now,
+        )
+    except kills.Conflict as conflict:
+        # Someone already asked: the case follows that request instead of filing a second.
+        kill_request_id = conflict.extra.get("kill_request_id")
+        kill_request = kills.get_request(kill_request_id) if kill_request_id else None
+        if kill_request is None:
+            raise
+    except kills.KillError as error:
+        logger.warning("fair-use case %s: no kill request filed: %s", case.pk, error)
+        return 0
+    case.transition(CaseState.REQUESTED)
+    case.kill_request = kill_request
+    _audit_step(case, "requested", kill_request=kill_request.pk)
+    return 1
+
+
+# --- the owner's answer ------------------------------------------------------------------------
+
+
+def snooze(case_id: int, user: Any, reason: str, *, now: datetime | None = None) -> Case:
+    """The owner says "still needed", with a reason: no step until the snooze ends (bounded)."""
+    reason = (reason or "").strip()
+    if not reason:
+        raise NotAllowed("say why it is still needed: the reason is kept in the audit log")
+    now = now or timezone.now()
+    with transaction.atomic():
+        case = Case.objects.select_for_update().select_related("policy", "person", "host").get(pk=case_id)
+        person = Person.objects.filter(user_id=getattr(user, "pk", None)).first()
+        if person is None or case.person_id != person.pk:
+            raise NotAllowed("only the person who holds it can say it is still needed")
+        if case.status not in SNOOZABLE:
+            raise NotAllowed(f"this case is {case.get_status_display().lower()}; it cannot be snoozed now")
+        left = case.policy.max_snooze_minutes * 60 - case.snoozed_seconds
+        if left <= 0:
+            raise NotAllowed(
+                f"snoozed for the policy's {case.policy.max_snooze_minutes} minutes already: "
+                "free it, or ask an admin to change the policy"
+            )
+        seconds = min(case.policy.snooze_minutes * 60, left)
+        case.transition(CaseState.SNOOZED)
+        case.snoozed_until = now + timedelta(seconds=seconds)
+        case.snoozed_seconds += seconds
+        case.snooze_reason = reason
+        case.save()
+        _audit_step(
+            case,
+            "snoozed",
+            actor=user,
+            reason=reason,
+            until=case.snoozed_until.isoformat(),
+            snoozed_seconds=case.snoozed_seconds,
+        )
+    return case
