@@ -223,9 +223,12 @@ def _preview_context(request: HttpRequest, params: Any) -> dict[str, Any]:
     except ValueError as error:
         context["preview_error"] = f"Other targets: {error}."
         return context
+    result = services.preview(host, pid, start, include_descendants=include, also=also, workload=workload)
     context.update(host=host, pid=pid, start=start, workload=workload, include_descendants=include, also=also,
-                   preview=services.preview(host, pid, start, include_descendants=include, also=also,
-                                            workload=workload))
+                   preview=result)
+    if result.ok:
+        # Said before the form is filled: filing would be refused the same way.
+        context["duplicate"] = services.open_request_target(host, result.targets, result.boot_id)
     return context
 
 

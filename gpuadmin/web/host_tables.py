@@ -30,7 +30,6 @@ from gpuadmin.fleet.process_tree import (
     Workload,
     ZombieTree,
     gpu_holders,
-    orphans,
     process_rows,
     zombie_trees,
 )
@@ -44,6 +43,10 @@ TEXT_FILTER_MAX_CHARS = 200
 # A workload key is "<kind>:<id>"; ids are at most a few dozen characters (a 64-hex container id).
 OWNER_FILTER_MAX_CHARS = 100
 GROUP_BY_WORKLOAD = "workload"
+# The "show" filter: orphans (re-parented after their launcher went), or zombies and their parents.
+SHOW_ORPHANS = "orphans"
+SHOW_ZOMBIES = "zombies"
+SHOW_CHOICES = (SHOW_ORPHANS, SHOW_ZOMBIES)
 PROCESS_PAGE_ROWS = 100
 # Longer digit strings are out of range anyway, and int() of a huge one is slow or refused.
 PAGE_PARAM_MAX_DIGITS = 9
@@ -69,6 +72,8 @@ class ProcessTableRow:
     person: str = ""  # who the user is (gpuadmin.notify's directory), "" when nobody is mapped
     members: tuple[ProcessTableRow, ...] = ()
     expand_link: str = ""  # for a collapsed row: the query string listing its members one by one
+    open_request_id: int | None = None  # an open kill request already targeting this process
+    zombie_children: int = 0  # defunct children only this process can reap
 
     @property
     def workload(self) -> Workload | None:
@@ -85,6 +90,11 @@ class ProcessTableRow:
     @property
     def member_pids(self) -> list[int]:
         return [m.process.pid for m in self.members]
+
+    @property
+    def member_states(self) -> str:
+        """The members' distinct states, each once ("S", "R S"): never one letter per member."""
+        return " ".join(sorted({m.process.state for m in self.members}))
 
     @property
     def member_users(self) -> list[str]:
@@ -106,6 +116,7 @@ class ProcessQuery:
     text: str = ""
     owner: str = ""  # a workload key (process_tree.Workload.key), or "" for all
     group: str = ""  # GROUP_BY_WORKLOAD collapses each workload into one row
+    show: str = ""  # one of SHOW_CHOICES, or "" for every holder
     sort: str = DEFAULT_SORT
     page: int = 1
 
@@ -123,6 +134,7 @@ class ProcessQuery:
             # Compared with keys the probe's owners make; anything longer or odd matches nothing anyway.
             owner=owner if len(owner) <= OWNER_FILTER_MAX_CHARS and owner.isprintable() else "",
             group=GROUP_BY_WORKLOAD if params.get("group") == GROUP_BY_WORKLOAD else "",
+            show=params.get("show", "") if params.get("show", "") in SHOW_CHOICES else "",
             sort=sort,
             page=page_param(params.get("page", "")),
         )
@@ -138,11 +150,12 @@ class ProcessQuery:
 
     @property
     def is_filtered(self) -> bool:
-        return bool(self.user or self.gpu or self.text or self.owner)
+        return bool(self.user or self.gpu or self.text or self.owner or self.show)
 
     def params(self) -> dict[str, str]:
         values = {
             "user": self.user, "gpu": self.gpu, "q": self.text, "owner": self.owner, "group": self.group,
+            "show": self.show,
         }
         if self.sort != DEFAULT_SORT:
             values["sort"] = self.sort
@@ -323,6 +336,12 @@ def group_by_workload(rows: list[ProcessTableRow], labels: Mapping[str, str],
     return grouped
 
 
+def _shown(row: ProcessTableRow, show: str) -> bool:
+    if show == SHOW_ORPHANS:
+        return row.process.orphaned
+    return row.process.is_zombie or bool(row.zombie_children)  # SHOW_ZOMBIES
+
+
 def _matches(row: ProcessTableRow, query: ProcessQuery, gpu_uuid: str | None) -> bool:
     process = row.process
     if query.user and visible_text(process.user) != query.user:
@@ -330,6 +349,8 @@ def _matches(row: ProcessTableRow, query: ProcessQuery, gpu_uuid: str | None) ->
     if query.gpu and (gpu_uuid is None or gpu_uuid not in process.gpu_memory_bytes):
         return False
     if query.owner and (process.workload is None or process.workload.key != query.owner):
+        return False
+    if query.show and not _shown(row, query.show):
         return False
     if query.text:
         needle = query.text.casefold()
@@ -371,14 +392,23 @@ def filter_and_sort(
 
 
 def host_tables(document: dict[str, Any] | None, gpus: list[Gpu], query: ProcessQuery,
-                person_of: PersonOf = _nobody) -> HostTables:
+                person_of: PersonOf = _nobody,
+                open_requests: Mapping[tuple[int, int], int] | None = None) -> HostTables:
+    """``open_requests``: (pid, start) -> the open kill request targeting that process."""
     if document is None:
         return HostTables([], _page([], query), None, None, 0, [], [], 0, [], has_snapshot=False)
     rows = process_rows(document)
     labels = _gpu_labels(gpus)
-    holders = [_table_row(r, rows, labels, person_of) for r in gpu_holders(rows)]
-    workloads = {r.workload.key: r.workload for r in holders if r.workload}
     trees = zombie_trees(rows)
+    defunct = {t.parent_pid: len(t.zombies) for t in trees}
+    open_requests = open_requests or {}
+    holders = [
+        replace(_table_row(r, rows, labels, person_of),
+                open_request_id=open_requests.get((r.pid, r.start_time_ticks)),
+                zombie_children=defunct.get(r.pid, 0))
+        for r in gpu_holders(rows)
+    ]
+    workloads = {r.workload.key: r.workload for r in holders if r.workload}
     matching = filter_and_sort(holders, query, gpus)
     page = _page(matching, query)
     return HostTables(
@@ -390,7 +420,7 @@ def host_tables(document: dict[str, Any] | None, gpus: list[Gpu], query: Process
         users=sorted({visible_text(r.process.user) for r in holders if r.process.user}, key=str.casefold),
         zombie_trees=trees,
         zombie_count=sum(len(t.zombies) for t in trees),
-        orphans=[_table_row(r, rows, labels, person_of) for r in orphans(rows)],
+        orphans=[r for r in holders if r.process.orphaned],
         has_snapshot=True,
         mig_instances=mig_instance_rows(document),
         workloads=sorted(workloads.values(), key=lambda w: (w.kind, w.label.casefold(), w.id)),

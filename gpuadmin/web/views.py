@@ -34,11 +34,18 @@ from gpuadmin.htmx import (
     vary_on_htmx,
     wants_fragment,
 )
+from gpuadmin.kills.services import open_requests_by_process
 from gpuadmin.notify.directory import Directory
 from gpuadmin.web import attention
 from gpuadmin.web.finding_actions import finding_view
 from gpuadmin.web.fleet_page import SORTS, STATUSES, FleetPage, FleetQuery, changes, gpu_models
-from gpuadmin.web.host_tables import SORT_DESCENDING_BY_DEFAULT, ProcessQuery, exited_launchers, host_tables
+from gpuadmin.web.host_tables import (
+    SHOW_CHOICES,
+    SORT_DESCENDING_BY_DEFAULT,
+    ProcessQuery,
+    exited_launchers,
+    host_tables,
+)
 from gpuadmin.web.process_page import process_page
 
 logger = logging.getLogger(__name__)
@@ -46,6 +53,8 @@ logger = logging.getLogger(__name__)
 # The regions of the host page an htmx request may ask for, by the id of the element it targets.
 HOST_PROCESSES_TARGET = "host-processes"
 HOST_HISTORY_TARGET = "host-history"
+# The host page's charts start at the last hour: a fresh install has minutes of history, not a day.
+HOST_PAGE_RANGE = "1h"
 
 
 def _host_gone(request: HttpRequest, name: str) -> HttpResponse:
@@ -88,9 +97,11 @@ def host_detail(request: HtmxHttpRequest, name: str) -> HttpResponse:
     gpus = list(host.present_gpus)
     query = ProcessQuery.from_params(request.GET)
     try:
-        history_range = series.parse_range(request.GET.get("range")).name
+        history_range = series.parse_range(request.GET.get("range") or HOST_PAGE_RANGE).name
     except series.UnknownRange:
-        history_range = series.DEFAULT_RANGE
+        history_range = HOST_PAGE_RANGE
+    document = LatestSnapshot.objects.document_for(host)
+    boot_id = (document or {}).get("host", {}).get("boot_id", "")
     may_request = has_role(request.user, Role.REQUESTER)
     kill_request_new_url = reverse("kill_request_new") if may_request else None
     context = {
@@ -98,7 +109,8 @@ def host_detail(request: HtmxHttpRequest, name: str) -> HttpResponse:
         "gpus": gpus,
         "query": query,
         "tables": host_tables(
-            LatestSnapshot.objects.document_for(host), gpus, query, Directory.for_host(host).name_of_row
+            document, gpus, query, Directory.for_host(host).name_of_row,
+            open_requests=open_requests_by_process(host, boot_id),
         ),
         "exited_launchers": exited_launchers(ProcessLife.objects.left_by_launcher(host)),
         "findings": [
@@ -107,6 +119,7 @@ def host_detail(request: HtmxHttpRequest, name: str) -> HttpResponse:
         "poll_seconds": poll_seconds(),
         "kill_request_new_url": kill_request_new_url,
         "sort_keys": list(SORT_DESCENDING_BY_DEFAULT),
+        "show_choices": SHOW_CHOICES,
         "sort_links": {key: query.sorted_by(key) for key in SORT_DESCENDING_BY_DEFAULT},
         "history_range": history_range,
         "history_ranges": list(series.RANGES),

@@ -87,7 +87,7 @@ def test_the_host_page_draws_its_charts_and_switches_range_without_reloading(
     drawn(page, f"figure[data-chart='gpu'][data-gpu-uuid='{GPU1}']")
     drawn(page, "figure[data-chart='host']")
     health = drawn(page, f"figure[data-chart='gpu-health'][data-gpu-uuid='{GPU0}']")
-    screenshot(page, "host-24h")
+    screenshot(page, "host-1h")
     health.locator("details.chart-numbers summary").click()
     expect(health.locator(".chart-table table")).to_contain_text("power_draw_milliwatts")
 
@@ -106,14 +106,20 @@ def test_the_host_page_draws_its_charts_and_switches_range_without_reloading(
     expect(gpu0.locator(".chart-table table tbody tr").first).to_be_visible()
     assert gpu0.locator("a.chart-csv").get_attribute("href").startswith("blob:")
 
-    # Another range: htmx swaps the section; the page itself is not reloaded.
+    # The last hour by default: one point per snapshot.
+    assert int(gpu0.get_attribute("data-points")) == 40
+
+    # Another range: htmx swaps the section; the page itself is not reloaded, the address says
+    # the range, and the keyboard focus stays on the range switch.
     page.evaluate("window.__sameDocument = true")
-    page.locator("#host-history .range-switch a[data-range='1h']").click()
-    expect(page.locator("#host-history")).to_have_attribute("data-range", "1h")
-    raw = drawn(page, f"figure[data-chart='gpu'][data-gpu-uuid='{GPU0}']")
-    assert int(raw.get_attribute("data-points")) == 40  # one point per snapshot in the last hour
+    page.locator("#host-history .range-switch a[data-range='24h']").focus()
+    page.keyboard.press("Enter")
+    expect(page.locator("#host-history")).to_have_attribute("data-range", "24h")
+    drawn(page, f"figure[data-chart='gpu'][data-gpu-uuid='{GPU0}']")
     assert page.evaluate("window.__sameDocument") is True
-    screenshot(page, "host-1h")
+    assert page.url.endswith("?range=24h")
+    assert page.evaluate("document.activeElement.id") == "range-24h"
+    screenshot(page, "host-24h")
 
 
 def test_the_process_page_draws_its_memory_with_the_kill_request_marked(

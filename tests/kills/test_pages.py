@@ -165,9 +165,25 @@ def test_a_plan_row_whose_signal_is_empty_is_dropped_even_with_its_grace_left(la
     assert response.status_code == 302, response.content.decode()
     assert [step["signal"] for step in KillRequest.objects.get().plan] == ["SIGTERM"]
     missing = client_for(requester).post("/kills/new/", {
-        "host": "gpu01", "pid": 4600, "start": 460000, "reason": "done", "signal_1": "SIGTERM", "grace_1": "",
+        "host": "gpu01", "pid": 4120, "start": 412000, "reason": "done", "signal_1": "SIGTERM", "grace_1": "",
     })
     assert "step 1 (SIGTERM) needs a grace period" in missing.content.decode()
+
+
+def test_a_process_with_an_open_request_links_to_it_and_the_form_stops_before_it_is_filled(
+        lab, requester, viewer):
+    kill_request = file(requester, 4600)
+    client = client_for(requester)
+    host_page = client.get("/hosts/gpu01/").content.decode()
+    row = host_page[host_page.index('<tr id="process-4600-460000"'):]
+    row = row[:row.index("</tr>")]
+    link = f'href="/kills/{kill_request.pk}/"'
+    assert f'<a class="open-request" {link}' in row and "Request kill</a>" not in row
+    viewer_page = client_for(viewer).get("/hosts/gpu01/").content.decode()
+    assert f'{link} title="a kill request for this process is open">#{kill_request.pk}<' in viewer_page
+    form = client.get("/kills/new/", {"host": "gpu01", "pid": 4600, "start": 460000}).content.decode()
+    assert f'already a target of <a href="/kills/{kill_request.pk}/">request #{kill_request.pk}</a>' in form
+    assert "File the request" not in form
 
 
 def test_a_zombie_preview_offers_its_parent(lab, requester):

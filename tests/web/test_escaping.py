@@ -34,10 +34,12 @@ def test_host_page_escapes_command_line_user_and_name(viewer_client, hostile, ht
     for raw in RAW_DANGERS:
         assert raw not in page
     # Command line: markup escaped, ESC and U+202E shown as escapes, nothing dropped.
+    # (One span per argument, a break opportunity only between them.)
     assert (
-        '<span class="cmdline">python &lt;script&gt;alert(1)&lt;/script&gt; '
-        "&quot;&gt;&lt;img src=x onerror=alert(1)&gt; "
-        f"{CTL}\\x1b</span>[31mred evil{CTL}\\u202e</span>gpj.exe</span>"
+        '<span class="cmdline"><span class="arg">python</span> <wbr><span class="arg">&lt;script&gt;alert(1)'
+        '&lt;/script&gt;</span> <wbr><span class="arg">&quot;&gt;&lt;img src=x onerror=alert(1)&gt;</span> '
+        f'<wbr><span class="arg">{CTL}\\x1b</span>[31mred</span> '
+        f'<wbr><span class="arg">evil{CTL}\\u202e</span>gpj.exe</span></span>'
     ) in page
     # User name (holders table and zombie tree) and process name (zombie tree and parent column).
     user = f"&lt;b&gt;mallory&lt;/b&gt;{CTL}\\u202e</span>"

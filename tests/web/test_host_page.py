@@ -63,13 +63,18 @@ def test_holders_table_lists_gpu_memory_and_device_file_holders_biggest_first(vi
     assert process_pids(table) == [101, 102, 201, 202, 103]
     row = row_of(table, 101)
     assert "alice" in row
-    assert "<div>GPU 0: 20 GiB</div>" in row
+    assert '<span class="per-gpu">GPU 0: 20 GiB</span>' in row
     assert '<td data-label="State" class="mono" title="sleeping">S</td>' in row
     assert ">3 h 12 min</td>" in row
     assert '>100</a> <span class="mono">launch</span>' in row  # parent pid (a link to its page) + name
-    assert '<span class="cmdline">python train.py --lr 3e-4</span>' in row
+    # One argument a span, a break opportunity only between them (never inside "--lr").
+    assert ('<span class="cmdline"><span class="arg">python</span> <wbr><span class="arg">train.py</span> '
+            '<wbr><span class="arg">--lr</span> <wbr><span class="arg">3e-4</span></span>') in row
+    # Device files on demand: behind <details>, so the row stays one line.
     device_row = row_of(table, 103)
-    assert '<div class="muted">/dev/nvidia0</div>' in device_row
+    assert ('<details class="device-files small"><summary>2 device files</summary>'
+            '<div class="mono">/dev/nvidia0</div><div class="mono">/dev/nvidiactl</div>'
+            '</details>') in device_row
 
 
 def test_a_truncated_command_line_is_flagged(viewer_client):
@@ -142,10 +147,26 @@ def test_zombie_trees_group_zombies_under_their_parent(viewer_client, busy):
     assert zombies.index('data-parent-pid="300"') < zombies.index('data-parent-pid="999"')
 
 
-def test_orphans_section_lists_orphans_holding_a_gpu(viewer_client, busy):
+def test_orphans_are_a_filter_of_the_process_table_not_a_second_table(viewer_client, busy):
     orphans = section(page_of(viewer_client), "host-orphans")
-    assert process_pids(orphans) == [201, 202]
-    assert "group 200, session 200" in row_of(orphans, 201)
+    assert process_pids(orphans) == []  # no rows repeated
+    assert "(pid 201, 202)" in orphans and 'href="?show=orphans#processes-heading"' in orphans
+    table = section(page_of(viewer_client, show="orphans"), "host-processes")
+    assert process_pids(table) == [201, 202]
+    assert "group 200, session 200" in row_of(table, 201) and ">orphan</span>" in row_of(table, 201)
+
+
+def test_the_zombie_filter_shows_the_holders_with_defunct_children(viewer_client):
+    from tests.factories import proc
+
+    store("gpu01", processes=[
+        proc(300, name="leaky", gpu_memory={"GPU-sim-0000": GiB}),
+        proc(301, ppid=300, state="Z", name="child"),
+        proc(302, gpu_memory={"GPU-sim-0000": GiB}),
+    ])
+    table = section(page_of(viewer_client, show="zombies"), "host-processes")
+    assert process_pids(table) == [300]
+    assert ">1 defunct</span>" in row_of(table, 300)
 
 
 def test_findings_show_severity_title_remedy_and_since_when_most_severe_first(viewer_client, busy):
@@ -258,7 +279,7 @@ def test_the_host_page_takes_a_fixed_number_of_queries(viewer_client, busy, djan
     page_of(viewer_client)  # warm the session
     # session, user, groups; host with finding counts, its GPUs, its snapshot, its open findings,
     # the accounts that say who its users are, its processes that outlived their launcher.
-    with django_assert_max_num_queries(9):
+    with django_assert_max_num_queries(10):
         page_of(viewer_client)
 
 

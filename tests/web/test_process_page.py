@@ -132,7 +132,10 @@ def test_the_host_page_switches_the_chart_range_as_a_fragment(viewer_client: Cli
     store(family(), 1)
     url = reverse("host_detail", args=["gpu01"])
     html = viewer_client.get(url).content.decode()
-    assert 'data-history-src="/api/v1/hosts/gpu01/history/?range=24h"' in html
+    # The last hour first: a fresh install has minutes of history, not a day of single dots.
+    assert 'data-history-src="/api/v1/hosts/gpu01/history/?range=1h"' in html
+    # Each range link puts its range into the address and has an id, so htmx keeps the focus on it.
+    assert 'id="range-24h" hx-get="/hosts/gpu01/?range=24h"' in html and 'hx-push-url="?range=24h"' in html
     assert 'data-chart="gpu" data-gpu-uuid="GPU-sim-0000"' in html
     assert 'data-chart="gpu-health" data-gpu-uuid="GPU-sim-0000"' in html  # temperature and power
     assert "<script>" not in html  # charts are wired by data- attributes and static/js/charts.js
@@ -142,4 +145,4 @@ def test_the_host_page_switches_the_chart_range_as_a_fragment(viewer_client: Cli
     assert 'data-history-src="/api/v1/hosts/gpu01/history/?range=7d"' in text
     assert "host-processes" not in text
     # A range the page does not know falls back to the default.
-    assert "range=24h" in viewer_client.get(url, {"range": "5y"}).content.decode()
+    assert "history/?range=1h" in viewer_client.get(url, {"range": "5y"}).content.decode()

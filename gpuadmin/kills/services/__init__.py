@@ -18,7 +18,15 @@ the models directly (tests/kills/test_service_contract.py checks this).
 from gpuadmin.kills.services.decisions import approve, cancel, may_cancel, may_decide, reject
 from gpuadmin.kills.services.dispatch import build_order, send_order
 from gpuadmin.kills.services.errors import BadInput, Conflict, KillError, NotAllowed, NotFound, Refused
-from gpuadmin.kills.services.filing import file_request, file_reset_request, get_host, get_request, preview
+from gpuadmin.kills.services.filing import (
+    file_request,
+    file_reset_request,
+    get_host,
+    get_request,
+    open_request_target,
+    open_requests_by_process,
+    preview,
+)
 from gpuadmin.kills.services.findings import resolve_gone_unkillable
 from gpuadmin.kills.services.memory_release import confirm_released
 from gpuadmin.kills.services.progress import EarlierStepsMissing, receive_report, record_progress
@@ -43,6 +51,8 @@ __all__ = [
     "get_request",
     "may_cancel",
     "may_decide",
+    "open_request_target",
+    "open_requests_by_process",
     "preview",
     "receive_report",
     "record_progress",

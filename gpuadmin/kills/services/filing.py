@@ -112,7 +112,8 @@ def _target_from_row(kill_request: KillRequest, row: ProcessRow, document: dict[
     )
 
 
-def _check_no_open_request(host: Host, rows: list[ProcessRow], boot_id: str) -> None:
+def open_request_target(host: Host, rows: Iterable[ProcessRow], boot_id: str) -> KillTarget | None:
+    """A target of an open request that is one of ``rows`` (same pid, start and boot), if any."""
     for row in rows:
         existing = (
             KillTarget.objects.filter(
@@ -123,11 +124,29 @@ def _check_no_open_request(host: Host, rows: list[ProcessRow], boot_id: str) -> 
             .first()
         )
         if existing:
-            raise Conflict(
-                f"PID {row.pid} ({row.name}) is already a target of request #{existing.request_id}, "
-                f"which is {existing.request.get_status_display().lower()}",
-                kill_request_id=existing.request_id,
-            )
+            return existing
+    return None
+
+
+def open_requests_by_process(host: Host, boot_id: str) -> dict[tuple[int, int], int]:
+    """(pid, start) -> the id of the open request targeting it, for the host page's rows."""
+    return {
+        (pid, start): request_id
+        for pid, start, request_id in KillTarget.objects.filter(
+            request__host=host, request__status__in=OPEN, boot_id=boot_id,
+        ).values_list("pid", "start_time_ticks", "request_id")
+    }
+
+
+def _check_no_open_request(host: Host, rows: list[ProcessRow], boot_id: str) -> None:
+    existing = open_request_target(host, rows, boot_id)
+    if existing:
+        row = next(r for r in rows if r.pid == existing.pid)
+        raise Conflict(
+            f"PID {row.pid} ({row.name}) is already a target of request #{existing.request_id}, "
+            f"which is {existing.request.get_status_display().lower()}",
+            kill_request_id=existing.request_id,
+        )
 
 
 def refused_error(result: targets.Preview) -> Refused:

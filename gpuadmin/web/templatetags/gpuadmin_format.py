@@ -155,6 +155,18 @@ def gpu_bar(bar: dict[str, str]) -> SafeString:
 
 
 @register.filter
+def command_args(process: Any) -> SafeString:
+    """A command line that breaks only between its arguments: each argument a ``span.arg`` (an
+    inline block, so a line breaks inside one only when it is wider than the line), a space and
+    ``<wbr>`` between. ``process``: anything with ``cmdline`` (argv) and ``command_line``, or text."""
+    argv = getattr(process, "cmdline", None)
+    if not argv:
+        argv = str(getattr(process, "command_line", process) or "").split(" ")
+    args = [format_html('<span class="arg">{}</span>', visible_controls(arg)) for arg in argv]
+    return format_html('<span class="cmdline">{}</span>', mark_safe(" <wbr>".join(args)))  # noqa: S308
+
+
+@register.filter
 def join_visible(values: Iterable[Any], separator: str = ", ") -> SafeString:
     """Like ``join`` but each item goes through ``visible_controls``."""
     return mark_safe(conditional_escape(separator).join(visible_controls(v) for v in values))  # noqa: S308
