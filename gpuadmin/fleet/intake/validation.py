@@ -335,7 +335,7 @@ def json_path(parts: Iterator[str | int] | Any) -> str:
 # --- what the schema cannot say ------------------------------------------
 
 
-def _check_semantics(document: dict[str, Any], *, now: datetime, walk: bool = True) -> None:
+def _check_semantics(document: dict[str, Any], *, now: datetime, walk: bool) -> None:
     """What the schema cannot say; ``walk``: look at every string and number (``_decode`` says
     when that can find anything)."""
     _check_taken_at(document["taken_at"], now=now)
