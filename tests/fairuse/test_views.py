@@ -1,0 +1,57 @@
+"""The pages: "My GPUs" lists a person's own GPU processes and stops one with no approver, and
+refuses another person's (central's uid check); a case's "still needed" answer; a policy's dry run."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from gpuadmin.fairuse.models import Policy
+from gpuadmin.kills.models import KillRequest
+from gpuadmin.kills.states import Status
+from gpuadmin.notify.models import Account, Person
+from tests.factories import GiB, gpu, proc, snapshot
+from tests.keys import deliver
+
+pytestmark = pytest.mark.django_db
+GPU0 = "GPU-sim-0000"
+
+
+@pytest.fixture
+def fleet(viewer, stranger):
+    alice = Person.objects.create(name="Alice", user=viewer)
+    Account.objects.create(person=alice, uid=1000)
+    bob = Person.objects.create(name="Bob", user=stranger)
+    Account.objects.create(person=bob, uid=1001, name="bob")
+    deliver(snapshot("gpu01", gpus=[gpu(0, used=12 * GiB)], processes=[
+        proc(4120, uid=1000, user="alice", cmdline=["python", "mine.py"], gpu_memory={GPU0: 8 * GiB}),
+        proc(4300, uid=1001, user="bob", cmdline=["python", "theirs.py"], gpu_memory={GPU0: 4 * GiB}),
+    ]))
+
+
+def test_my_gpus_lists_my_processes_and_not_another_persons(fleet, viewer_client):
+    page = viewer_client.get(reverse("my_gpus")).content.decode()
+    assert "mine.py" in page and "Stop PID 4120" in page
+    assert "theirs.py" not in page
+
+
+def test_i_stop_my_own_process_with_no_approver(fleet, viewer_client, sent):
+    response = viewer_client.post(reverse("stop_mine"), {"host": "gpu01", "pid": 4120,
+                                                         "start_time_ticks": 412000})
+    kill_request = KillRequest.objects.get()
+    assert response.status_code == 302 and response["Location"] == reverse("kill_request_detail",
+                                                                           args=[kill_request.pk])
+    assert kill_request.status == Status.APPROVED and kill_request.self_service
+
+
+def test_i_cannot_stop_another_persons_process(fleet, viewer_client, sent):
+    response = viewer_client.post(reverse("stop_mine"), {"host": "gpu01", "pid": 4300,
+                                                         "start_time_ticks": 430000}, follow=True)
+    assert "not yours on gpu01" in response.content.decode()
+    assert not KillRequest.objects.exists() and sent.orders() == []
+
+
+def test_a_policy_page_shows_its_dry_run(fleet, viewer_client):
+    policy = Policy.objects.create(name="idle", condition=Policy.Condition.IDLE_HOLDER, minutes=1)
+    page = viewer_client.get(reverse("fair_use_policy", args=[policy.pk])).content.decode()
+    assert "Dry run" in page and "would have done nothing" in page  # no idle history yet
