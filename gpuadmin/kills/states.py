@@ -40,17 +40,12 @@ class Status(models.TextChoices):
     REFUSED = "refused", "Refused by the agent"
 
 
-
-
-def _status_of(result: Result) -> Status:
-    # "interrupted": an earlier delivery stopped half-way (the agent died); what
-    # it did is in the steps before. Every other result is the status of that name
-    # (a new result without one fails here, at import, not at a report).
-    return Status.FAILED if result is Result.INTERRUPTED else Status(result.value)
-
-
-# The agent's result words (gpuadmin/wire/kill_protocol.py), as statuses.
-RESULT_STATUS: dict[Result, Status] = {result: _status_of(result) for result in Result}
+# The agent's result words (gpuadmin/wire/kill_protocol.py), as statuses. "interrupted": an earlier
+# delivery stopped half-way (the agent died); what it did is in the steps before. Every other result is
+# the status of that name (a new result without one fails here, at import, not at a report).
+RESULT_STATUS: dict[Result, Status] = {
+    result: Status.FAILED if result is Result.INTERRUPTED else Status(result.value) for result in Result
+}
 # What the agent's "finished" event may set.
 RESULTS = frozenset(RESULT_STATUS.values())
 # What the agent's reports may move an approved request to.

@@ -7,11 +7,13 @@ from datetime import UTC, datetime
 import pytest
 
 from gpuadmin.kills.models import KillRequest
+from gpuadmin.wire.kill_protocol import Result
 from gpuadmin.kills.states import (
     ACTIVE,
     FINAL,
     LATE_REPORT_CORRECTIONS,
     OPEN,
+    RESULT_STATUS,
     TRANSITIONS,
     InvalidTransition,
     Status,
@@ -98,3 +100,10 @@ def test_only_an_agents_report_of_a_sent_order_leaves_expired():
             Status.SUCCEEDED, by_report=True)
     sent.transition(Status.RUNNING, by_report=True)
     assert sent.status == Status.RUNNING
+
+
+def test_each_agent_result_is_the_status_of_its_name_but_interrupted_which_failed() -> None:
+    assert RESULT_STATUS[Result.INTERRUPTED] is Status.FAILED
+    for result in Result:
+        if result is not Result.INTERRUPTED:
+            assert RESULT_STATUS[result] is Status(result.value)
