@@ -7,7 +7,6 @@ from datetime import UTC, datetime
 import pytest
 
 from gpuadmin.kills.models import KillRequest
-from gpuadmin.wire.kill_protocol import Result
 from gpuadmin.kills.states import (
     ACTIVE,
     FINAL,
@@ -18,6 +17,7 @@ from gpuadmin.kills.states import (
     InvalidTransition,
     Status,
 )
+from gpuadmin.wire.kill_protocol import Result
 
 
 def request_in(status: Status) -> KillRequest:
