@@ -68,8 +68,8 @@ def find_binary(name: str, extra_dirs: list[str] | None = None) -> str:
 
 
 def _debian_package(binary: str) -> str:
-    return {"redis-server": "redis-server", "runuser": "util-linux", "slapd": "slapd",
-            "slapadd": "slapd"}.get(binary, "postgresql")
+    return {"redis-server": "redis-server", "runuser": "util-linux", "slapd": "slapd", "slapadd": "slapd",
+            "node": "nodejs", "npm": "npm"}.get(binary, "postgresql")
 
 
 def wait_for_port(port: int, process: subprocess.Popen, what: str, log_path: Path) -> None:
@@ -362,6 +362,82 @@ def slapd_server(ldif: str = "") -> Iterator[SlapdServer]:
         wait_for_port(ldaps_port, process, "slapd", log_path)
         yield SlapdServer(port=port, ldaps_port=ldaps_port, directory=directory, ca_file=ca_file,
                           root_dn=root_dn, root_password=root_password)
+    finally:
+        stop_process_group(process)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+# --- an OpenID Connect provider (node, oidc-provider) ---------------------------------
+
+OIDC_PROVIDER_DIR = Path(__file__).resolve().parent / "accounts" / "oidc_provider"
+
+
+@dataclass
+class OidcProvider:
+    """tests/accounts/oidc_provider/provider.js on ``port``: its one client, and its people in
+    ``accounts_file`` (read at each request: ``set_people`` changes them at once)."""
+
+    port: int
+    client_id: str
+    client_secret: str
+    accounts_file: Path
+
+    @property
+    def issuer(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def set_people(self, people: dict[str, dict]) -> None:
+        import json
+
+        self.accounts_file.write_text(json.dumps(people))
+
+    def environment(self) -> dict[str, str]:
+        """GPUADMIN_OIDC_* as a lab writes them for this provider (its discovery document's endpoints)."""
+        return {
+            "GPUADMIN_OIDC_CLIENT_ID": self.client_id, "GPUADMIN_OIDC_CLIENT_SECRET": self.client_secret,
+            "GPUADMIN_OIDC_ISSUER": self.issuer,
+            "GPUADMIN_OIDC_AUTHORIZATION_ENDPOINT": f"{self.issuer}/auth",
+            "GPUADMIN_OIDC_TOKEN_ENDPOINT": f"{self.issuer}/token",
+            "GPUADMIN_OIDC_USERINFO_ENDPOINT": f"{self.issuer}/me",
+            "GPUADMIN_OIDC_JWKS_ENDPOINT": f"{self.issuer}/jwks",
+            "GPUADMIN_OIDC_PROVIDER_NAME": "Test provider",
+        }
+
+
+def _npm_installed(directory: Path) -> None:
+    """node_modules from the lockfile (npm ci), once, even with several test workers at it."""
+    import fcntl
+
+    if (directory / "node_modules" / "oidc-provider" / "package.json").exists():
+        return
+    npm = find_binary("npm")
+    with (Path(tempfile.gettempdir()) / "gpuadmin-oidc-provider-npm.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (directory / "node_modules" / "oidc-provider" / "package.json").exists():
+            _run([npm, "ci", "--no-audit", "--no-fund", "--prefer-offline", "--prefix", str(directory)],
+                 "npm ci")
+
+
+@contextlib.contextmanager
+def oidc_provider(people: dict[str, dict]) -> Iterator[OidcProvider]:
+    """The test provider on a free loopback port, with ``people`` ({name: {password, email, groups}})."""
+    node = find_binary("node")
+    _npm_installed(OIDC_PROVIDER_DIR)
+    directory = Path(tempfile.mkdtemp(prefix="gpuadmin-oidc-"))
+    port = free_port()
+    provider = OidcProvider(port=port, client_id="gpuadmin", client_secret="test-client-secret",
+                            accounts_file=directory / "accounts.json")
+    provider.set_people(people)
+    log_path = directory / "provider.log"
+    env = {**os.environ, "PORT": str(port), "CLIENT_ID": provider.client_id,
+           "CLIENT_SECRET": provider.client_secret, "ACCOUNTS_FILE": str(provider.accounts_file)}
+    with log_path.open("wb") as log:
+        process = subprocess.Popen([node, str(OIDC_PROVIDER_DIR / "provider.js")], env=env,
+                                   cwd=OIDC_PROVIDER_DIR, stdin=subprocess.DEVNULL, stdout=log,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_for_port(port, process, "the OpenID Connect provider (node)", log_path)
+        yield provider
     finally:
         stop_process_group(process)
         shutil.rmtree(directory, ignore_errors=True)

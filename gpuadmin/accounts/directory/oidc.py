@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from functools import wraps
 from typing import Any
 
 from django.conf import settings
@@ -174,8 +176,6 @@ class SignInView(OIDCAuthenticationRequestView):
     """The "Sign in with <provider>" link: off to the provider (404 when none is configured)."""
 
     def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not configured():
-            raise Http404("no OpenID Connect provider is configured")
         request.session.pop(REAUTH_SESSION_KEY, None)
         return super().dispatch(request, *args, **kwargs)
 
@@ -184,8 +184,6 @@ class ReauthenticateView(OIDCAuthenticationRequestView):
     """Back to the provider, which must ask the person again (prompt=login, max_age=0)."""
 
     def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not configured():
-            raise Http404("no OpenID Connect provider is configured")
         request.session[REAUTH_SESSION_KEY] = {"user": request.user.pk, "at": time.time()}
         return super().dispatch(request, *args, **kwargs)
 
@@ -194,11 +192,6 @@ class ReauthenticateView(OIDCAuthenticationRequestView):
 
 
 class CallbackView(OIDCAuthenticationCallbackView):
-    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not configured():
-            raise Http404("no OpenID Connect provider is configured")
-        return super().dispatch(request, *args, **kwargs)
-
     def login_success(self) -> HttpResponse:
         request = self.request
         reauth = request.session.pop(REAUTH_SESSION_KEY, None)
@@ -217,7 +210,18 @@ class CallbackView(OIDCAuthenticationCallbackView):
         return super().login_failure()
 
 
-sign_in = SignInView.as_view()
-callback = CallbackView.as_view()
-reauthenticate = login_required(ReauthenticateView.as_view())
+def _when_configured(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    # The library's views read their settings when made: without a provider they are not made at all.
+    @wraps(view)
+    def answer(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not configured():
+            raise Http404("no OpenID Connect provider is configured")
+        return view(request, *args, **kwargs)
+
+    return answer
+
+
+sign_in = _when_configured(SignInView.as_view())
+callback = _when_configured(CallbackView.as_view())
+reauthenticate = _when_configured(login_required(ReauthenticateView.as_view()))
 

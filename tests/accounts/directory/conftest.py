@@ -116,3 +116,43 @@ def use_ldap(slapd: services.SlapdServer, settings: Any, monkeypatch: pytest.Mon
         return found
 
     return configure
+
+
+# --- OpenID Connect -----------------------------------------------------------------------------
+
+# The provider's people and the groups claim's values; conftest's LDAP lab has the same people.
+OIDC_PEOPLE = {
+    "alice": {"password": "alice-pw", "email": "alice@lab.example",
+              "groups": ["gpu-approvers", "gpu-requesters"]},
+    "bob": {"password": "bob-pw", "email": "bob@lab.example", "groups": ["gpu-viewers"]},
+}
+
+
+@pytest.fixture(scope="session")
+def oidc_provider() -> Iterator[services.OidcProvider]:
+    try:
+        with services.oidc_provider(OIDC_PEOPLE) as provider:
+            yield provider
+    except services.ServiceMissing as exc:
+        services.missing(str(exc))
+
+
+@pytest.fixture
+def use_oidc(oidc_provider: services.OidcProvider, settings: Any, monkeypatch: pytest.MonkeyPatch
+             ) -> Iterator[services.OidcProvider]:
+    """OpenID Connect sign-in configured as an admin would (GPUADMIN_OIDC_*), against the test
+    provider; its people are put back after the test."""
+    from gpuadmin.accounts.directory import config
+
+    env = {**oidc_provider.environment(),
+           **{f"GPUADMIN_OIDC_{role.upper()}_GROUP": f"gpu-{role}s" for role in config.ROLE_NAMES}}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    for name, value in config.oidc_settings().items():
+        setattr(settings, name, value)
+    settings.AUTHENTICATION_BACKENDS = [
+        "axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend",
+        config.OIDC_BACKEND,
+    ]
+    yield oidc_provider
+    oidc_provider.set_people(OIDC_PEOPLE)
