@@ -92,6 +92,7 @@ GROUPS: dict[str, Group] = {
             "tests/kills/test_decision_records.py",
             "tests/kills/test_requesting.py",
             "tests/kills/test_pages.py",  # may_decide / may_cancel decide the buttons
+            "tests/accounts/test_credential_changes.py",  # the two-person hold, at the approval's moment
         ),
     ),
     "chain": Group(

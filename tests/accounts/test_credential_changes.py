@@ -10,6 +10,7 @@ from django.contrib.auth.models import Group, User
 from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 from django_otp.plugins.otp_totp.models import TOTPDevice
 from knox.models import AuthToken
 
@@ -124,3 +125,19 @@ def test_changes_by_the_holder_or_by_a_command_are_not_held(boss, approver, monk
         approver.set_password("a third good password")
         approver.save()
     assert changes_of(approver) == [("password", "boss", "")]
+
+
+def test_the_hold_is_judged_at_the_moment_of_the_approval(lab, boss, second_approver, sent):
+    kill_request = file(boss, 4600)
+    set_password_in_the_admin(logged_in("boss"), second_approver)
+    with pytest.raises(NotAllowed) as refused:
+        services.approve(kill_request.pk, second_approver)
+    assert "boss changed the password of this account at" in str(refused.value)
+    assert str(refused.value).endswith("Another approver must approve.")
+    # A minute of the hold is left now; two minutes from now it is over.
+    CredentialChange.objects.update(changed_at=(CredentialChange.objects.get().changed_at
+                                                - timedelta(seconds=CREDENTIAL_CHANGE_HOLD_SECONDS - 60)))
+    later = timezone.now() + timedelta(minutes=2)
+    services.approve(kill_request.pk, second_approver, now=later)
+    assert refreshed(kill_request).status == Status.APPROVED
+    assert refreshed(kill_request).decided_at == later
