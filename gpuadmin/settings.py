@@ -362,6 +362,10 @@ GPUADMIN_ALLOW_SELF_APPROVAL = env_bool("GPUADMIN_ALLOW_SELF_APPROVAL", False)
 # on by default, since it gives nobody a power they lack (the owner can already kill their own
 # processes over ssh) and the agent re-checks each target's uid before every signal.
 GPUADMIN_SELF_SERVICE = env_bool("GPUADMIN_SELF_SERVICE", True)
+# A nudge (one person asking another to release a GPU, gpuadmin/fairuse): at most one per pair of
+# people per interval; ignored this long, it becomes a kill request that approvers decide on.
+GPUADMIN_NUDGE_INTERVAL_SECONDS = env_int("GPUADMIN_NUDGE_INTERVAL_SECONDS", 3600)
+GPUADMIN_NUDGE_ESCALATE_MINUTES = env_int("GPUADMIN_NUDGE_ESCALATE_MINUTES", 60)
 GPUADMIN_PENDING_EXPIRY_SECONDS = env_int("GPUADMIN_PENDING_EXPIRY_SECONDS", 3600)
 GPUADMIN_APPROVED_START_DEADLINE_SECONDS = env_int("GPUADMIN_APPROVED_START_DEADLINE_SECONDS", 120)
 # After a kill, the host's snapshots that may still show its targets' GPU memory coming back;

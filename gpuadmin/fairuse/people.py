@@ -63,8 +63,9 @@ class Held:
     idle_seconds: float | None  # how long its GPUs have been held at 0% (None: busy or unknown)
 
 
-def processes_of(person: Person, now: Any) -> list[Held]:
-    """Every GPU-holding process of ``person`` across the fleet's newest snapshots."""
+def processes_of(person: Person, now: Any, *, others: bool = False) -> list[Held]:
+    """Every GPU-holding process of ``person`` across the fleet's newest snapshots (``others``:
+    everyone else's that the directory names, for a nudge)."""
     held: list[Held] = []
     hosts = list(Host.objects.fleet())
     documents = LatestSnapshot.objects.documents_by_host_id({h.pk for h in hosts})
@@ -75,7 +76,9 @@ def processes_of(person: Person, now: Any) -> list[Held]:
             continue
         directory = Directory.for_host(host)
         for row in process_rows(document).values():
-            if not row.gpu_memory_bytes or not owns(directory, person, row):
+            if not row.gpu_memory_bytes or owns(directory, person, row) == others:
+                continue
+            if others and directory.person_for(uid=row.uid, user=row.user, owner=row.owner) is None:
                 continue
             mine = [
                 gpus[(host.pk, uuid)]

@@ -26,10 +26,13 @@ from gpuadmin.accounts.roles import Role
 from gpuadmin.audit import log
 from gpuadmin.audit.models import Action
 from gpuadmin.fairuse import conditions
-from gpuadmin.fairuse.models import Case, Notice, Policy
-from gpuadmin.fairuse.states import OPEN, SNOOZABLE, CaseState
+from gpuadmin.fairuse.models import Case, Notice, Nudge, Policy
+from gpuadmin.fairuse.states import OPEN, SNOOZABLE, CaseState, NudgeState
+from gpuadmin.fleet.models import Host, LatestSnapshot
+from gpuadmin.fleet.process_tree import process_rows
 from gpuadmin.kills import services as kills
 from gpuadmin.notify.delivery import send
+from gpuadmin.notify.directory import Directory
 from gpuadmin.notify.models import Person
 
 logger = logging.getLogger(__name__)
@@ -74,7 +77,10 @@ def policy_user(policy: Policy) -> Any:
     Its name says which policy filed (the audit log's actor and the request's "requested by"); it
     is never an approver, and an approver is always someone else, so the two-person rule holds.
     """
-    username = f"policy-{slugify(policy.name)}"[:150] or f"policy-{policy.pk}"
+    return _system_requester(f"policy-{slugify(policy.name)}"[:150] or f"policy-{policy.pk}")
+
+
+def _system_requester(username: str) -> Any:
     user, created = get_user_model().objects.get_or_create(username=username)
     if created:
         user.set_unusable_password()
@@ -148,7 +154,7 @@ def deliver_notice(notice_id: int) -> bool:
 def evaluate(now: datetime | None = None) -> int:
     """Run every live policy once against the fleet's newest snapshots; the number of steps taken."""
     now = now or timezone.now()
-    steps = 0
+    steps = escalate_ignored_nudges(now)
     for policy in Policy.objects.filter(mode=Policy.Mode.LIVE):
         steps += evaluate_policy(policy, now)
     return steps
@@ -297,3 +303,95 @@ def snooze(case_id: int, user: Any, reason: str, *, now: datetime | None = None)
             snoozed_seconds=case.snoozed_seconds,
         )
     return case
+
+
+# --- nudges: one person asks another to release a GPU --------------------------------------------
+
+
+def _holder(host: Host, pid: int, start_time_ticks: int) -> Any:
+    document = LatestSnapshot.objects.document_for(host)
+    row = process_rows(document).get(pid) if document is not None else None
+    if row is None or row.start_time_ticks != start_time_ticks or row.total_gpu_memory_bytes <= 0:
+        return None
+    return row
+
+
+def nudge(user: Any, *, host: Host | str, pid: int, start_time_ticks: int, message: str = "",
+          now: datetime | None = None) -> Nudge:
+    """Ask the person behind a GPU process to release it; at most one nudge per pair of people per
+    ``GPUADMIN_NUDGE_INTERVAL_SECONDS``. Ignored past ``GPUADMIN_NUDGE_ESCALATE_MINUTES``, it becomes a
+    kill request, which approvers decide on (``escalate_ignored_nudges``)."""
+    now = now or timezone.now()
+    sender = Person.objects.filter(user_id=getattr(user, "pk", None)).first()
+    if sender is None:
+        raise NotAllowed("your panel account is not linked to a person: ask an admin to link it")
+    if isinstance(host, str):
+        host = Host.objects.fleet().filter(name=host).first() or Host()
+        if host.pk is None:
+            raise NotAllowed("no such host")
+    row = _holder(host, pid, start_time_ticks)
+    if row is None:
+        raise NotAllowed(f"PID {pid} holds no GPU memory on {host.name} in its newest snapshot")
+    recipient = Directory.for_host(host).person_for(uid=row.uid, user=row.user, owner=row.owner)
+    if recipient is None:
+        raise NotAllowed(f"nobody in the directory is PID {pid}'s owner on {host.name}: ask an admin instead")
+    if recipient.pk == sender.pk:
+        raise NotAllowed("it is yours: stop it from My GPUs")
+    with transaction.atomic():
+        since = now - timedelta(seconds=settings.GPUADMIN_NUDGE_INTERVAL_SECONDS)
+        if Nudge.objects.select_for_update().filter(sender=sender, recipient=recipient,
+                                                    created_at__gt=since).exists():
+            raise NotAllowed(f"you nudged {recipient.name} less than "
+                             f"{settings.GPUADMIN_NUDGE_INTERVAL_SECONDS // 60} minutes ago")
+        from gpuadmin.fleet.findings.rules import describe
+
+        sent = Nudge.objects.create(
+            sender=sender, recipient=recipient, host=host, pid=pid, start_time_ticks=start_time_ticks,
+            summary=f"{describe(row)} on {host.name}", message=(message or "").strip()[:2000], created_at=now,
+            escalate_at=now + timedelta(minutes=settings.GPUADMIN_NUDGE_ESCALATE_MINUTES),
+        )
+        notice = Notice.objects.create(
+            nudge=sent, person=recipient, recipient_name=recipient.name,
+            subject=f"[gpuadmin] {sender.name} asks you to release a GPU on {host.name}"[:300],
+            body=(f"{sender.name} asks you to release {sent.summary}."
+                  + (f"\nTheir note: {sent.message}" if sent.message else "")
+                  + f"\nWhat you hold: {_url(reverse('my_gpus'))}\nIf it still holds the GPU in "
+                  f"{settings.GPUADMIN_NUDGE_ESCALATE_MINUTES} minutes, a kill request goes to the "
+                  "approvers."),
+        )
+        log.record(Action.FAIR_USE_STEP, actor=user, host_name=host.name, process_users=[recipient.name],
+                   details={"policy": "nudge", "step": "nudged", "summary": sent.summary, "nudge": sent.pk,
+                            "from": sender.name, "to": recipient.name, "reason": sent.message})
+        transaction.on_commit(partial(_send_later, notice.pk))
+    return sent
+
+
+def escalate_ignored_nudges(now: datetime) -> int:
+    """Nudges past their time: released when the process is gone, else a kill request for approvers."""
+    steps = 0
+    for pending in Nudge.objects.filter(status=NudgeState.OPEN, escalate_at__lte=now).select_related(
+            "host", "sender", "recipient"):
+        with transaction.atomic():
+            if _holder(pending.host, pending.pid, pending.start_time_ticks) is None:
+                pending.status = NudgeState.RELEASED
+                pending.save(update_fields=["status"])
+                continue
+            try:
+                kill_request = kills.file_request(
+                    _system_requester("nudges"), host=pending.host, pid=pending.pid,
+                    start_time_ticks=pending.start_time_ticks, now=now,
+                    reason=f"{pending.sender.name} asked {pending.recipient.name} to release it "
+                    f"{settings.GPUADMIN_NUDGE_ESCALATE_MINUTES} minutes ago; it still holds the GPU",
+                )
+            except kills.KillError as error:
+                logger.warning("nudge %s: no kill request filed: %s", pending.pk, error)
+                continue
+            pending.status = NudgeState.ESCALATED
+            pending.kill_request = kill_request
+            pending.save(update_fields=["status", "kill_request"])
+            log.record(Action.FAIR_USE_STEP, host_name=pending.host.name, kill_request_id=kill_request.pk,
+                       process_users=[pending.recipient.name],
+                       details={"policy": "nudge", "step": "requested", "summary": pending.summary,
+                                "nudge": pending.pk})
+            steps += 1
+    return steps

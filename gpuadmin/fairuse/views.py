@@ -12,8 +12,8 @@ from django.views.decorators.http import require_http_methods, require_POST
 from gpuadmin.accounts.permissions import role_required
 from gpuadmin.accounts.roles import Role
 from gpuadmin.fairuse import dry_run, people, services
-from gpuadmin.fairuse.models import Case, Policy
-from gpuadmin.fairuse.states import OPEN
+from gpuadmin.fairuse.models import Case, Nudge, Policy
+from gpuadmin.fairuse.states import OPEN, NudgeState
 from gpuadmin.kills import services as kills
 
 
@@ -22,6 +22,9 @@ def my_gpus(request: HttpRequest) -> HttpResponse:
     person = people.person_of(request.user)
     now = timezone.now()
     held = people.processes_of(person, now) if person is not None else []
+    others = people.processes_of(person, now, others=True) if person is not None else []
+    nudges = (Nudge.objects.filter(recipient=person, status=NudgeState.OPEN).select_related("sender", "host")
+              if person is not None else Nudge.objects.none())
     cases = (
         Case.objects.filter(person=person, status__in=OPEN).select_related("policy", "host")
         if person is not None
@@ -33,6 +36,8 @@ def my_gpus(request: HttpRequest) -> HttpResponse:
         {
             "person": person,
             "held": held,
+            "others": others,
+            "nudges": nudges,
             "cases": cases,
             "self_service_refusal": kills.self_service_refusal(request.user),
         },
@@ -106,3 +111,19 @@ def policy_detail(request: HttpRequest, policy_id: int) -> HttpResponse:
             "cases": policy.cases.select_related("host", "person", "kill_request")[:100],
         },
     )
+
+
+@require_POST
+@role_required(Role.VIEWER)
+def nudge(request: HttpRequest) -> HttpResponse:
+    try:
+        pid, start = int(request.POST.get("pid", "")), int(request.POST.get("start_time_ticks", ""))
+        sent = services.nudge(request.user, host=request.POST.get("host", ""), pid=pid,
+                              start_time_ticks=start, message=request.POST.get("message", ""))
+    except ValueError:
+        messages.error(request, "pid and start_time_ticks must be numbers")
+    except services.NotAllowed as refusal:
+        messages.error(request, str(refusal))
+    else:
+        messages.success(request, f"Asked {sent.recipient.name} to release it.")
+    return redirect("my_gpus")

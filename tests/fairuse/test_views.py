@@ -31,8 +31,10 @@ def fleet(viewer, stranger):
 
 def test_my_gpus_lists_my_processes_and_not_another_persons(fleet, viewer_client):
     page = viewer_client.get(reverse("my_gpus")).content.decode()
-    assert "mine.py" in page and "Stop PID 4120" in page
-    assert "theirs.py" not in page
+    mine, others = page.split('id="others"')
+    assert "mine.py" in mine and "Stop PID 4120" in mine
+    assert "theirs.py" not in mine and "Stop PID 4300" not in page
+    assert "theirs.py" in others
 
 
 def test_i_stop_my_own_process_with_no_approver(fleet, viewer_client, sent):
