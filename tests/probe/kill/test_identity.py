@@ -12,6 +12,7 @@ exit, and anything REFUSED as a refusal (executor.verified_alive).
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -22,6 +23,7 @@ import pytest
 
 from gpuadmin.probe import procfs
 from gpuadmin.probe.kill.identity import Seen, _look_again, describe_parent, observe, protected_pids
+from gpuadmin.probe.kill.protected import ProtectedExecutables
 from gpuadmin.wire.kill_order import Target
 from gpuadmin.wire.kill_protocol import Refusal
 from tests.probe.kill.helpers import Processes, target_for, wait_until
@@ -170,6 +172,20 @@ def test_the_target_itself_is_alive_and_its_fields_come_back(processes: Processe
     seen = observe(Target(**target_for(trainer.pid)), order_boot_id=boot_id, host_boot_id=boot_id)
 
     assert (seen.seen, seen.refusal) == (Seen.ALIVE, None)
+    assert seen.stat is not None and seen.stat.start_time_ticks == trainer.start_time_ticks
+
+
+def test_a_protected_executable_is_refused_with_the_process_it_read(processes: Processes) -> None:
+    trainer = processes.start("trainer.py")
+    boot_id = procfs.read_boot_id()
+    executable = procfs.read_executable(trainer.pid)
+    protected = ProtectedExecutables(patterns=(re.escape(executable) + "$",))
+
+    seen = observe(Target(**target_for(trainer.pid)), order_boot_id=boot_id, host_boot_id=boot_id,
+                   protected_executables=protected)
+
+    assert (seen.seen, seen.refusal) == (Seen.REFUSED, Refusal.PROTECTED_EXECUTABLE)
+    assert seen.detail.startswith(f"its executable {executable} is protected on this host")
     assert seen.stat is not None and seen.stat.start_time_ticks == trainer.start_time_ticks
 
 
