@@ -128,15 +128,22 @@ def test_a_dry_run_policy_does_nothing_and_lists_the_idle_holder(alice):
     assert would.notified_at == at(60) and would.reminded_at == at(90) and would.requested_at is None
 
 
-def test_a_policy_change_in_the_admin_is_audited(approver):
+def test_creating_changing_and_deleting_a_policy_in_the_admin_is_audited(django_user_model):
     from django.test import Client
 
+    root = django_user_model.objects.create_superuser("root", password="x")
     client = Client()
-    client.force_login(approver)
-    from gpuadmin.fairuse.admin import PolicyAdmin
-
-    assert PolicyAdmin  # registered: edits go through save_related, audited
-    policy = idle_policy()
-    services.audit_policy(policy, "created", actor=approver)
-    event = AuditEvent.objects.get(action="policy_changed")
-    assert event.details["policy"]["name"] == "idle notebooks" and event.actor_name == approver.get_username()
+    client.force_login(root)
+    form = {"name": "idle notebooks", "condition": "idle_holder", "mode": "dry_run", "scope": "all",
+            "minutes": 60, "max_gpus": 4, "notify_again_after_minutes": 30, "request_after_minutes": 30,
+            "snooze_minutes": 60, "max_snooze_minutes": 120, "created_at_0": "2026-12-01",
+            "created_at_1": "00:00:00"}
+    assert client.post("/admin/fairuse/policy/add/", form).status_code == 302
+    policy = Policy.objects.get()
+    assert client.post(f"/admin/fairuse/policy/{policy.pk}/change/",
+                       {**form, "mode": "live"}).status_code == 302
+    assert client.post(f"/admin/fairuse/policy/{policy.pk}/delete/", {"post": "yes"}).status_code == 302
+    events = AuditEvent.objects.filter(action="policy_changed").order_by("sequence")
+    assert [(e.details["change"], e.details["policy"]["mode"]) for e in events] == [
+        ("created", "dry_run"), ("changed", "live"), ("deleted", "live")]
+    assert {e.actor_name for e in events} == {"root"}
