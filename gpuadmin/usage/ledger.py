@@ -265,11 +265,13 @@ def flush(host_id: int, items: Any) -> None:
         ])
 
 
-def flush_all() -> int:
-    """Write every host's pending additions now (tests, the digest, the retention task); how many hosts
+def flush_all(cursors: Any = None) -> int:
+    """Write the pending additions of ``cursors`` (a ``UsageCursor`` queryset; default every host's)
+    now: tests, the digest, and ``retention.maintain_usage`` for hosts that went silent. How many hosts
     had some. Each under its host's row lock, as ingest holds it: an addition is written once."""
     flushed = 0
-    for host_id in UsageCursor.objects.exclude(pending="[]").values_list("host_id", flat=True):
+    cursors = UsageCursor.objects.all() if cursors is None else cursors
+    for host_id in cursors.exclude(pending="[]").values_list("host_id", flat=True):
         with transaction.atomic():
             Host.objects.select_for_update().filter(pk=host_id).exists()
             stored = UsageCursor.objects.filter(host_id=host_id).values_list("pending", flat=True).first()

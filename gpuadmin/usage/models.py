@@ -17,6 +17,7 @@ Times are integer milliseconds and memory-time integer byte-seconds: sums stay e
 from __future__ import annotations
 
 from django.db import models
+from django.utils import timezone
 
 from gpuadmin.fleet.models import Host
 
@@ -103,3 +104,40 @@ class UsageCursor(models.Model):
 
     def __str__(self) -> str:
         return f"usage cursor at {self.taken_at}"
+
+
+class DigestMessage(models.Model):
+    """One weekly usage digest to one destination of one approver, and what became of it.
+
+    Kept here, not as a ``notify.Notification`` (whose rows are each about a kill request or a
+    credential change): delivered through the same ``notify.delivery.send`` (email and Apprise).
+    """
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        SENDING = "sending", "Sending"
+        SENT = "sent", "Sent"
+        FAILED = "failed", "Failed"
+
+    # The digest's first UTC day (it covers seven).
+    period_start = models.DateField()
+    person = models.ForeignKey("notify.Person", on_delete=models.SET_NULL, null=True, blank=True,
+                               related_name="+")
+    recipient_name = models.CharField(max_length=200)
+    url = models.TextField()  # where it goes (may hold a token: never shown)
+    destination = models.CharField(max_length=300)  # the URL with its secrets masked
+    subject = models.CharField(max_length=300)
+    body = models.TextField()
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.QUEUED)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            # Beat firing twice, or a redelivered task, must not send a week's digest twice.
+            models.UniqueConstraint(fields=["period_start", "url"], name="usage_digest_once"),
+        ]
+
+    def __str__(self) -> str:
+        return f"usage digest of {self.period_start} to {self.recipient_name} ({self.status})"
