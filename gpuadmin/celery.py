@@ -30,6 +30,8 @@ HISTORY_MAINTENANCE_PERIOD_SECONDS = 300.0
 EXPIRY_WARNING_PERIOD_SECONDS = 60.0
 # Events newer than the last anchor are vouched for by the database alone (docs/security.md).
 AUDIT_ANCHOR_PERIOD_SECONDS = 60.0
+# The usage digest covers a week; the ledger's upkeep runs with history's.
+USAGE_DIGEST_PERIOD_SECONDS = 7 * 86400.0
 # Fair-use policies count in minutes: one look a minute takes each step on time.
 FAIR_USE_PERIOD_SECONDS = 60.0
 # Sending from a web request after its commit: a broker that is down costs this little, never a hang.
@@ -72,6 +74,16 @@ def beat_schedule(probe_interval_seconds: float) -> dict[str, dict]:
             "schedule": FAIR_USE_PERIOD_SECONDS,
             "options": {"expires": FAIR_USE_PERIOD_SECONDS * EXPIRES_SHARE_OF_PERIOD},
         },
+        "maintain-usage": {
+            "task": task_names.MAINTAIN_USAGE,
+            "schedule": HISTORY_MAINTENANCE_PERIOD_SECONDS,
+            "options": {"expires": HISTORY_MAINTENANCE_PERIOD_SECONDS * EXPIRES_SHARE_OF_PERIOD},
+        },
+        "send-usage-digest": {
+            "task": task_names.SEND_USAGE_DIGEST,
+            "schedule": USAGE_DIGEST_PERIOD_SECONDS,
+            "options": {"expires": 3600.0},  # a digest a day late is still the week's; never a backlog
+        },
         "anchor-audit": {
             "task": task_names.ANCHOR_AUDIT,
             "schedule": AUDIT_ANCHOR_PERIOD_SECONDS,
@@ -108,6 +120,7 @@ app = Celery(
         "gpuadmin.kills.tasks",  # central: record_kill_progress, sweep
         "gpuadmin.notify.tasks",  # central: kill_event, deliver, warn_expiring
         "gpuadmin.audit.tasks",  # central: anchor
+        "gpuadmin.usage.tasks",  # central: maintain, send_digest, deliver_digest
         "gpuadmin.fairuse.tasks",  # central: evaluate, deliver_notice
     ],
 )

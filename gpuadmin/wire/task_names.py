@@ -13,7 +13,7 @@ from __future__ import annotations
 
 AGENT_PREFIX = "gpuadmin.agent."
 CENTRAL_PREFIXES = ("gpuadmin.fleet.", "gpuadmin.kills.", "gpuadmin.notify.", "gpuadmin.audit.",
-                    "gpuadmin.fairuse.")
+                    "gpuadmin.fairuse.", "gpuadmin.usage.")
 
 # Agent side: run by the agent of the host whose queue (host.<name>) they are sent to.
 PROBE_HOST = "gpuadmin.agent.probe_host"
@@ -31,3 +31,6 @@ WARN_EXPIRING_REQUESTS = "gpuadmin.notify.warn_expiring"  # beat: pending reques
 ANCHOR_AUDIT = "gpuadmin.audit.anchor"  # beat: sign the audit chain's head, publish it outside the database
 EVALUATE_FAIR_USE = "gpuadmin.fairuse.evaluate"  # beat: live fair-use policies, one step at a time
 DELIVER_FAIR_USE_NOTICE = "gpuadmin.fairuse.deliver_notice"  # one fair-use notice to its person
+MAINTAIN_USAGE = "gpuadmin.usage.maintain"  # beat: write silent hosts' pending usage, prune the ledger
+SEND_USAGE_DIGEST = "gpuadmin.usage.send_digest"  # beat, weekly: last week's usage digest to approvers
+DELIVER_USAGE_DIGEST = "gpuadmin.usage.deliver_digest"  # one digest message to one destination
