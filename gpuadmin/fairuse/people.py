@@ -18,6 +18,7 @@ from gpuadmin.notify.models import Person
 
 
 def person_of(user: Any) -> Person | None:
+    """The directory's person linked to a panel account (None for none, or for no one signed in)."""
     if user is None or not user.is_authenticated:
         return None
     return Person.objects.filter(user_id=user.pk).first()

@@ -27,13 +27,13 @@ from gpuadmin.audit import log
 from gpuadmin.audit.models import Action
 from gpuadmin.fairuse import conditions
 from gpuadmin.fairuse.models import Case, Notice, Nudge, Policy
+from gpuadmin.fairuse.people import person_of
 from gpuadmin.fairuse.states import OPEN, SNOOZABLE, CaseState, NudgeState
 from gpuadmin.fleet.models import Host, LatestSnapshot
 from gpuadmin.fleet.process_tree import process_rows
 from gpuadmin.kills import services as kills
 from gpuadmin.notify.delivery import send
 from gpuadmin.notify.directory import Directory
-from gpuadmin.notify.models import Person
 
 logger = logging.getLogger(__name__)
 
@@ -175,13 +175,13 @@ def evaluate_policy(policy: Policy, now: datetime) -> int:
             steps += 1
     for key, candidate in candidates.items():
         with transaction.atomic():
-            case = (
+            found = (
                 Case.objects.select_for_update()
                 .select_related("host", "person", "policy")
                 .filter(policy=policy, key=key, status__in=OPEN)
                 .first()
             )
-            if case is None:
+            if found is None:
                 case = Case.objects.create(
                     policy=policy,
                     key=key,
@@ -194,6 +194,7 @@ def evaluate_policy(policy: Policy, now: datetime) -> int:
                     first_seen_at=now,
                 )
             else:
+                case = found
                 case.summary, case.targets, case.held_bytes = (
                     candidate.summary,
                     candidate.targets,
@@ -254,9 +255,9 @@ def _file_request(case: Case, now: datetime) -> int:
     except kills.Conflict as conflict:
         # Someone already asked: the case follows that request instead of filing a second.
         kill_request_id = conflict.extra.get("kill_request_id")
-        kill_request = kills.get_request(kill_request_id) if kill_request_id else None
-        if kill_request is None:
+        if kill_request_id is None:
             raise
+        kill_request = kills.get_request(kill_request_id)
     except kills.KillError as error:
         logger.warning("fair-use case %s: no kill request filed: %s", case.pk, error)
         return 0
@@ -277,7 +278,7 @@ def snooze(case_id: int, user: Any, reason: str, *, now: datetime | None = None)
     now = now or timezone.now()
     with transaction.atomic():
         case = Case.objects.select_for_update().select_related("policy", "person", "host").get(pk=case_id)
-        person = Person.objects.filter(user_id=getattr(user, "pk", None)).first()
+        person = person_of(user)
         if person is None or case.person_id != person.pk:
             raise NotAllowed("only the person who holds it can say it is still needed")
         if case.status not in SNOOZABLE:
@@ -322,7 +323,7 @@ def nudge(user: Any, *, host: Host | str, pid: int, start_time_ticks: int, messa
     ``GPUADMIN_NUDGE_INTERVAL_SECONDS``. Ignored past ``GPUADMIN_NUDGE_ESCALATE_MINUTES``, it becomes a
     kill request, which approvers decide on (``escalate_ignored_nudges``)."""
     now = now or timezone.now()
-    sender = Person.objects.filter(user_id=getattr(user, "pk", None)).first()
+    sender = person_of(user)
     if sender is None:
         raise NotAllowed("your panel account is not linked to a person: ask an admin to link it")
     if isinstance(host, str):
