@@ -34,6 +34,11 @@ class Relative:
     start_time_ticks: int | None
     name: str
     user: str
+    state: str = ""  # its state letter when known ("Z": a defunct child its parent has not reaped)
+
+    @property
+    def defunct(self) -> bool:
+        return self.state == "Z"
 
 
 @dataclass
@@ -79,6 +84,26 @@ class ProcessPage:
     @property
     def state(self) -> str:
         return self.row.state if self.row is not None else (self.life.last_state if self.life else "")
+
+    @property
+    def orphaned(self) -> bool:
+        """Re-parented after the process that started it went away (now, or as recorded)."""
+        if self.row is not None:
+            return self.row.orphaned
+        return bool(self.life and self.life.was_orphaned)
+
+    @property
+    def zombie(self) -> bool:
+        return self.state == "Z"
+
+    @property
+    def defunct_children(self) -> int:
+        return sum(1 for child in self.children if child.defunct)
+
+    @property
+    def may_be_asked_to_reap(self) -> bool:
+        """Alive with defunct children, and not PID 1 (init reaps on its own; it is never signalled)."""
+        return self.alive and self.pid != 1 and self.defunct_children > 0
 
     @property
     def device_files(self) -> tuple[str, ...]:
@@ -133,7 +158,8 @@ def process_page(host: Host, pid: int, start_time_ticks: int) -> ProcessPage | N
 
 
 def _relative(row: ProcessRow) -> Relative:
-    return Relative(pid=row.pid, start_time_ticks=row.start_time_ticks, name=row.name, user=row.user or "")
+    return Relative(pid=row.pid, start_time_ticks=row.start_time_ticks, name=row.name, user=row.user or "",
+                    state=row.state)
 
 
 def _parents_from_snapshot(row: ProcessRow, rows: dict[int, ProcessRow]) -> list[Relative]:
@@ -170,7 +196,7 @@ def _relatives_from_history(life: ProcessLife) -> tuple[list[Relative], list[Rel
         else []
     )
     children = [
-        Relative(pid=c.pid, start_time_ticks=c.start_time_ticks, name=c.name, user=c.user)
+        Relative(pid=c.pid, start_time_ticks=c.start_time_ticks, name=c.name, user=c.user, state=c.last_state)
         for c in same_boot.filter(during, ppid=life.pid).order_by("pid")[:CHILDREN_SHOWN_MAX]
     ]
     return parents, children

@@ -34,10 +34,11 @@ from gpuadmin.htmx import (
     vary_on_htmx,
     wants_fragment,
 )
+from gpuadmin.kills.plans import REAP_PLAN_NAME
 from gpuadmin.kills.services import open_requests_by_process
 from gpuadmin.notify.directory import Directory
 from gpuadmin.web import attention
-from gpuadmin.web.finding_actions import finding_view
+from gpuadmin.web.finding_actions import finding_view, kill_request_url
 from gpuadmin.web.fleet_page import SORTS, STATUSES, FleetPage, FleetQuery, changes, gpu_models
 from gpuadmin.web.host_tables import (
     SHOW_CHOICES,
@@ -183,10 +184,19 @@ def process_detail(request: HttpRequest, name: str, pid: int, start_time_ticks: 
     if page is None:
         raise Http404(f"{name} has no recorded process {pid} started at tick {start_time_ticks}.")
     may_request = page.alive and has_role(request.user, Role.REQUESTER)
+    parent = page.parents[0] if page.parents else None
     context = {
         "host": host,
         "page": page,
         "kill_request_new_url": reverse("kill_request_new") if may_request else None,
+        # The one action for zombies: their parent asked to reap them (the zombies finding's action).
+        "reap_url": (kill_request_url(host, [(page.pid, page.start_time_ticks)], plan=REAP_PLAN_NAME)
+                     if may_request and page.may_be_asked_to_reap else None),
+        "parent_reap_url": (
+            kill_request_url(host, [(parent.pid, parent.start_time_ticks)], plan=REAP_PLAN_NAME)
+            if may_request and page.zombie and parent and parent.start_time_ticks is not None
+            and parent.pid != 1 else None
+        ),
     }
     return render(request, "web/process_detail.html", context)
 

@@ -6,9 +6,12 @@ from django.template import Context, Template
 
 from gpuadmin.web.templatetags.gpuadmin_format import (
     bytes_human,
+    command_args,
     duration,
     gpu_bar,
+    inline_code,
     memory_bar,
+    path_breaks,
     state_name,
     visible_controls,
     visible_controls_text,
@@ -129,3 +132,20 @@ def test_a_gpu_bar_escapes_what_it_is_given():
     assert "<b>" not in shown and "<i>" not in shown
     assert 'title="&#x27;&quot;&lt;&gt;"' in shown
     assert "&amp; / &quot; <span class=\"unattributed\">(&lt;i&gt; unattributed)</span>" in shown
+
+
+def test_a_command_line_breaks_only_between_its_arguments_each_escaped():
+    process = SimpleNamespace(cmdline=("python", "<b>x</b>", "--lr=3e-4"), command_line="unused")
+    assert command_args(process) == (
+        '<span class="cmdline"><span class="arg">python</span> <wbr><span class="arg">&lt;b&gt;x&lt;/b&gt;'
+        '</span> <wbr><span class="arg">--lr=3e-4</span></span>'
+    )
+    # A kernel thread (no argv) shows its name; plain text splits at its spaces.
+    assert command_args(SimpleNamespace(cmdline=(), command_line="[kworker]")) == (
+        '<span class="cmdline"><span class="arg">[kworker]</span></span>')
+    assert '<span class="ctl"' in command_args("a \x1b")
+
+
+def test_api_paths_break_after_slashes_and_backticks_become_code():
+    assert path_breaks("/api/v1/<id>/") == "/<wbr>api/<wbr>v1/<wbr>&lt;id&gt;/<wbr>"
+    assert inline_code("use `GET /x` or <b>") == "use <code>GET /x</code> or &lt;b&gt;"

@@ -59,7 +59,8 @@ def test_a_running_process_shows_who_what_its_family_and_its_chart(viewer_client
     assert "alice" in html
     # Controls are shown as escapes, never passed to the browser raw.
     assert "\x1b" not in html and "\u202e" not in html
-    assert "python train.py --tag" in html and "\\x1b" in html and "\\u202e" in html
+    assert '<span class="arg">train.py</span> <wbr><span class="arg">--tag</span>' in html
+    assert "\\x1b" in html and "\\u202e" in html
     assert 'href="/hosts/gpu01/processes/100-10000/">100</a>' in html  # parent
     assert 'href="/hosts/gpu01/processes/102-10200/">102</a>' in html  # child
     assert "/dev/nvidia0" in html
@@ -103,6 +104,7 @@ def test_a_gone_process_stays_reachable_with_its_kill_requests_and_findings(
     assert "Pending" in html
     findings = re.search(r"Findings it was part of</h2>(.*?)<h2>", html, re.S).group(1)  # type: ignore[union-attr]
     assert 'data-kind="orphan_gpu"' in findings
+    assert '<span class="badge badge-warning" title="re-parented to PID 1' in html  # says "orphan"
 
 
 def test_a_zombie_parent_without_history_has_a_page_while_in_the_snapshot(viewer_client: Client) -> None:
@@ -112,6 +114,24 @@ def test_a_zombie_parent_without_history_has_a_page_while_in_the_snapshot(viewer
     assert "None recorded" in html
     assert 'href="/hosts/gpu01/processes/301-30100/">301</a>' in html
     assert 'data-kind="zombies"' in html
+
+
+def test_a_zombie_parent_marks_its_defunct_children_and_offers_the_reap(requester: User) -> None:
+    client = Client()
+    client.force_login(requester)
+    store(family(), 1)
+    _, html = page(client, 300)
+    assert '<span class="badge badge-warning">1 defunct child</span>' in html
+    child = re.search(r'<div class="defunct">.*?</div>', html, re.S).group(0)  # type: ignore[union-attr]
+    assert ">301</a>" in child and ">defunct</span>" in child
+    reap = "/kills/new/?host=gpu01&amp;pid=300&amp;start=30000&amp;plan=reap"
+    assert f'<a class="button button-secondary reap" href="{reap}">' in html
+    # The zombie's own page says what it is and points at the same action, on its parent.
+    _, zombie = page(client, 301)
+    assert '<span class="badge badge-warning">zombie</span>' in zombie
+    assert f'href="{reap}">Ask the parent to reap (SIGCHLD)</a>' in zombie
+    # A process without defunct children offers no reap.
+    assert "plan=reap" not in page(client, 101)[1]
 
 
 def test_an_unknown_process_or_wrong_start_time_is_404(viewer_client: Client) -> None:

@@ -167,6 +167,22 @@ def command_args(process: Any) -> SafeString:
 
 
 @register.filter
+def path_breaks(path: Any) -> SafeString:
+    """A URL path that may break only after its slashes on a narrow screen: ``/api/<wbr>v1/<wbr>...``."""
+    parts = str(path).split("/")
+    return mark_safe("/<wbr>".join(conditional_escape(part) for part in parts))  # noqa: S308 - escaped
+
+
+@register.filter
+def inline_code(text: Any) -> SafeString:
+    """Our own prose (API descriptions) with its `backticks` as ``<code>``; everything escaped."""
+    pieces = str(text or "").split("`")
+    out = [format_html("<code>{}</code>", piece) if i % 2 else conditional_escape(piece)
+           for i, piece in enumerate(pieces)]
+    return mark_safe("".join(out))  # noqa: S308 - every piece escaped
+
+
+@register.filter
 def join_visible(values: Iterable[Any], separator: str = ", ") -> SafeString:
     """Like ``join`` but each item goes through ``visible_controls``."""
     return mark_safe(conditional_escape(separator).join(visible_controls(v) for v in values))  # noqa: S308
