@@ -34,6 +34,9 @@ AUDIT_ANCHOR_PERIOD_SECONDS = 60.0
 USAGE_DIGEST_PERIOD_SECONDS = 7 * 86400.0
 # Fair-use policies count in minutes: one look a minute takes each step on time.
 FAIR_USE_PERIOD_SECONDS = 60.0
+# People, Unix accounts and roles from the lab's directory (notify.people_from_directory): a role removed
+# there stops a token that is never signed in with within the hour.
+SYNC_PEOPLE_PERIOD_SECONDS = 3600.0
 # Sending from a web request after its commit: a broker that is down costs this little, never a hang.
 SEND_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
 # A periodic task that waits longer than this share of its period is dropped:
@@ -63,6 +66,11 @@ def beat_schedule(probe_interval_seconds: float) -> dict[str, dict]:
             "task": task_names.MAINTAIN_HISTORY,
             "schedule": HISTORY_MAINTENANCE_PERIOD_SECONDS,
             "options": {"expires": HISTORY_MAINTENANCE_PERIOD_SECONDS * EXPIRES_SHARE_OF_PERIOD},
+        },
+        "sync-people": {
+            "task": task_names.SYNC_PEOPLE,
+            "schedule": SYNC_PEOPLE_PERIOD_SECONDS,
+            "options": {"expires": SYNC_PEOPLE_PERIOD_SECONDS * EXPIRES_SHARE_OF_PERIOD},
         },
         "warn-expiring-requests": {
             "task": task_names.WARN_EXPIRING_REQUESTS,

@@ -36,6 +36,13 @@ from typing import TypeVar
 import pytest
 
 from tests import services
+from tests.accounts.directory.fixtures import (  # noqa: F401 - fixtures: slapd, an OIDC provider
+    ldap_directory,
+    oidc_provider,
+    slapd,
+    use_ldap,
+    use_oidc,
+)
 from tests.audit.helpers import allow_test_flush_through_audit_triggers
 from tests.people import (  # noqa: F401 - fixtures (named people), for every directory
     approver,
@@ -88,6 +95,8 @@ SLOW_PATHS = (
     "integration/",  # redis-server and real Celery workers
     "benchmarks/",  # every benchmark script's smoke run, soak.py's included
     "run/test_make_run.py",  # a whole `make run`
+    # slapd and an OpenID Connect provider under node (tests/accounts/directory/fixtures.py)
+    "accounts/directory/", "notify/test_people_from_directory.py",
 )
 # What behaves differently on PostgreSQL: row locks, fleet.storage.statements' prepared statements and
 # row arrays, the audit table's triggers and advisory lock, json_text's compression, migrations

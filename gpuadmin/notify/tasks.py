@@ -14,7 +14,12 @@ from django.conf import settings
 from django.db import DatabaseError
 
 from gpuadmin.celery import CENTRAL_QUEUE, app, send_central
-from gpuadmin.wire.task_names import DELIVER_NOTIFICATION, NOTIFY_KILL_EVENT, WARN_EXPIRING_REQUESTS
+from gpuadmin.wire.task_names import (
+    DELIVER_NOTIFICATION,
+    NOTIFY_KILL_EVENT,
+    SYNC_PEOPLE,
+    WARN_EXPIRING_REQUESTS,
+)
 
 
 def _send_each(notification_ids: list[int]) -> None:
@@ -55,3 +60,12 @@ def deliver_notification(self: Task, notification_id: int) -> bool:
         # count comes in its message, which whoever can write to the broker can write.
         countdown = settings.GPUADMIN_NOTIFY_RETRY_SECONDS * 2 ** (exc.attempts - 1)
         raise self.retry(exc=exc, countdown=countdown, max_retries=self.request.retries + 1) from exc
+
+
+@app.task(name=SYNC_PEOPLE, queue=CENTRAL_QUEUE, ignore_result=True)
+def sync_people() -> str:
+    from gpuadmin.accounts import audit_trail
+    from gpuadmin.notify.people_from_directory import sync_people
+
+    with audit_trail.acting(None, via="beat sync_people"):
+        return str(sync_people())

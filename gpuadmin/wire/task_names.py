@@ -28,6 +28,7 @@ SWEEP_KILLS = "gpuadmin.kills.sweep"
 NOTIFY_KILL_EVENT = "gpuadmin.notify.kill_event"  # who hears about a kill request's event
 DELIVER_NOTIFICATION = "gpuadmin.notify.deliver"  # one message to one destination, with retries
 WARN_EXPIRING_REQUESTS = "gpuadmin.notify.warn_expiring"  # beat: pending requests about to expire
+SYNC_PEOPLE = "gpuadmin.notify.sync_people"  # beat: people, Unix accounts and roles from the lab's directory
 ANCHOR_AUDIT = "gpuadmin.audit.anchor"  # beat: sign the audit chain's head, publish it outside the database
 EVALUATE_FAIR_USE = "gpuadmin.fairuse.evaluate"  # beat: live fair-use policies, one step at a time
 DELIVER_FAIR_USE_NOTICE = "gpuadmin.fairuse.deliver_notice"  # one fair-use notice to its person

@@ -16,9 +16,11 @@ groupOfNames, groupOfUniqueNames or posixGroup): GPUADMIN_LDAP_VIEWER_GROUP, ...
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest
 from django_auth_ldap.backend import LDAPBackend, ldap_error
 
@@ -98,3 +100,69 @@ def _directory_error(sender: Any, context: str, user: Any, request: HttpRequest 
 
 def connect() -> None:
     ldap_error.connect(_directory_error, dispatch_uid="gpuadmin.accounts.directory.ldap.error")
+
+
+VIA_SYNC = "directory sync"
+
+
+@dataclass(frozen=True)
+class PosixPerson:
+    """One posixAccount of the directory: who owns uid ``unix_uid`` (``unix_name``) on every host."""
+
+    dn: str
+    unix_name: str
+    unix_uid: int | None
+    name: str
+    email: str
+
+
+def _first(attrs: dict[str, list[bytes]], name: str) -> str:
+    values = attrs.get(name) or [b""]
+    return values[0].decode("utf-8", errors="replace").strip()
+
+
+def posix_people() -> list[PosixPerson]:
+    """Everyone GPUADMIN_LDAP_USER_FILTER lets sign in, read with the bind account (search mode only)."""
+    import ldap
+
+    base = getattr(settings, "GPUADMIN_LDAP_USER_SEARCH_BASE", "")
+    if not getattr(settings, "AUTH_LDAP_SERVER_URI", "") or not base:
+        raise ImproperlyConfigured("reading people from LDAP needs GPUADMIN_LDAP_SERVER_URI and "
+                                   "GPUADMIN_LDAP_USER_SEARCH_BASE (and GPUADMIN_LDAP_BIND_DN if the "
+                                   "directory is not readable anonymously)")
+    connection = ldap.initialize(settings.AUTH_LDAP_SERVER_URI)
+    for option, value in settings.AUTH_LDAP_CONNECTION_OPTIONS.items():
+        connection.set_option(option, value)
+    try:
+        if settings.AUTH_LDAP_START_TLS:
+            connection.start_tls_s()
+        connection.simple_bind_s(settings.AUTH_LDAP_BIND_DN, settings.AUTH_LDAP_BIND_PASSWORD)
+        search_filter = settings.GPUADMIN_LDAP_USER_FILTER.replace("%(user)s", "*")
+        found = connection.search_s(base, ldap.SCOPE_SUBTREE, search_filter,
+                                    ["uid", "uidNumber", "cn", "mail"])
+    finally:
+        connection.unbind_s()
+    people = []
+    for dn, attrs in found:
+        if dn is None or not isinstance(attrs, dict):
+            continue  # a referral
+        number = _first(attrs, "uidNumber")
+        people.append(PosixPerson(dn=dn, unix_name=_first(attrs, "uid"),
+                                  unix_uid=int(number) if number.isdigit() else None,
+                                  name=_first(attrs, "cn") or _first(attrs, "uid"),
+                                  email=_first(attrs, "mail")))
+    return people
+
+
+def refresh_signed_in_people() -> tuple[int, int]:
+    """Read again every LDAP person who signed in here: their roles and Unix account now, or (gone from
+    the directory, or excluded by its filter) no roles. Returns (refreshed, taken off)."""
+    backend = DirectoryLDAPBackend()
+    refreshed = gone = 0
+    identities = DirectoryIdentity.objects.filter(source=DirectoryIdentity.Source.LDAP).select_related("user")
+    for identity in identities:
+        if backend.refresh(identity.user, via=VIA_SYNC):
+            refreshed += 1
+        else:
+            gone += 1
+    return refreshed, gone

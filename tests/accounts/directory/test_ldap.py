@@ -17,7 +17,7 @@ from gpuadmin.accounts import sudo
 from gpuadmin.accounts.models import DirectoryIdentity
 from gpuadmin.accounts.roles import role_names
 from gpuadmin.audit.models import Action, AuditEvent
-from tests.accounts.directory.conftest import GROUP, PEOPLE, as_root, ldap
+from tests.accounts.directory.fixtures import GROUP, PEOPLE, as_root, ldap
 from tests.accounts.helpers import SIXTEEN_MINUTES, age_the_login
 from tests.fleet.helpers import store_busy_host
 from tests.services import make_tls_files
@@ -65,7 +65,7 @@ def test_ldaps_and_a_direct_bind_sign_in_too(use_ldap, slapd):
 
 @pytest.mark.account_audit
 def test_a_group_removed_in_the_directory_is_a_role_gone_at_the_next_sign_in_token_included(
-        use_ldap, directory, capsys):
+        use_ldap, ldap_directory, capsys):
     use_ldap()
     store_busy_host("gpu01")
     sign_in("bob", "bob-pw")
@@ -74,7 +74,7 @@ def test_a_group_removed_in_the_directory_is_a_role_gone_at_the_next_sign_in_tok
     api = Client(HTTP_AUTHORIZATION=f"Token {key}")
     assert api.get(reverse("api_hosts")).status_code == 200
 
-    directory.modify_s(GROUP["viewer"], [(ldap.MOD_DELETE, "member", [f"uid=bob,{PEOPLE}".encode()])])
+    ldap_directory.modify_s(GROUP["viewer"], [(ldap.MOD_DELETE, "member", [f"uid=bob,{PEOPLE}".encode()])])
     _, response = sign_in("bob", "bob-pw")
     assert response.status_code == 302  # still a person of the lab, with no role now
     assert role_names(User.objects.get(username="bob")) == set()

@@ -19,7 +19,7 @@ from gpuadmin.accounts.directory import oidc
 from gpuadmin.accounts.models import DirectoryIdentity
 from gpuadmin.accounts.roles import role_names
 from gpuadmin.audit.models import Action, AuditEvent
-from tests.accounts.directory.conftest import OIDC_PEOPLE
+from tests.accounts.directory.fixtures import OIDC_PEOPLE
 from tests.accounts.directory.provider_pages import Person
 from tests.accounts.helpers import SIXTEEN_MINUTES, age_the_login
 from tests.fleet.helpers import store_busy_host

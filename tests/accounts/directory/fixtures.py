@@ -1,4 +1,6 @@
-"""One slapd for the session (tests/services.py), holding the lab below, and settings pointing at it.
+"""Fixtures of directory sign-in, imported by tests/conftest.py (for every directory): one slapd and
+one OpenID Connect provider for the session (tests/services.py), holding the lab below, and
+settings that point at them as an admin's GPUADMIN_LDAP_* / GPUADMIN_OIDC_* would.
 
 People (password = their name + "-pw"): alice (groups: approvers, requesters), bob (viewers),
 carol (disabled: her shell is nologin, which the user filter excludes). Each test that changes the
@@ -73,7 +75,7 @@ def as_root(server: services.SlapdServer) -> Any:
 
 
 @pytest.fixture
-def directory(slapd: services.SlapdServer) -> Iterator[Any]:
+def ldap_directory(slapd: services.SlapdServer) -> Iterator[Any]:
     """The root connection; group members a test removes come back after it."""
     connection = as_root(slapd)
     before = {dn: connection.search_s(dn, ldap.SCOPE_BASE, attrlist=["member"])[0][1]["member"]
