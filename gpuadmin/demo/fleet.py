@@ -39,6 +39,9 @@ SLURM_JOB_CGROUP = "0::/system.slice/slurmstepd.scope/job_4242/step_0/user/task_
 CONTAINER_CGROUP = "0::/system.slice/docker-" + "c0ffee" * 10 + "beef.scope\n"
 CGROUP_OF_PID = {41001: SLURM_JOB_CGROUP, 41002: SLURM_JOB_CGROUP, 42001: CONTAINER_CGROUP}
 BOOT_TIME = "2026-01-05T07:00:00Z"
+# Jobs that hold their memory and compute nothing (a notebook kernel, a stalled preprocess): their GPUs
+# show 0 %, so the usage page has idle hours beside busy ones.
+IDLE_PIDS = frozenset({41010, 42050})
 
 
 @dataclass(frozen=True)
@@ -119,8 +122,9 @@ def document(host: SyntheticHost, now: datetime | None = None) -> dict[str, Any]
         processes += [_process(host.zombies_of + n, host.zombies_of, "dave", (), state="Z")
                       for n in (1, 2, 3)]
     used = {uuid: sum(p["gpu_memory_bytes"].get(uuid, 0) for p in processes) for uuid in uuids}
+    busy = {uuid for p in processes if p["pid"] not in IDLE_PIDS for uuid in p["gpu_memory_bytes"]}
     gpus = [synthetic.gpu(i, uuid=uuid, name=host.gpu_name, total=host.memory_total_bytes, used=used[uuid],
-                          utilization_percent=85 if used[uuid] else 0)
+                          utilization_percent=85 if uuid in busy else 0)
             for i, uuid in enumerate(uuids)]
     return synthetic.snapshot(
         host.name, processes=processes, gpus=gpus, taken_at=now,

@@ -21,8 +21,8 @@ def test_days_and_lives_older_than_the_keeping_time_go_the_rest_stays(settings) 
     assert (UsageDay.objects.count(), LifeUsage.objects.count()) == (4, 5)
     kept = maintain_usage(at(25) + timedelta(days=10) - timedelta(seconds=1))
     assert (kept.days_pruned, kept.lives_pruned) == (0, 0)
-    # Lives last held more than ten days before go (carol and dave at 25 s, bob's two GPUs at 80 s), alice's stays,
-    # and so does the day, not over ten days ago yet.
+    # Lives last held more than ten days before go (carol and dave at 25 s, bob's two GPUs at 80 s),
+    # alice's stays, and so does the day, not over ten days ago yet.
     some = maintain_usage(at(85) + timedelta(days=10))
     assert (some.days_pruned, some.lives_pruned) == (0, 4)
     assert list(LifeUsage.objects.values_list("pid", flat=True)) == [100]
