@@ -400,7 +400,8 @@ class Attention:
     offline_count: int
     offline: tuple[tuple[str, datetime | None], ...]  # (host, last seen), the most recently gone first
     critical_count: int
-    critical: tuple[tuple[str, str], ...]  # (host, finding title), the oldest first
+    critical_hosts_count: int
+    critical: tuple[str, ...]  # hosts with a critical finding open, by name
     pending_count: int
     pending: tuple[tuple[int, str], ...]  # (request, host), the oldest first
 
@@ -408,19 +409,23 @@ class Attention:
     def of_fleet(cls, summary: FleetSummary, now: datetime) -> Attention:
         fleet = Host.objects.fleet()
         offline: tuple[tuple[str, datetime | None], ...] = ()
-        critical: tuple[tuple[str, str], ...] = ()
+        critical: tuple[str, ...] = ()
+        critical_hosts = 0
         pending: tuple[tuple[int, str], ...] = ()
         if summary.hosts_offline:
             offline = tuple(fleet.offline(now).order_by(F("last_seen_at").desc(nulls_last=True), "name")
                             .values_list("name", "last_seen_at")[:ATTENTION_NAMED_MAX])
         if summary.findings_critical:
-            critical = tuple(Finding.objects.open().filter(host__in=fleet, severity=Finding.Severity.CRITICAL)
-                             .order_by("first_seen_at", "pk").values_list("host__name", "title")
-                             [:ATTENTION_NAMED_MAX])
+            # By host, not by finding: one host's five findings are one place to go.
+            critical_findings = Finding.objects.open().filter(severity=Finding.Severity.CRITICAL)
+            with_critical = (fleet.filter(pk__in=critical_findings.values("host_id")).order_by("name")
+                             .values_list("name", flat=True))
+            critical = tuple(with_critical[:ATTENTION_NAMED_MAX])
+            critical_hosts = len(critical) if len(critical) < ATTENTION_NAMED_MAX else with_critical.count()
         if summary.kill_requests_pending:
             pending = tuple(KillRequest.objects.pending().order_by("pk").values_list("pk", "host__name")
                             [:ATTENTION_NAMED_MAX])
-        return cls(summary.hosts_offline, offline, summary.findings_critical, critical,
+        return cls(summary.hosts_offline, offline, summary.findings_critical, critical_hosts, critical,
                    summary.kill_requests_pending, pending)
 
     @property
@@ -434,7 +439,7 @@ class Attention:
 
     @property
     def critical_more(self) -> int:
-        return self.critical_count - len(self.critical)
+        return self.critical_hosts_count - len(self.critical)
 
     @property
     def pending_more(self) -> int:

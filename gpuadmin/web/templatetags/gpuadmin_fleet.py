@@ -1,4 +1,5 @@
-"""The fleet page's own compact forms: one small cell per GPU, and "as of 02:13, 4 min ago" for old data.
+"""The fleet page's own compact forms: one small cell per GPU ("14/80 82%": GiB used of total, busy), and
+"as of 02:13, 4 min ago" for old data.
 
 Built with format_html, not included templates: the table draws up to 400 GPU cells a page.
 """
@@ -16,7 +17,7 @@ from gpuadmin.text import human_duration
 
 register = template.Library()
 
-# One GPU in a fleet row: "30/80 GiB 97%" over a thin memory bar (attributed, then unattributed). SVG
+# One GPU in a fleet row: "30/80 97%" over a thin memory bar (attributed, then unattributed). SVG
 # lengths, not style attributes (the Content-Security-Policy allows none). The figures in full are in
 # the title; the bar repeats the text, so it is hidden from screen readers.
 _GPU_CELL = (
@@ -30,13 +31,22 @@ _GPU_CELL = (
 )
 
 
+# human_bytes' units in GiB: the cell says whole GiB ("14/80"), the title the exact figures.
+_IN_GIB = {"TiB": 1024.0, "GiB": 1.0, "MiB": 1 / 1024, "KiB": 1 / 1024**2, "bytes": 1 / 1024**3, "byte": 0.0}
+
+
+def _gib(size: str) -> str:
+    """``human_bytes``' "14.4 GiB" as whole GiB, "14"; under half a GiB, "0"; unknown ("—") as it is."""
+    figure, _, unit = size.partition(" ")
+    try:
+        return str(round(float(figure) * _IN_GIB[unit]))
+    except (KeyError, ValueError):
+        return size
+
+
 def _used_of_total(used: str, total: str) -> str:
-    """"30/80 GiB" when both are in one unit, else "512 MiB/80 GiB"."""
-    used_figure, _, used_unit = used.partition(" ")
-    total_figure, _, total_unit = total.partition(" ")
-    if used_unit and used_unit == total_unit:
-        return f"{used_figure}/{total_figure} {total_unit}"
-    return f"{used}/{total}"
+    """"14/80": used and total memory in whole GiB (the column's header says the unit)."""
+    return f"{_gib(used)}/{_gib(total)}"
 
 
 @register.filter
