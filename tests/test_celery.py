@@ -20,7 +20,7 @@ def test_every_periodic_task_expires_before_its_next_run(interval_seconds: int) 
     assert {entry["task"] for entry in schedule.values()} == {
         "gpuadmin.fleet.schedule_probes", "gpuadmin.kills.sweep", "gpuadmin.fleet.maintain_history",
         "gpuadmin.notify.warn_expiring", "gpuadmin.audit.anchor", "gpuadmin.usage.maintain",
-        "gpuadmin.usage.send_digest", "gpuadmin.fairuse.evaluate",
+        "gpuadmin.usage.send_digest", "gpuadmin.fairuse.evaluate", "gpuadmin.notify.sync_people",
     }
     for entry in schedule.values():
         assert 0 < entry["options"]["expires"] < entry["schedule"], entry
