@@ -121,6 +121,11 @@ def _first(attrs: dict[str, list[bytes]], name: str) -> str:
     return values[0].decode("utf-8", errors="replace").strip()
 
 
+def _setting(name: str) -> Any:
+    # Set only when GPUADMIN_LDAP_SERVER_URI is (directory.config): not every settings module has them.
+    return getattr(settings, name)
+
+
 def posix_people() -> list[PosixPerson]:
     """Everyone GPUADMIN_LDAP_USER_FILTER lets sign in, read with the bind account (search mode only)."""
     import ldap
@@ -130,14 +135,14 @@ def posix_people() -> list[PosixPerson]:
         raise ImproperlyConfigured("reading people from LDAP needs GPUADMIN_LDAP_SERVER_URI and "
                                    "GPUADMIN_LDAP_USER_SEARCH_BASE (and GPUADMIN_LDAP_BIND_DN if the "
                                    "directory is not readable anonymously)")
-    connection = ldap.initialize(settings.AUTH_LDAP_SERVER_URI)
-    for option, value in settings.AUTH_LDAP_CONNECTION_OPTIONS.items():
+    connection = ldap.initialize(_setting("AUTH_LDAP_SERVER_URI"))
+    for option, value in _setting("AUTH_LDAP_CONNECTION_OPTIONS").items():
         connection.set_option(option, value)
     try:
-        if settings.AUTH_LDAP_START_TLS:
+        if _setting("AUTH_LDAP_START_TLS"):
             connection.start_tls_s()
-        connection.simple_bind_s(settings.AUTH_LDAP_BIND_DN, settings.AUTH_LDAP_BIND_PASSWORD)
-        search_filter = settings.GPUADMIN_LDAP_USER_FILTER.replace("%(user)s", "*")
+        connection.simple_bind_s(_setting("AUTH_LDAP_BIND_DN"), _setting("AUTH_LDAP_BIND_PASSWORD"))
+        search_filter = _setting("GPUADMIN_LDAP_USER_FILTER").replace("%(user)s", "*")
         found = connection.search_s(base, ldap.SCOPE_SUBTREE, search_filter,
                                     ["uid", "uidNumber", "cn", "mail"])
     finally:

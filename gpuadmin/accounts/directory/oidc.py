@@ -140,7 +140,7 @@ class DirectoryOIDCBackend(OIDCAuthenticationBackend):
         name = claims.get(name_claim) if name_claim else None
         uid = claims.get(uid_claim) if uid_claim else None
         identity.unix_name = name if isinstance(name, str) else ""
-        identity.unix_uid = int(uid) if str(uid).isdigit() else None
+        identity.unix_uid = int(str(uid)) if str(uid).isdigit() else None
         identity.save(update_fields=["unix_name", "unix_uid"])
 
     def _roles(self, claims: dict[str, Any]) -> set[str]:
