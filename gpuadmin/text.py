@@ -37,16 +37,16 @@ PROCESS_STATES = {
 
 
 def human_bytes(size_bytes: int | float | None) -> str:
-    """``12 GiB``, ``1.5 GiB``, ``512 MiB``, ``10 bytes``: binary units, one decimal at most, none
-    when it is 0; ``—`` when not known."""
+    """``12 GiB``, ``1.5 GiB``, ``512 MiB``, ``10 B``, ``0 B``: binary units in one style (the unit
+    always a symbol, as the charts' axes write it), one decimal at most, none when it is 0; ``—`` when
+    not known."""
     if size_bytes is None:
         return UNKNOWN
     for unit, factor in _BINARY_UNITS:
         if abs(size_bytes) >= factor:
             text = f"{size_bytes / factor:.1f}"
             return f"{text.removesuffix('.0')} {unit}"
-    count = int(size_bytes)
-    return "1 byte" if count == 1 else f"{count} bytes"
+    return f"{int(size_bytes)} B"
 
 
 def human_duration(seconds: int | float | None) -> str:
@@ -66,6 +66,20 @@ def human_duration(seconds: int | float | None) -> str:
     if first + 1 < len(parts) and parts[first + 1][0]:
         shown.append(parts[first + 1])
     return " ".join(f"{n} {unit}" for n, unit in shown)
+
+
+def human_age(seconds: int | float | None) -> str:
+    """How long ago, in the largest unit: 'just now', '42 s ago', '4 min ago', '3 h ago', '2 d ago';
+    a negative age is in the future ('in 5 min'). static/js/local-time.js words it the same way."""
+    if seconds is None:
+        return UNKNOWN
+    future = seconds < 0
+    total = abs(int(seconds))
+    if total < 5:
+        return "just now"
+    size, unit = next((size, unit) for size, unit in _DURATION_UNITS if total >= size)
+    amount = f"{total // size} {unit}"
+    return f"in {amount}" if future else f"{amount} ago"
 
 
 def process_state(letter: str) -> str:

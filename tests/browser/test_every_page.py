@@ -1,5 +1,7 @@
-"""Every page, at a phone's width (390 x 844) and a desktop's (1920 x 1080): axe-core finds no
-violation of any impact, and the page never scrolls sideways. A screenshot of each is kept
+"""Every page, at a phone's width (390 x 844) and a laptop's (1440 x 900): axe-core finds no
+violation of any impact, and the page never scrolls sideways (the scrolling element's scrollWidth
+never exceeds its clientWidth); one host has memory no process accounts for, whose finding's
+"no kill" badge and action buttons must wrap on a phone. A screenshot of each is kept
 (tests/browser/conftest.py, ``screenshot``); a failed login is announced and marks its fields."""
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from playwright.sync_api import expect
 from gpuadmin.accounts.roles import Role
 from gpuadmin.kills import services
 from tests.browser.helpers import VIEWPORTS, axe_violations, too_wide
+from tests.factories import GiB, gpu
+from tests.fleet.helpers import store
 from tests.kills.helpers import file, lab_snapshot, store_snapshot
 from tests.people import make_person
 
@@ -26,7 +30,11 @@ def a_lab_with_requests() -> dict[str, str]:
     pending = file(requester, 4300)
     approved = file(requester, 4600, reason="evaluation hung since Friday; frees GPU 1")
     services.approve(approved.pk, approver)
+    # Memory held with no process to show for it: an unattributed-memory finding with no kill to offer.
+    store("gpu02-with-a-rather-long-host-name", processes=[], gpus=[gpu(0, used=37 * GiB)])
     return {
+        "host-unattributed": "/hosts/gpu02-with-a-rather-long-host-name/",
+        "api-docs": "/api/v1/docs/",
         "fleet": "/",
         "host": "/hosts/gpu01/",
         "process": "/hosts/gpu01/processes/4120-412000/",

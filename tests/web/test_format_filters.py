@@ -93,7 +93,7 @@ def test_memory_bar_never_shows_more_attributed_than_used_or_unknown_totals():
     assert unknown == {
         "index": "2", "attributed_percent": "0.0", "unattributed_percent": "0.0", "used_percent": "0",
         "used": "—", "total": "—", "unattributed": "",
-        "title": "GPU 2: — used of —; 0 bytes not attributed to any visible process",
+        "title": "GPU 2: — used of —; 0 B not attributed to any visible process",
     }
 
 
@@ -149,3 +149,34 @@ def test_a_command_line_breaks_only_between_its_arguments_each_escaped():
 def test_api_paths_break_after_slashes_and_backticks_become_code():
     assert path_breaks("/api/v1/<id>/") == "/<wbr>api/<wbr>v1/<wbr>&lt;id&gt;/<wbr>"
     assert inline_code("use `GET /x` or <b>") == "use <code>GET /x</code> or &lt;b&gt;"
+
+
+def test_a_moment_is_24_hour_in_the_labs_zone_with_its_age_beside_and_the_full_time_on_hover(settings):
+    from datetime import UTC, datetime, timedelta
+
+    from django.utils import timezone
+
+    from gpuadmin.text import utc_text
+    from gpuadmin.web.templatetags.gpuadmin_format import clock_ms, moment
+
+    settings.TIME_ZONE = "Asia/Kolkata"  # UTC+05:30, no daylight saving
+    four_minutes_ago = timezone.now() - timedelta(minutes=4, seconds=2)
+    local = timezone.localtime(four_minutes_ago)
+    shown = moment(four_minutes_ago)
+    date = "" if local.date() == timezone.localdate() else f"{local:%Y-%m-%d} "
+    assert shown.startswith(f'<time class="moment" datetime="{utc_text(four_minutes_ago)}" '
+                            f'title="{local:%Y-%m-%d %H:%M:%S} IST">{date}{local:%H:%M} ')
+    assert '<span class="age">(4 min ago)</span></time>' in shown
+    # Another day shows its date; the history API's ISO text is read too; a kill's steps to the ms.
+    old = datetime(2026, 1, 2, 22, 45, 1, 250000, tzinfo=UTC)
+    assert ">2026-01-03 04:15 <span" in moment(old) and 'title="2026-01-03 04:15:01 IST"' in moment(old)
+    assert moment("2026-01-02T22:45:01Z") == moment(old.replace(microsecond=0))
+    assert ">04:15:01.250</time>" in clock_ms(old)
+    assert moment(None) == moment("not a time") == "—"
+
+
+def test_ages_are_worded_in_their_largest_unit():
+    from gpuadmin.text import human_age
+
+    assert [human_age(s) for s in (2, 54, 250, 7300, 200000, -300)] == [
+        "just now", "54 s ago", "4 min ago", "2 h ago", "2 d ago", "in 5 min"]

@@ -16,12 +16,13 @@ from datetime import datetime
 from typing import Any
 
 from django import template
+from django.utils import timezone
 from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
 from gpuadmin.accounts.roles import Role, role_names
 from gpuadmin.audit import sentences
-from gpuadmin.text import human_bytes, human_duration, process_state, utc_text
+from gpuadmin.text import human_age, human_bytes, human_duration, process_state, utc_text
 from gpuadmin.untrusted_text import visible_text, visible_text_parts
 
 register = template.Library()
@@ -200,6 +201,46 @@ def local_time(moment: Any, relative: str = "") -> SafeString:
         '<time class="local-time" datetime="{}" title="{}"{}>{}</time>',
         utc_text(moment), shown, mark_safe(' data-age="1"') if relative == "age" else "", shown,
     )
+
+
+def _as_datetime(value: Any) -> datetime | None:
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    return value if isinstance(value, datetime) and value.tzinfo is not None else None
+
+
+_MOMENT = '<time class="moment" datetime="{}" title="{}">{} <span class="age">({})</span></time>'
+
+
+@register.filter
+def moment(value: Any) -> SafeString:
+    """A time, the one way pages show one: 24-hour in the lab's zone (settings.TIME_ZONE, from
+    GPUADMIN_TIME_ZONE), the date only when not today, how long ago beside it, and the full time
+    with seconds and zone on hover: ``<time datetime title>14:05 <span class="age">(4 min ago)</span>``.
+    ``value``: a datetime, or ISO 8601 text as the history API writes it."""
+    value = _as_datetime(value)
+    if value is None:
+        return mark_safe("—")
+    local = timezone.localtime(value)
+    shown = local.strftime("%H:%M" if local.date() == timezone.localdate() else "%Y-%m-%d %H:%M")
+    title = f"{local:%Y-%m-%d %H:%M:%S} {local.tzname()}"
+    age = human_age((timezone.now() - value).total_seconds())
+    return format_html(_MOMENT, utc_text(value), title, shown, age)
+
+
+@register.filter
+def clock_ms(value: Any) -> SafeString:
+    """A moment of a kill's timeline to the millisecond, 24-hour in the lab's zone, full on hover."""
+    value = _as_datetime(value)
+    if value is None:
+        return mark_safe("—")
+    local = timezone.localtime(value)
+    return format_html('<time datetime="{}" title="{}">{}</time>', utc_text(value),
+                       f"{local:%Y-%m-%d %H:%M:%S} {local.tzname()}",
+                       f"{local:%H:%M:%S}.{local.microsecond // 1000:03d}")
 
 
 @register.filter
