@@ -81,3 +81,13 @@ def test_a_snapshot_can_be_sent_as_taken_at_a_given_moment_enrolment_included():
     stored = Host.objects.get(name=host.name)
     assert stored.last_snapshot_taken_at == enrolled_at + timedelta(seconds=10)
     assert stored.samples.count() == 2
+
+
+def test_a_database_without_tables_is_refused_with_what_to_set(monkeypatch):
+    from django.db import connection
+
+    monkeypatch.setattr(connection.introspection, "table_names", lambda *args, **kwargs: [])
+    with pytest.raises(CommandError, match="has no tables yet: start `make demo` or `make run` once") as no:
+        run("--hosts", "1")
+    assert "or set GPUADMIN_DATA_DIR to the data directory of the running panel" in str(no.value)
+    assert not Host.objects.exists()

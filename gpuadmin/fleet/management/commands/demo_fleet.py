@@ -6,6 +6,9 @@ worker receives one; a new host offers its key and is accepted by
 fingerprint (an audit event). ``--follow`` keeps them alive: a fresh
 snapshot per host every ``--interval`` seconds (the probe interval by
 default) until interrupted, or for ``--rounds`` rounds.
+
+manage.py points it at the demo's data directory (var/demo/) when GPUADMIN_DATA_DIR is unset
+(``gpuadmin/demo/fleet_data_dir.py``); a database without tables is refused with what to do.
 """
 
 from __future__ import annotations
@@ -15,9 +18,11 @@ from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+from django.db import connection
 
 from gpuadmin.fleet import synthetic
 from gpuadmin.fleet.intake.validation import SnapshotRejected
+from gpuadmin.fleet.models import Host
 
 
 class Command(BaseCommand):
@@ -40,6 +45,11 @@ class Command(BaseCommand):
         count, gpus, processes = options["hosts"], options["gpus"], options["processes"]
         if count < 1 or gpus < 0 or processes < 1:
             raise CommandError("--hosts and --processes must be at least 1, --gpus at least 0")
+        if Host._meta.db_table not in connection.introspection.table_names():
+            raise CommandError(
+                f"the database in {settings.DATA_DIR} has no tables yet: start `make demo` or `make run` "
+                "once (they create them), or set GPUADMIN_DATA_DIR to the data directory of the running panel"
+            )
         interval = options["interval"] or float(settings.GPUADMIN_PROBE_INTERVAL_SECONDS)
         hosts = synthetic.demo_hosts(settings.DATA_DIR, count, gpus=gpus, processes=processes,
                                 prefix=options["prefix"])
