@@ -40,7 +40,7 @@ def test_a_missing_field_is_named_with_where_it_belongs(path: str, message: str)
     ("order", "message"),
     [
         ([], "a kill order must be a JSON object; got list"),
-        (order_with("order_version", 1), "unsupported order_version 1; this agent runs version 2 only"),
+        (order_with("order_version", 1), "unsupported order_version 1; this agent runs version 2, 3 only"),
         (order_with("targets", []), "'targets' must be a non-empty list"),
         (order_with("plan", []), "'plan' must be a non-empty list of steps"),
         (
