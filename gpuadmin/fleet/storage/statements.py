@@ -15,8 +15,9 @@ field). Here the SQL is kept per database and only the values change:
   count (``PreparedUpdate.run`` returns none).
 
 On PostgreSQL they bind on the server and are prepared once per connection
-(``_cursor``). What this is worth is not measured yet (benchmarks/README.md,
-"What each performance mechanism is worth").
+(``_cursor``). Why they stay, measured against the ORM's way
+(``benchmarks/without/prepared-statements.patch``): benchmarks/README.md, "What each performance
+mechanism is worth".
 """
 
 from __future__ import annotations
