@@ -147,3 +147,19 @@ def test_creating_changing_and_deleting_a_policy_in_the_admin_is_audited(django_
     assert [(e.details["change"], e.details["policy"]["mode"]) for e in events] == [
         ("created", "dry_run"), ("changed", "live"), ("deleted", "live")]
     assert {e.actor_name for e in events} == {"root"}
+
+
+def test_a_notice_is_mailed_once_however_many_tasks_name_it(alice, settings):
+    from django.core import mail
+
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    idle_policy()
+    ingest(0)
+    ingest(61)
+    services.evaluate(now=at(61))
+    notice = Notice.objects.get()
+    assert services.deliver_notice(notice.pk) and services.deliver_notice(notice.pk)
+    (sent,) = mail.outbox
+    assert sent.to == ["alice@lab.example"] and "/me/gpus/" in sent.body
+    notice.refresh_from_db()
+    assert notice.status == Notice.Status.SENT
