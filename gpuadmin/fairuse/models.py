@@ -65,6 +65,12 @@ class Policy(models.Model):
     def __str__(self) -> str:
         return f"{self.name} ({self.get_mode_display().split(':')[0].lower()})"
 
+    def get_absolute_url(self) -> str:
+        """The policy's page, with its dry run (the admin's "view on site")."""
+        from django.urls import reverse
+
+        return reverse("fair_use_policy", args=[self.pk])
+
     def described(self) -> dict[str, object]:
         """What the audit log keeps of a policy's settings."""
         return {
