@@ -130,3 +130,14 @@ def test_an_id_token_for_another_client_or_from_another_issuer_is_refused(claims
 def test_without_a_provider_there_is_no_button_and_no_sign_in_page(db):
     assert "Sign in with" not in Client().get(reverse("login")).content.decode()
     assert Client().get(reverse("oidc_authentication_init")).status_code == 404
+
+
+def test_a_sign_in_the_provider_answered_from_its_session_counts_from_when_it_last_asked(use_oidc):
+    alice = Person()
+    alice.go(reverse("oidc_authentication_init"), "alice", "alice-pw")
+    time.sleep(2.5)
+    alice.client = Client()  # a new panel session; the provider's is still open and does not ask
+    back = alice.go(reverse("oidc_authentication_init"), "alice", "alice-pw")
+    assert alice.provider_asked == 1
+    seconds = sudo.seconds_since_authentication(back.wsgi_request)
+    assert seconds is not None and seconds >= 2
