@@ -82,6 +82,10 @@ def test_a_desktop_screen_shows_25_hosts_and_an_alert_naming_the_offline_ones(fl
     expect(page.locator("#nav-attention .count")).not_to_have_text("0")
     keep_screenshot(page, "fleet-1440.png")
     assert not serious(page), serious(page)
+    # The offline hosts themselves (after the online ones: on the last page): grey badges, stale findings.
+    page.goto("/?status=offline")
+    expect(page.locator("tr.host-offline")).to_have_count(len(OFFLINE))
+    assert not serious(page), serious(page)
 
 
 def test_a_phone_shows_the_alert_first_and_never_scrolls_sideways(fleet_viewer):
@@ -97,4 +101,8 @@ def test_a_phone_shows_the_alert_first_and_never_scrolls_sideways(fleet_viewer):
     name = first_row.locator("td.host-name a")
     assert name.evaluate("a => a.getClientRects().length") == 1
     keep_screenshot(page, "fleet-390.png")
+    assert not serious(page), serious(page)
+    page.goto("/?status=offline")
+    expect(page.locator("tr.host-offline")).to_have_count(len(OFFLINE))
+    assert not too_wide(page), too_wide(page)
     assert not serious(page), serious(page)
