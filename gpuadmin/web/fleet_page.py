@@ -246,6 +246,7 @@ class FleetRow:
     def of(cls, host: Host, gpus: list[Any], now: datetime) -> FleetRow:
         """``host`` from ``_rows`` (counts, worst finding, top holder); ``gpus``: its present GPUs."""
         online = host.last_seen_at is not None and now - host.last_seen_at <= Host.offline_after()
+        listed: Any = host  # with _rows' annotations, which the model does not declare
         return cls(
             pk=host.pk,
             name=host.name,
@@ -260,11 +261,11 @@ class FleetRow:
             findings_critical=host.open_findings_critical,
             findings_warning=host.open_findings_warning,
             findings_info=host.open_findings_info,
-            orphan_count=host.orphans,
+            orphan_count=listed.orphans,
             utilizations=tuple(g.utilization_percent for g in gpus),
-            worst_finding_severity=host.worst_finding_severity or "",
-            worst_finding_title=host.worst_finding_title or "",
-            top_holder_user=host.top_holder_user or "",
+            worst_finding_severity=listed.worst_finding_severity or "",
+            worst_finding_title=listed.worst_finding_title or "",
+            top_holder_user=listed.top_holder_user or "",
         )
 
     @property
