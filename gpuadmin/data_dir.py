@@ -43,6 +43,8 @@ SQLITE_DATABASE = "gpuadmin.sqlite3"
 STATIC_ROOT = "static"
 BEAT_SCHEDULE_FILE = "celerybeat-schedule"
 AGENT_JOURNAL = "agent-journal"
+# What an agent's last full snapshot was, for its updates (gpuadmin/agent/snapshot_choice.py).
+AGENT_SNAPSHOT_STATE = "agent-snapshot-state.json"
 # Written by `make run` when GPUADMIN_GPU_BACKEND=simulated names no file (gpuadmin/run.py).
 DEMO_SIMULATED_GPUS = "simulated-gpus.json"
 # Central's Ed25519 key, which signs every kill order (docs/security.md).

@@ -12,7 +12,7 @@ from typing import Any
 from django.conf import settings
 
 from gpuadmin.celery import CENTRAL_QUEUE, app, host_queue
-from gpuadmin.wire.task_names import INGEST_SNAPSHOT, PROBE_HOST
+from gpuadmin.wire.task_names import INGEST_SNAPSHOT, INGEST_SNAPSHOT_UPDATE, PROBE_HOST
 
 
 def probe_expiry_seconds() -> int:
@@ -22,14 +22,17 @@ def probe_expiry_seconds() -> int:
     return settings.GPUADMIN_PROBE_INTERVAL_SECONDS
 
 
-def request_probe(host_name: str) -> None:
+def request_probe(host_name: str, *, full: bool = False) -> None:
     """Ask a host's agent for a snapshot now: the one way anything sends ``probe_host``.
 
     Sent by name to the host's own queue, expiring after one probe interval.
     Central's scheduler and "probe now" (``gpuadmin.fleet.probes``) and the
     agent's own start-up probe all come through here. No database: the agent calls it.
+    ``full``: a full snapshot, not an update (central could not apply the host's update).
     """
-    app.send_task(PROBE_HOST, queue=host_queue(host_name), expires=probe_expiry_seconds())
+    # Only when asked: a probe request stays what older agents read.
+    extra: dict[str, Any] = {"kwargs": {"full": True}} if full else {}
+    app.send_task(PROBE_HOST, queue=host_queue(host_name), expires=probe_expiry_seconds(), **extra)
 
 
 def snapshot_expiry_seconds() -> float:
@@ -41,3 +44,9 @@ def snapshot_expiry_seconds() -> float:
 def send_snapshot(message: dict[str, Any]) -> None:
     """Send a signed snapshot to central's ingest (the agent's probe, the demo's driver)."""
     app.send_task(INGEST_SNAPSHOT, args=[message], queue=CENTRAL_QUEUE, expires=snapshot_expiry_seconds())
+
+
+def send_snapshot_update(message: dict[str, Any]) -> None:
+    """Send a signed snapshot update (what moved since the last snapshot) to central."""
+    app.send_task(INGEST_SNAPSHOT_UPDATE, args=[message], queue=CENTRAL_QUEUE,
+                  expires=snapshot_expiry_seconds())

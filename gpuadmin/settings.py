@@ -26,6 +26,7 @@ from gpuadmin.accounts.throttling import UNIX_SOCKET, parse_trusted_proxies
 from gpuadmin.env import env_bool, env_int, env_secret, env_str
 from gpuadmin.probe.budget import DEFAULT_SNAPSHOT_MAX_BYTES
 from gpuadmin.probe.kill.protected import pattern_list
+from gpuadmin.wire.snapshot_update import DEFAULT_UPDATE_MAX_BYTES
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = data_dir.data_dir()
@@ -311,6 +312,12 @@ GPUADMIN_OFFLINE_AFTER_INTERVALS = 3
 # Central rejects a bigger snapshot; the agent reads the same variable and fits what it sends
 # under it (gpuadmin/probe/budget.py), so set it to the same value on both sides.
 GPUADMIN_SNAPSHOT_MAX_BYTES = env_int("GPUADMIN_SNAPSHOT_MAX_BYTES", DEFAULT_SNAPSHOT_MAX_BYTES)
+# Between full snapshots an agent sends updates (gpuadmin/wire/snapshot_update.py): a full one at
+# least this often, and an update over this size goes as a full one (central refuses bigger updates).
+GPUADMIN_FULL_SNAPSHOT_SECONDS = max(0, env_int("GPUADMIN_FULL_SNAPSHOT_SECONDS", 300))
+GPUADMIN_SNAPSHOT_UPDATE_MAX_BYTES = min(
+    env_int("GPUADMIN_SNAPSHOT_UPDATE_MAX_BYTES", DEFAULT_UPDATE_MAX_BYTES), GPUADMIN_SNAPSHOT_MAX_BYTES
+)
 GPUADMIN_UNATTRIBUTED_THRESHOLD_BYTES = env_int(
     "GPUADMIN_UNATTRIBUTED_THRESHOLD_BYTES", 512 * 1024 * 1024
 )
@@ -329,7 +336,7 @@ GPUADMIN_HISTORY_PROCESSES_PER_SNAPSHOT = max(1, env_int("GPUADMIN_HISTORY_PROCE
 # (the page and the API lag by as much); ledger off: ingest keeps none (the benchmarks' side by side).
 GPUADMIN_USAGE_HELD_BYTES = env_int("GPUADMIN_USAGE_HELD_BYTES", 256 * 1024 * 1024)
 GPUADMIN_USAGE_DAYS = env_int("GPUADMIN_USAGE_DAYS", 400)
-GPUADMIN_USAGE_FLUSH_SECONDS = env_int("GPUADMIN_USAGE_FLUSH_SECONDS", 60)
+GPUADMIN_USAGE_FLUSH_SECONDS = env_int("GPUADMIN_USAGE_FLUSH_SECONDS", 300)
 GPUADMIN_USAGE_LEDGER = env_bool("GPUADMIN_USAGE_LEDGER", True)
 # A host's offered key nobody accepted is withdrawn after this long without a snapshot renewing it,
 # freeing its slot of the 100 awaiting acceptance (gpuadmin/fleet/intake/trust.py).

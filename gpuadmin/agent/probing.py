@@ -1,5 +1,6 @@
 """The agent's probe: read this host with gpuadmin.probe, send the snapshot, signed with
-this agent's key, to central.
+this agent's key, to central: in full, or as an update of the last full one when only figures
+moved (``snapshot_choice``).
 
 Runs on a GPU host's own queue (``host.<name>``). It needs the broker and
 nothing else: it never opens the database, so a GPU host holds no database
@@ -9,16 +10,20 @@ credentials (an agent with an unreachable DATABASE_URL still delivers).
 from __future__ import annotations
 
 import logging
+import time
+from pathlib import Path
 from typing import Any
 
 from celery.signals import worker_ready
 from django.conf import settings
 
+from gpuadmin.agent.snapshot_choice import Choice, Limits, choose
 from gpuadmin.celery import app, host_queue
+from gpuadmin.data_dir import AGENT_SNAPSHOT_STATE
 from gpuadmin.keys import agent_signing_key
 from gpuadmin.probe.budget import seal_snapshot
-from gpuadmin.sending import request_probe, send_snapshot
-from gpuadmin.wire.signing import fingerprint
+from gpuadmin.sending import request_probe, send_snapshot, send_snapshot_update
+from gpuadmin.wire.signing import MessageKind, fingerprint
 from gpuadmin.wire.task_names import PROBE_HOST
 
 logger = logging.getLogger(__name__)
@@ -40,17 +45,40 @@ def signed_snapshot(host_name: str) -> dict[str, Any]:
     return seal_snapshot(snapshot, agent_signing_key(), max_bytes=settings.GPUADMIN_SNAPSHOT_MAX_BYTES)
 
 
-def probe_and_send() -> int:
-    """Probe this host and send the signed snapshot to central; returns its size in bytes."""
-    message = signed_snapshot(settings.GPUADMIN_HOST_NAME)
-    send_snapshot(message)
-    return len(message["text"])  # ASCII: characters are bytes
+def update_limits() -> Limits:
+    return Limits(full_every_seconds=settings.GPUADMIN_FULL_SNAPSHOT_SECONDS,
+                  snapshot_max_bytes=settings.GPUADMIN_SNAPSHOT_MAX_BYTES,
+                  update_max_bytes=settings.GPUADMIN_SNAPSHOT_UPDATE_MAX_BYTES,
+                  step_bytes=settings.GPUADMIN_HISTORY_PROCESS_STEP_BYTES)
+
+
+def chosen_message(host_name: str, *, full: bool = False) -> Choice:
+    """This probe's signed message: a full snapshot or an update (``snapshot_choice.choose``)."""
+    from gpuadmin.probe import take_snapshot
+    from gpuadmin.probe.config import ProbeConfig
+
+    document = take_snapshot(ProbeConfig.from_env(host_name=host_name))
+    return choose(document, agent_signing_key(), state_path=Path(settings.DATA_DIR) / AGENT_SNAPSHOT_STATE,
+                  now=time.time(), limits=update_limits(), full_requested=full)
+
+
+def probe_and_send(*, full: bool = False) -> Choice:
+    """Probe this host and send the signed snapshot or update to central; returns what was sent."""
+    choice = chosen_message(settings.GPUADMIN_HOST_NAME, full=full)
+    if choice.kind is MessageKind.SNAPSHOT_UPDATE:
+        send_snapshot_update(choice.message)
+    else:
+        send_snapshot(choice.message)
+    return choice
 
 
 @app.task(name=PROBE_HOST, ignore_result=True)
-def probe_host() -> int:
-    size_bytes = probe_and_send()
-    logger.info("sent a snapshot of %s (%d bytes)", settings.GPUADMIN_HOST_NAME, size_bytes)
+def probe_host(full: bool = False) -> int:
+    """``full``: central asks for a full snapshot (it could not apply this host's last update)."""
+    choice = probe_and_send(full=full)
+    size_bytes = len(choice.message["text"])  # ASCII: characters are bytes
+    logger.info("sent a %s of %s (%d bytes%s)", choice.kind.value.replace("_", " "),
+                settings.GPUADMIN_HOST_NAME, size_bytes, f"; full: {choice.reason}" if choice.reason else "")
     return size_bytes
 
 

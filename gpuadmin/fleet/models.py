@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from gpuadmin.fleet.storage.json_text import JsonTextField
 from gpuadmin.fleet.taken_at import document_taken_at
+from gpuadmin.wire.snapshot_update import overlay
 
 # The read side's queries, named once (as NetBox's querysets and healthchecks'
 # model methods do): pages, API and the kills app call these instead of
@@ -149,6 +150,9 @@ class Host(models.Model):
     # Samples taken before this are in the 5-minute rollups (gpuadmin/fleet/history/retention.py),
     # whose buckets are closed: a late snapshot older than it is not stored.
     history_rolled_up_until = models.DateTimeField(null=True, blank=True)
+    # When central last asked this host for a full snapshot because it could not apply an update
+    # (gpuadmin/fleet/intake/updates.py): at most once per probe interval, whatever arrives.
+    full_snapshot_requested_at = models.DateTimeField(null=True, blank=True)
 
     objects = HostQuerySet.as_manager()
     # Only on hosts loaded by HostQuerySet.for_listing (its Prefetch's to_attr).
@@ -194,8 +198,10 @@ class LatestSnapshotQuerySet(models.QuerySet):
         return self.filter(host=host).first()
 
     def document_for(self, host: Host) -> dict[str, Any] | None:
-        """Only the document of the host's newest snapshot (None before its first)."""
-        return self.filter(host=host).values_list("document", flat=True).first()
+        """Only the document of the host's newest snapshot (None before its first), with its latest
+        update laid over it (``LatestSnapshot.current_document``)."""
+        row = self.filter(host=host).values_list("document", "update").first()
+        return None if row is None else current_document(*row)
 
     def clock_ahead_at_least(self, host: Host) -> timedelta:
         """How far the host's clock ran ahead of central's (negative: behind) at its newest snapshot.
@@ -207,15 +213,21 @@ class LatestSnapshotQuerySet(models.QuerySet):
         central's deadline (earlier by the snapshot's transit time, at most its
         expiry). Zero before the first snapshot.
         """
-        row = self.filter(host=host).values_list("document", "received_at").first()
-        taken_at = document_taken_at(row[0]) if row else None
+        row = self.filter(host=host).values_list("document", "received_at", "update").first()
+        taken_at = document_taken_at(row[2] or row[0]) if row else None
         if row is None or taken_at is None:
             return timedelta(0)
         return taken_at - row[1]
 
     def documents_by_host_id(self, host_ids: set[int]) -> dict[int, dict[str, Any]]:
         """The newest documents of several hosts in one query, keyed by host id."""
-        return dict(self.filter(host_id__in=host_ids).values_list("host_id", "document"))
+        rows = self.filter(host_id__in=host_ids).values_list("host_id", "document", "update")
+        return {host_id: current_document(document, update) for host_id, document, update in rows}
+
+
+def current_document(document: dict[str, Any], update: dict[str, Any] | None) -> dict[str, Any]:
+    """A stored full snapshot as its latest applied update says it is now (itself without one)."""
+    return document if update is None else overlay(document, update)
 
 
 class LatestSnapshot(models.Model):
@@ -229,11 +241,23 @@ class LatestSnapshot(models.Model):
     taken_at = models.DateTimeField()
     received_at = models.DateTimeField(default=timezone.now)
     document = JsonTextField()
+    # Snapshot updates (gpuadmin/fleet/intake/updates.py): the digest of the full snapshot above, which
+    # the host's updates name as their base; the sequence number of the last update applied to it; that
+    # update (figures since the document: read through current_document), null until one is applied.
+    base_digest = models.CharField(max_length=71, blank=True, default="")
+    update_sequence = models.PositiveBigIntegerField(default=0)
+    update = JsonTextField(null=True, blank=True)
 
     objects = LatestSnapshotQuerySet.as_manager()
 
     def __str__(self) -> str:
         return f"{self.host.name} @ {self.taken_at:%Y-%m-%d %H:%M:%S}"
+
+    @property
+    def current_document(self) -> dict[str, Any]:
+        """The document as the latest update says it is now: what pages show (kill targets read
+        ``document``: an update never changes a process's identity)."""
+        return current_document(self.document, self.update)
 
 
 class Gpu(models.Model):
@@ -575,6 +599,7 @@ class SnapshotRejection(models.Model):
     class MessageKind(models.TextChoices):
         SNAPSHOT = "snapshot", "Snapshot"
         KILL_REPORT = "kill_report", "Kill report"
+        SNAPSHOT_UPDATE = "snapshot_update", "Snapshot update"
 
     host_name = models.CharField(max_length=253, blank=True)
     message_kind = models.CharField(max_length=16, choices=MessageKind.choices, default=MessageKind.SNAPSHOT)

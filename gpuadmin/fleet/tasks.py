@@ -16,9 +16,15 @@ from gpuadmin.celery import CENTRAL_QUEUE, app
 from gpuadmin.fleet.history.retention import maintain_history
 from gpuadmin.fleet.intake import trust
 from gpuadmin.fleet.intake.ingest import receive_snapshot
+from gpuadmin.fleet.intake.updates import receive_snapshot_update
 from gpuadmin.fleet.intake.validation import SnapshotRejected
 from gpuadmin.fleet.probes import send_due_probes
-from gpuadmin.wire.task_names import INGEST_SNAPSHOT, MAINTAIN_HISTORY, SCHEDULE_PROBES
+from gpuadmin.wire.task_names import (
+    INGEST_SNAPSHOT,
+    INGEST_SNAPSHOT_UPDATE,
+    MAINTAIN_HISTORY,
+    SCHEDULE_PROBES,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +51,28 @@ def ingest_snapshot_task(self: Task, message: Any) -> str | None:
     except SnapshotRejected as rejected:
         # Recorded by ingest (rejection log, host page); retrying cannot fix the payload.
         logger.warning("rejected a snapshot from %s: %s", rejected.host_name or "an unknown host", rejected)
+        return None
+    return host.name if host is not None else None
+
+
+@app.task(
+    name=INGEST_SNAPSHOT_UPDATE,
+    queue=CENTRAL_QUEUE,
+    bind=True,
+    autoretry_for=(DatabaseError,),
+    retry_backoff=2,
+    retry_backoff_max=INGEST_RETRY_BACKOFF_MAX_SECONDS,
+    retry_jitter=True,
+    max_retries=INGEST_MAX_RETRIES,
+)
+def ingest_snapshot_update_task(self: Task, message: Any) -> str | None:
+    """Apply one signed snapshot update sent by an agent; return its host name (None when not applied:
+    refused, or a full snapshot asked for instead)."""
+    try:
+        host = receive_snapshot_update(message)
+    except SnapshotRejected as refused:
+        logger.warning("refused a snapshot update from %s: %s", refused.host_name or "an unknown host",
+                       refused)
         return None
     return host.name if host is not None else None
 

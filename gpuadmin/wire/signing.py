@@ -54,6 +54,7 @@ class MessageKind(StrEnum):
 
     ORDER = "order"  # central -> agent: a kill order
     SNAPSHOT = "snapshot"  # agent -> central
+    SNAPSHOT_UPDATE = "snapshot_update"  # agent -> central: what moved since a snapshot
     KILL_REPORT = "kill_report"  # agent -> central: one event of an order it executes (or refused)
     AUDIT_ANCHOR = "audit_anchor"  # central -> outside the database: the audit chain's head
 

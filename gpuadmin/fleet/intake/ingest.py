@@ -42,7 +42,8 @@ from gpuadmin.fleet.storage.statements import (
     pipelined,
 )
 from gpuadmin.fleet.taken_at import parse_taken_at
-from gpuadmin.wire.signing import BadMessage, MessageKind, open_envelope
+from gpuadmin.wire.signing import BadMessage, MessageKind, canonical_json, open_envelope
+from gpuadmin.wire.snapshot_update import snapshot_digest
 
 logger = logging.getLogger(__name__)
 
@@ -80,9 +81,11 @@ _GPU_UPDATE_FIELDS = [
 _UPDATE_HOST = PreparedUpdate(
     Host.objects.filter(pk=Param(Host, "id")), **{name: Param(Host, name) for name in _HOST_SNAPSHOT_FIELDS}
 )
-# The host's latest document, replaced (or stored, the first time) without asking whether it was there.
-_LATEST_UPSERT = RowInsert(LatestSnapshot, ["host", "taken_at", "received_at", "document"], conflict=["host"],
-                           update=["taken_at", "received_at", "document"])
+# The host's latest document, replaced (or stored, the first time) without asking whether it was there; a
+# new base for the host's updates (fleet/intake/updates.py), none applied to it yet.
+_LATEST_FIELDS = ["taken_at", "received_at", "document", "base_digest", "update_sequence", "update"]
+_LATEST_UPSERT = RowInsert(LatestSnapshot, ["host", *_LATEST_FIELDS], conflict=["host"],
+                           update=_LATEST_FIELDS)
 # The host's GPUs as plain values, unordered (Gpu's default ordering would join the host row for its name).
 _STORED_GPUS = PreparedQuery(
     Gpu.objects.filter(host=Param(Gpu, "host")).order_by().values_list("pk", "uuid", "present", "idle_since")
@@ -294,7 +297,8 @@ def _store_latest(
     # The validated text says the same as the document (nothing changes a parsed document): it is
     # stored as it is (a text column, fleet/storage/json_text.py), so the steady case encodes nothing.
     stored: Any = document if text is None else ValidatedJson(text)
-    _LATEST_UPSERT.run([(host.pk, taken_at, received_at, stored)])
+    base_digest = snapshot_digest(canonical_json(document) if text is None else text)
+    _LATEST_UPSERT.run([(host.pk, taken_at, received_at, stored, base_digest, 0, None)])
 
 
 @dataclass(slots=True)

@@ -1,0 +1,276 @@
+"""A snapshot update in: the figures that moved since the host's last full snapshot (docs/snapshot.md).
+
+``receive_snapshot_update`` takes the message as it came off the broker. The same trust rules as a
+snapshot (``ingest.receive_snapshot``): the signature is checked before anything is parsed, the text
+size against ``GPUADMIN_SNAPSHOT_UPDATE_MAX_BYTES``, and only the host's accepted key counts
+(``trust.admit``). Then, under the host's row lock:
+
+- the update must name the stored latest snapshot as its base (``LatestSnapshot.base_digest``) and be
+  the next of that base's sequence, taken after the latest stored moment. A replayed or reordered one
+  (a sequence already applied, or not newer) is refused; one that cannot be applied (an unknown base,
+  a gap, a GPU the base does not have) is refused and the host is asked for a full snapshot
+  (``request_probe(full=True)``, at most once per probe interval);
+- it is applied without reading the stored document: the host's facts and GPU rows, a history sample
+  per GPU and for the host, the GPUs' idle time, the memory of the processes it names (a
+  ``ProcessPoint`` when it moved past the history step from the life's last point), and the update
+  itself beside the document (``LatestSnapshot.update``), which the readers lay over it.
+
+Findings are a function of the whole document: they are computed at full snapshots, which the agent
+sends whenever the processes change and at least every ``GPUADMIN_FULL_SNAPSHOT_SECONDS``. Every
+refusal leaves a ``SnapshotRejection`` row of kind "snapshot update"; nothing stored changes.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from datetime import datetime, timedelta
+from functools import partial
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from gpuadmin.fleet.history import record
+from gpuadmin.fleet.intake import trust
+from gpuadmin.fleet.intake.validation import HOST_NAME_PATTERN, INT32_MAX, MAX_CLOCK_AHEAD, SnapshotRejected
+from gpuadmin.fleet.models import Gpu, Host, LatestSnapshot, ProcessLife, ProcessPoint, SnapshotRejection
+from gpuadmin.fleet.process_tree import memory_total_bytes
+from gpuadmin.fleet.storage.json_text import ValidatedJson
+from gpuadmin.fleet.storage.statements import Param, PreparedQuery, PreparedUpdate, RowInsert, pipelined
+from gpuadmin.fleet.taken_at import parse_taken_at
+from gpuadmin.sending import request_probe
+from gpuadmin.wire.signing import BadMessage, MessageKind, open_envelope
+from gpuadmin.wire.snapshot_update import BadUpdate, SnapshotUpdate, decode_update
+
+logger = logging.getLogger(__name__)
+
+_KIND = SnapshotRejection.MessageKind.SNAPSHOT_UPDATE
+_CLAIMED_HOST = re.compile(r'"host":"([A-Za-z0-9][A-Za-z0-9._-]{0,252})"')
+
+_LATEST = PreparedQuery(
+    LatestSnapshot.objects.filter(host=Param(LatestSnapshot, "host")).order_by()
+    .values_list("base_digest", "update_sequence")
+)
+_UPDATE_LATEST = PreparedUpdate(
+    LatestSnapshot.objects.filter(host=Param(LatestSnapshot, "host")),
+    taken_at=Param(LatestSnapshot, "taken_at"), received_at=Param(LatestSnapshot, "received_at"),
+    update_sequence=Param(LatestSnapshot, "update_sequence"), update=Param(LatestSnapshot, "update"),
+)
+_HOST_UPDATE_FIELDS = ["last_seen_at", "last_snapshot_taken_at", "pids_in_use", "process_count",
+                       "zombie_count", "last_error", "last_error_at"]
+_UPDATE_HOST = PreparedUpdate(
+    Host.objects.filter(pk=Param(Host, "id")), **{name: Param(Host, name) for name in _HOST_UPDATE_FIELDS}
+)
+_STORED_GPUS = PreparedQuery(
+    Gpu.objects.filter(host=Param(Gpu, "host"), present=True).order_by()
+    .values_list("pk", "uuid", "idle_since")
+)
+_GPU_FIGURES = ["memory_used_bytes", "memory_attributed_bytes", "utilization_percent", "updated_at"]
+_UPDATE_GPU = PreparedUpdate(
+    Gpu.objects.filter(pk=Param(Gpu, "id")), **{name: Param(Gpu, name) for name in _GPU_FIGURES}
+)
+_POINT_INSERT = RowInsert(ProcessPoint, ["life", "taken_at", "gpu_memory_bytes", "state"])
+_UPDATE_LIFE_MEMORY = PreparedUpdate(
+    ProcessLife.objects.filter(pk=Param(ProcessLife, "id")),
+    last_gpu_memory_bytes=Param(ProcessLife, "last_gpu_memory_bytes"),
+    peak_gpu_memory_bytes=Param(ProcessLife, "peak_gpu_memory_bytes"),
+    point_gpu_memory_bytes=Param(ProcessLife, "point_gpu_memory_bytes"),
+)
+
+
+class UpdateRefused(SnapshotRejected):
+    """An update that is not applied; ``full_requested``: the host was asked for a full snapshot."""
+
+    def __init__(self, message: str, *, host_name: str = "", full_requested: bool = False) -> None:
+        super().__init__(message, host_name=host_name)
+        self.full_requested = full_requested
+
+
+class _CannotApply(Exception):
+    def __init__(self, reason: str, *, ask_full: bool) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.ask_full = ask_full
+
+
+def update_max_bytes() -> int:
+    return min(settings.GPUADMIN_SNAPSHOT_UPDATE_MAX_BYTES, settings.GPUADMIN_SNAPSHOT_MAX_BYTES)
+
+
+def receive_snapshot_update(message: Any, *, received_at: datetime | None = None) -> Host | None:
+    """Apply a snapshot update message as it came off the broker; the host, or None while it awaits
+    acceptance. Raises ``UpdateRefused`` for anything not applied."""
+    received_at = received_at or timezone.now()
+    claimed = _claimed_host_name(message)
+    try:
+        opened = open_envelope(message, MessageKind.SNAPSHOT_UPDATE, max_text_chars=update_max_bytes())
+    except BadMessage as error:
+        reason = f"snapshot update not signed by a host key: {error}"
+        trust.reject_message(_KIND, reason, host_name=claimed, size_bytes=_message_size(message),
+                             received_at=received_at)
+        raise UpdateRefused(reason, host_name=claimed) from None
+    size_bytes = len(opened.text)
+    try:
+        update = decode_update(opened.text)
+        if not HOST_NAME_PATTERN.fullmatch(update.host):
+            raise BadUpdate(f"host name {update.host[:80]!r} is not a host name")
+        taken_at = parse_taken_at(update.taken_at)
+        if taken_at > received_at + MAX_CLOCK_AHEAD:
+            raise BadUpdate(f"taken_at {update.taken_at} is more than {MAX_CLOCK_AHEAD} ahead of central")
+    except BadUpdate as error:
+        # Only the host's own key may put an error on its page.
+        on_host = bool(claimed) and trust.is_accepted_key(claimed, opened)
+        _record_refusal(str(error), host_name=claimed, size_bytes=size_bytes, received_at=received_at,
+                        on_host=on_host)
+        raise UpdateRefused(str(error), host_name=claimed) from None
+    taken_at = min(taken_at, received_at)
+    try:
+        with transaction.atomic():
+            host = trust.admit(update.host, opened, received_at=received_at)
+            if host is None:
+                return None  # awaiting acceptance: nothing of it is stored
+            _apply(host, update, opened.text, taken_at=taken_at, received_at=received_at)
+            return host
+    except trust.MessageRejected as rejected:
+        trust.reject_message(_KIND, rejected.reason, host_name=update.host, size_bytes=size_bytes,
+                             received_at=received_at)
+        raise UpdateRefused(rejected.reason, host_name=update.host) from None
+    except _CannotApply as cannot:
+        asked = cannot.ask_full and ask_for_full_snapshot(update.host, received_at=received_at)
+        reason = cannot.reason + ("; a full snapshot was asked for" if asked else "")
+        _record_refusal(reason, host_name=update.host, size_bytes=size_bytes, received_at=received_at,
+                        on_host=False)
+        raise UpdateRefused(reason, host_name=update.host, full_requested=asked) from None
+
+
+def ask_for_full_snapshot(host_name: str, *, received_at: datetime) -> bool:
+    """Ask the host for a full snapshot, unless it was asked within the last probe interval (a burst of
+    replayed or stale updates must not become a burst of probes); whether it was asked now."""
+    interval = timedelta(seconds=settings.GPUADMIN_PROBE_INTERVAL_SECONDS)
+    asked = Host.objects.filter(name=host_name, key_accepted_at__isnull=False).exclude(
+        full_snapshot_requested_at__gt=received_at - interval,
+    ).update(full_snapshot_requested_at=received_at)
+    if asked:
+        transaction.on_commit(partial(request_probe, host_name, full=True), robust=True)
+    return bool(asked)
+
+
+def _apply(host: Host, update: SnapshotUpdate, text: str, *, taken_at: datetime,
+           received_at: datetime) -> None:
+    """Apply a decoded update to the host whose row the caller locked; _CannotApply when it does not fit."""
+    stored = _LATEST.start(host=host.pk).rows()
+    if not stored or stored[0][0] != update.base:
+        raise _CannotApply(f"update of an unknown base {update.base[:20]}... (not the latest full snapshot)",
+                           ask_full=True)
+    applied = stored[0][1]
+    if update.sequence <= applied:
+        raise _CannotApply(f"update {update.sequence} of this base is replayed or late (update {applied} is "
+                           "applied)", ask_full=False)
+    if host.last_snapshot_taken_at is not None and taken_at <= host.last_snapshot_taken_at:
+        raise _CannotApply(f"update taken at {update.taken_at} is not newer than the latest snapshot",
+                           ask_full=False)
+    if update.sequence != applied + 1:
+        raise _CannotApply(f"updates {applied + 1} to {update.sequence - 1} of this base are missing",
+                           ask_full=True)
+    gpus = {gpu.uuid: gpu for gpu in _stored_gpus(host)}
+    unknown = [g.uuid for g in update.gpus if g.uuid not in gpus]
+    if unknown:
+        raise _CannotApply(f"update names GPU {unknown[0][:40]!r}, which the latest snapshot does not have",
+                           ask_full=True)
+    attributed = {g.uuid: g.process_memory_bytes for g in update.gpus}
+    figures = _as_document(update, pid_max=host.pid_max or 0)
+    with pipelined():
+        host.last_seen_at = received_at
+        host.last_snapshot_taken_at = taken_at
+        host.pids_in_use = update.pids_in_use
+        host.process_count = update.process_counts.total
+        host.zombie_count = update.process_counts.zombies
+        host.last_error, host.last_error_at = "", None
+        _UPDATE_HOST.run(id=host.pk, **{name: getattr(host, name) for name in _HOST_UPDATE_FIELDS})
+        _UPDATE_LATEST.run(host=host.pk, taken_at=taken_at, received_at=received_at,
+                           update_sequence=update.sequence, update=ValidatedJson(text))
+        for g in update.gpus:
+            _UPDATE_GPU.run(id=gpus[g.uuid].pk, memory_used_bytes=g.memory_used_bytes,
+                            memory_attributed_bytes=g.process_memory_bytes,
+                            utilization_percent=g.utilization_percent, updated_at=received_at)
+        record.record_samples(host, figures, gpus_by_uuid=gpus, attributed_bytes=attributed,
+                              taken_at=taken_at)
+        record.update_idle_since(gpus, figures, attributed, taken_at=taken_at)
+        _record_process_memory(host, update, taken_at=taken_at)
+
+
+class _StoredGpu:
+    __slots__ = ("idle_since", "pk", "uuid")
+
+    def __init__(self, pk: int, uuid: str, idle_since: datetime | None) -> None:
+        self.pk, self.uuid, self.idle_since = pk, uuid, idle_since
+
+
+def _stored_gpus(host: Host) -> list[_StoredGpu]:
+    return [_StoredGpu(pk, uuid, idle) for pk, uuid, idle in _STORED_GPUS.start(host=host.pk).rows()]
+
+
+def _as_document(update: SnapshotUpdate, *, pid_max: int) -> dict[str, Any]:
+    """The parts of a snapshot document history's writers read (``record.record_samples``)."""
+    counts = update.process_counts
+    return {
+        "gpus": [{"uuid": g.uuid, "memory_used_bytes": g.memory_used_bytes,
+                  "utilization_percent": g.utilization_percent,
+                  "health": None if g.health is None else {
+                      "temperature_celsius": g.health.temperature_celsius,
+                      "power_draw_milliwatts": g.health.power_draw_milliwatts,
+                      "power_limit_milliwatts": g.health.power_limit_milliwatts}}
+                 for g in update.gpus],
+        "process_counts": {"total": counts.total, "zombies": counts.zombies,
+                           "uninterruptible": counts.uninterruptible, "omitted": counts.omitted},
+        "host": {"pids_in_use": update.pids_in_use, "pid_max": pid_max},
+    }
+
+
+def _record_process_memory(host: Host, update: SnapshotUpdate, *, taken_at: datetime) -> None:
+    """The named processes' memory on their open lives: a point when it moved past the step from the
+    life's last point (as a full snapshot would write it); processes without a life are not history's."""
+    if not update.processes:
+        return
+    wanted = {(p.pid, p.start_time_ticks): memory_total_bytes(p.gpu_memory_bytes) for p in update.processes}
+    lives = (ProcessLife.objects.filter(host=host, boot_id=host.boot_id, gone_at__isnull=True,
+                                        pid__in=[pid for pid, _ in wanted])
+             .order_by().values_list("pk", "pid", "start_time_ticks", "point_gpu_memory_bytes",
+                                     "peak_gpu_memory_bytes", "last_state"))
+    step = settings.GPUADMIN_HISTORY_PROCESS_STEP_BYTES
+    points = []
+    for pk, pid, start, point, peak, state in lives:
+        total = wanted.get((pid, start))
+        if total is None:
+            continue
+        new_point = point
+        if point is None or abs(total - point) > step:
+            points.append((pk, taken_at, total, state or "R"))
+            new_point = total
+        _UPDATE_LIFE_MEMORY.run(id=pk, last_gpu_memory_bytes=total, peak_gpu_memory_bytes=max(peak, total),
+                                point_gpu_memory_bytes=new_point)
+    _POINT_INSERT.run(points)
+
+
+def _record_refusal(reason: str, *, host_name: str, size_bytes: int, received_at: datetime,
+                    on_host: bool) -> None:
+    logger.warning("snapshot update from %s refused: %s", host_name or "an unknown host", reason)
+    with transaction.atomic():
+        SnapshotRejection.objects.create(host_name=host_name, message_kind=_KIND, received_at=received_at,
+                                         size_bytes=min(size_bytes, INT32_MAX), error=reason)
+        if host_name and on_host:
+            Host.objects.filter(name=host_name).update(last_error=reason, last_error_at=received_at)
+
+
+def _claimed_host_name(message: Any) -> str:
+    """The host a message claims to be from (it proves nothing before its signature is checked)."""
+    text = message.get("text") if isinstance(message, dict) else None
+    found = _CLAIMED_HOST.search(text[:65536]) if isinstance(text, str) else None
+    return found.group(1) if found else ""
+
+
+def _message_size(message: Any) -> int:
+    text = message.get("text") if isinstance(message, dict) else message
+    return len(text) if isinstance(text, str | bytes) else 0
