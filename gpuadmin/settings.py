@@ -336,7 +336,7 @@ GPUADMIN_HISTORY_PROCESSES_PER_SNAPSHOT = max(1, env_int("GPUADMIN_HISTORY_PROCE
 # (the page and the API lag by as much); ledger off: ingest keeps none (the benchmarks' side by side).
 GPUADMIN_USAGE_HELD_BYTES = env_int("GPUADMIN_USAGE_HELD_BYTES", 256 * 1024 * 1024)
 GPUADMIN_USAGE_DAYS = env_int("GPUADMIN_USAGE_DAYS", 400)
-GPUADMIN_USAGE_FLUSH_SECONDS = env_int("GPUADMIN_USAGE_FLUSH_SECONDS", 300)
+GPUADMIN_USAGE_FLUSH_SECONDS = env_int("GPUADMIN_USAGE_FLUSH_SECONDS", 900)
 GPUADMIN_USAGE_LEDGER = env_bool("GPUADMIN_USAGE_LEDGER", True)
 # A host's offered key nobody accepted is withdrawn after this long without a snapshot renewing it,
 # freeing its slot of the 100 awaiting acceptance (gpuadmin/fleet/intake/trust.py).

@@ -32,6 +32,7 @@ DEMO_SETTINGS = {
     "GPUADMIN_PROBE_INTERVAL": "5",
     "GPUADMIN_LEAK_RISING_SAMPLES": "4",
     "GPUADMIN_IDLE_HOLDER_SECONDS": "20",
+    "GPUADMIN_USAGE_FLUSH_SECONDS": "60",  # the usage page current within a minute
 }
 REQUESTER = "demo-requester"
 APPROVER = "demo-approver"

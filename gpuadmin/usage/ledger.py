@@ -1,6 +1,6 @@
 """The usage ledger written at ingest: each snapshot adds the time since the host's previous one.
 
-Rules (docs/usage in ``templates/usage/usage.html`` says them to people):
+Rules (the usage page and docs/api.md say them to people):
 
 - A process *holds* a device while its memory there is above ``GPUADMIN_USAGE_HELD_BYTES``. A MIG
   instance is a device of its own (``gpus[].mig_instances``; a process's share of it from
@@ -10,20 +10,25 @@ Rules (docs/usage in ``templates/usage/usage.html`` says them to people):
   longer than ``GAP_CAP_INTERVALS`` probe intervals (an agent down, a host off) counts only up to that
   cap: nobody is charged for hours nobody saw.
 - *Busy*: the device's utilisation shared equally among its holders, an estimate (snapshots carry no
-  per-process utilisation; NVML's ``nvmlDeviceGetProcessUtilization`` is not read by the probe).
+  per-process utilisation; the probe does not read NVML's ``nvmlDeviceGetProcessUtilization``).
   *Idle*: held while the device said 0 %. A device that gave no utilisation (a MIG instance, whose
   utilisation NVML does not report) counts as *unmeasured*, neither busy nor idle.
 - Days are UTC days; an interval across midnight is split there.
 
-Cost: what a snapshot adds is kept in the host's ``UsageCursor`` row (one read, one write per
-snapshot) and written to ``LifeUsage`` and ``UsageDay`` at most every
-``GPUADMIN_USAGE_FLUSH_SECONDS``, one statement each for all of a host's holders.
+How it stays cheap (benchmarks/README.md): every holder of a device gets the same share of each
+interval, so the host's ``UsageCursor`` keeps running totals per *device* (and one clock for the
+host), and each holder only the totals it joined at; its figures are the difference. A snapshot
+whose holders are the ones before (most of them) rewrites the device totals and the holders'
+memory, a few hundred bytes; the holders' list is read and rewritten only when one comes or goes,
+and when the cursor is *settled*: written to ``LifeUsage`` and ``UsageDay``, at most every
+``GPUADMIN_USAGE_FLUSH_SECONDS`` and at each UTC midnight.
 """
 
 from __future__ import annotations
 
+import hashlib
 import heapq
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
@@ -33,7 +38,7 @@ from django.db import connection, transaction
 
 from gpuadmin.fleet.models import Host
 from gpuadmin.fleet.process_tree import ProcessRow, owner_label
-from gpuadmin.fleet.storage.statements import Param, PreparedQuery, RowInsert
+from gpuadmin.fleet.storage.statements import Param, PreparedQuery, PreparedUpdate, RowInsert
 from gpuadmin.probe.owners import SLURM_JOB
 from gpuadmin.usage.models import COUNTER_FIELDS, LifeUsage, UsageCursor, UsageDay
 
@@ -41,9 +46,12 @@ from gpuadmin.usage.models import COUNTER_FIELDS, LifeUsage, UsageCursor, UsageD
 GAP_CAP_INTERVALS = 3
 _MS = timedelta(milliseconds=1)
 
+HolderKey = tuple[str, int, int, str]  # boot id, pid, start ticks, device uuid
 
-class Holder(msgspec.Struct, array_like=True, frozen=True):
-    """One process holding one device in a snapshot, and what the ledger needs to charge it."""
+
+class Holder(msgspec.Struct, array_like=True):
+    """One process holding one device, as the cursor keeps it: who, and the device's running totals
+    (``Device``) and the host's clock when it joined (or at the last settling)."""
 
     boot_id: str
     pid: int
@@ -55,30 +63,53 @@ class Holder(msgspec.Struct, array_like=True, frozen=True):
     owner_label: str
     owner_kind: str
     owner_uid: int | None
-    memory_bytes: int
-    # The device's utilisation (None: it gave none) and how many processes held it.
+    first_at: datetime
+    clock_from: int
+    busy_from: int
+    idle_from: int
+    unmeasured_from: int
+
+    @property
+    def key(self) -> HolderKey:
+        return (self.boot_id, self.pid, self.start_time_ticks, self.device_uuid)
+
+
+class Device(msgspec.Struct, array_like=True):
+    """A device with holders: its utilisation in the latest snapshot and how many held it, and the
+    milliseconds each of its holders was busy, idle or unmeasured since the cursor was settled."""
+
     utilization_percent: int | None
     holders: int
+    busy: int = 0
+    idle: int = 0
+    unmeasured: int = 0
 
 
-class Pending(msgspec.Struct, array_like=True):
-    """What one holder added up on one UTC day since the cursor's last flush."""
+class Settled(msgspec.Struct, array_like=True):
+    """A holder's figures ready for LifeUsage and UsageDay (``COUNTER_FIELDS``)."""
 
-    day: str
     holder: Holder
-    first_at: datetime
     last_at: datetime
-    counters: list[int]  # COUNTER_FIELDS' values
+    counters: list[int]
 
 
 _encode = msgspec.json.Encoder().encode
-_decode_state = msgspec.json.Decoder(list[Holder]).decode
-_decode_pending = msgspec.json.Decoder(list[Pending]).decode
+_decode_devices = msgspec.json.Decoder(dict[str, Device]).decode
+_decode_bytes = msgspec.json.Decoder(list[tuple[int, int]]).decode
+_decode_holders = msgspec.json.Decoder(list[Holder]).decode
+_decode_pending = msgspec.json.Decoder(list[Settled]).decode
 
-_CURSOR = PreparedQuery(UsageCursor.objects.filter(host=Param(UsageCursor, "host"))
-                        .values_list("taken_at", "state", "pending", "pending_since"))
-_CURSOR_UPSERT = RowInsert(UsageCursor, ["host", "taken_at", "state", "pending", "pending_since"],
-                           conflict=["host"], update=["taken_at", "state", "pending", "pending_since"])
+_STEADY_COLUMNS = ["taken_at", "day_start", "settled_at", "clock_milliseconds", "devices", "holder_bytes",
+                   "holders_digest"]
+_CURSOR = PreparedQuery(
+    UsageCursor.objects.filter(host=Param(UsageCursor, "host")).values_list(*_STEADY_COLUMNS))
+_STEADY_UPDATE = PreparedUpdate(
+    UsageCursor.objects.filter(host=Param(UsageCursor, "host")),
+    taken_at=Param(UsageCursor, "taken_at"), clock_milliseconds=Param(UsageCursor, "clock_milliseconds"),
+    devices=Param(UsageCursor, "devices"), holder_bytes=Param(UsageCursor, "holder_bytes"),
+)
+_ALL_COLUMNS = [*_STEADY_COLUMNS, "holders", "pending"]
+_CURSOR_UPSERT = RowInsert(UsageCursor, ["host", *_ALL_COLUMNS], conflict=["host"], update=_ALL_COLUMNS)
 
 
 def on_snapshot_storing(sender: Any, *, host: Host, document: dict[str, Any], rows: Mapping[int, ProcessRow],
@@ -92,89 +123,189 @@ def gap_cap() -> timedelta:
     return timedelta(seconds=GAP_CAP_INTERVALS * settings.GPUADMIN_PROBE_INTERVAL_SECONDS)
 
 
+class Cursor:
+    """A host's ``UsageCursor`` in memory: its small columns always, the holders' list when needed."""
+
+    def __init__(self, host_id: int, values: tuple[Any, ...] | None, now: datetime) -> None:
+        self.host_id = host_id
+        self.stored = values is not None
+        if values is None:
+            self.taken_at, self.day, self.settled_at = now, _day(now), now
+            self.clock, self.devices, self.memory, self.digest = 0, {}, [], _digest([])
+        else:
+            taken_at, day_start, settled_at, clock, devices, memory, digest = values
+            self.taken_at, self.settled_at, self.clock = taken_at, settled_at, clock
+            self.day = _day(day_start)
+            self.devices, self.memory, self.digest = _decode_devices(devices), _decode_bytes(memory), digest
+        self._holders: list[Holder] | None = None if self.stored else []
+        self._pending: list[Settled] | None = None if self.stored else []
+
+    def _load(self) -> None:
+        if self._holders is None or self._pending is None:
+            holders, pending = UsageCursor.objects.filter(host_id=self.host_id).values_list(
+                "holders", "pending").get()
+            self._holders, self._pending = _decode_holders(holders), _decode_pending(pending)
+
+    @property
+    def holders(self) -> list[Holder]:
+        self._load()
+        assert self._holders is not None
+        return self._holders
+
+    @property
+    def pending(self) -> list[Settled]:
+        self._load()
+        assert self._pending is not None
+        return self._pending
+
+    def charge(self, milliseconds: int) -> None:
+        """Add ``milliseconds`` of the state the cursor holds."""
+        if milliseconds <= 0:
+            return
+        self.clock += milliseconds
+        for device in self.devices.values():
+            utilization = device.utilization_percent
+            if utilization is None:
+                device.unmeasured += milliseconds
+            else:
+                device.busy += milliseconds * utilization // (100 * device.holders)
+                if utilization == 0:
+                    device.idle += milliseconds
+        self.memory = [(memory_bytes, byte_ms + memory_bytes * milliseconds)
+                       for memory_bytes, byte_ms in self.memory]
+
+    def figures(self, index: int, holder: Holder, last_at: datetime) -> Settled:
+        device = self.devices[holder.device_uuid]
+        return Settled(holder, last_at, [
+            self.clock - holder.clock_from, self.memory[index][1] // 1000, device.busy - holder.busy_from,
+            device.idle - holder.idle_from, device.unmeasured - holder.unmeasured_from])
+
+    def settle(self, charged_until: datetime) -> None:
+        """Write every holder's figures and those gone since to LifeUsage and UsageDay; start again."""
+        settled = [*self.pending, *(self.figures(i, h, charged_until) for i, h in enumerate(self.holders))]
+        write(self.host_id, self.day, [item for item in settled if item.counters[0] > 0])
+        self.clock = 0
+        for device in self.devices.values():
+            device.busy = device.idle = device.unmeasured = 0
+        self._holders = [msgspec.structs.replace(h, clock_from=0, busy_from=0, idle_from=0, unmeasured_from=0)
+                         for h in self.holders]
+        self._pending = []
+        self.memory = [(memory_bytes, 0) for memory_bytes, _ in self.memory]
+        self.settled_at = charged_until
+
+    def save(self) -> None:
+        devices = _encode(self.devices).decode()
+        memory = _encode(self.memory).decode()
+        if self._holders is None and self.stored:
+            _STEADY_UPDATE.run(host=self.host_id, taken_at=self.taken_at, clock_milliseconds=self.clock,
+                               devices=devices, holder_bytes=memory)
+            return
+        day_start = datetime.combine(self.day, time(0), tzinfo=UTC)
+        _CURSOR_UPSERT.run([(self.host_id, self.taken_at, day_start, self.settled_at, self.clock, devices,
+                             memory, self.digest, _encode(self.holders).decode(),
+                             _encode(self.pending).decode())], returning=False)
+
+
+def _day(moment: datetime) -> date:
+    return moment.astimezone(UTC).date()
+
+
+def _digest(keys: list[HolderKey]) -> int:
+    """Which holders, in a bigint: equal lists, equal digests (one boot id per snapshot: left out)."""
+    text = _encode([(pid, ticks, uuid) for _, pid, ticks, uuid in keys])
+    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big", signed=True)
+
+
 def record_snapshot(host_id: int, document: dict[str, Any], rows: Mapping[int, ProcessRow], *,
                     taken_at: datetime) -> None:
     """Charge the holders of the host's previous snapshot for the time until this one, and remember
     this one's. Must be called in the host's order, under its row lock (ingest's transaction)."""
     stored = _CURSOR.rows(host=host_id)
-    pending: dict[tuple[str, str, int, int, str], Pending] = {}
-    pending_since = taken_at
-    if stored:
-        before_at, state_text, pending_text, pending_since = stored[0]
-        if taken_at <= before_at:
+    cursor = Cursor(host_id, stored[0] if stored else None, taken_at)
+    until = taken_at
+    if cursor.stored:
+        start = cursor.taken_at
+        if taken_at <= start:
             return  # not newer than what the cursor saw: nothing to charge (ingest never sends one)
-        for item in _decode_pending(pending_text):
-            pending[_pending_key(item.day, item.holder)] = item
-        if not pending:
-            pending_since = before_at  # what is added now is owed since then
-        charge(pending, _decode_state(state_text), before_at, taken_at)
-    if pending and taken_at - pending_since >= timedelta(seconds=settings.GPUADMIN_USAGE_FLUSH_SECONDS):
-        flush(host_id, pending.values())
-        pending = {}
-    if not pending:
-        pending_since = taken_at
-    _CURSOR_UPSERT.run([(host_id, taken_at, _encode(holders_of(document, rows)).decode(),
-                         _encode(list(pending.values())).decode(), pending_since)], returning=False)
+        until = min(taken_at, start + gap_cap())
+        midnight = datetime.combine(_day(start) + timedelta(days=1), time(0), tzinfo=UTC)
+        if until > midnight:
+            # The day's part, settled into its day; the rest is the next day's.
+            cursor.charge((midnight - start) // _MS)
+            cursor.settle(midnight)
+            cursor.day = _day(midnight)
+            cursor.charge((until - midnight) // _MS)
+        else:
+            cursor.charge((until - start) // _MS)
+        flush_due = taken_at - cursor.settled_at >= timedelta(seconds=settings.GPUADMIN_USAGE_FLUSH_SECONDS)
+        if flush_due or _day(taken_at) != cursor.day:
+            cursor.settle(until)
+            cursor.day = _day(taken_at)  # a gap past midnight: this snapshot's day from now on
+    follow(cursor, document, rows, taken_at=taken_at, charged_until=until)
+    cursor.taken_at = taken_at
+    cursor.save()
 
 
-def _pending_key(day: str, holder: Holder) -> tuple[str, str, int, int, str]:
-    return (day, holder.boot_id, holder.pid, holder.start_time_ticks, holder.device_uuid)
-
-
-def day_parts(start: datetime, end: datetime) -> Iterator[tuple[date, datetime, datetime]]:
-    """[start, end) split at UTC midnights: (day, from, to) each."""
-    start, end = start.astimezone(UTC), end.astimezone(UTC)
-    while start < end:
-        midnight = datetime.combine(start.date() + timedelta(days=1), time(0), tzinfo=UTC)
-        part_end = min(end, midnight)
-        yield start.date(), start, part_end
-        start = part_end
-
-
-def charge(pending: dict[tuple[str, str, int, int, str], Pending], state: list[Holder],
-           before_at: datetime, taken_at: datetime) -> None:
-    """Add [before_at, taken_at), capped at ``gap_cap()``, to each holder of ``state`` in ``pending``."""
-    until = min(taken_at, before_at + gap_cap())
-    for day, start, end in day_parts(before_at, until):
-        milliseconds = (end - start) // _MS
-        day_text = day.isoformat()
-        for holder in state:
-            key = _pending_key(day_text, holder)
-            item = pending.get(key)
-            if item is None:
-                item = pending[key] = Pending(day_text, holder, start, end, [0] * len(COUNTER_FIELDS))
-            else:
-                item.holder, item.last_at = holder, end  # the latest description wins
-            add(item.counters, holder, milliseconds)
-
-
-def add(counters: list[int], holder: Holder, milliseconds: int) -> None:
-    """``COUNTER_FIELDS`` of ``holder`` over ``milliseconds``."""
-    counters[0] += milliseconds
-    counters[1] += holder.memory_bytes * milliseconds // 1000
-    utilization = holder.utilization_percent
-    if utilization is None:
-        counters[4] += milliseconds
+def follow(cursor: Cursor, document: dict[str, Any], rows: Mapping[int, ProcessRow], *,
+           taken_at: datetime, charged_until: datetime) -> None:
+    """Make the cursor hold this snapshot's holders: their memory and devices' utilisation always; the
+    holders' list only when a holder came or went (the gone ones' figures kept for the settling)."""
+    held, models = holding(document, rows)
+    keys = [key for key, *_ in held]
+    digest = _digest(keys)
+    utilization = {uuid: models[uuid][1] for uuid in {key[3] for key in keys}}
+    if digest == cursor.digest and cursor.stored:
+        cursor.memory = [(memory_bytes, byte_ms) for (_, memory_bytes, _), (_, byte_ms)
+                         in zip(held, cursor.memory, strict=True)]
+        for uuid, device in cursor.devices.items():
+            device.utilization_percent = utilization[uuid]
         return
-    counters[2] += milliseconds * utilization // (100 * holder.holders)
-    if utilization == 0:
-        counters[3] += milliseconds
+    before = {h.key: (i, h) for i, h in enumerate(cursor.holders)}
+    now = set(keys)
+    gone = [cursor.figures(i, h, charged_until) for key, (i, h) in before.items() if key not in now]
+    cursor.pending.extend(item for item in gone if item.counters[0] > 0)
+    counts: dict[str, int] = {}
+    for key in keys:
+        counts[key[3]] = counts.get(key[3], 0) + 1
+    devices = {}
+    for uuid, count in counts.items():
+        device = cursor.devices.get(uuid) or Device(utilization[uuid], count)
+        device.utilization_percent, device.holders = utilization[uuid], count
+        devices[uuid] = device
+    boot_id = document["host"]["boot_id"]
+    holders, memory = [], []
+    for key, memory_bytes, row in held:
+        kept = before.get(key)
+        if kept is not None:
+            holders.append(kept[1])
+            memory.append((memory_bytes, cursor.memory[kept[0]][1]))
+        else:
+            holders.append(_holder(boot_id, row, key[3], models[key[3]][0], joined_at=taken_at,
+                                   clock=cursor.clock, device=devices[key[3]]))
+            memory.append((memory_bytes, 0))
+    cursor.devices, cursor.memory, cursor.digest = devices, memory, digest
+    cursor._holders = holders
 
 
-def holders_of(document: dict[str, Any], rows: Mapping[int, ProcessRow]) -> list[Holder]:
-    """Each process and device it holds in this snapshot (at most the history's per-snapshot cap of
-    them, the biggest first: a made-up snapshot cannot grow the cursor without end)."""
+def holding(document: dict[str, Any], rows: Mapping[int, ProcessRow]
+            ) -> tuple[list[tuple[HolderKey, int, ProcessRow]], dict[str, tuple[str, int | None]]]:
+    """Each process and device it holds in this snapshot, by identity (at most the history's
+    per-snapshot cap of them, the biggest first: a made-up snapshot cannot grow the cursor without
+    end); and each device's model and utilisation."""
     threshold = settings.GPUADMIN_USAGE_HELD_BYTES
     devices: dict[str, tuple[str, int | None]] = {}
-    mig: dict[str, dict[tuple[int, int], tuple[str, str]]] = {}
+    mig: dict[str, dict[tuple[int, int], str]] = {}
     for g in document["gpus"]:
         devices[g["uuid"]] = (g["name"], g["utilization_percent"])
         if "mig_instances" in g:
-            mig[g["uuid"]] = {(m["gpu_instance_id"], m["compute_instance_id"]): (m["uuid"], m["name"])
-                              for m in g["mig_instances"]}
+            mig[g["uuid"]] = {}
+            for m in g["mig_instances"]:
+                mig[g["uuid"]][(m["gpu_instance_id"], m["compute_instance_id"])] = m["uuid"]
+                devices[m["uuid"]] = (m["name"], None)  # NVML gives no utilisation in MIG mode
     on_mig = ({p["pid"]: p["mig_instances"] for p in document["processes"] if p.get("mig_instances")}
               if mig else {})
-    held: list[tuple[ProcessRow, str, str, int | None, int]] = []
+    boot_id = document["host"]["boot_id"]
+    held: list[tuple[HolderKey, int, ProcessRow]] = []
     for row in rows.values():
         if not row.gpu_memory_bytes:
             continue
@@ -184,100 +315,100 @@ def holders_of(document: dict[str, Any], rows: Mapping[int, ProcessRow]) -> list
                     found = mig[uuid].get((instance["gpu_instance_id"], instance["compute_instance_id"]))
                     used = instance["used_memory_bytes"] or 0
                     if instance["gpu_uuid"] == uuid and found is not None and used > threshold:
-                        held.append((row, found[0], found[1], None, used))
+                        held.append(((boot_id, row.pid, row.start_time_ticks, found), used, row))
             elif (memory_bytes or 0) > threshold:
-                model, utilization = devices.get(uuid, ("", None))
-                held.append((row, uuid, model, utilization, memory_bytes or 0))
+                if uuid not in devices:
+                    devices[uuid] = ("", None)
+                held.append(((boot_id, row.pid, row.start_time_ticks, uuid), memory_bytes or 0, row))
     cap = settings.GPUADMIN_HISTORY_PROCESSES_PER_SNAPSHOT
     if len(held) > cap:
-        held = heapq.nsmallest(cap, held, key=lambda h: (-h[4], h[0].pid))
-    count: dict[str, int] = {}
-    for _, device, *_rest in held:
-        count[device] = count.get(device, 0) + 1
-    boot_id = document["host"]["boot_id"]
-    return [_holder(boot_id, row, device, model, utilization, memory_bytes=memory_bytes,
-                    holders=count[device])
-            for row, device, model, utilization, memory_bytes in held]
+        held = heapq.nsmallest(cap, held, key=lambda h: (-h[1], h[0]))
+    held.sort(key=lambda h: h[0])
+    return held, devices
 
 
-def _holder(boot_id: str, row: ProcessRow, device: str, model: str, utilization: int | None, *,
-            memory_bytes: int, holders: int) -> Holder:
+def _holder(boot_id: str, row: ProcessRow, device_uuid: str, model: str, *, joined_at: datetime, clock: int,
+            device: Device) -> Holder:
     owner = row.owner or {}
     kind = str(owner.get("kind") or "")
     owner_uid = owner.get("uid") if kind == SLURM_JOB and isinstance(owner.get("uid"), int) else None
-    return Holder(boot_id, row.pid, row.start_time_ticks, device, model[:256], (row.user or "")[:256],
-                  row.uid, owner_label(row.owner)[:200], kind[:32], owner_uid, memory_bytes, utilization,
-                  holders)
+    return Holder(boot_id, row.pid, row.start_time_ticks, device_uuid, model[:256], (row.user or "")[:256],
+                  row.uid, owner_label(row.owner)[:200], kind[:32], owner_uid, joined_at, clock, device.busy,
+                  device.idle, device.unmeasured)
 
 
-def _upsert_sql(table: str, key: list[str], values: list[str]) -> str:
-    """INSERT ... ON CONFLICT (key) DO UPDATE adding the counters (SQLite and PostgreSQL alike)."""
+def _upsert(table: str, key: list[str], values: list[str], rows: list[tuple[Any, ...]]) -> None:
+    """INSERT ... VALUES (...), (...) ON CONFLICT (key) DO UPDATE adding the counters (SQLite and
+    PostgreSQL alike): one statement per batch of rows, not one per row."""
+    if not rows:
+        return
     quote = connection.ops.quote_name
     columns = [*key, *values, *COUNTER_FIELDS]
     sets = [f"{quote(c)} = {quote(table)}.{quote(c)} + excluded.{quote(c)}" for c in COUNTER_FIELDS]
     sets += [f"{quote(c)} = excluded.{quote(c)}" for c in values if c != "first_at"]
-    # Names from the models, quoted; every value is a parameter.
-    return (f"INSERT INTO {quote(table)} ({', '.join(map(quote, columns))}) "  # noqa: S608
-            f"VALUES ({', '.join(['%s'] * len(columns))}) "
-            f"ON CONFLICT ({', '.join(map(quote, key))}) DO UPDATE SET {', '.join(sets)}")
+    one = f"({', '.join(['%s'] * len(columns))})"
+    per_batch = max(1, (connection.features.max_query_params or 65535) // len(columns))
+    with connection.cursor() as cursor:
+        for start in range(0, len(rows), per_batch):
+            batch = rows[start : start + per_batch]
+            # Names from the models, quoted; every value is a parameter.
+            cursor.execute(
+                f"INSERT INTO {quote(table)} ({', '.join(map(quote, columns))}) "  # noqa: S608
+                f"VALUES {', '.join([one] * len(batch))} "
+                f"ON CONFLICT ({', '.join(map(quote, key))}) DO UPDATE SET {', '.join(sets)}",
+                [value for row in batch for value in row])
 
 
-def flush(host_id: int, items: Any) -> None:
-    """Write what ``items`` (``Pending``) added up into ``LifeUsage`` and ``UsageDay``."""
-    items = list(items)
+def write(host_id: int, day: date, items: list[Settled]) -> None:
+    """Add ``items``, of ``day``, to ``LifeUsage`` (each life and device) and ``UsageDay``."""
     if not items:
         return
     ops = connection.ops
-    lives: dict[tuple[str, int, int, str], list[Any]] = {}
-    days: dict[tuple[str, str, str, str], list[Any]] = {}
-    for item in sorted(items, key=lambda i: i.first_at):
+    days: dict[tuple[str, str, str], list[Any]] = {}
+    lives: dict[HolderKey, list[Any]] = {}
+    for item in items:
         h = item.holder
-        life_key = (h.boot_id, h.pid, h.start_time_ticks, h.device_uuid)
-        life = lives.get(life_key)
+        key = (h.user, h.owner_label, h.device_model)
+        if key in days:
+            days[key][1] = [a + b for a, b in zip(days[key][1], item.counters, strict=True)]
+        else:
+            days[key] = [h, list(item.counters)]
+        # A life that left and came back since the last settling: one row (an upsert touches a row once).
+        life = lives.get(h.key)
         if life is None:
-            lives[life_key] = [h, item.first_at, item.last_at, list(item.counters)]
+            lives[h.key] = [h, item.last_at, list(item.counters)]
         else:
-            life[0], life[2] = h, item.last_at
-            life[3] = [a + b for a, b in zip(life[3], item.counters, strict=True)]
-        day_key = (item.day, h.user, h.owner_label, h.device_model)
-        day = days.get(day_key)
-        if day is None:
-            days[day_key] = [h, list(item.counters)]
-        else:
-            day[0] = h
-            day[1] = [a + b for a, b in zip(day[1], item.counters, strict=True)]
-    life_sql = _upsert_sql(LifeUsage._meta.db_table, ["host_id", "boot_id", "pid", "start_time_ticks",
-                                                       "device_uuid"],
-                           ["device_model", "user", "uid", "owner_label", "first_at", "last_at"])
-    day_sql = _upsert_sql(UsageDay._meta.db_table, ["day", "host_id", "user", "owner_label", "device_model"],
-                          ["uid", "owner_kind", "owner_uid"])
-    with connection.cursor() as cursor:
-        cursor.executemany(life_sql, [
-            (host_id, h.boot_id, h.pid, h.start_time_ticks, h.device_uuid, h.device_model, h.user, h.uid,
-             h.owner_label, ops.adapt_datetimefield_value(first), ops.adapt_datetimefield_value(last),
-             *counters)
-            for h, first, last, counters in lives.values()
-        ])
-        cursor.executemany(day_sql, [
-            (ops.adapt_datefield_value(date.fromisoformat(day)), host_id, user, label, model, h.uid,
-             h.owner_kind, h.owner_uid, *counters)
-            for (day, user, label, model), (h, counters) in days.items()
-        ])
+            life[1], life[2] = max(life[1], item.last_at), [a + b for a, b in zip(life[2], item.counters,
+                                                                                     strict=True)]
+    _upsert(LifeUsage._meta.db_table, ["host_id", "boot_id", "pid", "start_time_ticks", "device_uuid"],
+            ["device_model", "user", "uid", "owner_label", "first_at", "last_at"], [
+                (host_id, h.boot_id, h.pid, h.start_time_ticks, h.device_uuid, h.device_model, h.user, h.uid,
+                 h.owner_label, ops.adapt_datetimefield_value(h.first_at),
+                 ops.adapt_datetimefield_value(last), *counters)
+                for h, last, counters in lives.values()])
+    day_value = ops.adapt_datefield_value(day)
+    _upsert(UsageDay._meta.db_table, ["host_id", "day", "user", "owner_label", "device_model"],
+            ["uid", "owner_kind", "owner_uid"], [
+                (host_id, day_value, user, label, model, h.uid, h.owner_kind, h.owner_uid, *counters)
+                for (user, label, model), (h, counters) in days.items()])
 
 
 def flush_all(cursors: Any = None) -> int:
-    """Write the pending additions of ``cursors`` (a ``UsageCursor`` queryset; default every host's)
-    now: tests, the digest, and ``retention.maintain_usage`` for hosts that went silent. How many hosts
-    had some. Each under its host's row lock, as ingest holds it: an addition is written once."""
+    """Settle ``cursors`` (a ``UsageCursor`` queryset; default every host's) now: tests, and
+    ``retention.maintain_usage`` for hosts that went silent. How many were settled. Each under its
+    host's row lock, as ingest holds it: a figure is written once."""
     flushed = 0
     cursors = UsageCursor.objects.all() if cursors is None else cursors
-    for host_id in cursors.exclude(pending="[]").values_list("host_id", flat=True):
+    for host_id in cursors.values_list("host_id", flat=True):
         with transaction.atomic():
             Host.objects.select_for_update().filter(pk=host_id).exists()
-            stored = UsageCursor.objects.filter(host_id=host_id).values_list("pending", flat=True).first()
-            items = _decode_pending(stored) if stored else []
-            if items:
-                flush(host_id, items)
-                flushed += 1
-                UsageCursor.objects.filter(host_id=host_id).update(pending="[]")
+            stored = _CURSOR.rows(host=host_id)
+            if not stored:
+                continue
+            cursor = Cursor(host_id, stored[0], stored[0][0])
+            if cursor.clock == 0 and not cursor.pending:
+                continue
+            cursor.settle(cursor.taken_at)
+            cursor.save()
+            flushed += 1
     return flushed

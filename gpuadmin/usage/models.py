@@ -51,7 +51,8 @@ class Counters(models.Model):
 
 
 class LifeUsage(Counters):
-    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="life_usage")
+    # No index of its own: the unique constraint's starts with it (the ledger is kept small on disk).
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="life_usage", db_index=False)
     # The process life's identity (fleet.ProcessLife's), not a key to it: raw history is pruned first.
     boot_id = models.CharField(max_length=64)
     pid = models.PositiveIntegerField()
@@ -75,7 +76,7 @@ class LifeUsage(Counters):
 
 class UsageDay(Counters):
     day = models.DateField()
-    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="usage_days")
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="usage_days", db_index=False)
     user = models.CharField(max_length=256, blank=True)
     owner_label = models.CharField(max_length=200, blank=True)
     device_model = models.CharField(max_length=256, blank=True)
@@ -86,21 +87,38 @@ class UsageDay(Counters):
 
     class Meta:
         constraints = [models.UniqueConstraint(
-            fields=["day", "host", "user", "owner_label", "device_model"], name="usage_day_once")]
+            fields=["host", "day", "user", "owner_label", "device_model"], name="usage_day_once")]
+        # Periods are read across hosts, and pruned by day.
+        indexes = [models.Index(fields=["day"])]
 
     def __str__(self) -> str:
         return f"{self.day} {self.user} on {self.device_model}"
 
 
 class UsageCursor(models.Model):
+    """A host's ledger between two writes to LifeUsage and UsageDay (``ledger.py`` says how it is read).
+
+    Kept apart so that a steady snapshot rewrites only the small columns: the holders' list, the
+    long one, changes only when a process starts or stops holding a device, and at each settling.
+    """
+
     host = models.OneToOneField(Host, on_delete=models.CASCADE, primary_key=True, related_name="+")
-    # The snapshot whose holders ``state`` lists.
+    # The snapshot whose holders the cursor lists, and the UTC day being added up (its midnight).
     taken_at = models.DateTimeField()
-    # JSON text (ledger.py encodes and reads it): the holders, and what was added up since
-    # ``pending_since`` that is not yet in LifeUsage and UsageDay.
-    state = models.TextField()
+    day_start = models.DateTimeField()
+    # When LifeUsage and UsageDay were last written from it.
+    settled_at = models.DateTimeField()
+    # Milliseconds charged since then (capped gaps), on every holder's clock.
+    clock_milliseconds = models.BigIntegerField(default=0)
+    # JSON text: per device its model, utilisation, holders and running totals since settled_at.
+    devices = models.TextField()
+    # JSON text: per holder (in identity order) its memory and byte-milliseconds since settled_at.
+    holder_bytes = models.TextField()
+    # Which holders, by identity, as a digest: equal, the holders' list need not be read.
+    holders_digest = models.BigIntegerField()
+    # JSON text: the holders, each with the running totals it joined at; and those gone since settled_at.
+    holders = models.TextField()
     pending = models.TextField()
-    pending_since = models.DateTimeField()
 
     def __str__(self) -> str:
         return f"usage cursor at {self.taken_at}"

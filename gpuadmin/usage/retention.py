@@ -33,7 +33,7 @@ def maintain_usage(now: datetime | None = None, *, batch_rows: int = PRUNE_BATCH
     cutoff = usage_kept_since(now)
     batches = {"batch_rows": batch_rows, "max_batches": max_batches}
     stale = now - timedelta(seconds=settings.GPUADMIN_USAGE_FLUSH_SECONDS)
-    flushed = ledger.flush_all(UsageCursor.objects.filter(pending_since__lt=stale))
+    flushed = ledger.flush_all(UsageCursor.objects.filter(settled_at__lt=stale))
     return UsageMaintenance(
         hosts_flushed=flushed,
         days_pruned=_delete_in_batches(UsageDay.objects.filter(day__lt=cutoff.astimezone(UTC).date()),
