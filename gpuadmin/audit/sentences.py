@@ -305,7 +305,12 @@ def _requested(event: AuditEvent, details: dict[str, Any], context: SentenceCont
 def _approved(event: AuditEvent, details: dict[str, Any], context: SentenceContext) -> list[Part]:
     parts = [*_actor(event), w(" approved "), *_request(event), *_requested_by(event, context)]
     parts += _plan(context.requests.get(event.kill_request_id or 0, {}).get("plan"))
-    if details.get("self_approved"):
+    if details.get("self_service"):
+        uids = details.get("allowed_uids")
+        shown = ", ".join(str(u) for u in uids) if isinstance(uids, list) else "?"
+        parts.append(w(f"; self-service: the owner stopping their own processes, no second admin "
+                       f"(the agent signals only uid {shown})"))
+    elif details.get("self_approved"):
         parts.append(w("; approved by its own requester (self-approval is allowed here)"))
     if details.get("sigkill_only_allowed"):
         parts.append(w("; SIGKILL only, allowed by the approver"))

@@ -11,6 +11,7 @@ import pytest
 
 from gpuadmin.agent import killing
 from gpuadmin.audit.models import AuditEvent
+from gpuadmin.audit.sentences import describe, sentence_text
 from gpuadmin.kills import services
 from gpuadmin.kills.models import KillRequest
 from gpuadmin.kills.states import Status
@@ -59,6 +60,8 @@ def test_a_person_stops_their_own_real_process_with_no_approver(
     approved = AuditEvent.objects.get(kill_request_id=kill_request.pk, action="approved")
     assert approved.details["self_service"] is True
     assert approved.details["allowed_uids"] == [os.getuid()]
+    assert f"self-service: the owner stopping their own processes, no second admin (the agent signals " \
+        f"only uid {os.getuid()})" in sentence_text(describe(approved))
 
 
 def test_the_order_is_a_self_service_order_naming_the_targets_uids(lab, viewer, sent,
