@@ -141,3 +141,16 @@ def test_a_sign_in_the_provider_answered_from_its_session_counts_from_when_it_la
     assert alice.provider_asked == 1
     seconds = sudo.seconds_since_authentication(back.wsgi_request)
     assert seconds is not None and seconds >= 2
+
+
+@pytest.mark.parametrize(("amr", "counts"), [(None, False), (["pwd", "otp"], True)])
+def test_with_totp_required_a_re_authentication_counts_only_with_a_second_factor(use_oidc, settings, amr,
+                                                                                 counts):
+    settings.GPUADMIN_REQUIRE_TOTP_FOR_APPROVAL = True
+    if amr:
+        use_oidc.set_people({**OIDC_PEOPLE, "alice": {**OIDC_PEOPLE["alice"], "amr": amr}})
+    alice = Person()
+    alice.go(reverse("oidc_authentication_init"), "alice", "alice-pw")
+    back = alice.go(reverse("oidc_reauthenticate") + "?next=/kills/", "alice", "alice-pw")
+    assert alice.provider_asked == 2
+    assert sudo.recently_authenticated(back.wsgi_request) is counts

@@ -4,7 +4,7 @@
 //   PORT              where to listen (127.0.0.1)
 //   CLIENT_ID, CLIENT_SECRET   the one client (gpuadmin), whose redirect URI is any
 //                     http://<loopback or testserver>[:port]/oidc/callback/ (the tests' servers vary)
-//   ACCOUNTS_FILE     JSON {"alice": {"password": "...", "email": "...", "groups": ["..."]}},
+//   ACCOUNTS_FILE     JSON {"alice": {"password": "...", "email": "...", "groups": ["..."], "amr": [...]}},
 //                     read again at every request, so a test changes someone's groups by rewriting it
 // Its login page (GET /interaction/<uid>) asks for a user name and a password; a wrong one is
 // answered with the page again and "Wrong user name or password". Consent is implied (one first-party
@@ -33,7 +33,7 @@ const provider = new Provider(issuer, {
   }],
   jwks: { keys: [jwk] },
   claims: {
-    openid: ["sub"],
+    openid: ["sub", "amr"],  // amr: how the person signed in (the second-factor tests set it)
     email: ["email", "email_verified"],
     profile: ["preferred_username", "given_name", "family_name", "groups"],
   },
@@ -101,7 +101,9 @@ const server = http.createServer(async (req, res) => {
       res.writeHead(200, { "content-type": "text/html; charset=utf-8" });
       return res.end(loginPage(details.uid, "Wrong user name or password"));
     }
-    await provider.interactionFinished(req, res, { login: { accountId: login } }, { mergeWithLastSubmission: false });
+    // "amr" in a person's entry: how the provider says they signed in (["pwd", "otp"]: with a second factor).
+    const result = { login: { accountId: login, ...(account.amr ? { amr: account.amr } : {}) } };
+    await provider.interactionFinished(req, res, result, { mergeWithLastSubmission: false });
   } catch (error) {
     console.error("interaction", error);
     res.writeHead(400, { "content-type": "text/plain" });
