@@ -21,7 +21,7 @@ from gpuadmin.usage.queries import BadQuery, Grouping, Row, Sort, parse_choice, 
 class UsageRowSerializer(Shape):
     key = serializers.CharField(
         help_text="What the row groups by: a user, person:<id>, an owner, a host, a model.")
-    label = serializers.CharField()
+    label = serializers.CharField()  # type: ignore[assignment]
     held_gpu_hours = serializers.FloatField(
         source="total.held_gpu_hours", help_text="Time a process held a device (memory above the threshold).")
     held_gib_hours = serializers.FloatField(source="total.held_gib_hours")
