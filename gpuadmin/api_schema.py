@@ -144,7 +144,8 @@ def components(statuses: tuple[str, ...]) -> dict[str, Schema]:
     return {
         **_process_components(),
         "KillMarker": _object({"id": INTEGER, "status": {"type": "string", "enum": list(statuses)},
-                               "t": TIME, "finished_at": TIME_OR_NULL, "url": STRING}),
+                               "t": TIME, "ran_at": TIME_OR_NULL, "finished_at": TIME_OR_NULL,
+                               "gpu_uuids": {"type": "array", "items": STRING}, "url": STRING}),
         "HostHistory": _object({
             "range": {"type": "string", "enum": ["1h", "24h", "7d", "30d"]}, "resolution_seconds": INTEGER,
             "aggregation": {"type": ["object", "null"]}, "from": TIME, "to": TIME,

@@ -12,7 +12,11 @@
  *
  * Each figure holds .chart-canvas (the plot), .chart-table (its numbers as a
  * table, filled on first open) and a.chart-csv (the same numbers as CSV).
- * Kill requests become marks on the time axis that link to the request.
+ * Kill requests become marks on the time axis that link to the request: at the moment the order
+ * was sent (ran_at), and on a GPU's charts only when the kill touched that GPU.
+ * Times are 24-hour in the lab's zone (the figure's data-time-zone: settings.TIME_ZONE); memory axes
+ * tick at round binary steps (0, 16, 32 GiB); the numbers table has words for headers and units for
+ * values, the CSV keeps the API's names and raw values.
  * htmx swaps in a new section when the range changes; htmx.onLoad runs init
  * on the new content, so nothing reloads the page.
  */
@@ -42,6 +46,52 @@
 
   function isoText(unixSeconds) {
     return new Date(unixSeconds * 1000).toISOString().replace(".000Z", "Z");
+  }
+
+  // The lab's zone, from the figure being drawn (set in draw()); UTC when a page does not say.
+  var zone = "Etc/UTC";
+
+  function pad(n) { return String(n).padStart(2, "0"); }
+
+  function zoned(unixSeconds) { return uPlot.tzDate(new Date(unixSeconds * 1000), zone); }
+
+  // "2026-12-04 14:05:09": 24-hour, in the lab's zone.
+  function timeText(unixSeconds) {
+    if (unixSeconds === null || unixSeconds === undefined) return "—";
+    var d = zoned(unixSeconds);
+    return d.getFullYear() + "-" + pad(d.getMonth() + 1) + "-" + pad(d.getDate()) + " " +
+      pad(d.getHours()) + ":" + pad(d.getMinutes()) + ":" + pad(d.getSeconds());
+  }
+
+  // The time axis: "14:05", a tick at midnight or a step of a day or more as "12-04".
+  function timeTicks(u, ticks, axisIdx, space, increment) {
+    return ticks.map(function (t) {
+      var d = zoned(t);
+      var midnight = d.getHours() === 0 && d.getMinutes() === 0;
+      if (increment >= 86400 || midnight) return pad(d.getMonth() + 1) + "-" + pad(d.getDate());
+      return pad(d.getHours()) + ":" + pad(d.getMinutes());
+    });
+  }
+
+  var TIME_AXIS = {values: timeTicks};
+
+  // Round binary steps for a memory axis: a power of two bytes, about four to eight ticks.
+  function binarySplits(u, axisIdx, min, max) {
+    var span = max - min;
+    if (!(span > 0)) return [min];
+    var step = Math.pow(2, Math.ceil(Math.log2(span / 8)));
+    var ticks = [];
+    for (var v = Math.ceil(min / step) * step; v <= max + step / 1e6; v += step) ticks.push(v);
+    return ticks;
+  }
+
+  function tickBytes(u, ticks) {
+    return ticks.map(function (t) { return bytesText(t).replace(".0 ", " "); });
+  }
+
+  // A count with thousands separators: 4,194,304.
+  function countText(value) {
+    return value === null || value === undefined ? "—" : Math.round(value).toLocaleString("en-US");
   }
 
   function bytesText(value) {
@@ -84,15 +134,15 @@
     return {
       title: "GPU " + gpu.index,
       columns: [
-        {name: "t", values: xs, text: isoText},
-        {name: "memory_used_bytes", values: used, text: plainText},
-        {name: "memory_attributed_bytes", values: attributed, text: plainText},
-        {name: "memory_unattributed_bytes", values: unattributed, text: plainText},
-        {name: "utilization_percent", values: utilization, text: plainText},
+        {name: "t", header: "Time", values: xs, text: timeText},
+        {name: "memory_used_bytes", header: "Used", values: used, text: bytesText},
+        {name: "memory_attributed_bytes", header: "Attributed", values: attributed, text: bytesText},
+        {name: "memory_unattributed_bytes", header: "Unattributed", values: unattributed, text: bytesText},
+        {name: "utilization_percent", header: "Utilization", values: utilization, text: percentText},
       ],
       data: [xs, attributed, stackTop, utilization],
       series: [
-        {label: "Time", value: function (u, v) { return v === null ? "—" : isoText(v); }},
+        {label: "Time", value: function (u, v) { return timeText(v); }},
         {label: "Attributed" + suffix, scale: "bytes", stroke: COLORS.attributed, fill: COLORS.attributed + "66",
          value: function (u, v) { return bytesText(v); }},
         {label: "Used = attributed + unattributed" + suffix, scale: "bytes", stroke: COLORS.unattributed,
@@ -102,14 +152,14 @@
       ],
       bands: [{series: [2, 1], fill: COLORS.unattributed + "55"}],
       axes: [
-        {},
-        {scale: "bytes", values: function (u, ticks) { return ticks.map(bytesText); }, size: 70},
+        TIME_AXIS,
+        {scale: "bytes", splits: binarySplits, values: tickBytes, size: 70},
         {scale: "%", side: 1, grid: {show: false}, values: function (u, ticks) {
           return ticks.map(function (t) { return t + "%"; }); }},
       ],
       scales: {bytes: {range: [0, Math.max(gpu.memory_total_bytes || 0, Math.max.apply(null, used.concat([GiB])))]},
                "%": {range: [0, 100]}},
-      markers: killMarks(payload.kill_requests),
+      markers: killMarks(payload.kill_requests, gpu.uuid),
     };
   }
 
@@ -132,14 +182,14 @@
     return {
       title: "GPU " + gpu.index + " health",
       columns: [
-        {name: "t", values: xs, text: isoText},
-        {name: "temperature_celsius", values: col("temperature_celsius"), text: plainText},
-        {name: "power_draw_milliwatts", values: powerDraw, text: plainText},
-        {name: "power_limit_milliwatts", values: limit, text: plainText},
+        {name: "t", header: "Time", values: xs, text: timeText},
+        {name: "temperature_celsius", header: "Temperature", values: col("temperature_celsius"), text: celsiusText},
+        {name: "power_draw_milliwatts", header: "Power draw", values: powerDraw, text: wattsText},
+        {name: "power_limit_milliwatts", header: "Power limit", values: limit, text: wattsText},
       ],
       data: [xs, col("temperature_celsius"), powerDraw, limit],
       series: [
-        {label: "Time", value: function (u, v) { return v === null ? "—" : isoText(v); }},
+        {label: "Time", value: function (u, v) { return timeText(v); }},
         {label: "Temperature" + suffix, scale: "celsius", stroke: COLORS.temperature, width: 1.5,
          value: function (u, v) { return celsiusText(v); }},
         {label: "Power draw" + suffix, scale: "milliwatts", stroke: COLORS.power, width: 1.5,
@@ -148,14 +198,14 @@
          value: function (u, v) { return wattsText(v); }},
       ],
       axes: [
-        {},
+        TIME_AXIS,
         {scale: "celsius", values: function (u, ticks) { return ticks.map(celsiusText); }, size: 60},
         {scale: "milliwatts", side: 1, grid: {show: false}, size: 60,
          values: function (u, ticks) { return ticks.map(wattsText); }},
       ],
       scales: {celsius: {range: function (u, min, max) { return [0, Math.max(100, max || 0)]; }},
                milliwatts: {range: function (u, min, max) { return [0, Math.max(100000, max || 0)]; }}},
-      markers: killMarks(payload.kill_requests),
+      markers: killMarks(payload.kill_requests, gpu.uuid),
     };
   }
 
@@ -167,25 +217,26 @@
     return {
       title: "Processes",
       columns: [
-        {name: "t", values: xs, text: isoText},
-        {name: "zombies", values: col("zombies"), text: plainText},
-        {name: "d_state", values: col("d_state"), text: plainText},
-        {name: "pids_in_use", values: col("pids_in_use"), text: plainText},
-        {name: "pid_max", values: col("pid_max"), text: plainText},
+        {name: "t", header: "Time", values: xs, text: timeText},
+        {name: "zombies", header: "Zombies", values: col("zombies"), text: countText},
+        {name: "d_state", header: "D state", values: col("d_state"), text: countText},
+        {name: "pids_in_use", header: "PIDs in use", values: col("pids_in_use"), text: countText},
+        {name: "pid_max", header: "PID limit (pid_max)", values: col("pid_max"), text: countText},
       ],
       data: [xs, col("zombies"), col("d_state"), col("pids_in_use"), col("pid_max")],
       series: [
-        {label: "Time", value: function (u, v) { return v === null ? "—" : isoText(v); }},
+        {label: "Time", value: function (u, v) { return timeText(v); }},
         {label: "Zombies" + suffix, scale: "count", stroke: COLORS.zombies, width: 1.5},
         {label: "D state" + suffix, scale: "count", stroke: COLORS.dState, width: 1.5},
         {label: "PIDs in use" + suffix + " (log scale)", scale: "pids", stroke: COLORS.pids, width: 1.5},
         {label: "pid_max", scale: "pids", stroke: COLORS.pidMax, dash: [6, 4], width: 1},
       ],
-      axes: [{}, {scale: "count"}, {scale: "pids", side: 1, grid: {show: false}, size: 90}],
+      axes: [TIME_AXIS, {scale: "count"}, {scale: "pids", side: 1, grid: {show: false}, size: 90,
+                                           values: function (u, ticks) { return ticks.map(countText); }}],
       // PIDs on a log scale: a few hundred in use and a pid_max of 4 million both stay readable.
       scales: {count: {range: function (u, min, max) { return [0, Math.max(1, max)]; }},
                pids: {distr: 3, log: 10}},
-      markers: killMarks(payload.kill_requests),
+      markers: killMarks(payload.kill_requests, null),
     };
   }
 
@@ -194,25 +245,25 @@
     var xs = pts.map(function (p) { return seconds(p.t); });
     var memory = pts.map(function (p) { return p.gpu_memory_bytes; });
     var states = pts.map(function (p) { return p.state; });
-    var marks = killMarks(payload.kill_requests).concat(
+    var marks = killMarks(payload.kill_requests, undefined).concat(
       payload.state_changes.map(function (c) {
-        return {t: seconds(c.t), label: "state " + c.state, title: "state " + c.state + " since " + c.t,
+        return {t: seconds(c.t), label: "state " + c.state, title: "state " + c.state + " since " + timeText(seconds(c.t)),
                 color: COLORS.state};
       }));
     return {
       title: "GPU memory",
       columns: [
-        {name: "t", values: xs, text: isoText},
-        {name: "gpu_memory_bytes", values: memory, text: plainText},
-        {name: "state", values: states, text: plainText},
+        {name: "t", header: "Time", values: xs, text: timeText},
+        {name: "gpu_memory_bytes", header: "GPU memory", values: memory, text: bytesText},
+        {name: "state", header: "State", values: states, text: plainText},
       ],
       data: [xs, memory],
       series: [
-        {label: "Time", value: function (u, v) { return v === null ? "—" : isoText(v); }},
+        {label: "Time", value: function (u, v) { return timeText(v); }},
         {label: "GPU memory", scale: "bytes", stroke: COLORS.attributed, fill: COLORS.attributed + "44",
          paths: uPlot.paths.stepped({align: 1}), value: function (u, v) { return bytesText(v); }},
       ],
-      axes: [{}, {scale: "bytes", values: function (u, ticks) { return ticks.map(bytesText); }, size: 70}],
+      axes: [TIME_AXIS, {scale: "bytes", splits: binarySplits, values: tickBytes, size: 70}],
       scales: {bytes: {range: function (u, min, max) { return [0, Math.max(GiB, max)]; }}},
       markers: marks,
     };
@@ -262,9 +313,17 @@
     };
   }
 
-  function killMarks(requests) {
-    return (requests || []).map(function (k) {
-      return {t: seconds(k.t), label: "kill #" + k.id, title: "kill request #" + k.id + " (" + k.status + ") at " + k.t,
+  // gpuUuid: a GPU's chart (only kills that ran and touched it), null: the host's chart (kills that
+  // ran), undefined: a process's chart (its requests, run or not: filed ones at their filing time).
+  function killMarks(requests, gpuUuid) {
+    return (requests || []).filter(function (k) {
+      if (gpuUuid === undefined) return true;
+      if (!k.ran_at) return false;
+      return gpuUuid === null || (k.gpu_uuids || []).indexOf(gpuUuid) >= 0;
+    }).map(function (k) {
+      var at = seconds(k.ran_at || k.t);
+      var what = k.ran_at ? " sent at " : " filed at ";
+      return {t: at, label: "kill #" + k.id, title: "kill request #" + k.id + " (" + k.status + ")" + what + timeText(at),
               href: k.url, color: COLORS.kill};
     });
   }
@@ -321,7 +380,8 @@
     var head = table.createTHead().insertRow();
     chart.columns.forEach(function (c) {
       var th = document.createElement("th");
-      th.textContent = c.name;
+      th.textContent = c.header || c.name;
+      if (c.name !== "t") th.className = "num";
       head.appendChild(th);
     });
     var body = table.createTBody();
@@ -329,7 +389,9 @@
     for (var i = 0; i < rows; i += 1) {
       var tr = body.insertRow();
       chart.columns.forEach(function (c) {
-        tr.insertCell().textContent = c.text(c.values[i]);
+        var cell = tr.insertCell();
+        cell.textContent = c.text(c.values[i]);
+        if (c.name !== "t") cell.className = "num";
       });
     }
     container.textContent = "";
@@ -339,6 +401,7 @@
   /* --- drawing --- */
 
   function draw(figure, chart) {
+    zone = figure.getAttribute("data-time-zone") || "Etc/UTC";
     var canvasBox = figure.querySelector(".chart-canvas");
     if (!canvasBox) return;
     canvasBox.textContent = "";
@@ -355,8 +418,8 @@
     var last = Math.max.apply(null, times);
     if (last - first < 60) { first -= 30; last += 30; }
     var options = {
-      // Axis times in UTC, as everywhere else in the panel (the legend writes ISO 8601 with a Z).
-      tzDate: function (ts) { return uPlot.tzDate(new Date(ts * 1000), "Etc/UTC"); },
+      // Axis times in the lab's zone, 24-hour (zone: set by draw's caller from data-time-zone).
+      tzDate: function (ts) { return zoned(ts); },
       width: width,
       height: 220,
       series: chart.series,
@@ -410,6 +473,7 @@
   function initHistory(section) {
     var figures = Array.prototype.slice.call(section.querySelectorAll("figure[data-chart]"));
     fetchJson(section.getAttribute("data-history-src")).then(function (payload) {
+      if (figures.length) zone = figures[0].getAttribute("data-time-zone") || zone;
       var byUuid = {};
       payload.gpus.forEach(function (g) { byUuid[g.uuid] = g; });
       figures.forEach(function (figure) {
@@ -429,6 +493,7 @@
 
   function initProcess(figure) {
     fetchJson(figure.getAttribute("data-src")).then(function (payload) {
+      zone = figure.getAttribute("data-time-zone") || zone;
       draw(figure, processChart(payload));
     }).catch(function (error) { failed([figure], "Could not load the history: " + error.message); });
   }

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -89,7 +90,9 @@ def test_the_host_page_draws_its_charts_and_switches_range_without_reloading(
     health = drawn(page, f"figure[data-chart='gpu-health'][data-gpu-uuid='{GPU0}']")
     screenshot(page, "host-1h")
     health.locator("details.chart-numbers summary").click()
-    expect(health.locator(".chart-table table")).to_contain_text("power_draw_milliwatts")
+    # The numbers in words and units, not the API's names and raw values (the CSV keeps those).
+    expect(health.locator(".chart-table table thead")).to_contain_text("Power draw")
+    expect(health.locator(".chart-table table tbody")).to_contain_text(" W")
 
     # Hover: uPlot's legend shows the exact value and time under the cursor.
     over = gpu0.locator(".u-over")
@@ -99,7 +102,12 @@ def test_the_host_page_draws_its_charts_and_switches_range_without_reloading(
     over.hover(position={"x": box["width"] * 0.9, "y": box["height"] / 2})
     legend = gpu0.locator(".u-legend")
     expect(legend).to_contain_text("GiB")
-    expect(legend).to_contain_text("Z")  # the time, ISO 8601 UTC
+    expect(legend).to_contain_text(re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"))  # 24-hour, lab's zone
+    # The time axis is 24-hour ("14:05", never "2:05pm"); the memory axis ticks at round binary steps.
+    # (uPlot draws the tick labels on the canvas; it keeps the texts it drew on each axis.)
+    times, memory = gpu0.evaluate("figure => [0, 1].map(i => figure._plot.axes[i]._values)")
+    assert times and all(re.fullmatch(r"\d\d:\d\d|\d\d-\d\d", t) for t in times), times
+    assert memory and all(re.fullmatch(r"\d+ (B|KiB|MiB|GiB)", t) for t in memory), memory
 
     # The numbers as a table, on demand.
     gpu0.locator("details.chart-numbers summary").click()

@@ -238,3 +238,21 @@ def test_a_process_never_recorded_answers_404_json(token_client: Client, start: 
     response = token_client.get(reverse("api_process_detail", args=["gpu01", 1000, 1]))
     assert response.status_code == 404
     assert "1000" in response.json()["detail"]
+
+
+def test_a_kill_marks_only_the_gpus_its_targets_held_at_the_moment_it_was_sent(
+    token_client: Client, requester: User
+) -> None:
+    gpu1 = "GPU-sim-0001"
+    store(snapshot("gpu01", processes=[proc(1000, gpu_memory={GPU0: GiB})],
+                   gpus=[gpu(0, used=GiB), gpu(1, used=0)], taken_at=timezone.now() - timedelta(minutes=2)))
+    enrol(Host.objects.get(name="gpu01"))
+    kill_request = services.file_request(requester, host="gpu01", pid=1000, start_time_ticks=100000,
+                                         reason="done")
+    marker = token_client.get(reverse("api_host_history", args=["gpu01"])).json()["kill_requests"][0]
+    assert (marker["gpu_uuids"], marker["ran_at"]) == ([GPU0], None)  # filed, not run
+    sent = timezone.now().replace(microsecond=0) + timedelta(seconds=30)
+    kill_request.__class__.objects.filter(pk=kill_request.pk).update(dispatched_at=sent)
+    marker = token_client.get(reverse("api_host_history", args=["gpu01"])).json()["kill_requests"][0]
+    assert marker["ran_at"] == sent.isoformat().replace("+00:00", "Z") and marker["t"] != marker["ran_at"]
+    assert gpu1 not in marker["gpu_uuids"]

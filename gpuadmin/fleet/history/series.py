@@ -323,7 +323,11 @@ def _add_rollup(
 def kill_markers(
     host: Host, *, since: datetime | None = None, life: ProcessLife | None = None
 ) -> list[dict[str, Any]]:
-    """Kill requests on the host (since ``since``), or against one process life: marks on the time axis."""
+    """Kill requests on the host (since ``since``), or against one process life: marks on the time axis.
+
+    ``ran_at``: when central sent the order (None while it has not run), the moment a chart marks;
+    ``gpu_uuids``: the GPUs its targets held memory on (a reset's GPU), the only GPU charts it marks.
+    """
     requests = host.kill_requests.all()
     if since is not None:
         requests = requests.filter(requested_at__gte=since)
@@ -333,16 +337,27 @@ def kill_markers(
             targets__start_time_ticks=life.start_time_ticks,
             targets__boot_id=life.boot_id,
         )
-    rows = requests.order_by("-requested_at").values_list("pk", "status", "requested_at", "finished_at")
+    rows = list(reversed(list(
+        requests.order_by("-requested_at")
+        .values_list("pk", "status", "requested_at", "finished_at", "dispatched_at", "gpu_uuid")
+        .distinct()[:KILL_MARKERS_MAX]
+    )))
+    touched: dict[int, set[str]] = {pk: {gpu_uuid} if gpu_uuid else set() for pk, *_, gpu_uuid in rows}
+    # One query for the targets' memory, through the reverse relation (fleet imports no kills module).
+    for request_id, memory in host.kill_requests.filter(pk__in=touched).values_list(
+            "pk", "targets__gpu_memory_bytes"):
+        touched[request_id].update(uuid for uuid, held in (memory or {}).items() if held)
     return [
         {
             "id": pk,
             "status": status,
             "t": utc_text(requested_at, timespec="seconds"),
+            "ran_at": utc_text(dispatched_at, timespec="seconds"),
             "finished_at": utc_text(finished_at, timespec="seconds"),
+            "gpu_uuids": sorted(touched[pk]),
             "url": reverse("kill_request_detail", args=[pk]),
         }
-        for pk, status, requested_at, finished_at in reversed(list(rows.distinct()[:KILL_MARKERS_MAX]))
+        for pk, status, requested_at, finished_at, dispatched_at, _ in rows
     ]
 
 
