@@ -38,8 +38,10 @@ class Candidate:
     since: datetime | None
 
 
-def _hosts(policy: Policy) -> list[Host]:
-    hosts = Host.objects.fleet()
+def hosts_in_view(policy: Policy, now: datetime) -> list[Host]:
+    """The policy's hosts that are online: an offline host's newest snapshot is stale, so what it
+    shows is neither acted on nor called resolved until the host is back."""
+    hosts = Host.objects.fleet().online(now)
     if policy.scope == Policy.Scope.HOSTS:
         hosts = hosts.filter(pk__in=policy.hosts.values("pk"))
     return list(hosts)
@@ -51,7 +53,7 @@ def _key(host: Host, row: ProcessRow) -> str:
 
 def find(policy: Policy, now: datetime) -> list[Candidate]:
     """Every candidate of ``policy`` in the hosts' newest snapshots, in scope."""
-    hosts = _hosts(policy)
+    hosts = hosts_in_view(policy, now)
     documents = LatestSnapshot.objects.documents_by_host_id({h.pk for h in hosts})
     people = set(policy.people.values_list("pk", flat=True)) if policy.scope == Policy.Scope.PEOPLE else None
     found: list[Candidate] = []

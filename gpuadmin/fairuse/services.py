@@ -162,8 +162,10 @@ def evaluate(now: datetime | None = None) -> int:
 
 def evaluate_policy(policy: Policy, now: datetime) -> int:
     candidates = {c.key: c for c in conditions.find(policy, now)}
+    online = {host.pk for host in conditions.hosts_in_view(policy, now)}
     steps = 0
-    for case in Case.objects.filter(policy=policy, status__in=OPEN).select_related(
+    # A case on a host gone offline waits: its snapshot is stale, it is neither resolved nor advanced.
+    for case in Case.objects.filter(policy=policy, status__in=OPEN, host_id__in=online).select_related(
         "host", "person", "policy"
     ):
         if case.key not in candidates:
@@ -372,6 +374,8 @@ def escalate_ignored_nudges(now: datetime) -> int:
     steps = 0
     for pending in Nudge.objects.filter(status=NudgeState.OPEN, escalate_at__lte=now).select_related(
             "host", "sender", "recipient"):
+        if not Host.objects.online(now).filter(pk=pending.host_id).exists():
+            continue  # its newest snapshot is stale: wait for the host
         with transaction.atomic():
             if _holder(pending.host, pending.pid, pending.start_time_ticks) is None:
                 pending.status = NudgeState.RELEASED

@@ -163,3 +163,15 @@ def test_a_notice_is_mailed_once_however_many_tasks_name_it(alice, settings):
     assert sent.to == ["alice@lab.example"] and "/me/gpus/" in sent.body
     notice.refresh_from_db()
     assert notice.status == Notice.Status.SENT
+
+
+def test_a_case_on_a_host_gone_offline_waits_for_it(alice):
+    idle_policy()
+    ingest(0)
+    ingest(61)
+    services.evaluate(now=at(61))
+    assert services.evaluate(now=at(200)) == 0  # no snapshot since minute 61: stale, nothing done
+    assert Case.objects.get().status == CaseState.NOTIFIED
+    ingest(201)
+    services.evaluate(now=at(201))
+    assert Case.objects.get().status == CaseState.REMINDED
