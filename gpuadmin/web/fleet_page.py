@@ -178,8 +178,10 @@ class FleetQuery:
             hosts = hosts.with_open_finding(self.kind)
         if self.needs_attention:
             # Offline, or a critical or warning finding open, or zombies: what the strip would name.
-            hosts = hosts.filter(Q(offline_rank=1) | Q(worst_finding_rank__lte=Finding.Severity.WARNING.rank)
-                                 | Q(zombie_count__gt=0))
+            # A semi-join on the findings' index, not the rank's subquery once more per host.
+            serious = Finding.objects.open().filter(
+                severity__in=[Finding.Severity.CRITICAL, Finding.Severity.WARNING]).values("host_id")
+            hosts = hosts.filter(Q(offline_rank=1) | Q(pk__in=serious) | Q(zombie_count__gt=0))
         if self.model:
             hosts = hosts.filter(pk__in=Gpu.objects.filter(present=True, name=self.model).values("host_id"))
         if self.free_gpus or self.sort == "free":
