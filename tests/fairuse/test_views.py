@@ -57,3 +57,12 @@ def test_a_policy_page_shows_its_dry_run(fleet, viewer_client):
     policy = Policy.objects.create(name="idle", condition=Policy.Condition.IDLE_HOLDER, minutes=1)
     page = viewer_client.get(reverse("fair_use_policy", args=[policy.pk])).content.decode()
     assert "Dry run" in page and "would have done nothing" in page  # no idle history yet
+
+
+def test_my_gpus_needs_a_login_and_says_when_no_person_is_linked(client, viewer_client):
+    assert client.get(reverse("my_gpus"))["Location"].startswith(reverse("login"))
+    page = viewer_client.get(reverse("my_gpus")).content.decode()
+    assert "not linked to a person" in page
+    response = viewer_client.post(reverse("stop_mine"), {"host": "gpu01", "pid": 1, "start_time_ticks": 1},
+                                  follow=True)
+    assert not KillRequest.objects.exists() and response.status_code == 200
