@@ -29,6 +29,10 @@ be this tree's (checked). A base tree is e.g. ``git worktree add /tmp/base
 ``gpuadmin/fleet/synthetic.py`` are used in its process.
 
     python benchmarks/ingest_side_by_side.py --base /tmp/base [--hosts 100] [--rounds 20] [--pairs 2]
+
+``--no-usage`` instead of ``--base``: this tree against itself with the usage ledger off
+(``GPUADMIN_USAGE_LEDGER=0``), the ledger's cost; it then also prints what the ledger keeps per host
+and day (its tables' size on disk, after a VACUUM FULL, by row).
 """
 
 from __future__ import annotations
@@ -115,13 +119,16 @@ def migrations(tree: Path) -> set[str]:
 
 
 def run_together(trees: list[Path], url: str, hosts: int, rounds: int, *, data_dir: str,
-                 first_at: float) -> list[dict[str, float]]:
+                 first_at: float, environments: Sequence[dict[str, str]] = ()) -> list[dict[str, float]]:
     """Both trees ingesting ``rounds`` rounds at once, the first taken at ``first_at`` (a Unix time),
-    the others ``ROUND_SECONDS`` apart; each tree's totals, in ``trees`` order."""
+    the others ``ROUND_SECONDS`` apart; each tree's totals, in ``trees`` order. ``environments``: what
+    each child's environment adds, in ``trees`` order."""
+    added = list(environments) or [{} for _ in trees]
     children = [
         subprocess.Popen(child_command(_CHILD, tree, url, data_dir=data_dir, hosts=hosts, processes=200,
                                        first_at=first_at, more=(rounds, parity)),
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                         env={**os.environ, **added[parity]})
         for parity, tree in enumerate(trees)
     ]
     try:
@@ -142,18 +149,53 @@ def run_together(trees: list[Path], url: str, hosts: int, rounds: int, *, data_d
             child.wait(timeout=60)
 
 
+def ledger_size(hosts: int) -> None:
+    """What the usage ledger keeps per host and day, in bytes on disk (its tables after a VACUUM FULL,
+    indexes included, by row): its day rows (one per user, owner and GPU model a host had that day),
+    plus one row per process life and GPU it held, whatever the life's length (the synthetic hosts'
+    holders live for days: they cost their row once)."""
+    from django.db import connection
+
+    from gpuadmin.usage import ledger
+    from gpuadmin.usage.models import LifeUsage, UsageCursor, UsageDay
+
+    ledger.flush_all()
+    with connection.cursor() as cursor:
+        sizes = {}
+        for model in (UsageDay, LifeUsage, UsageCursor):
+            table = model._meta.db_table
+            cursor.execute(f"VACUUM FULL {table}")
+            cursor.execute("SELECT pg_total_relation_size(%s)", [table])
+            sizes[model] = cursor.fetchone()[0]
+    days = UsageDay.objects.values("day").distinct().count() or 1
+    day_rows, life_rows = UsageDay.objects.count(), LifeUsage.objects.count()
+    per_day_row = sizes[UsageDay] / max(1, day_rows)
+    per_life_row = sizes[LifeUsage] / max(1, life_rows)
+    host_day_kib = day_rows / hosts / days * per_day_row / 1024
+    cursor_kib = sizes[UsageCursor] / hosts / 1024
+    print(f"ledger: {day_rows} day rows over {days} day(s), {per_day_row:.0f} B each; {life_rows} rows of a "
+          f"life and GPU, {per_life_row:.0f} B each; cursors {cursor_kib:.1f} KB a host "
+          f"(overwritten, not added). Per host-day: {host_day_kib:.1f} KB of day rows + {per_life_row:.0f} B "
+          f"per life and GPU started that day")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--base", type=Path, required=True, help="the other version's checkout")
+    versus = parser.add_mutually_exclusive_group(required=True)
+    versus.add_argument("--base", type=Path, help="the other version's checkout")
+    versus.add_argument("--no-usage", action="store_true",
+                        help="this tree against itself with the usage ledger off (its cost)")
     parser.add_argument("--hosts", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--pairs", type=int, default=2)
     args = parser.parse_args(argv)
     processes.guard()
-    base = args.base.resolve()
+    # Without the ledger, the "base" is this tree with GPUADMIN_USAGE_LEDGER=0: the ratio is its cost.
+    base = REPO if args.no_usage else args.base.resolve()
     if migrations(base) != migrations(REPO):
         raise SystemExit(f"{base} has other migrations than {REPO}: the two cannot share a database")
-    print(f"command: python benchmarks/ingest_side_by_side.py --base {args.base} --hosts {args.hosts} "
+    versus = "--no-usage" if args.no_usage else f"--base {args.base}"
+    print(f"command: python benchmarks/ingest_side_by_side.py {versus} --hosts {args.hosts} "
           f"--rounds {args.rounds} --pairs {args.pairs}")
     os.environ["GPUADMIN_PROBE_INTERVAL"] = "3600"  # no host goes offline meanwhile
     from tests import services
@@ -175,25 +217,31 @@ def main(argv: list[str] | None = None) -> int:
         run = 0
         print(f"{args.hosts} hosts x 8 GPUs, 200 processes each; CPU per snapshot (ms): client + PostgreSQL")
         for pair in range(args.pairs):
-            for trees in ([REPO, base], [base, REPO]):
+            for first in ("this", "base"):
+                # "this" and "base" by name: with --no-usage both are this tree, apart by environment.
+                names = ["this", "base"] if first == "this" else ["base", "this"]
+                trees = [REPO if name == "this" else base for name in names]
+                ledger_off = {"GPUADMIN_USAGE_LEDGER": "0"} if args.no_usage else {}
+                environments = [ledger_off if name == "base" else {} for name in names]
                 first_at = enrolled_at + ROUND_SECONDS * (1 + run * args.rounds)
                 run += 1
                 run_totals = run_together(trees, server.url, args.hosts, args.rounds,
-                                          data_dir=str(settings.DATA_DIR), first_at=first_at)
-                totals = dict(zip(trees, run_totals, strict=True))
+                                          data_dir=str(settings.DATA_DIR), first_at=first_at,
+                                          environments=environments)
+                totals = dict(zip(names, run_totals, strict=True))
                 line = []
                 per_snapshot = {}
-                for tree in (REPO, base):
-                    total = totals[tree]
+                for name in ("this", "base"):
+                    total = totals[name]
                     n = total["snapshots"]
                     client, database = 1000 * total["client"] / n, 1000 * total["server"] / n
-                    per_snapshot[tree] = client + database
-                    name = "this" if tree == REPO else "base"
+                    per_snapshot[name] = client + database
                     line.append(f"{name} {client:.2f} + {database:.2f} = {client + database:.2f}")
-                ratios.append(per_snapshot[REPO] / per_snapshot[base])
-                started = "this" if trees[0] == REPO else "base"
-                print(f"pair {pair + 1}, {started} started first: {'; '.join(line)}; "
+                ratios.append(per_snapshot["this"] / per_snapshot["base"])
+                print(f"pair {pair + 1}, {first} started first: {'; '.join(line)}; "
                       f"this/base {ratios[-1]:.3f}")
+        if args.no_usage:
+            ledger_size(args.hosts)
     print(f"this/base, CPU per snapshot: median {statistics.median(ratios):.3f} "
           f"(min {min(ratios):.3f}, max {max(ratios):.3f}, {len(ratios)} runs)")
     return 0
