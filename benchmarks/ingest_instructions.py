@@ -56,7 +56,6 @@ from benchmarks.ingest_side_by_side import child_command, migrations  # noqa: E4
 _CHILD = r"""
 warm, rounds = map(int, more)
 messages = [[message(h, r) for h in demo_hosts] for r in range(1, warm + rounds + 1)]
-settle_worker_process()
 for batch in messages[:warm]:
     for one in batch:
         ingest(one)

@@ -4,8 +4,7 @@ A throwaway server (``tests/services.py``) with pg_stat_statements loaded, and
 ``--hosts`` synthetic hosts (``gpuadmin.fleet.synthetic``) enrolled through the real
 path and analyzed, as ``fleet.py`` does; one round ingested to reach the steady
 state; then ``--rounds`` rounds, dated a probe interval apart, received by this
-process as a central worker would (``receive_snapshot``, its collector settled
-as a worker's). Prints, per statement: the server's time per snapshot (planning
+process as a central worker would (``receive_snapshot``). Prints, per statement: the server's time per snapshot (planning
 and execution), calls and rows per snapshot; the backend's whole CPU per
 snapshot (the rest is the protocol, parsing parameters, commits); and for each
 table updated, the share of its updates that stayed on their page (heap-only:
@@ -33,7 +32,6 @@ from benchmarks.fleet import (  # noqa: E402
     enrol_in_the_past,
     process_cpu_seconds,
     round_taken_at,
-    settle_worker_process,
 )
 
 SHOWN_STATEMENT_CHARS = 90
@@ -68,7 +66,6 @@ def main(argv: list[str] | None = None) -> int:
                   for n in range(1, args.rounds + 2)]
         for message in rounds[0]:  # the steady state: every host's reads now go out with its lock
             receive_snapshot(message)
-        settle_worker_process()
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_stat_statements_reset()")
             cursor.execute("SELECT pg_stat_reset()")
