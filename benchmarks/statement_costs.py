@@ -4,11 +4,11 @@ A throwaway server (``tests/services.py``) with pg_stat_statements loaded, and
 ``--hosts`` synthetic hosts (``gpuadmin.fleet.synthetic``) enrolled through the real
 path and analyzed, as ``fleet.py`` does; one round ingested to reach the steady
 state; then ``--rounds`` rounds, dated a probe interval apart, received by this
-process as a central worker would (``receive_snapshot``). Prints, per statement: the server's time per snapshot (planning
-and execution), calls and rows per snapshot; the backend's whole CPU per
-snapshot (the rest is the protocol, parsing parameters, commits); and for each
-table updated, the share of its updates that stayed on their page (heap-only:
-no index touched).
+process as a central worker would (``receive_snapshot``). Prints, per statement:
+the server's time per snapshot (planning and execution), calls and rows per
+snapshot; the backend's whole CPU per snapshot (the rest is the protocol,
+parsing parameters, commits); and for each table updated, the share of its
+updates that stayed on their page (heap-only: no index touched).
 
     python benchmarks/statement_costs.py [--hosts 100] [--rounds 5]
 """
