@@ -6,6 +6,8 @@ never exceeds its clientWidth); one host has memory no process accounts for, who
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,7 +17,7 @@ from gpuadmin.accounts.roles import Role
 from gpuadmin.kills import services
 from tests.browser.helpers import VIEWPORTS, axe_violations, too_wide
 from tests.factories import GiB, gpu
-from tests.fleet.helpers import store
+from tests.fleet.helpers import store, store_busy_host
 from tests.kills.helpers import file, lab_snapshot, store_snapshot
 from tests.people import make_person
 
@@ -30,9 +32,13 @@ def a_lab_with_requests() -> dict[str, str]:
     pending = file(requester, 4300)
     approved = file(requester, 4600, reason="evaluation hung since Friday; frees GPU 1")
     services.approve(approved.pk, approver)
+    finished = finished_request(requester, approver)
     # Memory held with no process to show for it: an unattributed-memory finding with no kill to offer.
     store("gpu02-with-a-rather-long-host-name", processes=[], gpus=[gpu(0, used=37 * GiB)])
+    # A busy host: two GPUs, holders, orphans, zombies and their findings (the README's screenshot).
+    store_busy_host("gpu03")
     return {
+        "host-busy": "/hosts/gpu03/",
         "host-unattributed": "/hosts/gpu02-with-a-rather-long-host-name/",
         "api-docs": "/api/v1/docs/",
         "fleet": "/",
@@ -44,10 +50,55 @@ def a_lab_with_requests() -> dict[str, str]:
         "new-request-zombie": "/kills/new/?host=gpu01&pid=4200&start=420000",
         "kill-request": f"/kills/{pending.pk}/",
         "kill-request-approved": f"/kills/{approved.pk}/",
+        "kill-request-finished": f"/kills/{finished.pk}/",
         "audit": "/audit/",
         "audit-requests": "/audit/?view=requests",
         "notifications": "/notifications/",
     }
+
+
+def finished_request(requester: Any, approver: Any) -> Any:
+    """A kill that ran and succeeded: PID 4121 exited after SIGTERM, its 6 GiB confirmed released."""
+    from datetime import UTC, datetime, timedelta
+
+    kill_request = file(requester, 4121, reason="data worker of a finished job, holds 6 GiB")
+    services.approve(kill_request.pk, approver)
+    at = datetime.now(UTC) - timedelta(seconds=20)
+    for seq, kind, extra in [
+        (1, "started", {}),
+        (2, "signal_sent", {"pid": 4121, "start_time_ticks": 412100, "signal": "SIGTERM", "method": "pidfd",
+                            "detail": "sent SIGTERM"}),
+        (3, "target_exited", {"pid": 4121, "start_time_ticks": 412100, "signal": "SIGTERM",
+                              "detail": "exited (after SIGTERM, 0.21 s after it was sent)"}),
+        (4, "finished", {"result": "succeeded", "detail": "every target not refused is gone"}),
+    ]:
+        services.record_progress({"request_id": kill_request.order_request_id, "seq": seq, "event": kind,
+                                  "at": (at + timedelta(seconds=seq)).isoformat(), **extra})
+    kill_request.refresh_from_db()
+    type(kill_request).objects.filter(pk=kill_request.pk).update(
+        memory_released_bytes=kill_request.memory_expected_release_bytes,
+        memory_confirmed_at=datetime.now(UTC),
+    )
+    return kill_request
+
+
+# With GPUADMIN_PAGE_SCREENSHOTS=<folder> (docs/screenshots/ for the README), the beginning of the
+# host page and of the finished kill (two screens each) are written there at both widths (host-1440.png,
+# kill-390.png...); docs/screenshots/take_pages.py runs this and shrinks them.
+SCREENSHOTS = os.environ.get("GPUADMIN_PAGE_SCREENSHOTS", "")
+SCREENSHOT_PAGES = {"host-busy": "host", "kill-request-finished": "kill"}
+
+
+def keep_screenshots(page: Any, pages: dict[str, str], viewport: str) -> None:
+    folder = Path(SCREENSHOTS)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, file_name in SCREENSHOT_PAGES.items():
+        page.goto(pages[name])
+        page.wait_for_load_state("networkidle")
+        size = VIEWPORTS[viewport]
+        # Two screens: the host page's findings and then its process table, the kill's outcome and steps.
+        page.screenshot(path=str(folder / f"{file_name}-{size['width']}.png"), full_page=True,
+                        clip={"x": 0, "y": 0, "width": size["width"], "height": 2 * size["height"]})
 
 
 def problems_of(page: Any) -> list[str]:
@@ -80,6 +131,8 @@ def test_every_page_passes_axe_and_fits(open_page, new_context, live_server, scr
     pages = a_lab_with_requests()
     page = open_page(make_person("anna", Role.APPROVER, Role.REQUESTER), viewport=VIEWPORTS[viewport])
     problems = survey(page, screenshot, viewport, pages)
+    if SCREENSHOTS:
+        keep_screenshots(page, pages, viewport)
 
     # The login page, as nobody; then a wrong password: announced, and the fields marked invalid.
     anonymous = new_context(base_url=live_server.url, viewport=VIEWPORTS[viewport]).new_page()

@@ -81,6 +81,8 @@ def test_grouping_collapses_each_workload_into_one_row_with_its_total_memory(vie
     assert "GPU 0: 4 GiB" in rows[JOB] and "GPU 1: 3 GiB" in rows[JOB]
     assert "total 7 GiB" in rows[JOB]
     assert "total 6 GiB" in rows[CONTAINER]
+    # The members' states, each once ("S", never "SSS" for three sleeping members).
+    assert re.search(r'data-label="State" class="mono" title="the members\' states">S</td>', rows[JOB])
     assert pids(html) == [300]  # no workload: still its own row
     # Largest first: the job's 7 GiB, the container's 6 GiB, then carol's 4 GiB.
     order = re.findall(r'data-(?:workload|pid)="([^"]+)"', html)
