@@ -160,6 +160,7 @@
       scales: {bytes: {range: [0, Math.max(gpu.memory_total_bytes || 0, Math.max.apply(null, used.concat([GiB])))]},
                "%": {range: [0, 100]}},
       markers: killMarks(payload.kill_requests, gpu.uuid),
+      window: historyWindow(payload),
     };
   }
 
@@ -206,6 +207,7 @@
       scales: {celsius: {range: function (u, min, max) { return [0, Math.max(100, max || 0)]; }},
                milliwatts: {range: function (u, min, max) { return [0, Math.max(100000, max || 0)]; }}},
       markers: killMarks(payload.kill_requests, gpu.uuid),
+      window: historyWindow(payload),
     };
   }
 
@@ -237,6 +239,7 @@
       scales: {count: {range: function (u, min, max) { return [0, Math.max(1, max)]; }},
                pids: {distr: 3, log: 10}},
       markers: killMarks(payload.kill_requests, null),
+      window: historyWindow(payload),
     };
   }
 
@@ -311,6 +314,11 @@
       axes: [{}, {scale: "h", values: function (u, ticks) { return ticks.map(function (t) { return t + " h"; }); }}],
       scales: {h: {range: function (u, min, max) { return [0, Math.max(1, max)]; }}},
     };
+  }
+
+  // The range asked for, [from, to] in seconds (the history API says both).
+  function historyWindow(payload) {
+    return payload.from && payload.to ? [seconds(payload.from), seconds(payload.to)] : [];
   }
 
   // gpuUuid: a GPU's chart (only kills that ran and touched it), null: the host's chart (kills that
@@ -412,8 +420,10 @@
       return;
     }
     var width = Math.max(280, canvasBox.clientWidth || figure.clientWidth || 600);
-    // The time axis spans the data and every mark (a kill filed after the last sample shows too).
-    var times = chart.data[0].concat((chart.markers || []).map(function (m) { return m.t; }));
+    // The time axis spans the chosen window (the last hour: an hour wide even with three samples),
+    // and every mark and sample beyond it; a chart without a window spans its data and marks.
+    var times = chart.data[0].concat((chart.markers || []).map(function (m) { return m.t; }),
+                                     chart.window || []);
     var first = Math.min.apply(null, times);
     var last = Math.max.apply(null, times);
     if (last - first < 60) { first -= 30; last += 30; }

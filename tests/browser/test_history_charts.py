@@ -114,8 +114,10 @@ def test_the_host_page_draws_its_charts_and_switches_range_without_reloading(
     expect(gpu0.locator(".chart-table table tbody tr").first).to_be_visible()
     assert gpu0.locator("a.chart-csv").get_attribute("href").startswith("blob:")
 
-    # The last hour by default: one point per snapshot.
+    # The last hour by default: one point per snapshot, on an axis an hour wide (not just the 40 minutes
+    # of samples: a fresh install's few samples are placed in their hour, not spread over the chart).
     assert int(gpu0.get_attribute("data-points")) == 40
+    assert gpu0.evaluate("figure => figure._plot.scales.x.max - figure._plot.scales.x.min") >= 3600
 
     # Another range: htmx swaps the section; the page itself is not reloaded, the address says
     # the range, and the keyboard focus stays on the range switch.
