@@ -89,4 +89,5 @@ def maintain_history_task() -> dict[str, int]:
     offers (else they would go only when a new host offers); return what it did."""
     result = maintain_history()
     return {"buckets_rolled_up": result.buckets_rolled_up, "rows_pruned": result.pruned.total,
-            "offers_expired": trust.expire_offers()}
+            "partitions_created": result.partitions_created,
+            "partitions_dropped": len(result.partitions_dropped), "offers_expired": trust.expire_offers()}

@@ -6,6 +6,11 @@ with the bucket's min, mean and max. Raw rows are kept
 ``GPUADMIN_HISTORY_RAW_DAYS``, and only once rolled up; rollups, process
 histories and resolved findings ``GPUADMIN_HISTORY_DAYS``.
 
+On PostgreSQL the history tables are partitioned by day (``partitions.py``):
+``maintain_history`` creates the coming days' partitions and drops a past day's
+whole once all of it is past keeping, before the delete path prunes the rest (on
+SQLite, everything).
+
 ``maintain_history`` (the periodic task ``gpuadmin.fleet.maintain_history``)
 does both in bounded steps, each in its own short transaction, and never takes
 the host row lock that ingest holds: a long catch-up cannot stall snapshots.
@@ -31,6 +36,7 @@ from django.db.backends.base.operations import BaseDatabaseOperations
 from django.db.models import Min, Q
 from django.utils import timezone
 
+from gpuadmin.fleet.history import partitions
 from gpuadmin.fleet.models import (
     Finding,
     GpuRollup,
@@ -342,11 +348,44 @@ def history_kept_since(now: datetime) -> datetime:
     return now - timedelta(days=settings.GPUADMIN_HISTORY_DAYS)
 
 
+def raw_kept_since(now: datetime) -> datetime:
+    """The oldest moment raw samples are kept of (once rolled up): GPUADMIN_HISTORY_RAW_DAYS before now."""
+    return now - timedelta(days=settings.GPUADMIN_HISTORY_RAW_DAYS)
+
+
+# A day partition of raw samples still holds rows of a host not rolled up past them (raw rows go only
+# once rolled up): checked per host behind, through the (host or GPU, taken_at) index of the partition.
+_HOST_SAMPLES_TO_KEEP = (
+    "SELECT 1 FROM fleet_host h WHERE (h.history_rolled_up_until IS NULL OR h.history_rolled_up_until < %s) "
+    "AND EXISTS (SELECT 1 FROM {partition} s WHERE s.host_id = h.id AND (h.history_rolled_up_until IS NULL "
+    "OR s.taken_at >= h.history_rolled_up_until)) LIMIT 1"
+)
+_GPU_SAMPLES_TO_KEEP = (
+    "SELECT 1 FROM fleet_host h JOIN fleet_gpu g ON g.host_id = h.id "
+    "WHERE (h.history_rolled_up_until IS NULL OR h.history_rolled_up_until < %s) "
+    "AND EXISTS (SELECT 1 FROM {partition} s WHERE s.gpu_id = g.id AND (h.history_rolled_up_until IS NULL "
+    "OR s.taken_at >= h.history_rolled_up_until)) LIMIT 1"
+)
+
+
+def drop_expired_partitions(now: datetime) -> list[str]:
+    """Drop the day partitions (PostgreSQL) whose rows ``prune`` would all delete; return their names."""
+    raw_cutoff, cutoff = raw_kept_since(now), history_kept_since(now)
+    drop = partitions.drop_partitions
+    return [
+        *drop(partitions.GPU_SAMPLES, before=raw_cutoff, blocked=_GPU_SAMPLES_TO_KEEP),
+        *drop(partitions.HOST_SAMPLES, before=raw_cutoff, blocked=_HOST_SAMPLES_TO_KEEP),
+        *partitions.drop_partitions(partitions.GPU_ROLLUPS, before=bucket_of(cutoff)),
+        *partitions.drop_partitions(partitions.HOST_ROLLUPS, before=bucket_of(cutoff)),
+        *partitions.drop_partitions(partitions.PROCESS_POINTS, before=cutoff),
+    ]
+
+
 def prune(
     now: datetime, *, batch_rows: int = PRUNE_BATCH_ROWS, max_batches: int = PRUNE_MAX_BATCHES
 ) -> PruneResult:
     """Delete what is past its keeping time, at most max_batches x batch_rows rows of each kind."""
-    raw_cutoff = now - timedelta(days=settings.GPUADMIN_HISTORY_RAW_DAYS)
+    raw_cutoff = raw_kept_since(now)
     cutoff = history_kept_since(now)
     batches = {"batch_rows": batch_rows, "max_batches": max_batches}
     gpu_samples = host_samples = 0
@@ -378,6 +417,8 @@ def prune(
 class MaintenanceResult:
     buckets_rolled_up: int
     pruned: PruneResult
+    partitions_created: int = 0
+    partitions_dropped: tuple[str, ...] = ()
 
 
 def maintain_history(now: datetime | None = None) -> MaintenanceResult:
@@ -387,8 +428,12 @@ def maintain_history(now: datetime | None = None) -> MaintenanceResult:
     the raw rows it has not rolled up, as raw rows go only once rolled up; the rest is pruned.
     """
     now = now or timezone.now()
+    created = partitions.ensure_partitions(now)
     buckets = roll_up(now)
+    dropped = tuple(drop_expired_partitions(now))
     pruned = prune(now)
-    if buckets or pruned.total:
-        logger.info("history: %d buckets rolled up, %d rows pruned (%s)", buckets, pruned.total, pruned)
-    return MaintenanceResult(buckets_rolled_up=buckets, pruned=pruned)
+    if buckets or pruned.total or created or dropped:
+        logger.info("history: %d buckets rolled up, %d rows pruned (%s), %d partitions created, dropped: %s",
+                    buckets, pruned.total, pruned, created, ", ".join(dropped) or "none")
+    return MaintenanceResult(buckets_rolled_up=buckets, pruned=pruned, partitions_created=created,
+                             partitions_dropped=dropped)
