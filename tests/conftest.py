@@ -114,6 +114,7 @@ ENGINE_PATHS = (
     "kills/test_concurrent_approvals.py", "kills/test_decisions.py", "kills/test_dispatch.py",
     "kills/test_memory_released.py", "kills/test_service_contract.py",
     "web/test_fleet_page.py",
+    "usage/test_ledger.py",
     "integration/test_snapshot_flow.py",
 )
 
