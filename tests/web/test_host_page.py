@@ -452,6 +452,9 @@ def test_orphans_section_names_the_launcher_that_exited_and_when(viewer_client):
     line = re.search(r'<li data-launcher-pid="1234">.*?</li>', orphans, re.S).group(0)
     text = re.sub(r"<[^>]+>", "", line)
     assert text.startswith("Launcher python train.py &lt;b&gt; (pid 1234, alice) exited between ")
-    assert utc_text(before, timespec="seconds").replace("T", " ").replace("Z", " UTC") in text
-    assert utc_text(after, timespec="seconds").replace("T", " ").replace("Z", " UTC") in text
+    # Times as everywhere: 24-hour in the lab's zone, the age beside, the full time on hover.
+    for moment in (before, after):
+        local = timezone.localtime(moment)
+        assert f'datetime="{utc_text(moment)}" title="{local:%Y-%m-%d %H:%M:%S} {local.tzname()}"' in line
+    assert f"{timezone.localtime(before):%H:%M} (" in text.split("exited between ")[1]
     assert text.endswith("leaving 2 processes behind: pid 1300, 1301.")
