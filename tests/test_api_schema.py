@@ -83,6 +83,7 @@ def test_every_documented_endpoint_answers_as_the_schema_says(  # noqa: PLR0917 
     settings, viewer, requester, approver, second_approver, stranger, monkeypatch,
 ) -> None:
     protect_like_the_lab(settings)
+    settings.GPUADMIN_USAGE_FLUSH_SECONDS = 0  # the usage ledger written at each snapshot
     monkeypatch.setattr(app, "send_task", lambda *args, **kwargs: None)  # the broker is not under test
     enrol(Host.objects.create(name="gpu01", first_seen_at=timezone.now()))
     for minutes in (5, 4, 3):  # history samples, findings, process lives: ingest as it runs
