@@ -244,8 +244,8 @@ class LatestSnapshot(models.Model):
     # Snapshot updates (gpuadmin/fleet/intake/updates.py): the digest of the full snapshot above, which
     # the host's updates name as their base; the sequence number of the last update applied to it; that
     # update (figures since the document: read through current_document), null until one is applied.
-    base_digest = models.CharField(max_length=71, blank=True, default="")
-    update_sequence = models.PositiveBigIntegerField(default=0)
+    base_digest = models.CharField(max_length=71, blank=True, default="", db_default="")
+    update_sequence = models.PositiveBigIntegerField(default=0, db_default=0)
     update = JsonTextField(null=True, blank=True)
 
     objects = LatestSnapshotQuerySet.as_manager()

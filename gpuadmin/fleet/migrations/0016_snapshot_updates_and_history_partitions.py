@@ -32,7 +32,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='latestsnapshot',
             name='base_digest',
-            field=models.CharField(blank=True, default='', max_length=71),
+            field=models.CharField(blank=True, db_default='', default='', max_length=71),
         ),
         migrations.AddField(
             model_name='latestsnapshot',
@@ -42,7 +42,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='latestsnapshot',
             name='update_sequence',
-            field=models.PositiveBigIntegerField(default=0),
+            field=models.PositiveBigIntegerField(db_default=0, default=0),
         ),
         migrations.AlterField(
             model_name='snapshotrejection',
