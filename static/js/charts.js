@@ -300,10 +300,13 @@
     var columns = [{name: "t", values: xs, text: isoText}].concat(rows.map(function (r) {
       return {name: r.label, values: r.values, text: hoursText};
     }));
+    // Each day is a step from its midnight to the next: one more point closes the last day's.
+    var edges = xs.length ? xs.concat([xs[xs.length - 1] + 86400]) : xs;
+    var closed = function (values) { return values.length ? values.concat([values[values.length - 1]]) : values; };
     return {
       title: "GPU-hours per day",
       columns: columns,
-      data: [xs].concat(order.map(function (i) { return stacked[i]; })),
+      data: [edges].concat(order.map(function (i) { return closed(stacked[i]); })),
       series: [{label: "Day", value: function (u, v) { return v === null ? "—" : isoText(v).slice(0, 10); }}]
         .concat(order.map(function (i) {
           var color = i < USAGE_COLORS.length ? USAGE_COLORS[i] : "#5b6572";
