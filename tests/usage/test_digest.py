@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 from io import StringIO
 
 import pytest
 from django.core.management import call_command
+from django.utils import timezone
 
 from gpuadmin.fleet.models import Host
 from gpuadmin.notify.models import Account, Person
@@ -90,3 +91,25 @@ def test_a_message_is_sent_once(week, approver, mailoutbox) -> None:
 def test_last_week_is_the_seven_days_before_today() -> None:
     assert digest.last_week(date(2026, 12, 7)) == WEEK
     assert WEEK.end - WEEK.start == timedelta(days=6)
+
+
+def test_kills_that_failed_or_kept_memory_are_named(requester) -> None:
+    from gpuadmin.kills.models import KillRequest
+    from gpuadmin.kills.states import Status
+    from tests.kills.helpers import file, lab_snapshot, store_snapshot
+
+    store_snapshot(lab_snapshot())
+    failed, kept, fine = file(requester, 4300), file(requester, 4600), file(requester, 4120, start=412000)
+    finished = timezone.make_aware(datetime(2026, 12, 2, 9, 0))
+    KillRequest.objects.filter(pk=failed.pk).update(status=Status.FAILED, finished_at=finished,
+                                                    result_detail="SIGKILL did not end it")
+    KillRequest.objects.filter(pk=kept.pk).update(
+        status=Status.SUCCEEDED, finished_at=finished, memory_expected_release_bytes=4 * 2**30,
+        memory_released_bytes=2**30, memory_confirmed_at=finished)
+    KillRequest.objects.filter(pk=fine.pk).update(status=Status.SUCCEEDED, finished_at=finished)
+    assert digest.kills_section(WEEK).lines == [
+        f"#{failed.pk} on gpu01: failed (SIGKILL did not end it)",
+        f"#{kept.pk} on gpu01: 3 GiB of GPU memory not released",
+    ]
+    outside = Period(date(2026, 12, 3), date(2026, 12, 9))
+    assert digest.kills_section(outside).lines == ["None."]
