@@ -137,7 +137,8 @@ def test_zombie_trees_group_zombies_under_their_parent(viewer_client, busy):
                      r'<span class="mono">leaky-parent</span>', tree)
     assert re.search(r"\(\s*dave\s*\)", tree)
     assert '<span class="zombie-count">5 zombies</span>' in tree
-    assert '<div class="cmdline">leaky-parent --forks 5</div>' in tree
+    assert ('<div class="parent-command"><span class="cmdline"><span class="arg">leaky-parent</span> '
+            '<wbr><span class="arg">--forks</span> <wbr><span class="arg">5</span></span></div>') in tree
     assert re.findall(r'<li data-pid="(\d+)">', tree) == ["301", "302", "303", "304", "305"]
     lost = re.search(r'data-parent-pid="999">.*?</details>', zombies, re.S).group(0)
     assert "Parent 999 <span class=\"muted\">(not in the snapshot)</span>" in lost
