@@ -90,7 +90,7 @@ def _draft(kill_request: KillRequest | None, event: str, role: str, person: Pers
     ]
 
 
-def _approver_users() -> QuerySet:
+def approver_users() -> QuerySet:
     """Active accounts that may approve and are someone's account in the directory."""
     return get_user_model().objects.filter(
         Q(is_superuser=True) | Q(groups__name=Role.APPROVER), is_active=True, person__isnull=False,
@@ -99,7 +99,7 @@ def _approver_users() -> QuerySet:
 
 def _approvers(kill_request: KillRequest) -> list[Person]:
     """People who may approve it and want to hear about requests (not its requester)."""
-    users = _approver_users().filter(person__notify_requests_to_approve=True)
+    users = approver_users().filter(person__notify_requests_to_approve=True)
     if kill_request.requested_by_id and not settings.GPUADMIN_ALLOW_SELF_APPROVAL:
         users = users.exclude(pk=kill_request.requested_by_id)
     return list(Person.objects.filter(user__in=users).distinct())
@@ -235,7 +235,7 @@ def plan_for_credential_change(change: CredentialChange) -> list[int]:
     if holder is not None:
         drafts += _draft(None, Event.CREDENTIALS, RoleOf.ACCOUNT_HOLDER, holder,
                          messages.credentials_changed(change, to_holder=True), credential_change=change)
-    others = _approver_users().exclude(pk__in=[change.user_id, change.changed_by_id or 0])
+    others = approver_users().exclude(pk__in=[change.user_id, change.changed_by_id or 0])
     for person in Person.objects.filter(user__in=others).distinct():
         drafts += _draft(None, Event.CREDENTIALS, RoleOf.APPROVER, person,
                          messages.credentials_changed(change, to_holder=False), credential_change=change)

@@ -21,7 +21,7 @@ from gpuadmin.kills.models import KillRequest
 from gpuadmin.kills.states import Status
 from gpuadmin.notify.delivery import send, shown_url
 from gpuadmin.notify.models import Person
-from gpuadmin.notify.services import _approver_users
+from gpuadmin.notify.services import approver_users
 from gpuadmin.text import human_bytes
 from gpuadmin.usage.models import DigestMessage
 from gpuadmin.usage.queries import Grouping, Period, Sort, usage_table
@@ -126,7 +126,7 @@ def compose(period: Period) -> tuple[str, str]:
 
 def recipients() -> list[Person]:
     """Approvers with a person in the directory (the ones told about requests to approve)."""
-    return list(Person.objects.filter(user__in=_approver_users(), notify_requests_to_approve=True).distinct())
+    return list(Person.objects.filter(user__in=approver_users(), notify_requests_to_approve=True).distinct())
 
 
 def queue_digest(period: Period) -> list[int]:
