@@ -334,3 +334,24 @@ def test_only_approvers_see_before_approving_and_the_targets_are_listed_once(lab
     assert as_approver.count('data-pid="4600"') == 1
     # The status leads the page, above the request's facts.
     assert as_approver.index("kill-status-pending") < as_approver.index("Requested by")
+
+
+def test_memory_moving_again_between_two_snapshots_does_not_stop_an_approval(
+    lab, requester, approver, sent, django_capture_on_commit_callbacks
+):
+    from tests.factories import GiB
+    from tests.kills.helpers import GPU1
+
+    def holding(gib: int) -> dict:
+        return lab_snapshot(replace={4600: proc(4600, user="carol", uid=1002, name="python",
+                                                cmdline=["python", "eval.py"], gpu_memory={GPU1: gib * GiB})})
+
+    kill_request = file(requester, 4600)
+    client = client_for(approver)
+    store_snapshot(holding(2))
+    seen = changes_seen_on(client.get(f"/kills/{kill_request.pk}/").content.decode(), kill_request.pk)
+    assert seen  # "GPU memory 1 GiB → 2 GiB" was shown
+    store_snapshot(holding(3))  # the amount moved again: the same kind of news, already seen
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post(f"/kills/{kill_request.pk}/approve/", {"changes_seen": seen})
+    assert refreshed(kill_request).status == Status.APPROVED
