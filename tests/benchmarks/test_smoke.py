@@ -57,6 +57,7 @@ SMOKE: dict[str, Smoke] = {
     "pages.py": Smoke("--hosts 2 --big-holders 10 --repeats 1 --no-wait"),
     "probe_vs_manual.py": Smoke("--processes 40 --device-holders 2 --repeats 1"),
     "snapshot_budget.py": Smoke("--workers 5"),
+    "snapshot_updates.py": Smoke("--hosts 3 --gpus 1 --processes 5 --rounds 1 --database sqlite --no-wait"),
     "soak.py": Smoke("--minutes 0.1 --kill-every 3 --sample-seconds 3 --browsers 1"),
     "statement_costs.py": Smoke("--hosts 2 --rounds 1", ("postgres",)),
     "validation_paths.py": Smoke("--repeats 1"),
