@@ -613,3 +613,39 @@ class SnapshotRejection(models.Model):
 
     def __str__(self) -> str:
         return f"{self.host_name or '?'} rejected at {self.received_at:%Y-%m-%d %H:%M:%S}"
+
+
+class HostSummary(models.Model):
+    """What the fleet page's row and its filters read of one host, kept up to date where it changes
+    (``gpuadmin.fleet.summary.refresh_host_summary``): at every snapshot and update, and wherever a
+    finding opens or closes outside ingest. One small row per host, so that sorting, filtering and
+    paging 10,000 hosts reads neither snapshots nor GPUs, process lives and findings per host.
+
+    Online or offline is not stored: it is a matter of time (``Host.last_seen_at``).
+    """
+
+    host = models.OneToOneField(Host, on_delete=models.CASCADE, primary_key=True, related_name="summary")
+    # Present GPUs, by index: [index, memory_total_bytes, memory_used_bytes, memory_attributed_bytes,
+    # utilization_percent], what the row's bars read (``memory_bar``).
+    gpus = models.JSONField(default=list)
+    gpu_count = models.PositiveIntegerField(default=0)
+    free_gpu_count = models.PositiveIntegerField(default=0)
+    # The present GPUs' memory, summed (the fleet's totals above the table add these up).
+    memory_total_bytes = models.BigIntegerField(default=0)
+    memory_used_bytes = models.BigIntegerField(default=0)
+    memory_unattributed_bytes = models.BigIntegerField(default=0)  # Gpu.memory_unattributed_bytes, summed
+    # The present GPUs' models, each between two GPU_MODELS_SEPARATORs (a filter is one LIKE).
+    gpu_models = models.TextField(default="", blank=True)
+    orphan_count = models.PositiveIntegerField(default=0)
+    top_holder_user = models.CharField(max_length=256, blank=True, default="")
+    findings_critical_count = models.PositiveIntegerField(default=0)
+    findings_warning_count = models.PositiveIntegerField(default=0)
+    findings_info_count = models.PositiveIntegerField(default=0)
+    # Severity.rank of the worst open finding; len(Severity) when none is open.
+    worst_finding_rank = models.PositiveSmallIntegerField(default=len(_SEVERITY_RANKS))
+    worst_finding_severity = models.CharField(max_length=16, blank=True, default="")
+    worst_finding_title = models.CharField(max_length=300, blank=True, default="")
+    updated_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"summary of host {self.host_id}"

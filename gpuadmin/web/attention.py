@@ -13,14 +13,13 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.core.cache import cache
-from django.db.models import Count, IntegerField, OuterRef, Q, Subquery, Sum
-from django.db.models.functions import Coalesce
+from django.db.models import Count, Q, Sum
 from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.functional import SimpleLazyObject
 
 from gpuadmin.accounts.roles import Role, has_role
-from gpuadmin.fleet.models import Finding, Host
+from gpuadmin.fleet.models import Host, awaiting_acceptance_q
 from gpuadmin.htmx import poll_seconds
 from gpuadmin.kills.models import KillRequest
 
@@ -47,16 +46,12 @@ class AttentionCount:
 
     @classmethod
     def of_fleet(cls, now: datetime) -> AttentionCount:
-        """Two queries: the fleet's hosts (offline ones, and their open critical findings as one
-        correlated count each), and the pending requests."""
-        critical = (Finding.objects.open().filter(host=OuterRef("pk"), severity=Finding.Severity.CRITICAL)
-                    .order_by().values("host").annotate(n=Count("pk")).values("n"))
-        # The annotation's name differs from the aggregate's: with one name, Django drops the annotation
-        # from the inner query and SQLite reads SUM("critical") as the sum of a string, 0.
-        hosts = (Host.objects.fleet()
-                 .annotate(critical_open=Coalesce(Subquery(critical, output_field=IntegerField()), 0))
-                 .aggregate(offline=Count("pk", filter=~Q(last_seen_at__gte=now - Host.offline_after())),
-                            critical=Sum("critical_open")))
+        """Two queries: the fleet's hosts (offline ones counted, their summaries' open critical findings
+        summed: ``HostSummary``, one row per host), and the pending requests."""
+        fleet = ~awaiting_acceptance_q()
+        hosts = Host.objects.aggregate(
+            offline=Count("pk", filter=fleet & ~Q(last_seen_at__gte=now - Host.offline_after())),
+            critical=Sum("summary__findings_critical_count", filter=fleet))
         return cls(offline_hosts=hosts["offline"], critical_findings=int(hosts["critical"] or 0),
                    pending_approvals=KillRequest.objects.pending().count())
 

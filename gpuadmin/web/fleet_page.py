@@ -44,22 +44,22 @@ so it sorts after the hosts whose data is current (the strip names it first).
 from __future__ import annotations
 
 import hashlib
-from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from functools import lru_cache
-from typing import Any
+from typing import NamedTuple
 from urllib.parse import urlencode
 
 from django.core.paginator import Page, Paginator
-from django.db.models import Case, Count, F, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum, Value, When
-from django.db.models.functions import Coalesce, Greatest
+from django.db.models import Case, Count, F, IntegerField, Q, Sum, Value, When
+from django.db.models.functions import Coalesce
 from django.template.loader import render_to_string
 from django.urls import get_script_prefix
 from django.utils.safestring import SafeString
 
-from gpuadmin.fleet.models import Finding, Gpu, Host, ProcessLife, awaiting_acceptance_q
+from gpuadmin.fleet.models import Finding, Host, HostSummary, awaiting_acceptance_q
+from gpuadmin.fleet.summary import gpu_models_contain, gpu_models_of
 from gpuadmin.kills.models import KillRequest
 from gpuadmin.web.attention import AttentionCount
 from gpuadmin.web.host_tables import page_param
@@ -79,8 +79,6 @@ SORTS = {
     "zombies": "Most zombies",
     "orphans": "Most orphans",
 }
-# A GPU counts as free when this little memory is used on it (the driver's own share fits under it).
-FREE_GPU_MAX_USED_BYTES = 1024**3
 FREE_GPUS_MAX = 64  # the largest "at least N free GPUs" the filter takes
 GPU_MODEL_MAX_CHARS = 256  # Gpu.name's longest
 # How many offline hosts and critical findings the attention strip names (the rest as "and N more").
@@ -161,35 +159,37 @@ class FleetQuery:
         return f"?{urlencode(self.params(page=1, sort=sort))}"
 
     def hosts(self, now: datetime) -> Paginator:
-        """The keys of the hosts that match, in the page's order, paged."""
+        """The keys of the hosts that match, in the page's order, paged: read from the hosts and their
+        summaries (``HostSummary``), one row each, never their GPUs, process lives or findings (but for
+        the finding-kind filter, a semi-join on the open findings)."""
         online_since = now - Host.offline_after()
-        hosts = Host.objects.worst_finding_first().annotate(
+        hosts = Host.objects.fleet().annotate(
             # 1 for offline (never seen included): old data sorts after current data.
             offline_rank=Case(When(last_seen_at__gte=online_since, then=Value(0)), default=Value(1),
                               output_field=IntegerField()),
+            # A host without a summary yet (stored before summaries existed) sorts as one with nothing.
+            worst_finding_rank=Coalesce(F("summary__worst_finding_rank"), len(Finding.Severity)),
         )
         if self.name:
             hosts = hosts.filter(name__icontains=self.name)
         if self.status == STATUS_ONLINE:
-            hosts = hosts.online(now)
+            hosts = hosts.filter(offline_rank=0)
         elif self.status == STATUS_OFFLINE:
-            hosts = hosts.offline(now)
+            hosts = hosts.filter(offline_rank=1)
         if self.kind:
             hosts = hosts.with_open_finding(self.kind)
         if self.needs_attention:
             # Offline, or a critical or warning finding open, or zombies: what the strip would name.
-            # A semi-join on the findings' index, not the rank's subquery once more per host.
-            serious = Finding.objects.open().filter(
-                severity__in=[Finding.Severity.CRITICAL, Finding.Severity.WARNING]).values("host_id")
-            hosts = hosts.filter(Q(offline_rank=1) | Q(pk__in=serious) | Q(zombie_count__gt=0))
+            hosts = hosts.filter(Q(offline_rank=1) | Q(summary__findings_critical_count__gt=0)
+                                 | Q(summary__findings_warning_count__gt=0) | Q(zombie_count__gt=0))
         if self.model:
-            hosts = hosts.filter(pk__in=Gpu.objects.filter(present=True, name=self.model).values("host_id"))
+            hosts = hosts.filter(summary__gpu_models__contains=gpu_models_contain(self.model))
         if self.free_gpus or self.sort == "free":
-            hosts = hosts.annotate(free_gpus=_free_gpus_of_outer_host())
+            hosts = hosts.annotate(free_gpus=Coalesce(F("summary__free_gpu_count"), 0))
         if self.free_gpus:
             hosts = hosts.filter(free_gpus__gte=self.free_gpus)
         if self.sort == "orphans":
-            hosts = hosts.annotate(orphans=_orphans_of_outer_host())
+            hosts = hosts.annotate(orphans=Coalesce(F("summary__orphan_count"), 0))
         order = {
             SORT_ATTENTION: ("offline_rank", "worst_finding_rank", "name"),
             "name": ("name",),
@@ -200,25 +200,11 @@ class FleetQuery:
         return Paginator(hosts.order_by(*order).values_list("pk", flat=True), PAGE_ROWS)
 
 
-def _free_gpus_of_outer_host() -> Coalesce:
-    """How many of the outer query's host's present GPUs are free (``FREE_GPU_MAX_USED_BYTES``)."""
-    free = (Gpu.objects.filter(host=OuterRef("pk"), present=True,
-                               memory_used_bytes__lte=FREE_GPU_MAX_USED_BYTES)
-            .order_by().values("host").annotate(n=Count("pk")).values("n"))
-    return Coalesce(Subquery(free), 0)
-
-
-def _orphans_of_outer_host() -> Coalesce:
-    """How many live processes of the outer query's host were left behind by their launcher."""
-    orphans = (ProcessLife.objects.filter(host=OuterRef("pk"), gone_at__isnull=True, was_orphaned=True)
-               .order_by().values("host").annotate(n=Count("pk")).values("n"))
-    return Coalesce(Subquery(orphans), 0)
-
-
 def gpu_models() -> list[str]:
-    """The GPU models of the fleet, for the filter's choices (one query)."""
-    return list(Gpu.objects.filter(present=True, host__in=Host.objects.fleet()).exclude(name="")
-                .order_by("name").values_list("name", flat=True).distinct())
+    """The GPU models of the fleet, for the filter's choices (one query, of the hosts' summaries)."""
+    texts = (HostSummary.objects.filter(host__in=Host.objects.fleet()).exclude(gpu_models="").order_by()
+             .values_list("gpu_models", flat=True).distinct())
+    return sorted({model for text in texts for model in gpu_models_of(text)})
 
 
 @dataclass(frozen=True)
@@ -245,10 +231,11 @@ class FleetRow:
     top_holder_user: str = ""  # whose process holds the most GPU memory on the host
 
     @classmethod
-    def of(cls, host: Host, gpus: list[Any], now: datetime) -> FleetRow:
-        """``host`` from ``_rows`` (counts, worst finding, top holder); ``gpus``: its present GPUs."""
+    def of(cls, host: Host, now: datetime) -> FleetRow:
+        """``host`` with its summary (``_rows``); a host without one yet shows no GPU or finding."""
         online = host.last_seen_at is not None and now - host.last_seen_at <= Host.offline_after()
-        listed: Any = host  # with _rows' annotations, which the model does not declare
+        summary = getattr(host, "summary", None) or HostSummary(host=host)
+        gpus = [_PackedGpu(*gpu) for gpu in summary.gpus]
         return cls(
             pk=host.pk,
             name=host.name,
@@ -260,14 +247,14 @@ class FleetRow:
             bars=tuple(tuple(memory_bar(g).items()) for g in gpus),
             gpu_process_count=host.gpu_process_count,
             zombie_count=host.zombie_count,
-            findings_critical=host.open_findings_critical,
-            findings_warning=host.open_findings_warning,
-            findings_info=host.open_findings_info,
-            orphan_count=listed.orphans,
+            findings_critical=summary.findings_critical_count,
+            findings_warning=summary.findings_warning_count,
+            findings_info=summary.findings_info_count,
+            orphan_count=summary.orphan_count,
             utilizations=tuple(g.utilization_percent for g in gpus),
-            worst_finding_severity=listed.worst_finding_severity or "",
-            worst_finding_title=listed.worst_finding_title or "",
-            top_holder_user=listed.top_holder_user or "",
+            worst_finding_severity=summary.worst_finding_severity,
+            worst_finding_title=summary.worst_finding_title,
+            top_holder_user=summary.top_holder_user,
         )
 
     @property
@@ -346,38 +333,37 @@ class FleetSummary:
 
     @classmethod
     def of_fleet(cls, now: datetime) -> FleetSummary:
-        """Four queries, whatever the fleet's size."""
+        """Two queries, whatever the fleet's size: the hosts with their summaries, summed; the pending
+        kill requests."""
         online_since = now - Host.offline_after()
-        fleet = Host.objects.fleet()
-        awaiting = awaiting_acceptance_q()
-        hosts = Host.objects.aggregate(
-            online=Count("pk", filter=~awaiting & Q(last_seen_at__gte=online_since)),
-            fleet=Count("pk", filter=~awaiting),
-            awaiting=Count("pk", filter=awaiting),
-        )
-        gpus = Gpu.objects.filter(present=True, host__in=fleet).aggregate(
-            count=Count("pk"),
-            total=Sum("memory_total_bytes"),
-            used=Sum("memory_used_bytes"),
-            # Gpu.memory_unattributed_bytes in SQL: used - attributed, never below 0.
-            unattributed=Sum(Greatest(F("memory_used_bytes") - F("memory_attributed_bytes"), 0)),
-        )
-        severities = dict(
-            Finding.objects.open().filter(host__in=fleet).order_by()
-            .values_list("severity").annotate(n=Count("pk")).values_list("severity", "n")
+        fleet = ~awaiting_acceptance_q()
+
+        def fleet_sum(name: str) -> Coalesce:
+            return Coalesce(Sum(f"summary__{name}", filter=fleet), 0)
+
+        figures = Host.objects.aggregate(
+            online=Count("pk", filter=fleet & Q(last_seen_at__gte=online_since)),
+            fleet=Count("pk", filter=fleet),
+            awaiting=Count("pk", filter=~fleet),
+            gpus=fleet_sum("gpu_count"),
+            total=fleet_sum("memory_total_bytes"),
+            used=fleet_sum("memory_used_bytes"),
+            unattributed=fleet_sum("memory_unattributed_bytes"),
+            **{severity.value: fleet_sum(f"findings_{severity.value}_count")
+               for severity in Finding.Severity},
         )
         return cls(
-            hosts_online=hosts["online"],
-            hosts_offline=hosts["fleet"] - hosts["online"],
-            hosts_awaiting=hosts["awaiting"],
-            gpus=gpus["count"],
+            hosts_online=figures["online"],
+            hosts_offline=figures["fleet"] - figures["online"],
+            hosts_awaiting=figures["awaiting"],
             # int(): PostgreSQL sums bigints as numeric, which arrives as a Decimal.
-            memory_total_bytes=int(gpus["total"] or 0),
-            memory_used_bytes=int(gpus["used"] or 0),
-            memory_unattributed_bytes=int(gpus["unattributed"] or 0),
-            findings_critical=severities.get(Finding.Severity.CRITICAL, 0),
-            findings_warning=severities.get(Finding.Severity.WARNING, 0),
-            findings_info=severities.get(Finding.Severity.INFO, 0),
+            gpus=int(figures["gpus"]),
+            memory_total_bytes=int(figures["total"]),
+            memory_used_bytes=int(figures["used"]),
+            memory_unattributed_bytes=int(figures["unattributed"]),
+            findings_critical=int(figures[Finding.Severity.CRITICAL.value]),
+            findings_warning=int(figures[Finding.Severity.WARNING.value]),
+            findings_info=int(figures[Finding.Severity.INFO.value]),
             kill_requests_pending=KillRequest.objects.pending().count(),
         )
 
@@ -420,8 +406,7 @@ class Attention:
                             .values_list("name", "last_seen_at")[:ATTENTION_NAMED_MAX])
         if summary.findings_critical:
             # By host, not by finding: one host's five findings are one place to go.
-            critical_findings = Finding.objects.open().filter(severity=Finding.Severity.CRITICAL)
-            with_critical = (fleet.filter(pk__in=critical_findings.values("host_id")).order_by("name")
+            with_critical = (fleet.filter(summary__findings_critical_count__gt=0).order_by("name")
                              .values_list("name", flat=True))
             critical = tuple(with_critical[:ATTENTION_NAMED_MAX])
             critical_hosts = len(critical) if len(critical) < ATTENTION_NAMED_MAX else with_critical.count()
@@ -506,41 +491,32 @@ class FleetPage:
         return f"?{self.query.query_string(page=self.page.next_page_number())}"
 
 
-# What memory_bar reads of a GPU, read as tuples (values_list(named=True)), not as models.
-_GPU_FIGURES = ("host_id", "index", "memory_total_bytes", "memory_used_bytes", "memory_attributed_bytes",
-                "utilization_percent")
+class _PackedGpu(NamedTuple):
+    """A GPU as its host's summary keeps it (``HostSummary.gpus``): what ``memory_bar`` reads."""
 
-
-def most_severe_open_finding_of_outer_host() -> QuerySet[Finding]:
-    """The outer query's host's open findings, most severe first, then oldest (``Severity.rank``)."""
-    rank = Case(*[When(severity=severity.value, then=Value(severity.rank)) for severity in Finding.Severity],
-                output_field=IntegerField())
-    return (Finding.objects.open().filter(host=OuterRef("pk")).annotate(rank=rank)
-            .order_by("rank", "first_seen_at", "kind", "key"))
+    index: int
+    memory_total_bytes: int | None
+    memory_used_bytes: int | None
+    memory_attributed_bytes: int
+    utilization_percent: int | None
 
 
 def _rows(host_ids: list[int], now: datetime) -> list[FleetRow]:
-    """The rows of these hosts, in this order: two queries (hosts with counts, worst finding and top holder
-    as subqueries; present GPUs)."""
+    """The rows of these hosts, in this order: one query (the hosts with their summaries)."""
     if not host_ids:
         return []
-    worst = most_severe_open_finding_of_outer_host()
-    top_holder = (ProcessLife.objects.filter(host=OuterRef("pk"), gone_at__isnull=True,
-                                             last_gpu_memory_bytes__gt=0)
-                  .order_by("-last_gpu_memory_bytes", "pid").values("user")[:1])
-    hosts = {host.pk: host for host in
-             Host.objects.filter(pk__in=host_ids).with_open_finding_counts().annotate(
-                 worst_finding_severity=Subquery(worst.values("severity")[:1]),
-                 worst_finding_title=Subquery(worst.values("title")[:1]),
-                 top_holder_user=Subquery(top_holder),
-                 orphans=_orphans_of_outer_host(),
-             ).order_by()}
-    gpus: dict[int, list[Any]] = defaultdict(list)
-    present = Gpu.objects.filter(present=True, host_id__in=host_ids).order_by("host_id", "index")
-    for gpu in present.values_list(*_GPU_FIGURES, named=True):
-        gpus[gpu.host_id].append(gpu)
+    hosts = {host.pk: host for host in Host.objects.filter(pk__in=host_ids).select_related("summary")
+             .only(*_ROW_HOST_FIELDS, *(f"summary__{name}" for name in _ROW_SUMMARY_FIELDS)).order_by()}
     # A host forgotten between the two reads is left out; the next poll's layout says so.
-    return [FleetRow.of(hosts[pk], gpus[pk], now) for pk in host_ids if pk in hosts]
+    return [FleetRow.of(hosts[pk], now) for pk in host_ids if pk in hosts]
+
+
+# What a row reads of its host and its summary (FleetRow.of): the rest of the host's columns stay behind.
+_ROW_HOST_FIELDS = ("name", "last_seen_at", "last_error", "gpu_backend_available", "gpu_process_count",
+                    "zombie_count")
+_ROW_SUMMARY_FIELDS = ("gpus", "orphan_count", "top_holder_user", "worst_finding_severity",
+                       "worst_finding_title", "findings_critical_count", "findings_warning_count",
+                       "findings_info_count")
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from gpuadmin.fleet import summary
 from gpuadmin.fleet.findings import rules, sync
 from gpuadmin.fleet.history import record, retention
 from gpuadmin.fleet.intake import trust
@@ -207,6 +208,7 @@ def ingest_document(
                                           zombies=document["process_counts"]["zombies"])
             synced = sync.sync_findings(host, rules.compute_findings(document, facts, rows=rows), received_at)
             snapshot_storing.send(sender=Host, host=host, document=document, rows=rows, taken_at=taken_at)
+            summary.refresh_host_summary(host.pk, now=received_at)  # what the fleet page reads of it
         transaction.on_commit(
             partial(snapshot_ingested.send, sender=Host, host=host, document=document,
                     open_finding_kinds=synced.open_kinds),

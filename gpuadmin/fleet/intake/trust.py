@@ -40,6 +40,7 @@ from gpuadmin.audit import log
 from gpuadmin.audit.models import Action, AuditEvent
 from gpuadmin.fleet.models import Finding, Host, SnapshotRejection, awaiting_acceptance_q
 from gpuadmin.fleet.storage.statements import Param, PreparedQuery
+from gpuadmin.fleet.summary import refresh_host_summary
 from gpuadmin.text import clip
 from gpuadmin.wire.signing import Opened, fingerprint, parse_public_key, public_key_text
 
@@ -302,6 +303,7 @@ def _open_rejected_finding(host: Host, kind: SnapshotRejection.MessageKind, reas
         finding.details = details
         finding.title = clip(title, 300)
         finding.save(update_fields=["last_seen_at", "details", "title"])
+        refresh_host_summary(host.pk, now=now)  # its title may be the worst the fleet page names
         return
     Finding.objects.create(
         host=host, kind=Finding.Kind.REJECTED_MESSAGES, key="", severity=Finding.Severity.WARNING,
@@ -311,6 +313,7 @@ def _open_rejected_finding(host: Host, kind: SnapshotRejection.MessageKind, reas
                 "host's key again closes this finding."),
         details=details, first_seen_at=now, last_seen_at=now,
     )
+    refresh_host_summary(host.pk, now=now)
 
 
 # --- what approvers do -------------------------------------------------------------------
@@ -350,7 +353,8 @@ def accept_host(name: str, *, actor: Any = None, actor_name: str = "", expected_
         host.key_accepted_at = now
         host.key_accepted_by_name = actor_name or (actor.get_username() if actor is not None else "")
         host.save(update_fields=["public_key", "key_fingerprint", "key_accepted_at", "key_accepted_by_name"])
-        host.findings.open().filter(kind=Finding.Kind.REJECTED_MESSAGES).update(resolved_at=now)
+        if host.findings.open().filter(kind=Finding.Kind.REJECTED_MESSAGES).update(resolved_at=now):
+            refresh_host_summary(host.pk, now=now)
         details: dict[str, Any] = {"fingerprint": host.key_fingerprint}
         if actor_name and actor is None:
             details["by"] = actor_name

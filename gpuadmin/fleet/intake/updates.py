@@ -32,6 +32,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from gpuadmin.fleet import summary
 from gpuadmin.fleet.history import record
 from gpuadmin.fleet.intake import trust
 from gpuadmin.fleet.intake.validation import HOST_NAME_PATTERN, INT32_MAX, MAX_CLOCK_AHEAD, SnapshotRejected
@@ -195,6 +196,7 @@ def _apply(host: Host, update: SnapshotUpdate, text: str, *, taken_at: datetime,
                               taken_at=taken_at)
         record.update_idle_since(gpus, figures, attributed, taken_at=taken_at)
         _record_process_memory(host, update, taken_at=taken_at)
+        summary.refresh_host_summary(host.pk, now=received_at)  # what the fleet page reads of it
 
 
 class _StoredGpu:

@@ -29,6 +29,7 @@ from gpuadmin.fleet.findings.memory_explained import memory_explained
 from gpuadmin.fleet.models import Finding, Host
 from gpuadmin.fleet.process_tree import process_rows
 from gpuadmin.fleet.storage.statements import Param, PreparedQuery
+from gpuadmin.fleet.summary import refresh_host_summary
 from gpuadmin.kills import memory
 from gpuadmin.kills.models import KillRequest, KillStep, KillTarget
 from gpuadmin.text import human_bytes
@@ -77,6 +78,7 @@ def open_unkillable(kill_request: KillRequest, target: KillTarget, step: KillSte
         first_seen_at=now,
         last_seen_at=now,
     )
+    refresh_host_summary(kill_request.host_id, now=now)  # the fleet page's worst finding
 
 
 def resolve_gone_unkillable(host: Host, document: dict[str, Any], *,
@@ -112,6 +114,7 @@ def _seen_or_resolved(finding: Finding, *, still_open: bool, now: datetime) -> i
         return 0
     finding.resolved_at = now
     finding.save(update_fields=["resolved_at"])
+    refresh_host_summary(finding.host_id, now=now)
     return 1
 
 
@@ -174,6 +177,7 @@ def open_memory_not_released(kill_request: KillRequest, outcome: memory.Release,
         create_defaults={"severity": Finding.Severity.WARNING, "title": title, "remedy": remedy[:2000],
                          "details": details, "first_seen_at": now, "last_seen_at": now},
     )
+    refresh_host_summary(kill_request.host_id, now=now)
     return finding
 
 

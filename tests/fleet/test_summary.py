@@ -1,0 +1,106 @@
+"""A host's summary (``HostSummary``, what the fleet page reads) is kept right wherever what it sums
+changes: real signed snapshots and updates, a finding closed by the kills app; online or offline is read
+from the clock, never stored."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+from gpuadmin.fleet.models import Finding, Host, HostSummary
+from gpuadmin.kills import services
+from gpuadmin.web.attention import AttentionCount
+from gpuadmin.web.fleet_page import STATUS_OFFLINE, FleetQuery, FleetSummary
+from gpuadmin.wire.signing import MessageKind
+from tests.factories import GiB, gpu, proc, snapshot
+from tests.fleet.helpers import busy_host_gpus, busy_host_processes, store
+from tests.fleet.intake.test_updates import HOST as UPDATED_HOST
+from tests.fleet.intake.test_updates import Agent, document
+from tests.keys import accept
+
+pytestmark = pytest.mark.django_db
+
+
+def summary_of(name: str) -> HostSummary:
+    return HostSummary.objects.get(host__name=name)
+
+
+def open_counts(host: Host) -> tuple[int, int, int]:
+    return tuple(host.findings.open().filter(severity=severity).count()  # type: ignore[return-value]
+                 for severity in ("critical", "warning", "info"))
+
+
+def test_a_snapshot_writes_the_summary_and_the_next_one_rewrites_it():
+    host = store("gpu01", processes=busy_host_processes(),
+                 gpus=[*busy_host_gpus(), gpu(2, used=0, name="NVIDIA H100")])
+    summary = summary_of("gpu01")
+    assert summary.gpu_count == 3 and summary.free_gpu_count == 1
+    assert [g[:3] for g in summary.gpus] == [[0, 80 * GiB, 30 * GiB], [1, 80 * GiB, 10 * GiB],
+                                             [2, 80 * GiB, 0]]
+    assert [g[4] for g in summary.gpus] == [97, 40, summary.gpus[2][4]]
+    assert summary.memory_used_bytes == 40 * GiB and summary.memory_unattributed_bytes == 4 * GiB
+    assert summary.orphan_count == 2 and summary.top_holder_user == "alice"
+    assert (summary.findings_critical_count, summary.findings_warning_count,
+            summary.findings_info_count) == open_counts(host)
+    worst = host.findings.open().get(severity="critical")
+    assert (summary.worst_finding_rank, summary.worst_finding_severity, summary.worst_finding_title) == (
+        0, "critical", worst.title)
+    assert "\nNVIDIA H100\n" in summary.gpu_models
+
+    # The orphans and zombies gone, a GPU freed: the same row, rewritten.
+    store("gpu01", taken_at=timezone.now() + timedelta(seconds=10),
+          processes=[proc(102, user="bob", gpu_memory={"GPU-sim-0001": 8 * GiB}, reasons=["gpu"])],
+          gpus=[gpu(0, used=0), gpu(1, used=10 * GiB)])
+    summary = summary_of("gpu01")
+    assert summary.gpu_count == 2 and summary.free_gpu_count == 1
+    assert summary.orphan_count == 0 and summary.top_holder_user == "bob"
+    assert summary.findings_critical_count == 0 and summary.worst_finding_severity != "critical"
+    assert HostSummary.objects.count() == 1
+
+
+def test_a_finding_the_kills_app_closes_leaves_the_summary():
+    host = store("gpu01", processes=[proc(4300, user="erin", gpu_memory={"GPU-sim-0000": 2 * GiB},
+                                          reasons=["gpu"])])
+    now = timezone.now()
+    Finding.objects.create(host=host, kind=Finding.Kind.UNKILLABLE, key="4300:1", severity="critical",
+                           title="PID 4300 survived SIGKILL", remedy="r",
+                           details={"pid": 4300, "start_time_ticks": 1}, first_seen_at=now, last_seen_at=now)
+    # The next snapshot counts it into the summary (the kills app looks at it after the commit, which a
+    # test's transaction never reaches).
+    store("gpu01", taken_at=now + timedelta(seconds=10))
+    assert summary_of("gpu01").worst_finding_title == "PID 4300 survived SIGKILL"
+    # The kills app closes it (its process gone): the summary no longer names it, with no snapshot since.
+    assert services.resolve_gone_unkillable(host, snapshot("gpu01")) == 1
+    summary = summary_of("gpu01")
+    assert summary.findings_critical_count == 0
+    assert summary.worst_finding_title != "PID 4300 survived SIGKILL"
+
+
+def test_an_update_rewrites_the_summarys_gpu_figures(tmp_path: Path):
+    accept(UPDATED_HOST)
+    agent = Agent(tmp_path / "state.json")
+    assert agent.send(document(0)).kind is MessageKind.SNAPSHOT
+    assert [g[2] for g in summary_of(UPDATED_HOST).gpus] == [11 * GiB, 3 * GiB]
+    assert agent.send(document(10, big=20 * GiB, used=(21, 0), utilization=(90, 0))).kind is \
+        MessageKind.SNAPSHOT_UPDATE
+    summary = summary_of(UPDATED_HOST)
+    assert [(g[2], g[4]) for g in summary.gpus] == [(21 * GiB, 90), (0, 0)]
+    assert summary.free_gpu_count == 1 and summary.memory_used_bytes == 21 * GiB
+
+
+def test_offline_is_read_from_the_clock_not_from_the_summary():
+    store("gpu01")
+    summary_written = summary_of("gpu01").updated_at
+    now = timezone.now()
+    later = now + Host.offline_after() + timedelta(seconds=1)
+    assert FleetSummary.of_fleet(now).hosts_offline == 0
+    assert AttentionCount.of_fleet(now).offline_hosts == 0
+    # Nothing written since: only time passed.
+    assert FleetSummary.of_fleet(later).hosts_offline == 1
+    assert AttentionCount.of_fleet(later).offline_hosts == 1
+    assert list(FleetQuery(status=STATUS_OFFLINE).hosts(later).page(1)) == [Host.objects.get().pk]
+    assert list(FleetQuery(needs_attention=True).hosts(later).page(1)) == [Host.objects.get().pk]
+    assert summary_of("gpu01").updated_at == summary_written
