@@ -52,6 +52,14 @@ are inside their callers' figures), over N more snapshots received by one
 process without a profiler;
 ``--skip-ingest`` leaves out part 2 (enrolment and the pages only),
 ``--skip-pages`` part 3.
+
+``--clone-hosts N`` (issue 36 item 3: the pages at 10,000 hosts) adds N hosts after the rates, before the
+pages, copied from the ingested ones (host row, GPUs, open findings, the live process lives that hold GPU
+memory or were orphaned), each then summarised by ``fleet.summary.refresh_host_summary``, the function
+ingest calls: N signed snapshots through the real ingest would take most of an hour on two cores. One
+clone in 50 was last seen a day ago (offline). The pages part then also times the attention filter, the
+"most free GPUs" order, page 2, the attention strip and the nav count (each as a function: the strip's
+three reads, the count's two) and an ingested host's page.
 """
 
 from __future__ import annotations
@@ -291,6 +299,84 @@ def time_get(client: Any, label: str, path: str, repeats: int, headers: dict[str
                  len(queries)), response
 
 
+def time_call(label: str, function: Callable[[], object], repeats: int) -> Timed:
+    """Median and p95 of ``repeats`` calls of ``function`` (after warm-ups), with its queries."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    timings, cpu_times = [], []
+    for n in range(WARM_UP_REQUESTS + repeats):
+        began, cpu_began = time.perf_counter(), time.process_time()
+        function()
+        if n >= WARM_UP_REQUESTS:
+            timings.append(time.perf_counter() - began)
+            cpu_times.append(time.process_time() - cpu_began)
+    with CaptureQueriesContext(connection) as queries:
+        function()
+    return Timed(label, 1000 * statistics.median(timings), 1000 * percentile(timings, 0.95),
+                 1000 * statistics.median(cpu_times), 0, 0, len(queries))
+
+
+def time_attention(repeats: int) -> list[Timed]:
+    """The attention strip (the summary it rides with, and its lists) and the nav's count, uncached."""
+    from django.utils import timezone
+
+    from gpuadmin.web.attention import AttentionCount
+    from gpuadmin.web.fleet_page import Attention, FleetSummary
+
+    def strip() -> object:
+        now = timezone.now()
+        return Attention.of_fleet(FleetSummary.of_fleet(now), now)
+
+    return [time_call("attention strip + totals", strip, repeats),
+            time_call("nav count", lambda: AttentionCount.of_fleet(timezone.now()), repeats)]
+
+
+def clone_hosts(count: int) -> None:
+    """``count`` more hosts, copies of the ingested ones, summarised as ingest does (``--clone-hosts``)."""
+    from itertools import cycle
+
+    from django.db import transaction
+    from django.db.models import Q
+    from django.utils import timezone
+
+    from gpuadmin.fleet.models import Finding, Gpu, Host, ProcessLife
+    from gpuadmin.fleet.summary import refresh_host_summary
+
+    began = time.perf_counter()
+    templates = list(Host.objects.fleet().order_by("pk"))
+    gpus = {t.pk: list(Gpu.objects.filter(host=t, present=True)) for t in templates}
+    findings = {t.pk: list(Finding.objects.open().filter(host=t)) for t in templates}
+    lives = {t.pk: list(ProcessLife.objects.filter(host=t, gone_at__isnull=True)
+                        .filter(Q(last_gpu_memory_bytes__gt=0) | Q(was_orphaned=True))) for t in templates}
+    now, day_ago = timezone.now(), timezone.now() - timedelta(days=1)
+    for first in range(0, count, 500):
+        with transaction.atomic():
+            clones = []
+            for n, template in zip(range(first, min(first + 500, count)), cycle(templates), strict=False):
+                clone = Host(**{f.attname: getattr(template, f.attname) for f in Host._meta.concrete_fields
+                                if not f.primary_key})
+                clone.name, clone.public_key, clone.key_fingerprint = f"clone{n:05d}", "", ""
+                clone.last_seen_at = day_ago if n % 50 == 0 else now
+                clones.append((clone, template.pk))
+            Host.objects.bulk_create([c for c, _ in clones])
+            rows: dict[type, list[Any]] = {Gpu: [], Finding: [], ProcessLife: []}
+            for clone, template_pk in clones:
+                for model, originals in ((Gpu, gpus), (Finding, findings), (ProcessLife, lives)):
+                    for original in originals[template_pk]:
+                        copy = model(**{f.attname: getattr(original, f.attname)
+                                        for f in model._meta.concrete_fields if not f.primary_key})
+                        copy.host_id = clone.pk
+                        if model is Gpu:
+                            copy.uuid = f"{original.uuid}-{clone.pk}"
+                        rows[model].append(copy)
+            for model, copies in rows.items():
+                model.objects.bulk_create(copies, batch_size=2000)
+            for clone, _ in clones:
+                refresh_host_summary(clone.pk, now=now)
+    print(f"clones: {count} hosts copied and summarised in {time.perf_counter() - began:.0f} s", flush=True)
+
+
 def forget_rendered_rows() -> None:
     """Empty the process's rendered rows (gpuadmin.web.fleet_page.row_html), if it keeps any."""
     from gpuadmin.web import fleet_page
@@ -321,6 +407,11 @@ def measure_pages(client: Any, hosts: list[Any], round_number: int, repeats: int
     rows.append(time_get(client, "fleet page, no row kept", "/", repeats, {}, before=forget_rendered_rows)[0])
     rows.append(time_get(client, "fleet page, kind=zombies", "/?kind=zombies", repeats, {})[0])
     rows.append(time_get(client, "fleet page 20", "/?page=20", repeats, {})[0])
+    rows.append(time_get(client, "fleet page 2", "/?page=2", repeats, {})[0])
+    rows.append(time_get(client, "fleet page, attention=1", "/?attention=1", repeats, {})[0])
+    rows.append(time_get(client, "fleet page, sort=free", "/?sort=free", repeats, {})[0])
+    rows.extend(time_attention(repeats))
+    rows.append(time_get(client, "host page", f"/hosts/{hosts[0].name}/", repeats, {})[0])
     rows.append(time_get(client, "poll, nothing changed", poll_path(page), repeats, htmx, expect=204)[0])
     # One host's new snapshot: its row (and the summary) come back, nothing else. A poll answered
     # with changes is only once "changed": after it the client has the new version.
@@ -426,6 +517,9 @@ def run_database(args: argparse.Namespace, vendor: str, database_url: str | None
     if args.skip_pages:
         print(f"load average {os.getloadavg()[0]:.1f} at the end")
         return
+    if args.clone_hosts:
+        clone_hosts(args.clone_hosts)
+        analyze_after_setup()
     admin = get_user_model().objects.create_superuser(f"bench-{uuid.uuid4().hex[:8]}",
                                                      password=uuid.uuid4().hex)
     client = Client()
@@ -459,6 +553,8 @@ def main(argv: list[str] | None = None) -> int:
                              "the PID trend's window)")
     parser.add_argument("--no-wait", action="store_true", help="do not wait for running pytest processes")
     parser.add_argument("--skip-pages", action="store_true", help="measure ingest only, not the pages")
+    parser.add_argument("--clone-hosts", type=int, default=0, metavar="N",
+                        help="N more hosts copied from the ingested ones and summarised, before the pages")
     parser.add_argument("--stages", type=int, default=0, metavar="N",
                         help="ms per snapshot of each step of ingest over N snapshots (one process)")
     parser.add_argument("--profile", type=int, default=0, metavar="N",

@@ -44,7 +44,7 @@ SMOKE: dict[str, Smoke] = {
     # backend's "no GPU here" is tests/benchmarks/test_gpu_check.py's.
     "gpu_check.py": Smoke("--backend simulated --holders-mib 64 --grace-seconds 1"),
     "fleet.py": Smoke("--hosts 3 --gpus 1 --processes 5 --workers 1 --rate-hosts 3 --repeats 1 "
-                      "--database sqlite --no-wait"),
+                      "--clone-hosts 4 --database sqlite --no-wait"),
     "history.py": Smoke("--days 1 --gpus 1 --growth 1 --repeats 1 --no-wait", ("postgres",)),
     # The other version is this tree: both sides run the same code.
     "ingest_side_by_side.py": Smoke(f"--base {REPO} --hosts 2 --rounds 1 --pairs 1", ("postgres",)),
