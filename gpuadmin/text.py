@@ -70,7 +70,7 @@ def human_duration(seconds: int | float | None) -> str:
 
 def human_age(seconds: int | float | None) -> str:
     """How long ago, in the largest unit: 'just now', '42 s ago', '4 min ago', '3 h ago', '2 d ago';
-    a negative age is in the future ('in 5 min'). static/js/local-time.js words it the same way."""
+    a negative age is in the future ('in 5 min'). static/js/ages.js words it the same way."""
     if seconds is None:
         return UNKNOWN
     future = seconds < 0

@@ -35,7 +35,7 @@ VALUE = "value"  # a name: host, person, process, user
 QUOTE = "quote"  # a person's reason, in quotes
 NOTE = "note"  # the agent's own words about a step, after a dash
 CODE = "code"  # a signal, a plan, a queue: ours, shown as code
-TIME = "time"  # a moment: UTC in text, the viewer's time zone on the page
+TIME = "time"  # a moment: UTC in text, the lab's time zone on the page (gpuadmin_format.moment)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 
 from django.contrib import messages
-from django.contrib.humanize.templatetags.humanize import naturaltime
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.templatetags.static import static
@@ -37,6 +36,7 @@ from gpuadmin.htmx import (
 from gpuadmin.kills.plans import REAP_PLAN_NAME
 from gpuadmin.kills.services import open_requests_by_process
 from gpuadmin.notify.directory import Directory
+from gpuadmin.text import human_age
 from gpuadmin.web import attention
 from gpuadmin.web.finding_actions import finding_view, kill_request_url
 from gpuadmin.web.fleet_page import SORTS, STATUSES, FleetPage, FleetQuery, changes, gpu_models
@@ -236,7 +236,8 @@ def host_probe(request: HttpRequest, name: str) -> HttpResponse:
     if not host.is_online:
         # Its agent has not answered for a while: a probe goes out, but nothing says it will be answered,
         # and a green "asked" would read as "it is fine".
-        seen = f"last seen {naturaltime(host.last_seen_at)}" if host.last_seen_at else "never seen"
+        seen = (f"last seen {human_age((timezone.now() - host.last_seen_at).total_seconds())}"
+                if host.last_seen_at else "never seen")
         try:
             probe_now(host.name)
         except ProbeTooSoon:

@@ -10,10 +10,12 @@ import re
 import pytest
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from gpuadmin.audit import log
 from gpuadmin.audit.chain import HASHED_FIELDS
 from gpuadmin.audit.models import Action, AuditEvent
+from gpuadmin.text import utc_text
 from tests.audit.helpers import audit_table, tamper
 from tests.kills.helpers import REASON, finished_kill
 
@@ -122,14 +124,14 @@ def test_each_row_reads_as_a_sentence_with_its_raw_event_one_click_away(viewer_c
     assert "The hash recomputes from these fields." in raw
 
 
-def test_times_are_time_elements_with_utc_for_the_script_to_localise(viewer_client: Client):
+def test_times_are_moments_in_the_labs_zone_with_their_age(viewer_client: Client):
     event = log.record(Action.REQUESTED, kill_request_id=1)
     html = viewer_client.get(reverse("audit_log")).content.decode()
-    utc = event.created_at.strftime("%Y-%m-%d %H:%M:%S")
-    assert re.search(
-        rf'<time class="local-time" datetime="{event.created_at:%Y-%m-%dT%H:%M:%S}\.\d+Z" '
-        rf'title="{utc} UTC" data-age="1">{utc} UTC</time>', html)
-    assert '<script src="/static/js/local-time.js" defer></script>' in html
+    local = timezone.localtime(event.created_at)
+    assert (f'<time class="moment" datetime="{utc_text(event.created_at)}" '
+            f'title="{local:%Y-%m-%d %H:%M:%S} {local.tzname()}">{local:%H:%M} '
+            '<span class="age">(just now)</span></time>') in html
+    assert '<script src="/static/js/ages.js" defer></script>' in html
     assert "<script>" not in html  # no inline script: a strict CSP must hold
 
 

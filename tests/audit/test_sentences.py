@@ -111,7 +111,7 @@ def test_sentences_link_the_request_and_the_host(requester, approver):
     dispatched = AuditEvent.objects.get(kill_request_id=story.kill_request.pk, action=Action.DISPATCHED)
     html = str(audit_sentence(dispatched))
     assert f'<a href="{reverse("host_detail", args=["gpu01"])}">gpu01</a>' in html
-    assert '<time class="local-time" datetime="' in html
+    assert '<time class="moment" datetime="' in html
 
 
 def test_text_from_processes_is_escaped_with_controls_visible():

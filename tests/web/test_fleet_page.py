@@ -46,8 +46,8 @@ def test_a_host_silent_for_three_intervals_is_marked_offline_with_its_last_seen_
     assert '<span class="badge badge-offline">offline</span>' in row
     # Its data is old: the row says as of when, in the lab's zone (UTC here), and how long ago.
     exact = stale.last_seen_at.strftime("%Y-%m-%d %H:%M:%S UTC")
-    assert re.search(rf'<time class="stale-as-of" datetime="[^"]+" title="{exact}">'
-                     r"as of [0-9: -]+, 2 h ago</time>", row)
+    assert re.search(rf'<time class="moment stale-as-of" datetime="[^"]+" title="{exact}">'
+                     r'as of [0-9: -]+ <span class="age">\(2 h ago\)</span></time>', row)
 
 
 def test_each_gpu_has_a_bar_with_its_unattributed_part(viewer_client):

@@ -7,6 +7,7 @@ from django.urls import reverse
 
 from gpuadmin.fleet.intake.validation import SnapshotRejected
 from gpuadmin.fleet.models import Host
+from gpuadmin.text import utc_text
 from gpuadmin.web.host_tables import PROCESS_PAGE_ROWS
 from tests.factories import GiB, gpu, proc, snapshot_json
 from tests.fleet.helpers import make_offline, store, store_busy_host
@@ -49,7 +50,7 @@ def test_unknown_host_is_a_404_page(viewer_client):
 
 
 def test_gpu_cards_show_used_attributed_unattributed_utilization_and_total(viewer_client, busy):
-    summary = section(page_of(viewer_client), "host-summary")
+    summary = section(page_of(viewer_client), "host-gpus")
     card = re.search(r'data-gpu-index="0">.*?</table>', summary, re.S).group(0)
     assert "<tr><th>Used</th><td class=\"mono\">30 GiB</td></tr>" in card
     assert "<tr><th>Attributed</th><td class=\"mono\">28 GiB</td></tr>" in card
@@ -177,7 +178,7 @@ def test_findings_show_severity_title_remedy_and_since_when_most_severe_first(vi
     finding = busy.findings.get(kind="orphan_gpu")
     assert f"<strong>{finding.title}</strong>" in summary
     assert f'<div class="remedy">Remedy: {finding.remedy}</div>' in summary
-    assert f'since <time datetime="{finding.first_seen_at.isoformat()}"' in summary
+    assert f'since <time class="moment" datetime="{utc_text(finding.first_seen_at)}"' in summary
 
 
 def test_a_gpu_whose_processes_hold_more_than_it_uses_is_flagged(viewer_client):
@@ -419,7 +420,7 @@ def test_a_gpu_in_mig_mode_shows_its_instances_with_their_processes(viewer_clien
                     "compute_instance_id": 0}],
     )
 
-    summary = section(page_of(viewer_client), "host-summary")
+    summary = section(page_of(viewer_client), "host-gpus")
 
     card, other = summary.split('data-gpu-index="1"')
     rows = re.findall(r'<tr data-mig-uuid="(MIG-\w)"><td class="mono">(\d) / (\d)</td><td>([^<]*)</td>'

@@ -79,6 +79,6 @@ def test_probe_now_on_an_offline_host_says_it_is_offline_not_that_all_is_well(vi
     response = viewer_client.post(URL, follow=True)
     assert len(set(queue.iterdir()) - before) == 1  # asked all the same: the agent may be back
     page = response.content.decode()
-    warning = '<div class="message message-warning" role="status">gpu01 is offline (last seen 2\xa0hours ago)'
+    warning = '<div class="message message-warning" role="status">gpu01 is offline (last seen 2 h ago)'
     assert warning in page
     assert "message-success" not in page

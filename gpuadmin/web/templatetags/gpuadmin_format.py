@@ -1,6 +1,6 @@
 """Template filters for what the pages show: bytes, ages and process states
-(one-line wrappers of ``gpuadmin.text``), times as ``<time>`` elements that
-static/js/local-time.js shows in the viewer's time zone, roles, audit
+(one-line wrappers of ``gpuadmin.text``), times (``moment``: 24-hour in the lab's
+zone, how long ago beside, the full time on hover), roles, audit
 sentences, and untrusted text from processes made visible instead of
 interpreted (see untrusted_text.py).
 
@@ -189,20 +189,6 @@ def join_visible(values: Iterable[Any], separator: str = ", ") -> SafeString:
     return mark_safe(conditional_escape(separator).join(visible_controls(v) for v in values))  # noqa: S308
 
 
-@register.filter
-def local_time(moment: Any, relative: str = "") -> SafeString:
-    """A ``<time>`` element: UTC in its text and title, rewritten to the viewer's time zone by
-    static/js/local-time.js; ``|local_time:"age"`` adds how long ago ("3 min ago")."""
-    if not isinstance(moment, datetime):
-        return mark_safe("")
-    utc = utc_text(moment, timespec="seconds")
-    shown = utc.replace("T", " ").replace("Z", " UTC")
-    return format_html(
-        '<time class="local-time" datetime="{}" title="{}"{}>{}</time>',
-        utc_text(moment), shown, mark_safe(' data-age="1"') if relative == "age" else "", shown,
-    )
-
-
 def _as_datetime(value: Any) -> datetime | None:
     if isinstance(value, str):
         try:
@@ -212,15 +198,10 @@ def _as_datetime(value: Any) -> datetime | None:
     return value if isinstance(value, datetime) and value.tzinfo is not None else None
 
 
-_MOMENT = '<time class="moment" datetime="{}" title="{}">{} <span class="age">({})</span></time>'
+_MOMENT = '<time class="{}" datetime="{}" title="{}">{}{} <span class="age">({})</span></time>'
 
 
-@register.filter
-def moment(value: Any) -> SafeString:
-    """A time, the one way pages show one: 24-hour in the lab's zone (settings.TIME_ZONE, from
-    GPUADMIN_TIME_ZONE), the date only when not today, how long ago beside it, and the full time
-    with seconds and zone on hover: ``<time datetime title>14:05 <span class="age">(4 min ago)</span>``.
-    ``value``: a datetime, or ISO 8601 text as the history API writes it."""
+def _moment_html(value: Any, *, css: str, prefix: str = "") -> SafeString:
     value = _as_datetime(value)
     if value is None:
         return mark_safe("—")
@@ -228,7 +209,26 @@ def moment(value: Any) -> SafeString:
     shown = local.strftime("%H:%M" if local.date() == timezone.localdate() else "%Y-%m-%d %H:%M")
     title = f"{local:%Y-%m-%d %H:%M:%S} {local.tzname()}"
     age = human_age((timezone.now() - value).total_seconds())
-    return format_html(_MOMENT, utc_text(value), title, shown, age)
+    return format_html(_MOMENT, css, utc_text(value), title, prefix, shown, age)
+
+
+@register.filter
+def moment(value: Any) -> SafeString:
+    """A time, the one way pages show one: 24-hour in the lab's zone (settings.TIME_ZONE, from
+    GPUADMIN_TIME_ZONE), the date only when not today, how long ago beside it, and the full time
+    with seconds and zone on hover: ``<time datetime title>14:05 <span class="age">(4 min ago)</span>``.
+    ``value``: a datetime, or ISO 8601 text as the history API writes it. static/js/ages.js keeps
+    the age current on a page left open."""
+    return _moment_html(value, css="moment")
+
+
+@register.filter
+def as_of(value: Any) -> SafeString:
+    """When data that is no longer current was taken (an offline host's): "as of 02:13 (4 min ago)",
+    a ``moment`` marked stale; "never seen" when there is no time."""
+    if _as_datetime(value) is None:
+        return mark_safe('<span class="stale-as-of">never seen</span>')
+    return _moment_html(value, css="moment stale-as-of", prefix="as of ")
 
 
 @register.filter
@@ -246,11 +246,11 @@ def clock_ms(value: Any) -> SafeString:
 @register.filter
 def sentence_html(sentence: Iterable[sentences.Part]) -> SafeString:
     """An audit sentence (gpuadmin.audit.sentences) as HTML: our words escaped, every value from a
-    person or process through ``visible_controls``, times through ``local_time``, links kept."""
+    person or process through ``visible_controls``, times through ``moment``, links kept."""
     out: list[str] = []
     for part in sentence:
         if part.kind == sentences.TIME:
-            html = local_time(part.moment)
+            html = moment(part.moment)
         elif part.kind == sentences.QUOTE:
             html = format_html('<q class="said">{}</q>', visible_controls(part.text))
         elif part.kind == sentences.NOTE:
