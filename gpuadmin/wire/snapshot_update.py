@@ -165,8 +165,15 @@ def _gpu_shape(gpu: dict[str, Any]) -> dict[str, Any]:
     return shaped
 
 
+# Running and sleeping are one: a busy process flips between them from one probe to the next, and
+# nothing central keeps tells them apart. A change to or from D, Z, T... is a new shape.
+_ACTIVE_STATES = frozenset("RS")
+
+
 def _process_shape(process: dict[str, Any]) -> dict[str, Any]:
     shaped = {k: v for k, v in process.items() if k not in _PROCESS_FIGURES}
+    if shaped.get("state") in _ACTIVE_STATES:
+        shaped["state"] = "RS"
     shaped["gpu_memory_bytes"] = sorted(process.get("gpu_memory_bytes") or {})
     if "mig_instances" in process:
         shaped["mig_instances"] = [{k: v for k, v in m.items() if k != "used_memory_bytes"}

@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
@@ -25,7 +26,7 @@ from gpuadmin.celery import CENTRAL_QUEUE, app, host_queue
 from gpuadmin.data_dir import AGENT_SIGNING_KEY
 from gpuadmin.probe.budget import CMDLINE_TIGHT_MAX_BYTES, escaped_size, fit_snapshot
 from gpuadmin.wire.signing import MessageKind, canonical_json, fingerprint, load_private_key, open_envelope
-from gpuadmin.wire.task_names import INGEST_SNAPSHOT, PROBE_HOST
+from gpuadmin.wire.task_names import INGEST_SNAPSHOT, INGEST_SNAPSHOT_UPDATE, PROBE_HOST
 
 SCHEMA = json.loads((Path(probing.__file__).parents[1] / "wire" / "snapshot.schema.json").read_text())
 GPU_UUID = "GPU-a9e17000-0000-4000-8000-000000000001"
@@ -157,3 +158,27 @@ def wait_for_zombies(children: list[subprocess.Popen]) -> None:
                 if stat.read().rsplit(")", 1)[1].split()[0] == "Z":
                     break
             time.sleep(0.01)
+
+
+def test_the_next_probe_sends_an_update_and_a_probe_asking_for_full_sends_a_snapshot(
+    gpu_holder, settings, tmp_path
+) -> None:
+    """The task side of gpuadmin/agent/snapshot_choice.py: the same host again is an update to central's
+    update task; ``full`` (central could not apply one) is a full snapshot again."""
+    settings.GPUADMIN_HOST_NAME = "agent-unit"
+    settings.DATA_DIR = tmp_path / "agent-data"
+    settings.DATA_DIR.mkdir(mode=0o700)
+    settings.GPUADMIN_HISTORY_PROCESS_STEP_BYTES = 2**40  # nothing of this test process moves past it
+    drain(CENTRAL_QUEUE)
+
+    def probe(**kwargs: Any) -> str:
+        probing.probe_host.apply(kwargs=kwargs).get()
+        [task] = [m.headers["task"] for m in drain(CENTRAL_QUEUE)
+                  if m.headers["task"] in (INGEST_SNAPSHOT, INGEST_SNAPSHOT_UPDATE)]
+        return task
+
+    assert probe() == INGEST_SNAPSHOT
+    # This machine's process table is shared: a zombie of someone else's comes or goes, and that is a
+    # full snapshot, as it should be. A few probes in a row, one of them finds it steady.
+    assert INGEST_SNAPSHOT_UPDATE in [probe() for _ in range(5)]
+    assert probe(full=True) == INGEST_SNAPSHOT

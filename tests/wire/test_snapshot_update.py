@@ -91,6 +91,10 @@ def test_the_decoder_also_refuses_what_a_schema_cannot_say() -> None:
 
 def test_figures_do_not_change_the_shape_and_processes_do() -> None:
     assert shape_digest(later(30, 20 * GiB)) == shape_digest(base())
+    running, stuck = base(), base()
+    running["processes"][0]["state"] = "R"  # a busy process between two probes: the same shape
+    stuck["processes"][0]["state"] = "D"
+    assert shape_digest(running) == shape_digest(base()) != shape_digest(stuck)
     moved_on = base()
     moved_on["processes"][1]["user"] = "mallory"
     assert shape_digest(moved_on) != shape_digest(base())
