@@ -13,6 +13,13 @@ kill and to close "unkillable" findings whose process is gone.
 taken_at=datetime)`` is sent inside the transaction that stores a snapshot that became the
 host's latest, under the host's row lock, in the host's order: what a receiver writes commits or
 fails with the snapshot. The usage ledger (``gpuadmin.usage``, above the fleet) listens.
+
+``snapshot_update_storing(sender=Host, host=Host, update=SnapshotUpdate, taken_at=datetime)`` is
+the same for a snapshot update (``fleet.intake.updates``): the host's processes are those of its
+latest full snapshot, and ``update`` brings the GPUs' figures and the memory of the processes that
+moved past the history step since it. Nothing listens yet: the usage ledger charges time from
+``snapshot_storing`` alone, so between full snapshots (``GPUADMIN_FULL_SNAPSHOT_SECONDS``) it must
+follow this one too, or it counts a gap.
 """
 
 from __future__ import annotations
@@ -21,3 +28,4 @@ from django.dispatch import Signal
 
 snapshot_ingested = Signal()
 snapshot_storing = Signal()
+snapshot_update_storing = Signal()

@@ -38,6 +38,7 @@ from gpuadmin.fleet.intake import trust
 from gpuadmin.fleet.intake.validation import HOST_NAME_PATTERN, INT32_MAX, MAX_CLOCK_AHEAD, SnapshotRejected
 from gpuadmin.fleet.models import Gpu, Host, LatestSnapshot, ProcessLife, ProcessPoint, SnapshotRejection
 from gpuadmin.fleet.process_tree import memory_total_bytes
+from gpuadmin.fleet.signals import snapshot_update_storing
 from gpuadmin.fleet.storage.json_text import ValidatedJson
 from gpuadmin.fleet.storage.statements import Param, PreparedQuery, PreparedUpdate, RowInsert, pipelined
 from gpuadmin.fleet.taken_at import parse_taken_at
@@ -196,6 +197,7 @@ def _apply(host: Host, update: SnapshotUpdate, text: str, *, taken_at: datetime,
                               taken_at=taken_at)
         record.update_idle_since(gpus, figures, attributed, taken_at=taken_at)
         _record_process_memory(host, update, taken_at=taken_at)
+        snapshot_update_storing.send(sender=Host, host=host, update=update, taken_at=taken_at)
         summary.refresh_host_summary(host.pk, now=received_at)  # what the fleet page reads of it
 
 
