@@ -194,6 +194,9 @@ def kill_request_timeline(request: HttpRequest, pk: int) -> HttpResponse:
     except Http404:
         return HttpResponse("This kill request no longer exists.", status=HTMX_STOP_POLLING)
     context = _timeline_context(kill_request, request.user)
+    # Once the request is final, the poll also takes down what the page said when it was loaded
+    # ("Kill request #5 approved."): the outcome at the top replaces it.
+    context["clear_messages"] = kill_request.is_final
     status = HTMX_STOP_POLLING if not context["still_live"] else 200
     return render(request, "kills/_timeline.html", context, status=status)
 

@@ -124,6 +124,9 @@ def test_request_reauthenticate_approve_and_watch_the_target_go(  # noqa: PLR091
         assert KillRequest.objects.get(pk=kill_request.pk).approved_by_name == "april"
         # The timeline polls (htmx) until the request is final.
         page.wait_for_selector("#timeline .kill-status-succeeded", timeout=TIMEOUT_SECONDS * 1000)
+        # The outcome replaces what the page said before: "approved" is not left standing over "Succeeded".
+        page.wait_for_selector("#messages", state="hidden", timeout=10_000)
+        assert "approved." not in page.inner_text("main")
         trainer.wait(timeout=10)  # the real target process is gone
         check_page(page, guard, screenshot, "approver-timeline")
         timeline = page.inner_text("#timeline")

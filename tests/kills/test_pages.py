@@ -115,6 +115,9 @@ def test_the_timeline_polls_until_final_then_answers_286(lab, requester, approve
     done = client.get(f"/kills/{kill_request.pk}/timeline/", **HTMX)
     assert done.status_code == 286
     assert "hx-trigger" not in done.content.decode()
+    # A final answer takes down the page's old messages ("... approved."): the outcome replaces them.
+    assert '<div class="messages" id="messages" hidden hx-swap-oob="true"></div>' in done.content.decode()
+    assert 'id="messages"' not in live.content.decode()
 
 
 def test_the_page_and_the_poll_render_the_same_timeline(lab, requester, viewer):
