@@ -189,6 +189,23 @@ def test_a_protected_executable_is_refused_with_the_process_it_read(processes: P
     assert seen.stat is not None and seen.stat.start_time_ticks == trainer.start_time_ticks
 
 
+def test_a_self_service_order_refuses_a_process_of_another_uid_naming_both(processes: Processes) -> None:
+    trainer = processes.start("trainer.py")
+    boot_id = procfs.read_boot_id()
+    others = frozenset({os.getuid() + 1000, os.getuid() + 1})
+
+    seen = observe(Target(**target_for(trainer.pid)), order_boot_id=boot_id, host_boot_id=boot_id,
+                   allowed_uids=others)
+
+    assert (seen.seen, seen.refusal) == (Seen.REFUSED, Refusal.NOT_OWN_PROCESS)
+    assert seen.detail == (f"a self-service order: PID {trainer.pid} runs as uid {os.getuid()}, not one of "
+                           f"the uids it allows ({os.getuid() + 1}, {os.getuid() + 1000})")
+    assert seen.stat is not None and seen.stat.start_time_ticks == trainer.start_time_ticks
+    mine = observe(Target(**target_for(trainer.pid)), order_boot_id=boot_id, host_boot_id=boot_id,
+                   allowed_uids=others | {os.getuid()})
+    assert (mine.seen, mine.refusal) == (Seen.ALIVE, None)
+
+
 def test_a_changed_claim_on_the_same_live_process_is_refused_with_the_first_read(
     processes: Processes,
 ) -> None:
