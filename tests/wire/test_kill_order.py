@@ -27,7 +27,9 @@ from gpuadmin.wire.kill_protocol import (
     ACCEPTED_ORDER_VERSIONS,
     MAX_HOST_CLOCK_OFFSET_SECONDS,
     MAX_ORDER_WINDOW_SECONDS,
+    MAX_SELF_SERVICE_UIDS,
     REAP_SIGNAL,
+    SELF_SERVICE_ORDER_VERSION,
     OrderRefusal,
 )
 from gpuadmin.wire.signing import MessageKind, generate_private_key, public_key_text, seal, seal_text
@@ -241,3 +243,65 @@ def test_a_reap_step_must_be_the_only_step(plan_length: int) -> None:
 def test_a_reap_plan_of_one_step_is_an_order() -> None:
     parsed = validate_order(_order(plan=[{"signal": REAP_SIGNAL, "grace_seconds": 1}]))
     assert parsed.asks_to_reap
+
+
+# --- a self-service order's block (tests/probe/kill/test_self_service_orders.py runs them) ------------
+
+
+def _self_service(allowed_uids: object, **block: object) -> dict:
+    return _order(order_version=SELF_SERVICE_ORDER_VERSION,
+                  self_service={"allowed_uids": allowed_uids, "person": "alice", **block})
+
+
+def _refused_with(order: dict) -> str:
+    with pytest.raises(ValueError) as error:
+        validate_order(order)
+    return str(error.value)
+
+
+def test_a_self_service_order_keeps_its_uids_and_its_person() -> None:
+    parsed = validate_order(_self_service([1000, 0]))  # good_order's target runs as 1000
+    assert parsed.self_service_uids == frozenset({0, 1000})
+    assert parsed.self_service_person == "alice"
+    assert parsed.order_version == SELF_SERVICE_ORDER_VERSION
+
+
+def test_as_many_uids_as_allowed_pass_and_one_more_does_not() -> None:
+    most = [1000, *range(MAX_SELF_SERVICE_UIDS - 1)]
+    assert len(validate_order(_self_service(most)).self_service_uids or ()) == MAX_SELF_SERVICE_UIDS
+    assert _refused_with(_self_service([*most, 99_999])) == (
+        f"order.self_service: 'allowed_uids' must be a list of 1 to {MAX_SELF_SERVICE_UIDS} uids")
+
+
+@pytest.mark.parametrize("uids", [[1000, -1], [1000, True], [1000, "0"]])
+def test_allowed_uids_are_non_negative_integers(uids: list) -> None:
+    assert _refused_with(_self_service(uids)) == (
+        f"order.self_service: 'allowed_uids' must hold non-negative integers; got {uids!r}")
+
+
+def test_the_block_must_be_an_object_and_name_a_person() -> None:
+    assert _refused_with(_order(order_version=SELF_SERVICE_ORDER_VERSION, self_service=[1000])) == (
+        "order.self_service must be an object like {'allowed_uids': [1000], 'person': 'alice'}")
+    assert _refused_with(_self_service([1000], person=" ")) == (
+        "order.self_service: 'person' must not be empty")
+    missing = _order(order_version=SELF_SERVICE_ORDER_VERSION, self_service={"person": "alice"})
+    assert _refused_with(missing) == "order.self_service: missing 'allowed_uids'"
+
+
+def test_a_target_outside_the_allowed_uids_is_named_with_them_sorted() -> None:
+    assert _refused_with(_self_service([2000, 1001])) == (
+        "order.self_service: target PID 4120 has uid 1000, not one of the allowed uids [1001, 2000]")
+
+
+def test_only_a_kill_may_be_self_service() -> None:
+    reset = _self_service([1000]) | {"action": "reset_gpu", "gpu": {"uuid": "GPU-0"},
+                                     "targets": [], "plan": []}
+    assert _refused_with(reset) == (
+        "order.self_service: only a kill may be self-service; got action 'reset_gpu'")
+
+
+def test_a_version_3_order_must_carry_its_block() -> None:
+    order = _self_service([1000])
+    del order["self_service"]
+    assert _refused_with(order) == (
+        f"order: version {SELF_SERVICE_ORDER_VERSION} is a self-service order; its 'self_service' is missing")
