@@ -17,9 +17,8 @@ fails with the snapshot. The usage ledger (``gpuadmin.usage``, above the fleet) 
 ``snapshot_update_storing(sender=Host, host=Host, update=SnapshotUpdate, taken_at=datetime)`` is
 the same for a snapshot update (``fleet.intake.updates``): the host's processes are those of its
 latest full snapshot, and ``update`` brings the GPUs' figures and the memory of the processes that
-moved past the history step since it. Nothing listens yet: the usage ledger charges time from
-``snapshot_storing`` alone, so between full snapshots (``GPUADMIN_FULL_SNAPSHOT_SECONDS``) it must
-follow this one too, or it counts a gap.
+moved past the history step since it. The usage ledger follows it too, to charge the time between
+full snapshots (``GPUADMIN_FULL_SNAPSHOT_SECONDS``).
 """
 
 from __future__ import annotations

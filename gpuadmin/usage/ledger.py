@@ -14,6 +14,8 @@ Rules (the usage page and docs/api.md say them to people):
   *Idle*: held while the device said 0 %. A device that gave no utilisation (a MIG instance, whose
   utilisation NVML does not report) counts as *unmeasured*, neither busy nor idle.
 - Days are UTC days; an interval across midnight is split there.
+- A snapshot update (``gpuadmin.wire.snapshot_update``, sent between full snapshots) counts like a
+  snapshot for time, utilisation and memory; who holds what changes only at a full snapshot.
 
 How it stays cheap (benchmarks/README.md): every holder of a device gets the same share of each
 interval, so the host's ``UsageCursor`` keeps running totals per *device* (and one clock for the
@@ -41,6 +43,7 @@ from gpuadmin.fleet.process_tree import ProcessRow, owner_label
 from gpuadmin.fleet.storage.statements import Param, PreparedQuery, PreparedUpdate, RowInsert
 from gpuadmin.probe.owners import SLURM_JOB
 from gpuadmin.usage.models import COUNTER_FIELDS, LifeUsage, UsageCursor, UsageDay
+from gpuadmin.wire.snapshot_update import SnapshotUpdate
 
 # A gap between two snapshots counts up to this many probe intervals.
 GAP_CAP_INTERVALS = 3
@@ -117,6 +120,13 @@ def on_snapshot_storing(sender: Any, *, host: Host, document: dict[str, Any], ro
     """``fleet.signals.snapshot_storing``'s receiver: the ledger's share of ingest."""
     if settings.GPUADMIN_USAGE_LEDGER:
         record_snapshot(host.pk, document, rows, taken_at=taken_at)
+
+
+def on_snapshot_update_storing(sender: Any, *, host: Host, update: SnapshotUpdate, taken_at: datetime,
+                               **_: Any) -> None:
+    """``fleet.signals.snapshot_update_storing``'s receiver: the time between full snapshots."""
+    if settings.GPUADMIN_USAGE_LEDGER:
+        record_update(host.pk, update, taken_at=taken_at)
 
 
 def gap_cap() -> timedelta:
@@ -224,26 +234,64 @@ def record_snapshot(host_id: int, document: dict[str, Any], rows: Mapping[int, P
     cursor = Cursor(host_id, stored[0] if stored else None, taken_at)
     until = taken_at
     if cursor.stored:
-        start = cursor.taken_at
-        if taken_at <= start:
+        charged = _charge_until(cursor, taken_at)
+        if charged is None:
             return  # not newer than what the cursor saw: nothing to charge (ingest never sends one)
-        until = min(taken_at, start + gap_cap())
-        midnight = datetime.combine(_day(start) + timedelta(days=1), time(0), tzinfo=UTC)
-        if until > midnight:
-            # The day's part, settled into its day; the rest is the next day's.
-            cursor.charge((midnight - start) // _MS)
-            cursor.settle(midnight)
-            cursor.day = _day(midnight)
-            cursor.charge((until - midnight) // _MS)
-        else:
-            cursor.charge((until - start) // _MS)
-        flush_due = taken_at - cursor.settled_at >= timedelta(seconds=settings.GPUADMIN_USAGE_FLUSH_SECONDS)
-        if flush_due or _day(taken_at) != cursor.day:
-            cursor.settle(until)
-            cursor.day = _day(taken_at)  # a gap past midnight: this snapshot's day from now on
+        until = charged
     follow(cursor, document, rows, taken_at=taken_at, charged_until=until)
     cursor.taken_at = taken_at
     cursor.save()
+
+
+def record_update(host_id: int, update: SnapshotUpdate, *, taken_at: datetime) -> None:
+    """A snapshot update between full snapshots: its processes are the base's, so the holders stay;
+    charge them for the time until it, then take its GPUs' utilisation and the memory that moved.
+    A holder whose memory crosses the held threshold is added or dropped at the next full snapshot
+    (an update cannot change which processes there are; the agent sends one at least every
+    GPUADMIN_FULL_SNAPSHOT_SECONDS)."""
+    stored = _CURSOR.rows(host=host_id)
+    if not stored:
+        return  # no full snapshot charged yet: an update has no holders to charge
+    cursor = Cursor(host_id, stored[0], taken_at)
+    if _charge_until(cursor, taken_at) is None:
+        return
+    utilization = {gpu.uuid: gpu.utilization_percent for gpu in update.gpus}
+    for uuid, device in cursor.devices.items():
+        if uuid in utilization:  # a MIG instance is not in the update's GPUs: it keeps no utilisation
+            device.utilization_percent = utilization[uuid]
+    if update.processes:
+        moved = {(p.pid, p.start_time_ticks): p.gpu_memory_bytes for p in update.processes}
+        cursor.memory = [
+            (new if (new := moved.get((h.pid, h.start_time_ticks), {}).get(h.device_uuid)) is not None
+             else memory_bytes, byte_ms)
+            for h, (memory_bytes, byte_ms) in zip(cursor.holders, cursor.memory, strict=True)
+        ]
+    cursor.taken_at = taken_at
+    cursor.save()
+
+
+def _charge_until(cursor: Cursor, taken_at: datetime) -> datetime | None:
+    """Charge a stored cursor's state from its last snapshot until ``taken_at`` (a gap capped at
+    ``gap_cap()``, split at midnight), settling when due; the moment charged until, or None when
+    ``taken_at`` is not newer than what the cursor saw."""
+    start = cursor.taken_at
+    if taken_at <= start:
+        return None
+    until = min(taken_at, start + gap_cap())
+    midnight = datetime.combine(_day(start) + timedelta(days=1), time(0), tzinfo=UTC)
+    if until > midnight:
+        # The day's part, settled into its day; the rest is the next day's.
+        cursor.charge((midnight - start) // _MS)
+        cursor.settle(midnight)
+        cursor.day = _day(midnight)
+        cursor.charge((until - midnight) // _MS)
+    else:
+        cursor.charge((until - start) // _MS)
+    flush_due = taken_at - cursor.settled_at >= timedelta(seconds=settings.GPUADMIN_USAGE_FLUSH_SECONDS)
+    if flush_due or _day(taken_at) != cursor.day:
+        cursor.settle(until)
+        cursor.day = _day(taken_at)  # a gap past midnight: this snapshot's day from now on
+    return until
 
 
 def follow(cursor: Cursor, document: dict[str, Any], rows: Mapping[int, ProcessRow], *,

@@ -1,0 +1,51 @@
+"""The ledger between full snapshots: a host that sends snapshot updates (gpuadmin/wire/snapshot_update.py)
+is charged for every interval as if each were a full snapshot, through the real agent choice and both
+ingest paths."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuadmin.usage.models import LifeUsage
+from gpuadmin.wire.signing import MessageKind
+from tests.factories import GiB
+from tests.fleet.intake.test_updates import G0, G1, HOST, Agent, document
+from tests.keys import accept
+
+pytestmark = pytest.mark.django_db
+
+
+def life(pid: int, device: str) -> tuple[int, int, int, int]:
+    row = LifeUsage.objects.get(pid=pid, device_uuid=device)
+    return row.held_milliseconds, row.held_byte_seconds, row.busy_milliseconds, row.idle_milliseconds
+
+
+def test_updates_charge_time_utilisation_and_memory_as_full_snapshots_would(settings, tmp_path) -> None:
+    settings.GPUADMIN_PROBE_INTERVAL_SECONDS = 10
+    settings.GPUADMIN_USAGE_FLUSH_SECONDS = 0
+    accept(HOST)
+    agent = Agent(tmp_path / "snapshot-choice.json")
+    kinds = [
+        agent.send(document(0, utilization=(50, 20))).kind,
+        # Only figures move: updates. pid 101 grows to 12 GiB at t=10, GPU 0 idles from t=20.
+        agent.send(document(10, big=12 * GiB, utilization=(100, 20))).kind,
+        agent.send(document(20, big=12 * GiB, utilization=(0, 20))).kind,
+        agent.send(document(30, big=12 * GiB, utilization=(0, 20)), full=True).kind,
+    ]
+    assert kinds == [MessageKind.SNAPSHOT, MessageKind.SNAPSHOT_UPDATE, MessageKind.SNAPSHOT_UPDATE,
+                     MessageKind.SNAPSHOT]
+    # pid 101 on GPU 0, alone: [0,10) 50 % at 10 GiB; [10,20) 100 % at 12 GiB; [20,30) idle at 12 GiB.
+    assert life(101, G0) == (30_000, 10 * (10 + 12 + 12) * GiB, 15_000, 10_000)
+    # pid 102 on GPU 1 at 20 % and 2 GiB throughout.
+    assert life(102, G1) == (30_000, 30 * 2 * GiB, 6_000, 0)
+
+
+def test_an_update_before_any_full_snapshot_charged_is_ignored_by_the_ledger(settings, tmp_path) -> None:
+    settings.GPUADMIN_USAGE_FLUSH_SECONDS = 0
+    settings.GPUADMIN_USAGE_LEDGER = False
+    accept(HOST)
+    agent = Agent(tmp_path / "snapshot-choice.json")
+    agent.send(document(0))
+    settings.GPUADMIN_USAGE_LEDGER = True  # the ledger turned on between a full snapshot and an update
+    assert agent.send(document(10, big=12 * GiB)).kind is MessageKind.SNAPSHOT_UPDATE
+    assert not LifeUsage.objects.exists()
