@@ -17,8 +17,9 @@ snapshot. Online or offline is not stored: it depends on the clock, and is read 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
-from django.db.models import Case, Count, IntegerField, OuterRef, Subquery, Value, When
+from django.db.models import Case, Count, IntegerField, OuterRef, QuerySet, Subquery, Value, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -37,7 +38,7 @@ _PRESENT_GPUS = PreparedQuery(
 )
 
 
-def most_severe_open_finding_of_outer_host() -> Subquery:
+def most_severe_open_finding_of_outer_host() -> QuerySet[Finding]:
     """The outer query's host's open findings, most severe first, then oldest (``Severity.rank``)."""
     rank = Case(*[When(severity=severity.value, then=Value(severity.rank)) for severity in Finding.Severity],
                 output_field=IntegerField())
@@ -45,8 +46,9 @@ def most_severe_open_finding_of_outer_host() -> Subquery:
             .order_by("rank", "first_seen_at", "kind", "key"))
 
 
-def _count_of_outer_host(queryset: object) -> Coalesce:
-    counted = queryset.order_by().values("host").annotate(n=Count("pk")).values("n")  # type: ignore[attr-defined]
+def _count_of_outer_host(queryset: QuerySet[Any]) -> Coalesce:
+    """How many rows of ``queryset`` (filtered on the outer query's host) there are, as a subquery."""
+    counted = queryset.order_by().values("host").annotate(n=Count("pk")).values("n")
     return Coalesce(Subquery(counted), 0)
 
 

@@ -1,11 +1,14 @@
 """The fleet page at any fleet size: a summary, a filtered page of hosts, and polls that send only changes.
 
-The view loads one page of hosts (``PAGE_ROWS``, ordered by worst open finding
-then name in SQL: ``Host.objects.worst_finding_first``) and the fleet's
-summary, in a fixed number of queries whatever the number of hosts. Only the
-page's keys are read in the fleet's order; then only the page's hosts, with
-their open-finding counts, and their present GPUs' figures (no model
-instances: 400 GPUs' worth of them cost more than all the page's queries).
+The view loads one page of hosts (``PAGE_ROWS``, ordered in SQL) and the
+fleet's summary, in a fixed number of queries whatever the number of hosts.
+Everything it sorts, filters, counts and shows of a host is the host's row and
+its ``HostSummary`` (``gpuadmin.fleet.summary``: GPU figures, finding counts
+and the worst one, orphans, the biggest holder), kept where those change, so
+that 10,000 hosts cost one join, not a subquery per host into GPUs, process
+lives and findings. Only the page's keys are read in the fleet's order; then
+only the page's hosts with their summaries. Online or offline is the clock's
+(``last_seen_at`` against the offline window), never stored.
 
 Every row is a ``FleetRow``: the values the row template shows and nothing
 else, so a row's ``version`` (a short hash of those values) changes exactly

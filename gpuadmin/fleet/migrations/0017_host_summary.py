@@ -33,4 +33,8 @@ class Migration(migrations.Migration):
                 ('updated_at', models.DateTimeField()),
             ],
         ),
+        migrations.AddIndex(
+            model_name='finding',
+            index=models.Index(condition=models.Q(('resolved_at__isnull', True)), fields=['kind', 'host'], name='fleet_finding_open_kind'),
+        ),
     ]
