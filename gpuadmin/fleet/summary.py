@@ -1,8 +1,10 @@
 """One small row per host (``HostSummary``) that the fleet page, its filters and its attention strip read.
 
 ``refresh_host_summary`` is the one writer: it recomputes a host's summary from what is stored (its
-present GPUs, its live process lives, its open findings) in two reads and one upsert, statements
-compiled once. Everything that changes those calls it in the same transaction:
+present GPUs, its live process lives, its open findings) in two statements compiled once, an insert
+of an empty row when there is none and one UPDATE of correlated subqueries, whose answers nobody
+waits for: inside ingest's pipeline they cost no round trip of their own. Everything that changes
+those calls it in the same transaction:
 
 - a full snapshot (``fleet.intake.ingest.ingest_document``) and a snapshot update
   (``fleet.intake.updates``): GPU figures, orphans, the biggest holder, findings drawn;
@@ -19,91 +21,117 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Case, Count, IntegerField, OuterRef, QuerySet, Subquery, Value, When
-from django.db.models.functions import Coalesce
+from django.db.models import (
+    Aggregate,
+    Case,
+    Count,
+    F,
+    IntegerField,
+    JSONField,
+    OuterRef,
+    QuerySet,
+    Subquery,
+    Sum,
+    TextField,
+    Value,
+    When,
+)
+from django.db.models.functions import Coalesce, Concat, Greatest, JSONArray
 from django.utils import timezone
 
-from gpuadmin.fleet.models import Finding, Gpu, Host, HostSummary, ProcessLife
-from gpuadmin.fleet.storage.statements import Param, PreparedQuery, RowInsert
+from gpuadmin.fleet.models import Finding, Gpu, HostSummary, ProcessLife
+from gpuadmin.fleet.storage.statements import Param, PreparedUpdate, RowInsert
 
 # A GPU counts as free when this little memory is used on it (the driver's own share fits under it).
 FREE_GPU_MAX_USED_BYTES = 1024**3
 # Around each model in HostSummary.gpu_models: no model name holds a newline.
 GPU_MODELS_SEPARATOR = "\n"
 
-_PRESENT_GPUS = PreparedQuery(
-    Gpu.objects.filter(host=Param(Gpu, "host"), present=True).order_by("index").values_list(
-        "index", "name", "memory_total_bytes", "memory_used_bytes", "memory_attributed_bytes",
-        "utilization_percent")
-)
-
-
-def most_severe_open_finding_of_outer_host() -> QuerySet[Finding]:
-    """The outer query's host's open findings, most severe first, then oldest (``Severity.rank``)."""
-    rank = Case(*[When(severity=severity.value, then=Value(severity.rank)) for severity in Finding.Severity],
+def _severity_rank() -> Case:
+    """``Severity.rank`` in SQL (the severity is text: the database cannot order it by urgency)."""
+    return Case(*[When(severity=severity.value, then=Value(severity.rank)) for severity in Finding.Severity],
                 output_field=IntegerField())
-    return (Finding.objects.open().filter(host=OuterRef("pk")).annotate(rank=rank)
-            .order_by("rank", "first_seen_at", "kind", "key"))
 
 
-def _count_of_outer_host(queryset: QuerySet[Any]) -> Coalesce:
-    """How many rows of ``queryset`` (filtered on the outer query's host) there are, as a subquery."""
-    counted = queryset.order_by().values("host").annotate(n=Count("pk")).values("n")
-    return Coalesce(Subquery(counted), 0)
+class _JsonRows(Aggregate):
+    """The rows' JSON values as one JSON array (SQLite's json_group_array, PostgreSQL's jsonb_agg)."""
+
+    function = "JSON_GROUP_ARRAY"
+    output_field = JSONField()
+
+    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        return self.as_sql(compiler, connection, function="JSONB_AGG", **extra)
 
 
-def _host_figures() -> PreparedQuery:
-    worst = most_severe_open_finding_of_outer_host()
-    live = ProcessLife.objects.filter(host=OuterRef("pk"), gone_at__isnull=True)
-    open_findings = Finding.objects.open().filter(host=OuterRef("pk"))
-    return PreparedQuery(
-        Host.objects.filter(pk=Param(Host, "id")).order_by().annotate(
-            orphans=_count_of_outer_host(live.filter(was_orphaned=True)),
-            top_holder=Subquery(live.filter(last_gpu_memory_bytes__gt=0)
-                                .order_by("-last_gpu_memory_bytes", "pid").values("user")[:1]),
-            worst_rank=Subquery(worst.values("rank")[:1]),
-            worst_severity=Subquery(worst.values("severity")[:1]),
-            worst_title=Subquery(worst.values("title")[:1]),
-            **{f"findings_{severity.value}":
-               _count_of_outer_host(open_findings.filter(severity=severity.value))
-               for severity in Finding.Severity},
-        ).values_list("orphans", "top_holder", "worst_rank", "worst_severity", "worst_title",
-                      *(f"findings_{severity.value}" for severity in Finding.Severity))
+class _Lines(Aggregate):
+    """The rows' texts, each after a GPU_MODELS_SEPARATOR (repeats kept: a filter matches either way)."""
+
+    function = "GROUP_CONCAT"
+    template = "%(function)s(%(distinct)s%(expressions)s, '')"  # joined with nothing between
+    output_field = TextField()
+
+    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        return self.as_sql(compiler, connection, function="STRING_AGG", **extra)
+
+
+def _of_outer_host(queryset: QuerySet[Any], value: Any, default: Any) -> Coalesce:
+    """``value`` aggregated over ``queryset``'s rows of the outer query's host, as a subquery."""
+    grouped = queryset.filter(host=OuterRef("host")).order_by().values("host")
+    return Coalesce(Subquery(grouped.annotate(v=value).values("v")), default)
+
+
+def _summary_update() -> PreparedUpdate:
+    """The host's summary recomputed in one UPDATE of correlated subqueries: nothing read back, so it
+    rides in ingest's pipeline (``statements.pipelined``) without a round trip of its own."""
+    gpus = Gpu.objects.filter(present=True)
+    live = ProcessLife.objects.filter(gone_at__isnull=True)
+    open_findings = Finding.objects.open()
+    worst = (open_findings.filter(host=OuterRef("host")).annotate(rank=_severity_rank())
+             .order_by("rank", "first_seen_at", "kind", "key"))
+    unattributed = Greatest(F("memory_used_bytes") - F("memory_attributed_bytes"), 0)
+    return PreparedUpdate(
+        HostSummary.objects.filter(host=Param(HostSummary, "host")),
+        gpus=_of_outer_host(gpus, _JsonRows(JSONArray("index", "memory_total_bytes", "memory_used_bytes",
+                                                      "memory_attributed_bytes", "utilization_percent")),
+                            Value([], output_field=JSONField())),
+        gpu_count=_of_outer_host(gpus, Count("pk"), 0),
+        free_gpu_count=_of_outer_host(gpus.filter(memory_used_bytes__lte=FREE_GPU_MAX_USED_BYTES),
+                                      Count("pk"), 0),
+        memory_total_bytes=_of_outer_host(gpus, Sum("memory_total_bytes"), 0),
+        memory_used_bytes=_of_outer_host(gpus, Sum("memory_used_bytes"), 0),
+        memory_unattributed_bytes=_of_outer_host(gpus, Sum(unattributed), 0),
+        gpu_models=Concat(
+            _of_outer_host(gpus.exclude(name=""),
+                           _Lines(Concat(Value(GPU_MODELS_SEPARATOR), "name", output_field=TextField())),
+                           Value("", output_field=TextField())),
+            Value(GPU_MODELS_SEPARATOR), output_field=TextField()),
+        orphan_count=_of_outer_host(live.filter(was_orphaned=True), Count("pk"), 0),
+        top_holder_user=Coalesce(Subquery(live.filter(host=OuterRef("host"), last_gpu_memory_bytes__gt=0)
+                                          .order_by("-last_gpu_memory_bytes", "pid").values("user")[:1]),
+                                 Value("")),
+        worst_finding_rank=Coalesce(Subquery(worst.values("rank")[:1]), len(Finding.Severity)),
+        worst_finding_severity=Coalesce(Subquery(worst.values("severity")[:1]), Value("")),
+        worst_finding_title=Coalesce(Subquery(worst.values("title")[:1]), Value("")),
+        **{f"findings_{severity.value}_count":
+           _of_outer_host(open_findings.filter(severity=severity.value), Count("pk"), 0)
+           for severity in Finding.Severity},
+        updated_at=Param(HostSummary, "updated_at"),
     )
 
 
-_HOST_FIGURES = _host_figures()
-_SUMMARY_FIELDS = ["gpus", "gpu_count", "free_gpu_count", "memory_total_bytes", "memory_used_bytes",
-                   "memory_unattributed_bytes", "gpu_models", "orphan_count", "top_holder_user",
-                   "worst_finding_rank", "worst_finding_severity", "worst_finding_title",
-                   *(f"findings_{severity.value}_count" for severity in Finding.Severity), "updated_at"]
-_SUMMARY_UPSERT = RowInsert(HostSummary, ["host", *_SUMMARY_FIELDS], conflict=["host"],
-                            update=_SUMMARY_FIELDS)
+# A host's first summary is an empty row, then filled as every later one (nothing to do when it is there).
+_EMPTY = {field.name: field.get_default() for field in HostSummary._meta.concrete_fields
+          if not field.primary_key and field.name != "updated_at"}
+_SUMMARY_ROW = RowInsert(HostSummary, ["host", *_EMPTY, "updated_at"], conflict=["host"])
+_SUMMARY_UPDATE = _summary_update()
 
 
 def refresh_host_summary(host_id: int, *, now: datetime | None = None) -> None:
-    """Recompute the host's ``HostSummary`` from its stored GPUs, process lives and open findings."""
-    gpus = _PRESENT_GPUS.start(host=host_id)
-    figures = _HOST_FIGURES.start(id=host_id)
-    present = gpus.rows()
-    rows = figures.rows()
-    if not rows:
-        return  # the host was forgotten meanwhile
-    orphans, top_holder, worst_rank, worst_severity, worst_title, *counts = rows[0]
-    models = sorted({name for _, name, *_ in present if name})
-    packed = [[index, total, used, attributed, busy] for index, _, total, used, attributed, busy in present]
-    free = sum(1 for *_, used, _, _ in present if (used or 0) <= FREE_GPU_MAX_USED_BYTES)
-    gpu_models = "".join(f"{GPU_MODELS_SEPARATOR}{model}" for model in models)
-    gpu_models += GPU_MODELS_SEPARATOR if models else ""
-    _SUMMARY_UPSERT.run([(
-        host_id, packed, len(present), free,
-        sum(total or 0 for _, _, total, *_ in present), sum(used or 0 for *_, used, _, _ in present),
-        # Gpu.memory_unattributed_bytes: used - attributed, never below 0.
-        sum(max((used or 0) - (attributed or 0), 0) for *_, used, attributed, _ in present),
-        gpu_models, orphans, top_holder or "",
-        len(Finding.Severity) if worst_rank is None else worst_rank, worst_severity or "", worst_title or "",
-        *counts, now or timezone.now(),
-    )], returning=False)
+    """Recompute the host's ``HostSummary`` from its stored GPUs, process lives and open findings: two
+    statements whose answers nobody waits for."""
+    now = now or timezone.now()
+    _SUMMARY_ROW.run([(host_id, *_EMPTY.values(), now)], returning=False)
+    _SUMMARY_UPDATE.run(host=host_id, updated_at=now)
 
 
 def gpu_models_contain(model: str) -> str:

@@ -51,7 +51,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from functools import lru_cache
-from typing import NamedTuple
 from urllib.parse import urlencode
 
 from django.core.paginator import Page, Paginator
@@ -238,7 +237,7 @@ class FleetRow:
         """``host`` with its summary (``_rows``); a host without one yet shows no GPU or finding."""
         online = host.last_seen_at is not None and now - host.last_seen_at <= Host.offline_after()
         summary = getattr(host, "summary", None) or HostSummary(host=host)
-        gpus = [_PackedGpu(*gpu) for gpu in summary.gpus]
+        gpus = [_PackedGpu(*gpu) for gpu in sorted(summary.gpus)]  # by index
         return cls(
             pk=host.pk,
             name=host.name,
@@ -494,7 +493,8 @@ class FleetPage:
         return f"?{self.query.query_string(page=self.page.next_page_number())}"
 
 
-class _PackedGpu(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class _PackedGpu:
     """A GPU as its host's summary keeps it (``HostSummary.gpus``): what ``memory_bar`` reads."""
 
     index: int
