@@ -119,6 +119,21 @@ if DATABASE_URL:
         # prepare, whatever this says. A pooler in transaction mode must keep prepared statements
         # per client (PgBouncer: max_prepared_statements).
         DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = 0
+    # A PostgreSQL streaming replica for the pages that only show reported state; what reads it and
+    # what never does is gpuadmin/db_router.py's rule (docs/deploy.md, "Growing beyond one box").
+    DATABASE_REPLICA_URL = env_str("GPUADMIN_DATABASE_REPLICA_URL")
+    if DATABASE_REPLICA_URL:
+        replica = dj_database_url.parse(DATABASE_REPLICA_URL, conn_max_age=60, conn_health_checks=True)
+        if replica["ENGINE"] != DATABASES["default"]["ENGINE"]:
+            raise ImproperlyConfigured("GPUADMIN_DATABASE_REPLICA_URL must name the same engine as "
+                                       "DATABASE_URL (a streaming replica of it)")
+        replica["OPTIONS"] = {**replica.get("OPTIONS", {}), **DATABASES["default"].get("OPTIONS", {})}
+        # Tests get no database of their own for it: it is the primary's copy.
+        replica["TEST"] = {"MIRROR": "default"}
+        DATABASES["replica"] = replica
+        DATABASE_ROUTERS = ["gpuadmin.db_router.ReplicaRouter"]
+        MIDDLEWARE.insert(MIDDLEWARE.index("axes.middleware.AxesMiddleware"),
+                          "gpuadmin.db_router.ReplicaPagesMiddleware")
 else:
     DATABASES = {
         "default": {
@@ -134,6 +149,9 @@ else:
             },
         }
     }
+
+if env_str("GPUADMIN_DATABASE_REPLICA_URL") and not DATABASE_URL:
+    raise ImproperlyConfigured("GPUADMIN_DATABASE_REPLICA_URL needs DATABASE_URL: a replica of what?")
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -282,6 +282,43 @@ def postgres_server(settings: Sequence[str] = ()) -> Iterator[PostgresServer]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def postgres_with_standby() -> Iterator[tuple[PostgresServer, PostgresServer]]:
+    """A throwaway primary and a hot standby streaming from it (pg_basebackup -R), on two free ports.
+
+    The standby answers reads only and lags the primary by its replay. Both are stopped and removed
+    whatever happens.
+    """
+    bin_dirs = glob.glob(POSTGRES_BIN_GLOB)
+    pg_basebackup = find_binary("pg_basebackup", bin_dirs)
+    pg_ctl = find_binary("pg_ctl", bin_dirs)
+    os_user, as_user = _postgres_os_user()
+    with postgres_server(["wal_level=replica", "max_wal_senders=4"]) as primary:
+        directory = Path(tempfile.mkdtemp(prefix="gpuadmin-postgres-standby-"))
+        data_dir, socket_dir, log_path = directory / "data", directory / "sockets", directory / "server.log"
+        socket_dir.mkdir()
+        if as_user:
+            for path in (directory, socket_dir):
+                shutil.chown(path, user=os_user)
+        port = free_port()
+        started = False
+        try:
+            # -R writes standby.signal and primary_conninfo: the copy starts as a standby of the primary.
+            _run([*as_user, pg_basebackup, "-h", "127.0.0.1", "-p", str(primary.port), "-U", os_user,
+                  "-D", str(data_dir), "-R", "-X", "stream", "--no-sync", "--checkpoint=fast"],
+                 "pg_basebackup")
+            options = f"-p {port} -k {socket_dir} -c listen_addresses=127.0.0.1 -c hot_standby=on"
+            _run([*as_user, pg_ctl, "-D", str(data_dir), "-l", str(log_path), "-o", options, "-w",
+                  "-t", str(int(START_TIMEOUT_SECONDS)), "start"], "pg_ctl start (standby)", log_path)
+            started = True
+            yield primary, PostgresServer(port=port, user=os_user, socket_dir=socket_dir)
+        finally:
+            if started:
+                subprocess.run([*as_user, pg_ctl, "-D", str(data_dir), "-m", "immediate", "-w", "stop"],
+                               stdin=subprocess.DEVNULL, capture_output=True, check=False)
+            shutil.rmtree(directory, ignore_errors=True)
+
+
 def _run(argv: list[str], what: str, log_path: Path | None = None) -> None:
     result = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False)
     if result.returncode != 0:
