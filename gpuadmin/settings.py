@@ -435,6 +435,17 @@ if REDIS_URL:
     # is used as it is: kombu lets those replace these.
     CELERY_BROKER_URL = REDIS_URL
     CELERY_BROKER_TRANSPORT_OPTIONS: dict = {"visibility_timeout": 3600}
+    if REDIS_URL.startswith("sentinel://"):
+        # Redis Sentinel: sentinel://:redis-password@sentinel1:26379;sentinel://sentinel2:26379;...
+        # kombu asks the Sentinels which Redis is the master named here, and asks again after a
+        # failover. The URL's password is the Redis server's; the Sentinels' own, if any, is apart.
+        CELERY_BROKER_TRANSPORT_OPTIONS["master_name"] = env_str("GPUADMIN_REDIS_SENTINEL_MASTER")
+        if not CELERY_BROKER_TRANSPORT_OPTIONS["master_name"]:
+            raise ImproperlyConfigured("a sentinel:// REDIS_URL needs GPUADMIN_REDIS_SENTINEL_MASTER, "
+                                       "the master's name in the Sentinels' configuration")
+        if env_secret("GPUADMIN_REDIS_SENTINEL_PASSWORD"):
+            CELERY_BROKER_TRANSPORT_OPTIONS["sentinel_kwargs"] = {
+                "password": env_secret("GPUADMIN_REDIS_SENTINEL_PASSWORD")}
     if REDIS_URL.startswith("rediss://") and "ssl_cert_reqs" not in REDIS_URL:
         CELERY_BROKER_USE_SSL: dict[str, object] = {"ssl_cert_reqs": ssl.CERT_REQUIRED}
         if env_str("GPUADMIN_REDIS_CA_FILE"):

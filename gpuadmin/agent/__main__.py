@@ -4,6 +4,7 @@ Configured from the environment only, and needs no database:
 
     GPUADMIN_HOST_NAME            this host's name (its queue is host.<name>)      required
     REDIS_URL                     the broker (redis://:password@host/0, rediss://)  required
+      (or sentinel://host1:26379;sentinel://host2:26379 and GPUADMIN_REDIS_SENTINEL_MASTER)
     GPUADMIN_CENTRAL_PUBLIC_KEY   central's key, as `manage.py central_key` prints  required
       (or GPUADMIN_CENTRAL_PUBLIC_KEY_FILE)
     GPUADMIN_DATA_DIR             its journal and its own signing key               required
@@ -55,8 +56,9 @@ def check_environment() -> tuple[str, Path]:
     host_name = os.environ["GPUADMIN_HOST_NAME"]
     if not HOST_NAME_PATTERN.match(host_name):
         raise ConfigurationError(f"GPUADMIN_HOST_NAME {host_name!r} is not a host name")
-    if not os.environ["REDIS_URL"].startswith(("redis://", "rediss://")):
-        raise ConfigurationError("REDIS_URL must be a redis:// or rediss:// URL")
+    if not os.environ["REDIS_URL"].startswith(("redis://", "rediss://", "sentinel://")):
+        raise ConfigurationError("REDIS_URL must be a redis:// or rediss:// URL, or sentinel:// with "
+                                 "GPUADMIN_REDIS_SENTINEL_MASTER (Redis Sentinel)")
     try:
         ProtectedExecutables.from_env()
     except (ValueError, OSError) as error:  # re.error is a ValueError
