@@ -151,7 +151,9 @@ def test_the_router_sends_reads_to_the_replica_only_for_fleet_and_usage_during_a
     assert router.allow_migrate("default", "fleet") is None
 
 
-@pytest.mark.django_db(transaction=True)
+# Outside the test's own transaction, so that atomic() opens the first one; the rows migrations made
+# come back after the flush (serialized_rollback), for the tests that come next.
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_a_read_inside_a_transaction_stays_on_the_primary() -> None:
     from django.db import transaction
 
