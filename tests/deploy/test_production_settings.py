@@ -98,3 +98,16 @@ def test_the_example_socket_database_url_names_the_socket_directory_and_no_passw
     assert (parsed["ENGINE"], parsed["HOST"], parsed["USER"], parsed["PASSWORD"], parsed["NAME"]) == (
         "django.db.backends.postgresql", "/var/run/postgresql", "gpuadmin", "", "gpuadmin"
     )
+
+
+def test_the_example_s_replica_and_sentinel_lines_pass_check_deploy(tmp_path: Path) -> None:
+    """central.env.example's commented lines for growing beyond one box (docs/deploy.md, section 11)."""
+    example = (REPO / "deploy" / "central.env.example").read_text()
+    names = ("GPUADMIN_DATABASE_REPLICA_URL", "REDIS_URL", "GPUADMIN_REDIS_SENTINEL_MASTER")
+    lines = dict(line[1:].split("=", 1) for line in example.splitlines()
+                 if line.startswith(tuple(f"#{name}=" for name in names)))
+    overrides = {name: value.strip("'") for name, value in lines.items()}
+    assert set(overrides) == set(names) and overrides["REDIS_URL"].startswith("sentinel://")
+    result = check_deploy(production_environment(tmp_path, **overrides))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "System check identified no issues (0 silenced)." in result.stdout
