@@ -83,6 +83,10 @@ out["kill_page"] = client.get(filed["Location"]).status_code if filed.status_cod
 standby_sql("SELECT pg_wal_replay_resume()")
 caught_up()
 out["api_hosts_after_replay"] = sorted(h["name"] for h in client.get("/api/v1/hosts/").json())
+# Every page on the replica's list renders with reads on both sides (gpu01 has an open kill request).
+out["pages"] = {url: client.get(url).status_code for url in (
+    "/", "/hosts/gpu01/", "/hosts/gpu01/processes/4120-412000/", "/usage/", "/usage/processes/",
+    "/api/v1/hosts/gpu01/", "/api/v1/hosts/gpu01/history/", "/api/v1/usage/")}
 print("RESULT " + json.dumps(out))
 """
 
@@ -125,6 +129,7 @@ def test_pages_read_the_replica_while_the_kill_path_and_writes_use_the_primary(t
     assert out["kill_filed"] == [302, 1]
     assert out["kill_page"] == 200
     assert out["api_hosts_after_replay"] == ["early", "gpu01"]
+    assert set(out["pages"].values()) == {200}, out["pages"]
 
 
 def test_the_router_sends_reads_to_the_replica_only_for_fleet_and_usage_during_a_marked_page() -> None:
