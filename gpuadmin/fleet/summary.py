@@ -11,9 +11,10 @@ those calls it in the same transaction:
 - findings opened or closed outside ingest: the kills app's (``kills.services.findings``) and the
   rejected-messages finding (``fleet.intake.trust``).
 
-Recomputed, not patched: whichever path changed something, the summary says what the rows say, and a
-summary that went missing (a host stored before the summaries existed) is whole again at its next
-snapshot. Online or offline is not stored: it depends on the clock, and is read from ``last_seen_at``.
+Recomputed, not patched: whichever path changed something, the summary says what the rows say. A host
+without one (stored before the summaries existed, and silent since) gets it from ``fill_missing``, run
+by the history maintenance beat. Online or offline is not stored: it depends on the clock, and is read
+from ``last_seen_at``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from django.db import transaction
 from django.db.models import (
     Aggregate,
     Case,
@@ -39,7 +41,7 @@ from django.db.models import (
 from django.db.models.functions import Coalesce, Concat, Greatest, JSONArray
 from django.utils import timezone
 
-from gpuadmin.fleet.models import Finding, Gpu, HostSummary, ProcessLife
+from gpuadmin.fleet.models import Finding, Gpu, Host, HostSummary, ProcessLife
 from gpuadmin.fleet.storage.statements import Param, PreparedUpdate, RowInsert
 
 # A GPU counts as free when this little memory is used on it (the driver's own share fits under it).
@@ -132,6 +134,19 @@ def refresh_host_summary(host_id: int, *, now: datetime | None = None) -> None:
     now = now or timezone.now()
     _SUMMARY_ROW.run([(host_id, *_EMPTY.values(), now)], returning=False)
     _SUMMARY_UPDATE.run(host=host_id, updated_at=now)
+
+
+def fill_missing(*, now: datetime | None = None, limit: int = 1000) -> int:
+    """Summaries for up to ``limit`` hosts that have none: a host stored before the summaries existed
+    gets one at its next snapshot, but an offline one would have none to show until it came back.
+    Each in its own transaction, under the host's row lock as at ingest. The number filled."""
+    filled = 0
+    for host_id in Host.objects.filter(summary__isnull=True).values_list("pk", flat=True)[:limit]:
+        with transaction.atomic():
+            if Host.objects.select_for_update().filter(pk=host_id).exists():
+                refresh_host_summary(host_id, now=now)
+                filled += 1
+    return filled
 
 
 def gpu_models_contain(model: str) -> str:

@@ -13,6 +13,7 @@ from celery import Task
 from django.db import DatabaseError
 
 from gpuadmin.celery import CENTRAL_QUEUE, app
+from gpuadmin.fleet import summary
 from gpuadmin.fleet.history.retention import maintain_history
 from gpuadmin.fleet.intake import trust
 from gpuadmin.fleet.intake.ingest import receive_snapshot
@@ -85,9 +86,11 @@ def schedule_probes() -> int:
 
 @app.task(name=MAINTAIN_HISTORY, queue=CENTRAL_QUEUE)
 def maintain_history_task() -> dict[str, int]:
-    """Roll up and prune history in bounded steps (beat, every 5 minutes), and withdraw expired host key
-    offers (else they would go only when a new host offers); return what it did."""
+    """Roll up and prune history in bounded steps (beat, every 5 minutes), withdraw expired host key
+    offers (else they would go only when a new host offers), and give a summary to hosts without one;
+    return what it did."""
     result = maintain_history()
     return {"buckets_rolled_up": result.buckets_rolled_up, "rows_pruned": result.pruned.total,
             "partitions_created": result.partitions_created,
-            "partitions_dropped": len(result.partitions_dropped), "offers_expired": trust.expire_offers()}
+            "partitions_dropped": len(result.partitions_dropped), "offers_expired": trust.expire_offers(),
+            "summaries_filled": summary.fill_missing()}

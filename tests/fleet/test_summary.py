@@ -11,12 +11,13 @@ import pytest
 from django.utils import timezone
 
 from gpuadmin.fleet.models import Finding, Host, HostSummary
+from gpuadmin.fleet.tasks import maintain_history_task
 from gpuadmin.kills import services
 from gpuadmin.web.attention import AttentionCount
 from gpuadmin.web.fleet_page import STATUS_OFFLINE, FleetQuery, FleetSummary
 from gpuadmin.wire.signing import MessageKind
 from tests.factories import GiB, gpu, proc, snapshot
-from tests.fleet.helpers import busy_host_gpus, busy_host_processes, store
+from tests.fleet.helpers import busy_host_gpus, busy_host_processes, make_offline, store
 from tests.fleet.intake.test_updates import HOST as UPDATED_HOST
 from tests.fleet.intake.test_updates import Agent, document
 from tests.keys import accept
@@ -104,3 +105,11 @@ def test_offline_is_read_from_the_clock_not_from_the_summary():
     assert list(FleetQuery(status=STATUS_OFFLINE).hosts(later).page(1)) == [Host.objects.get().pk]
     assert list(FleetQuery(needs_attention=True).hosts(later).page(1)) == [Host.objects.get().pk]
     assert summary_of("gpu01").updated_at == summary_written
+
+
+def test_a_host_stored_before_summaries_gets_one_from_the_maintenance_beat():
+    host = make_offline(store("gpu01", processes=busy_host_processes(), gpus=busy_host_gpus()))
+    HostSummary.objects.filter(host=host).delete()  # as after the upgrade that added summaries
+    assert maintain_history_task.apply().get()["summaries_filled"] == 1
+    assert summary_of("gpu01").gpu_count == len(busy_host_gpus())
+    assert maintain_history_task.apply().get()["summaries_filled"] == 0
