@@ -1,5 +1,5 @@
 """The weekly usage digest for approvers: GPU-hours and idle GPU-hours by person, kills that failed or
-did not free memory, hosts that were offline, and what other apps add (``register_section``).
+did not free memory, hosts that were offline, and what the fair-use policies did.
 
 ``compose(period)`` writes it (``manage.py send_usage_digest --dry-run`` prints it); ``queue_digest``
 stores one ``DigestMessage`` per approver's destination, once per week, and ``deliver`` sends one
@@ -9,12 +9,13 @@ through ``notify.delivery`` (email and Apprise), as the notify app sends its own
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
+from django.db.models import Count, Q
 from django.utils import timezone
 
+from gpuadmin.fairuse.models import Policy
 from gpuadmin.fleet.history.retention import BUCKET_SECONDS, bucket_of
 from gpuadmin.fleet.models import Finding, Host, HostRollup
 from gpuadmin.kills.models import KillRequest
@@ -39,16 +40,6 @@ OFFLINE_MIN_BUCKETS = 3
 class Section:
     title: str
     lines: list[str]
-
-
-# Sections other apps add (the fair-use app: the policies that fired), each a function of the period.
-_SECTIONS: list[Callable[[Period], Section | None]] = []
-
-
-def register_section(section: Callable[[Period], Section | None]) -> None:
-    """Add a section to every digest (call it from an AppConfig.ready); ``None``: nothing this week."""
-    if section not in _SECTIONS:
-        _SECTIONS.append(section)
 
 
 def last_week(today: date | None = None) -> Period:
@@ -109,14 +100,27 @@ def offline_section(period: Period, now: datetime | None = None) -> Section:
     return Section("Hosts that were offline", lines or ["None."])
 
 
+def policies_section(period: Period) -> Section:
+    """Each live fair-use policy that acted in the period: its owners notified, reminded, and the kill
+    requests it filed (each still waiting for, or decided by, an approver). Dry runs act on nobody."""
+    def cases_where(moment: str) -> Count:
+        return Count("cases", filter=Q(**{f"cases__{moment}__gte": period.start_at,
+                                          f"cases__{moment}__lt": period.end_at}))
+
+    policies = Policy.objects.annotate(
+        notified=cases_where("notified_at"), reminded=cases_where("reminded_at"),
+        requested=cases_where("kill_request__requested_at"),
+    ).order_by("name")
+    lines = [f"{p.name}: {p.notified} notified, {p.reminded} reminded, "
+             f"{p.requested} kill request{'' if p.requested == 1 else 's'} filed"
+             for p in policies if p.notified or p.reminded or p.requested]
+    return Section("Fair-use policies that fired", lines or ["None."])
+
+
 def compose(period: Period) -> tuple[str, str]:
     """The digest's subject and body (plain text)."""
-    sections = [usage_section(period), kills_section(period), offline_section(period)]
-    others = [section(period) for section in _SECTIONS]
-    sections += [s for s in others if s is not None]
-    if not others:
-        sections.append(Section("Fair-use policies that fired",
-                                ["None reported (no policy app registered)."]))
+    sections = [usage_section(period), kills_section(period), offline_section(period),
+                policies_section(period)]
     subject = f"GPU usage, {period.start} to {period.end}"
     body = [f"{subject} (UTC days; busy and idle as on the usage page).", ""]
     for section in sections:

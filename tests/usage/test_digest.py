@@ -9,6 +9,7 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
+from gpuadmin.fairuse.models import Case, Policy
 from gpuadmin.fleet.models import Host
 from gpuadmin.notify.models import Account, Person
 from gpuadmin.usage import digest
@@ -39,16 +40,22 @@ def test_the_digest_says_hours_by_person_and_offline_hosts(week) -> None:
     # Both hosts last sent on 2026-12-02: offline now.
     assert "  gpu-a: offline now (last seen 2026-12-02 12:01 UTC)" in body
     assert "Kills that failed or did not free memory\n  None." in body
-    assert "Fair-use policies that fired\n  None reported" in body
+    assert "Fair-use policies that fired\n  None." in body
 
 
-def test_another_app_adds_its_section(week, monkeypatch) -> None:
-    monkeypatch.setattr(digest, "_SECTIONS", [])
-    digest.register_section(lambda period: digest.Section("Fair-use policies that fired",
-                                                          [f"idle-holder: 2 nudges from {period.start}"]))
+def test_the_policies_that_acted_in_the_week_are_counted(week) -> None:
+    host = Host.objects.get(name="gpu-a")
+    idle = Policy.objects.create(name="idle-notebooks", condition=Policy.Condition.IDLE_HOLDER,
+                                 mode=Policy.Mode.LIVE)
+    Policy.objects.create(name="quiet", condition=Policy.Condition.IDLE_HOLDER, mode=Policy.Mode.LIVE)
+    in_week, before = at(0), at(0) - timedelta(days=30)
+    for key, notified, reminded in (("a", in_week, in_week), ("b", in_week, None), ("c", before, before)):
+        Case.objects.create(policy=idle, key=key, host=host, summary="idle", condition_since=notified,
+                            first_seen_at=notified, notified_at=notified, reminded_at=reminded)
     _, body = digest.compose(WEEK)
-    assert "Fair-use policies that fired\n  idle-holder: 2 nudges from 2026-11-30" in body
-    assert "None reported" not in body
+    assert ("Fair-use policies that fired\n"
+            "  idle-notebooks: 2 notified, 1 reminded, 0 kill requests filed\n") in body
+    assert "quiet:" not in body
 
 
 def test_a_host_with_missing_history_is_called_offline_for_that_long(week) -> None:
