@@ -631,8 +631,9 @@ class HostSummary(models.Model):
     """
 
     host = models.OneToOneField(Host, on_delete=models.CASCADE, primary_key=True, related_name="summary")
-    # Present GPUs, in no particular order (a JSON aggregate's): [index, memory_total_bytes, memory_used_bytes, memory_attributed_bytes,
-    # utilization_percent], what the row's bars read (``memory_bar``).
+    # Present GPUs, in no particular order (a JSON aggregate's): [index, memory_total_bytes,
+    # memory_used_bytes, memory_attributed_bytes, utilization_percent], what the row's bars read
+    # (``memory_bar``).
     gpus = models.JSONField(default=list)
     gpu_count = models.PositiveIntegerField(default=0)
     free_gpu_count = models.PositiveIntegerField(default=0)
