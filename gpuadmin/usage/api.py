@@ -27,7 +27,10 @@ class UsageRowSerializer(Shape):
     held_gib_hours = serializers.FloatField(source="total.held_gib_hours")
     busy_gpu_hours = serializers.FloatField(
         source="total.busy_gpu_hours",
-        help_text="An estimate: each device's utilisation shared equally among its holders.")
+        help_text="Each process's own utilisation where NVML gave it, else an estimate: the device's "
+                  "utilisation its measured holders left, shared equally among the others.")
+    busy_estimated_gpu_hours = serializers.FloatField(
+        source="total.busy_estimated_gpu_hours", help_text="The part of busy_gpu_hours that is the estimate.")
     idle_gpu_hours = serializers.FloatField(source="total.idle_gpu_hours",
                                             help_text="Held while the device computed nothing (0 %).")
     unmeasured_gpu_hours = serializers.FloatField(
@@ -44,7 +47,8 @@ class UsageSerializer(Shape):
     end = serializers.DateField(help_text="Last UTC day, included.")
     by = serializers.ChoiceField(choices=Grouping.choices)
     sort = serializers.ChoiceField(choices=Sort.choices)
-    busy_is_estimate = serializers.BooleanField()
+    busy_is_estimate = serializers.BooleanField(
+        help_text="True when every row's busy time is the estimate (no process gave its own utilisation).")
     days = serializers.ListField(child=serializers.DateField())
     rows = UsageRowSerializer(many=True)
 
@@ -55,7 +59,8 @@ def answer(params: Any) -> dict[str, Any]:
     by = parse_choice(Grouping, params.get("by"), Grouping.USER, "by")
     sort = parse_choice(Sort, params.get("sort"), Sort.HELD, "sort")
     table = usage_table(period, by, sort)
-    data = {"start": period.start, "end": period.end, "by": by, "sort": sort, "busy_is_estimate": True,
+    data = {"start": period.start, "end": period.end, "by": by, "sort": sort,
+            "busy_is_estimate": all(row.total.busy_is_estimate for row in table.rows),
             "days": period.days, "rows": table.rows}
     return UsageSerializer(data, context={"days": period.days}).data
 

@@ -9,17 +9,26 @@ Rules (the usage page and docs/api.md say them to people):
   first seen in a snapshot starts counting there, one gone from a snapshot counted until it. A gap
   longer than ``GAP_CAP_INTERVALS`` probe intervals (an agent down, a host off) counts only up to that
   cap: nobody is charged for hours nobody saw.
-- *Busy*: the device's utilisation shared equally among its holders, an estimate (snapshots carry no
-  per-process utilisation; the probe does not read NVML's ``nvmlDeviceGetProcessUtilization``).
+- *Busy*: measured where the snapshot gives the process's own utilisation on the device
+  (``processes[].gpu_utilization_percent``, NVML's ``nvmlDeviceGetProcessUtilization``): that
+  percentage of the interval. Otherwise *estimated*: the device's utilisation less what its measured
+  holders used (never below 0), shared equally among its holders without a figure; with none measured,
+  the device's utilisation shared among all its holders. ``busy_estimated_milliseconds`` is the
+  estimated part of ``busy_milliseconds``. A process's own figure counts only on a device that gave
+  a utilisation of its own (a MIG instance gives neither).
   *Idle*: held while the device said 0 %. A device that gave no utilisation (a MIG instance, whose
   utilisation NVML does not report) counts as *unmeasured*, neither busy nor idle.
 - Days are UTC days; an interval across midnight is split there.
 - A snapshot update (``gpuadmin.wire.snapshot_update``, sent between full snapshots) counts like a
-  snapshot for time, utilisation and memory; who holds what changes only at a full snapshot.
+  snapshot for time, utilisation and memory; who holds what changes only at a full snapshot. An
+  update carries no per-process utilisation: a holder keeps its last measured figure until the next
+  full snapshot.
 
 How it stays cheap (benchmarks/README.md): every holder of a device gets the same share of each
 interval, so the host's ``UsageCursor`` keeps running totals per *device* (and one clock for the
-host), and each holder only the totals it joined at; its figures are the difference. A snapshot
+host), and each holder only the totals it joined at; its figures are the difference. A holder with a
+measured figure (few: only where NVML gives one) keeps its own busy counter in its device's entry,
+with the estimated shares that went past it while measured, to take from the difference. A snapshot
 whose holders are the ones before (most of them) rewrites the device totals and the holders'
 memory, a few hundred bytes; the holders' list is read and rewritten only when one comes or goes,
 and when the cursor is *settled*: written to ``LifeUsage`` and ``UsageDay``, at most every
@@ -77,15 +86,27 @@ class Holder(msgspec.Struct, array_like=True):
         return (self.boot_id, self.pid, self.start_time_ticks, self.device_uuid)
 
 
+class Own(msgspec.Struct, array_like=True):
+    """A holder's measured busy time on a device since the cursor was settled: its utilisation in the
+    latest snapshot (None: none given there), the milliseconds busy by it, and the estimated shares
+    its device's ``busy`` counted while it was measured (which are not its own)."""
+
+    utilization_percent: int | None
+    busy: int = 0
+    skipped: int = 0
+
+
 class Device(msgspec.Struct, array_like=True):
     """A device with holders: its utilisation in the latest snapshot and how many held it, and the
-    milliseconds each of its holders was busy, idle or unmeasured since the cursor was settled."""
+    milliseconds each of its holders was busy (estimated), idle or unmeasured since the cursor was
+    settled; ``own``: by index in the holders' list, the holders with a measured figure."""
 
     utilization_percent: int | None
     holders: int
     busy: int = 0
     idle: int = 0
     unmeasured: int = 0
+    own: dict[int, Own] = msgspec.field(default_factory=dict)
 
 
 class Settled(msgspec.Struct, array_like=True):
@@ -155,6 +176,10 @@ class Cursor:
             holders, pending = UsageCursor.objects.filter(host_id=self.host_id).values_list(
                 "holders", "pending").get()
             self._holders, self._pending = _decode_holders(holders), _decode_pending(pending)
+            for item in self._pending:
+                if len(item.counters) == len(COUNTER_FIELDS) - 1:
+                    # Settled before busy was ever measured: all of its busy time was estimated.
+                    item.counters.append(item.counters[2])
 
     @property
     def holders(self) -> list[Holder]:
@@ -177,18 +202,32 @@ class Cursor:
             utilization = device.utilization_percent
             if utilization is None:
                 device.unmeasured += milliseconds
+                continue
+            share = 0
+            if device.own:
+                measured = [own for own in device.own.values() if own.utilization_percent is not None]
+                left = max(0, utilization - sum(own.utilization_percent or 0 for own in measured))
+                if device.holders > len(measured):
+                    share = milliseconds * left // (100 * (device.holders - len(measured)))
+                for own in measured:
+                    own.busy += milliseconds * (own.utilization_percent or 0) // 100
+                    own.skipped += share
             else:
-                device.busy += milliseconds * utilization // (100 * device.holders)
-                if utilization == 0:
-                    device.idle += milliseconds
+                share = milliseconds * utilization // (100 * device.holders)
+            device.busy += share
+            if utilization == 0:
+                device.idle += milliseconds
         self.memory = [(memory_bytes, byte_ms + memory_bytes * milliseconds)
                        for memory_bytes, byte_ms in self.memory]
 
     def figures(self, index: int, holder: Holder, last_at: datetime) -> Settled:
         device = self.devices[holder.device_uuid]
+        own = device.own.get(index)
+        estimated = device.busy - holder.busy_from - (own.skipped if own is not None else 0)
+        measured = own.busy if own is not None else 0
         return Settled(holder, last_at, [
-            self.clock - holder.clock_from, self.memory[index][1] // 1000, device.busy - holder.busy_from,
-            device.idle - holder.idle_from, device.unmeasured - holder.unmeasured_from])
+            self.clock - holder.clock_from, self.memory[index][1] // 1000, measured + estimated,
+            device.idle - holder.idle_from, device.unmeasured - holder.unmeasured_from, estimated])
 
     def settle(self, charged_until: datetime) -> None:
         """Write every holder's figures and those gone since to LifeUsage and UsageDay; start again."""
@@ -197,6 +236,8 @@ class Cursor:
         self.clock = 0
         for device in self.devices.values():
             device.busy = device.idle = device.unmeasured = 0
+            device.own = {i: Own(own.utilization_percent) for i, own in device.own.items()
+                          if own.utilization_percent is not None}
         self._holders = [msgspec.structs.replace(h, clock_from=0, busy_from=0, idle_from=0, unmeasured_from=0)
                          for h in self.holders]
         self._pending = []
@@ -302,11 +343,13 @@ def follow(cursor: Cursor, document: dict[str, Any], rows: Mapping[int, ProcessR
     keys = [key for key, *_ in held]
     digest = _digest(keys)
     utilization = {uuid: models[uuid][1] for uuid in {key[3] for key in keys}}
+    measured = _measured(document, keys)
     if digest == cursor.digest and cursor.stored:
         cursor.memory = [(memory_bytes, byte_ms) for (_, memory_bytes, _), (_, byte_ms)
                          in zip(held, cursor.memory, strict=True)]
         for uuid, device in cursor.devices.items():
             device.utilization_percent = utilization[uuid]
+        _measure(cursor.devices, keys, measured)
         return
     before = {h.key: (i, h) for i, h in enumerate(cursor.holders)}
     now = set(keys)
@@ -316,23 +359,56 @@ def follow(cursor: Cursor, document: dict[str, Any], rows: Mapping[int, ProcessR
     for key in keys:
         counts[key[3]] = counts.get(key[3], 0) + 1
     devices = {}
+    owns = {uuid: device.own for uuid, device in cursor.devices.items()}
     for uuid, count in counts.items():
         device = cursor.devices.get(uuid) or Device(utilization[uuid], count)
         device.utilization_percent, device.holders = utilization[uuid], count
+        device.own = {}
         devices[uuid] = device
     boot_id = document["host"]["boot_id"]
     holders, memory = [], []
-    for key, memory_bytes, row in held:
+    for index, (key, memory_bytes, row) in enumerate(held):
         kept = before.get(key)
         if kept is not None:
             holders.append(kept[1])
             memory.append((memory_bytes, cursor.memory[kept[0]][1]))
+            own = owns.get(key[3], {}).get(kept[0])
+            if own is not None:
+                devices[key[3]].own[index] = own  # its measured time, under its new place in the list
         else:
             holders.append(_holder(boot_id, row, key[3], models[key[3]][0], joined_at=taken_at,
                                    clock=cursor.clock, device=devices[key[3]]))
             memory.append((memory_bytes, 0))
+    _measure(devices, keys, measured)
     cursor.devices, cursor.memory, cursor.digest = devices, memory, digest
     cursor._holders = holders
+
+
+def _measured(document: dict[str, Any], keys: list[HolderKey]) -> list[int | None]:
+    """Each holder's own utilisation on its device in this snapshot (None: not given there)."""
+    given = {p["pid"]: p["gpu_utilization_percent"] for p in document["processes"]
+             if p.get("gpu_utilization_percent")}
+    if not given:
+        return [None] * len(keys)
+    return [given.get(pid, {}).get(uuid) for _, pid, _, uuid in keys]
+
+
+def _measure(devices: dict[str, Device], keys: list[HolderKey], measured: list[int | None]) -> None:
+    """Put this snapshot's measured figures in the holders' devices: a holder measured before and not
+    now keeps its measured time, and counts as estimated from now on."""
+    for index, (key, percent) in enumerate(zip(keys, measured, strict=True)):
+        device = devices[key[3]]
+        own = device.own.get(index)
+        if percent is not None:
+            if own is None:
+                device.own[index] = Own(percent)
+            else:
+                own.utilization_percent = percent
+        elif own is not None:
+            if own.busy or own.skipped:
+                own.utilization_percent = None
+            else:
+                del device.own[index]
 
 
 def holding(document: dict[str, Any], rows: Mapping[int, ProcessRow]

@@ -23,20 +23,22 @@ from gpuadmin.fleet.models import Host
 
 # The counters both ledger tables keep, in this order everywhere (ledger.COUNTERS).
 COUNTER_FIELDS = ["held_milliseconds", "held_byte_seconds", "busy_milliseconds", "idle_milliseconds",
-                  "unmeasured_milliseconds"]
+                  "unmeasured_milliseconds", "busy_estimated_milliseconds"]
 
 
 class Counters(models.Model):
     # Memory above GPUADMIN_USAGE_HELD_BYTES on the device.
     held_milliseconds = models.BigIntegerField(default=0)
     held_byte_seconds = models.BigIntegerField(default=0)
-    # The device's utilisation shared equally among its holders: an estimate (snapshots carry no
-    # per-process utilisation).
+    # The process's own utilisation where the snapshot gives it (NVML's per-process samples), else
+    # the device's shared among its holders: an estimate (ledger.py says how).
     busy_milliseconds = models.BigIntegerField(default=0)
     # Held while the device computed nothing (0 %).
     idle_milliseconds = models.BigIntegerField(default=0)
     # Held on a device that gave no utilisation (a MIG instance, an old driver): neither busy nor idle.
     unmeasured_milliseconds = models.BigIntegerField(default=0)
+    # The part of busy_milliseconds that is the shared estimate, not the process's own figure.
+    busy_estimated_milliseconds = models.BigIntegerField(default=0)
 
     class Meta:
         abstract = True

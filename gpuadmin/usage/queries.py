@@ -123,9 +123,19 @@ class Figures:
     def unmeasured_gpu_hours(self) -> float:
         return self.counters[4] / MS_PER_HOUR
 
+    @property
+    def busy_estimated_gpu_hours(self) -> float:
+        return self.counters[5] / MS_PER_HOUR
+
+    @property
+    def busy_is_estimate(self) -> bool:
+        """No part of busy was measured (each process's own utilisation): all of it is the estimate."""
+        return self.counters[5] == self.counters[2]
+
 
 # The table's columns, written once: the page's header and cells, the CSV's header and cells.
-COLUMNS = ["GPU-hours", "GiB-hours", "Busy GPU-hours (estimate)", "Idle GPU-hours", "Unmeasured GPU-hours"]
+COLUMNS = ["GPU-hours", "GiB-hours", "Busy GPU-hours", "Idle GPU-hours", "Unmeasured GPU-hours",
+           "Estimated busy GPU-hours"]
 
 
 @dataclass
@@ -139,7 +149,8 @@ class Row:
         """The row as the table and the CSV show it (hours to two decimals)."""
         t = self.total
         return [self.label, *(f"{v:.2f}" for v in (t.held_gpu_hours, t.held_gib_hours, t.busy_gpu_hours,
-                                                      t.idle_gpu_hours, t.unmeasured_gpu_hours))]
+                                                      t.idle_gpu_hours, t.unmeasured_gpu_hours,
+                                                      t.busy_estimated_gpu_hours))]
 
 
 @dataclass

@@ -3,6 +3,7 @@ appearing, idling and exiting, checked against figures worked out by hand, to th
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -116,6 +117,60 @@ def test_a_timeline_on_two_hosts_and_a_mig_gpu_gives_the_hand_worked_figures(set
     }
     bob_day = UsageDay.objects.get(user="bob")
     assert (bob_day.uid, bob_day.owner_kind, bob_day.owner_uid) == (1001, "slurm_job", 1001)
+    # No process carried its own utilisation: every busy millisecond is the shared estimate.
+    for row in [*LifeUsage.objects.all(), *UsageDay.objects.all()]:
+        assert row.busy_estimated_milliseconds == row.busy_milliseconds
+
+
+def busy(pid: int, device: str) -> tuple[int, int]:
+    row = LifeUsage.objects.get(pid=pid, device_uuid=device)
+    return row.busy_milliseconds, row.busy_estimated_milliseconds
+
+
+@pytest.mark.parametrize("flush_seconds", [0, 3600])
+def test_measured_utilisation_is_each_holder_s_own_and_the_rest_of_the_device_is_shared(
+        settings, flush_seconds) -> None:
+    settings.GPUADMIN_PROBE_INTERVAL_SECONDS = 10
+    settings.GPUADMIN_USAGE_FLUSH_SECONDS = flush_seconds
+
+    def measured(process: dict[str, Any], **percent: int) -> dict[str, Any]:
+        return {**process, "gpu_utilization_percent": {GPU0 if k == "gpu0" else GPU1: v
+                                                      for k, v in percent.items()}}
+
+    carol = proc(50, user="carol", uid=1002, gpu_memory={GPU0: GiB}, reasons=["gpu"])
+    # t=0: GPU0 at 70 %, alice measured at 40 %, bob without a figure there: bob's estimate is what
+    # alice left, 30 %. GPU1: bob measured at 25 %.
+    host_a(0, [measured(alice(), gpu0=40), measured(bob(), gpu1=25)], util0=70, util1=25)
+    # t=10: both measured on GPU0 (90 %: 60 and 20; the 10 % nobody measured is nobody's); GPU1 50 %.
+    host_a(10, [measured(alice(), gpu0=60), measured(bob(), gpu0=20, gpu1=50)], util0=90, util1=50)
+    # t=20: carol (pid 50: first in the holders' list) joins GPU0 without a figure, and alice's is
+    # gone: GPU0 at 50 %, bob measured at 10 %, the 40 % left shared by alice and carol, 20 % each.
+    host_a(20, [carol, alice(), measured(bob(), gpu0=10, gpu1=50)], util0=50, util1=50)
+    host_a(30, [carol, alice(), measured(bob(), gpu0=10, gpu1=50)], util0=50, util1=50)
+    if flush_seconds:
+        ledger.flush_all()
+
+    # alice: 4 s + 6 s measured, then 2 s estimated.
+    assert busy(100, GPU0) == (12_000, 2_000)
+    # bob on GPU0: 3 s estimated, then 2 s + 1 s measured; on GPU1 all measured: 2.5 + 5 + 5 s.
+    assert busy(200, GPU0) == (6_000, 3_000)
+    assert busy(200, GPU1) == (12_500, 0)
+    assert busy(50, GPU0) == (2_000, 2_000)
+    assert life(200, GPU1) == (30_000, 30 * GiB, 12_500, 0, 0)
+    days = {d.user: (d.busy_milliseconds, d.busy_estimated_milliseconds) for d in UsageDay.objects.all()}
+    assert days == {"alice": (12_000, 2_000), "bob": (18_500, 3_000), "carol": (2_000, 2_000)}
+
+
+def test_figures_settled_before_busy_was_measured_count_as_estimated(settings) -> None:
+    settings.GPUADMIN_USAGE_FLUSH_SECONDS = 3600
+    host_a(0, [alice()], util0=50)
+    host_a(10, [bob()], util0=50)  # alice gone: her figures wait in the cursor's pending list
+    cursor = UsageCursor.objects.get()
+    pending = json.loads(cursor.pending)
+    pending[0][2] = pending[0][2][:5]  # as a cursor written before the estimated counter was kept
+    UsageCursor.objects.filter(pk=cursor.pk).update(pending=json.dumps(pending))
+    ledger.flush_all()
+    assert busy(100, GPU0) == (5_000, 5_000)
 
 
 def test_an_interval_across_midnight_is_split_between_the_days(settings) -> None:

@@ -79,8 +79,8 @@ def test_the_csv_is_exactly_the_table(ledger, viewer_client) -> None:
 
 def test_the_table_says_the_hours_sorted_as_asked(ledger, viewer_client) -> None:
     by_held = page_table(viewer_client, f"{DAY}&by=user")
-    assert by_held[0][:5] == ["Unix user", "GPU-hours", "GiB-hours", "Busy GPU-hours (estimate)",
-                              "Idle GPU-hours"]
+    assert by_held[0] == ["Unix user", "GPU-hours", "GiB-hours", "Busy GPU-hours", "Idle GPU-hours",
+                          "Unmeasured GPU-hours", "Estimated busy GPU-hours"]
     # bob: 40 s on GPU0 and 40 s on GPU1 = 80 s; alice 60 s; carol 20 s; dave 10 s.
     assert [(r[0], r[1]) for r in by_held[1:]] == [("bob", "0.02"), ("alice", "0.02"), ("carol", "0.01"),
                                                    ("dave", "0.00")]
@@ -88,6 +88,29 @@ def test_the_table_says_the_hours_sorted_as_asked(ledger, viewer_client) -> None
     assert [r[0] for r in by_idle[1:]] == ["bob", "alice", "carol", "dave"]  # 70 s, 30 s, then 0 by name
     empty = viewer_client.get(f"{reverse('usage')}?from=2026-12-03&to=2026-12-04").content.decode()
     assert "No GPU was held in this period." in empty
+
+
+def test_measured_busy_time_is_told_apart_from_the_estimate_in_the_api_the_page_and_the_csv(
+        settings, viewer_client) -> None:
+    settings.GPUADMIN_USAGE_FLUSH_SECONDS = 0
+    measured = proc(100, gpu_memory={"GPU-sim-0000": GiB}, reasons=["gpu"],
+                    gpu_utilization_percent={"GPU-sim-0000": 36})
+    guessed = proc(200, user="bob", gpu_memory={"GPU-sim-0000": GiB}, reasons=["gpu"])
+    for seconds in (0, 10):
+        deliver(snapshot("gpu-a", processes=[measured, guessed], taken_at=at(seconds),
+                         gpus=[gpu(0, utilization_percent=72)]), received_at=at(seconds + 1))
+    answer = viewer_client.get(f"/api/v1/usage/?{DAY}&by=user").json()
+    assert answer["busy_is_estimate"] is False
+    rows = {r["key"]: r for r in answer["rows"]}
+    # alice's own 36 % of 10 s; bob the 36 % she left: the same hours, his estimated.
+    assert (rows["alice"]["busy_gpu_hours"], rows["alice"]["busy_estimated_gpu_hours"]) == (
+        pytest.approx(3.6 / 3600), 0)
+    bob = rows["bob"]
+    assert bob["busy_estimated_gpu_hours"] == bob["busy_gpu_hours"] == pytest.approx(3.6 / 3600)
+    exported = viewer_client.get(f"{reverse('usage_csv')}?{DAY}").content.decode()
+    csv_rows = list(csv.reader(io.StringIO(exported)))
+    assert csv_rows[0][-1] == "Estimated busy GPU-hours"
+    assert csv_rows == page_table(viewer_client, DAY)
 
 
 def test_the_api_filters_by_period_and_groups(ledger, viewer_client) -> None:
@@ -99,6 +122,7 @@ def test_the_api_filters_by_period_and_groups(ledger, viewer_client) -> None:
     assert rows["gpu-a"]["held_gpu_hours"] == pytest.approx(140 / 3600)
     assert rows["gpu-a"]["idle_gpu_hours"] == pytest.approx(100 / 3600)
     assert rows["gpu-a"]["busy_gpu_hours"] == pytest.approx(16 / 3600)
+    assert rows["gpu-a"]["busy_estimated_gpu_hours"] == pytest.approx(16 / 3600)
     assert rows["gpu-b"]["unmeasured_gpu_hours"] == pytest.approx(30 / 3600)
     assert rows["gpu-a"]["held_gpu_hours_per_day"] == [pytest.approx(140 / 3600)]
     models = {r["key"] for r in viewer_client.get(f"/api/v1/usage/?{DAY}&by=gpu_model").json()["rows"]}

@@ -468,6 +468,11 @@ def _check_processes(processes: list[dict[str, Any]], gpu_uuids: set[str]) -> No
         # GPU's over its processes (Gpu.memory_attributed_bytes): the sums must fit bigint columns too.
         if memory_total_bytes(process["gpu_memory_bytes"]) > INT64_MAX:
             raise SnapshotRejected(f"processes[{i}].gpu_memory_bytes: adds up to more than a 64-bit integer")
+        for uuid in process.get("gpu_utilization_percent", ()):
+            if uuid not in gpu_uuids:
+                raise SnapshotRejected(
+                    f"processes[{i}].gpu_utilization_percent: GPU {_clip(json.dumps(uuid))} is not in gpus"
+                )
         for j, instance in enumerate(process.get("mig_instances", ())):
             if instance["gpu_uuid"] not in gpu_uuids:
                 uuid = _clip(json.dumps(instance["gpu_uuid"]))
@@ -492,6 +497,7 @@ def _processes_plainly_fine(processes: list[dict[str, Any]], gpu_uuids: set[str]
     return (
         len(set(pids)) == len(pids)
         and gpu_uuids.issuperset(chain.from_iterable(memories))
+        and gpu_uuids.issuperset(chain.from_iterable(map(_GPU_UTILIZATION, processes)))
         and gpu_uuids.issuperset(map(_GPU_UUID, mig_instances))
         and sum(filter(None, chain.from_iterable(map(dict.values, memories)))) <= INT64_MAX
     )
@@ -501,6 +507,7 @@ _PID = itemgetter("pid")
 _GPU_MEMORY = itemgetter("gpu_memory_bytes")
 _MIG_INSTANCES = methodcaller("get", "mig_instances", ())
 _GPU_UUID = itemgetter("gpu_uuid")
+_GPU_UTILIZATION = methodcaller("get", "gpu_utilization_percent", ())
 
 
 # --- wording --------------------------------------------------------------

@@ -204,6 +204,20 @@ def test_memory_on_a_gpu_that_is_not_listed() -> None:
     assert rejection(json.dumps(document)).message.startswith("unmatched_gpu_processes[0].gpu_uuid")
 
 
+def test_per_process_utilisation_is_optional_and_keyed_by_listed_gpus_with_whole_percents() -> None:
+    measured = proc(10, gpu_memory={"GPU-sim-0000": GiB}, gpu_utilization_percent={"GPU-sim-0000": 100})
+    document = good(processes=[measured, proc(11, gpu_utilization_percent={"GPU-sim-0000": 0})])
+    assert parse_snapshot(json.dumps(document), now=NOW) == document
+    ghost = good(processes=[proc(10, gpu_utilization_percent={"GPU-sim-0000": 5, "GPU-ghost": 5})])
+    assert rejection(json.dumps(ghost)).message == (
+        'processes[0].gpu_utilization_percent: GPU "GPU-ghost" is not in gpus'
+    )
+    for value in (101, -1, 50.5, None, "50"):
+        odd = good(processes=[proc(10, gpu_utilization_percent={"GPU-sim-0000": value})])
+        assert rejection(json.dumps(odd)).message.startswith(
+            'processes[0].gpu_utilization_percent["GPU-sim-0000"]'), value
+
+
 def test_taken_at_more_than_five_minutes_ahead_of_central() -> None:
     ahead = good(taken_at=NOW + timedelta(minutes=5, seconds=1))
     message = rejection(json.dumps(ahead)).message
