@@ -47,6 +47,11 @@ def take_snapshot(config: ProbeConfig | None = None) -> dict[str, object]:
         for pid in stats:
             reasons.setdefault(pid, ["all"])
     gpu_memory, mig_instances, unmatched = match_gpu_processes(gpu_state.processes, stats)
+    listed = {gpu.uuid for gpu in gpu_state.gpus}
+    utilization: dict[int, dict[str, int]] = defaultdict(dict)
+    for figure in gpu_state.process_utilization:
+        if figure.gpu_uuid in listed:
+            utilization[figure.pid][figure.gpu_uuid] = figure.percent
 
     owners = OwnerResolver(config.runtime_paths)
     sessions = session_members(stats)
@@ -60,6 +65,8 @@ def take_snapshot(config: ProbeConfig | None = None) -> dict[str, object]:
         row["orphaned"] = is_orphaned(stat, stats, sessions)
         row["reasons"] = reasons[pid]
         row["gpu_memory_bytes"] = gpu_memory.get(pid, {})
+        if pid in utilization:
+            row["gpu_utilization_percent"] = utilization[pid]
         if pid in mig_instances:
             row["mig_instances"] = mig_instances[pid]
         row["device_files"] = devices.holders.get(pid, [])

@@ -135,8 +135,9 @@ def decode_update(text: str) -> SnapshotUpdate:
 # --- the agent's side: what must not change, and what moved ------------------------------
 
 # Per process, what varies from one probe to the next without the process set changing: sent as
-# figures (gpu_memory_bytes' values) or not at all (its age and resident memory).
-_PROCESS_FIGURES = ("elapsed_seconds", "rss_bytes")
+# figures (gpu_memory_bytes' values) or not at all (its age, resident memory and own utilisation:
+# the usage ledger keeps the last full snapshot's utilisation figures until the next one).
+_PROCESS_FIGURES = ("elapsed_seconds", "rss_bytes", "gpu_utilization_percent")
 _GPU_FIGURES = ("memory_used_bytes", "utilization_percent")
 
 

@@ -105,6 +105,9 @@ class FakeGpu:
     minor: int | None = None  # /dev/nvidia<minor>; its index when None
     persistence: int | None = None  # 1: persistence mode on
     virtualization: int | None = 0  # nvmlGpuVirtualizationMode_t: 0 bare metal, 1 passthrough
+    # Per-process utilisation samples (pid, timeStamp in microseconds, smUtil), the driver's buffer:
+    # those newer than the caller's lastSeenTimeStamp are returned. None: the GPU answers NotSupported.
+    process_samples: list[tuple[int, int, int]] | None = None
 
 
 # Functions that work without an open session.
@@ -152,7 +155,7 @@ def exported_functions(version: str) -> set[str]:
     }
     names |= {
         "nvmlDeviceGetHandleByUUID", "nvmlDeviceGetIndex", "nvmlDeviceGetMinorNumber",
-        "nvmlDeviceGetPersistenceMode", "nvmlDeviceGetVirtualizationMode",
+        "nvmlDeviceGetPersistenceMode", "nvmlDeviceGetVirtualizationMode", "nvmlDeviceGetProcessUtilization",
     }
     if v >= (460, 0):
         names.add("nvmlDeviceGetRemappedRows")
@@ -214,6 +217,8 @@ class FakeDriver:
         self._stale_error = UNINITIALIZED
         # event set token -> (GPU indices registered for XID events, queued (GPU index, XID) events)
         self.event_sets: dict[int, tuple[set[int], list[tuple[int, int]]]] = {}
+        # The lastSeenTimeStamp of each nvmlDeviceGetProcessUtilization call.
+        self.utilization_asked_since: list[int] = []
 
     # --- what tests do to the driver ---
 
@@ -296,6 +301,9 @@ class FakeDriver:
                 handle, lambda m: self._out(out, m.compute_instance_id)),
             "nvmlDeviceIsMigDeviceHandle": lambda handle, out: self._out(
                 out, int(self._device(handle)[1] is not None)),
+            "nvmlDeviceGetProcessUtilization": lambda handle, samples, count, since: self._on(
+                handle, "nvmlDeviceGetProcessUtilization",
+                lambda d: self._process_utilization(d, samples, count._obj, since.value)),
         }
         health: dict[str, Callable[..., Any]] = {
             "nvmlDeviceGetTemperature": lambda handle, sensor, out: self._on(
@@ -430,6 +438,22 @@ class FakeDriver:
             return NOT_SUPPORTED
         out.gpu = device.utilization
         out.memory = 0
+        return SUCCESS
+
+    def _process_utilization(self, device: FakeGpu | FakeMig, samples: Any, count: Any, since: int) -> int:
+        if isinstance(device, FakeMig) or device.mig is not None or device.process_samples is None:
+            return NOT_SUPPORTED
+        self.utilization_asked_since.append(since)
+        newer = [s for s in device.process_samples if s[1] > since]
+        if not newer:
+            return NOT_FOUND  # what NVML answers when it holds no sample since then
+        if samples is None or count.value < len(newer):
+            count.value = len(newer)
+            return INSUFFICIENT_SIZE
+        for i, (pid, stamp, percent) in enumerate(newer):
+            samples[i].pid, samples[i].timeStamp, samples[i].smUtil = pid, stamp, percent
+            samples[i].memUtil = samples[i].encUtil = samples[i].decUtil = 0
+        count.value = len(newer)
         return SUCCESS
 
     @staticmethod

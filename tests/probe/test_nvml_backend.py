@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import time
 import types
 from collections.abc import Callable, Iterator
 
@@ -268,6 +269,73 @@ def test_other_mps_errors_are_reported(install: Install, device: Device) -> None
     reason = snapshot(device.glob, gpu_backend="nvml")["gpu_backend"]["reason"]
 
     assert reason == "GPU 0 mpscompute processes: Insufficient Permissions"
+
+
+# --- per-process utilisation ----------------------------------------------------
+
+
+def microseconds_ago(seconds: float) -> int:
+    return (time.time_ns() // 1000) - int(seconds * 1_000_000)
+
+
+def test_each_process_gets_its_latest_sm_utilisation_sample_where_the_gpu_gives_one(
+    install: Install, processes: Processes, device: Device
+) -> None:
+    trainer, renderer, quiet, old = (processes.start("sleeper") for _ in range(4))
+    ghost = free_pid()
+    module = install(
+        FakeGpu("GPU-0", utilization=80, compute=[(trainer.pid, GiB), (ghost, GiB)],
+                graphics=[(renderer.pid, GiB)],
+                process_samples=[
+                    (trainer.pid, microseconds_ago(6), 60), (trainer.pid, microseconds_ago(1), 75),
+                    (renderer.pid, microseconds_ago(2), 5), (ghost, microseconds_ago(2), 50),
+                    # A sample the driver could not fill is no figure; the one before it stands.
+                    (renderer.pid, microseconds_ago(1), 0xFFFFFFFF),
+                    # Older than about one probe interval: not asked for.
+                    (old.pid, microseconds_ago(30), 90),
+                ]),
+        FakeGpu("GPU-1", compute=[(quiet.pid, GiB)], process_samples=[]),  # no sample: NotFound
+        FakeGpu("GPU-2", compute=[(old.pid, GiB)]),  # NotSupported
+    )
+
+    document = snapshot(device.glob, gpu_backend="nvml")
+
+    assert document["gpu_backend"]["reason"] is None
+    rows = rows_by_pid(document)
+    assert rows[trainer.pid]["gpu_utilization_percent"] == {"GPU-0": 75}
+    assert rows[renderer.pid]["gpu_utilization_percent"] == {"GPU-0": 5}
+    assert "gpu_utilization_percent" not in rows[quiet.pid]
+    assert "gpu_utilization_percent" not in rows[old.pid]
+    asked = driver_of(module).utilization_asked_since
+    assert len(asked) == 3  # each GPU once
+    assert all(abs(since - microseconds_ago(nvml.PROCESS_UTILIZATION_FIRST_SECONDS)) < 5_000_000
+               for since in asked)
+    # The next reading asks since this one: a sample newer than it is the figure.
+    driver_of(module).gpus[1].process_samples = [(quiet.pid, microseconds_ago(0), 12)]
+    again = snapshot(device.glob, gpu_backend="nvml")
+    assert rows_by_pid(again)[quiet.pid]["gpu_utilization_percent"] == {"GPU-1": 12}
+    assert asked[3] > asked[0] + (nvml.PROCESS_UTILIZATION_FIRST_SECONDS - 5) * 1_000_000
+
+
+@pytest.mark.parametrize(("options", "reason"), [
+    ({"errors": {"nvmlDeviceGetProcessUtilization": fake.NO_PERMISSION}},
+     "GPU 0 process utilization: Insufficient Permissions"),
+    ({"errors": {"nvmlDeviceGetProcessUtilization": fake.NOT_SUPPORTED}}, None),
+    ({"missing": ["nvmlDeviceGetProcessUtilization"]}, None),  # a driver without it
+])
+def test_a_gpu_without_per_process_utilisation_costs_only_the_figure(
+    install: Install, processes: Processes, device: Device, options: dict[str, object], reason: str | None
+) -> None:
+    worker = processes.start("sleeper")
+    install(FakeGpu("GPU-0", compute=[(worker.pid, GiB)],
+                    process_samples=[(worker.pid, microseconds_ago(1), 40)]), **options)
+
+    document = snapshot(device.glob, gpu_backend="nvml")
+
+    assert document["gpu_backend"]["reason"] == reason
+    row = rows_by_pid(document)[worker.pid]
+    assert row["gpu_memory_bytes"] == {"GPU-0": GiB}
+    assert "gpu_utilization_percent" not in row
 
 
 # --- MIG -----------------------------------------------------------------------

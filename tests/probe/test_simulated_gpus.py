@@ -60,6 +60,31 @@ def test_used_memory_is_the_listed_processes_plus_extra(
     ]
 
 
+def test_each_process_gets_its_own_utilisation_or_a_share_of_what_the_others_left(
+    tmp_path: Path, processes: Processes, device: Device
+) -> None:
+    said, shared, unsampled = (processes.start("sleeper") for _ in range(3))
+    path = gpus_file(tmp_path, [
+        {"pid": said.pid, "gpu_uuid": "GPU-sim-a", "used_memory_bytes": GiB, "utilization_percent": 40},
+        {"pid": shared.pid, "gpu_uuid": "GPU-sim-a", "used_memory_bytes": GiB},
+        {"pid": free_pid(), "gpu_uuid": "GPU-sim-a", "used_memory_bytes": GiB},
+        {"pid": unsampled.pid, "gpu_uuid": "GPU-sim-a", "used_memory_bytes": GiB,
+         "utilization_percent": None},
+        {"pid": said.pid, "gpu_uuid": "GPU-sim-b", "used_memory_bytes": GiB},  # a GPU without utilisation
+    ])
+
+    document = snapshot(device.glob, gpu_backend="simulated", simulated_gpus_path=path)
+
+    rows = rows_by_pid(document)
+    assert rows[said.pid]["gpu_utilization_percent"] == {"GPU-sim-a": 40}
+    assert rows[shared.pid]["gpu_utilization_percent"] == {"GPU-sim-a": 28}  # (97 - 40) // 2, with the ghost
+    assert "gpu_utilization_percent" not in rows[unsampled.pid]
+    bad = gpus_file(tmp_path, [{"pid": said.pid, "gpu_uuid": "GPU-sim-a", "used_memory_bytes": GiB,
+                                "utilization_percent": 101}])
+    backend = snapshot(device.glob, gpu_backend="simulated", simulated_gpus_path=bad)["gpu_backend"]
+    assert backend["reason"].endswith("processes[0].utilization_percent: must be 0..100, got 101")
+
+
 def test_memory_not_available_is_null(tmp_path: Path, processes: Processes, device: Device) -> None:
     worker = processes.start("sleeper")
     path = gpus_file(tmp_path, [{"pid": worker.pid, "gpu_uuid": "GPU-sim-a", "used_memory_bytes": None}])

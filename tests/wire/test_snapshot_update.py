@@ -98,6 +98,11 @@ def test_figures_do_not_change_the_shape_and_processes_do() -> None:
     moved_on = base()
     moved_on["processes"][1]["user"] = "mallory"
     assert shape_digest(moved_on) != shape_digest(base())
+    # A process's own utilisation moves at every probe, and comes and goes with its samples.
+    measured, busier = base(), base()
+    measured["processes"][0]["gpu_utilization_percent"] = {"GPU-sim-0000": 40}
+    busier["processes"][0]["gpu_utilization_percent"] = {"GPU-sim-0000": 95}
+    assert shape_digest(measured) == shape_digest(busier) == shape_digest(base())
 
 
 def test_the_base_with_its_update_laid_over_reads_as_the_host_now() -> None:

@@ -150,6 +150,15 @@ class GpuProcess:
 
 
 @dataclass(frozen=True, slots=True)
+class ProcessUtilization:
+    """One PID's own SM utilisation on one GPU (0-100): NVML's latest per-process sample."""
+
+    pid: int
+    gpu_uuid: str
+    percent: int
+
+
+@dataclass(frozen=True, slots=True)
 class GpuState:
     backend: str  # nvml | simulated | none
     available: bool
@@ -157,6 +166,8 @@ class GpuState:
     gpus: tuple[Gpu, ...] = ()
     processes: tuple[GpuProcess, ...] = ()
     driver_version: str | None = None
+    # Only where the GPU gave a figure (docs/snapshot.md, processes[].gpu_utilization_percent).
+    process_utilization: tuple[ProcessUtilization, ...] = ()
 
     def backend_document(self) -> dict[str, object]:
         return {"name": self.backend, "available": self.available, "reason": self.reason}

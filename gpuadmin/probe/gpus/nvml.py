@@ -12,6 +12,10 @@ driver, not by the binding's wrappers (see there why). With MIG on, each MIG
 device handle is asked for its processes, which are reported under the parent
 GPU with the GPU instance and compute instance ids.
 
+Each GPU's own processes' utilisation is NVML's latest per-process sample
+(nvmlDeviceGetProcessUtilization) since this process's previous reading of the
+GPU; a GPU or driver without it, or no sample, is no figure, never an error.
+
 Each GPU's health (temperature, power, clock event reasons, ECC, remapped rows
 or retired pages, XID events) is read by nvml_health, through the same
 NvmlCalls; its XID event set lives with the session.
@@ -29,6 +33,7 @@ import atexit
 import contextlib
 import os
 import subprocess
+import time
 from collections.abc import Callable, Collection
 from functools import partial
 from types import ModuleType
@@ -40,6 +45,7 @@ from gpuadmin.probe.gpus import (
     GpuResetFailed,
     GpuState,
     MigInstance,
+    ProcessUtilization,
     ResetFacts,
     join_reasons,
     unavailable,
@@ -52,8 +58,13 @@ PROCESS_LISTS = ("Compute", "Graphics", "MPSCompute")
 # NVML_VALUE_NOT_AVAILABLE for unsigned long long fields (memory the driver cannot see).
 VALUE_NOT_AVAILABLE = 2**64 - 1
 NVML_DEVICE_MIG_ENABLE = 1
+# Per-process utilisation samples are asked for since the previous reading of the GPU, at most this far
+# back; at a GPU's first reading, since the default probe interval ago.
+PROCESS_UTILIZATION_FIRST_SECONDS = 10
+PROCESS_UTILIZATION_MAX_SECONDS = 60
 
 # Error codes from nvml.h (stable across drivers; the binding has the same numbers).
+NVML_SUCCESS = 0  # the binding raises it when a size query finds nothing to size
 NVML_ERROR_UNINITIALIZED = 1
 NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_NO_PERMISSION = 4
@@ -86,6 +97,8 @@ _session_pid = 0
 _shutdown_registered = False
 # XID events of this process's sessions: the set lives with the session, what it saw outlives it.
 _xids = XidWatch()
+# GPU uuid -> when this process last asked for its per-process utilisation (NVML's microseconds).
+_utilization_read_at: dict[str, int] = {}
 
 
 class NvmlUnavailable(Exception):
@@ -212,6 +225,7 @@ def close() -> None:
     global _session
     module, _session = _session, None
     _xids.session_closed()
+    _utilization_read_at.clear()  # a new session looks back as at a first reading
     if module is None or _session_pid != os.getpid():
         return
     with contextlib.suppress(Exception):  # a driver that is gone has nothing left to release
@@ -248,9 +262,11 @@ def _read(calls: NvmlCalls) -> GpuState:
     _xids.drain(calls)  # before any GPU is read: its events up to now
     gpus: list[Gpu] = []
     memory_by_holder: dict[tuple[int, str, int | None, int | None], int | None] = {}
+    utilization: list[ProcessUtilization] = []
     for index in range(count):
-        gpu, holders = _read_device(calls, index, listings)
+        gpu, holders, busy = _read_device(calls, index, listings)
         gpus.append(gpu)
+        utilization.extend(ProcessUtilization(pid, gpu.uuid, percent) for pid, percent in busy.items())
         for holder in holders:
             key = (holder.pid, holder.gpu_uuid, holder.gpu_instance_id, holder.compute_instance_id)
             # A process can sit in several lists (compute and graphics): count it once.
@@ -259,15 +275,17 @@ def _read(calls: NvmlCalls) -> GpuState:
     processes = tuple(GpuProcess(pid, uuid, used, gi, ci)
                       for (pid, uuid, gi, ci), used in memory_by_holder.items())
     return GpuState(backend=BACKEND, available=True, reason=calls.reason(), gpus=tuple(gpus),
-                    processes=processes, driver_version=driver_version)
+                    processes=processes, driver_version=driver_version,
+                    process_utilization=tuple(utilization))
 
 
-def _read_device(calls: NvmlCalls, index: int, listings: Listings) -> tuple[Gpu, list[GpuProcess]]:
+def _read_device(calls: NvmlCalls, index: int, listings: Listings
+                 ) -> tuple[Gpu, list[GpuProcess], dict[int, int]]:
     where = f"GPU {index}"
     placeholder_uuid = f"GPU-unknown-index-{index}"
     handle = calls.call(f"{where} handle", "nvmlDeviceGetHandleByIndex", index)
     if handle is None:
-        return Gpu(index, placeholder_uuid, "", None, None, None), []
+        return Gpu(index, placeholder_uuid, "", None, None, None), [], {}
     uuid = _text(calls.call(f"{where} uuid", "nvmlDeviceGetUUID", handle)) or placeholder_uuid
     name = _text(calls.call(f"{where} name", "nvmlDeviceGetName", handle)) or ""
     memory_variants = []
@@ -288,9 +306,11 @@ def _read_device(calls: NvmlCalls, index: int, listings: Listings) -> tuple[Gpu,
         # and has no utilization in MIG mode: ask each MIG device instead.
         instances, holders = _read_mig_devices(calls, where, handle, uuid, listings)
         utilization = None
+        busy: dict[int, int] = {}  # NVML has no per-process utilisation in MIG mode either
     else:
         utilization = calls.call(f"{where} utilization", "nvmlDeviceGetUtilizationRates", handle)
         holders = _processes_on(calls, where, handle, uuid, listings)
+        busy = _process_utilization(calls, where, handle, uuid[:128])
     watched = _xids.watch(calls, where, handle, uuid[:128])
     health = read_health(calls, where, handle, _xids.errors_of(uuid[:128]) if watched else None)
     gpu = Gpu(
@@ -303,7 +323,27 @@ def _read_device(calls: NvmlCalls, index: int, listings: Listings) -> tuple[Gpu,
         mig_instances=instances,
         health=health,
     )
-    return gpu, holders
+    return gpu, holders, busy
+
+
+def _process_utilization(calls: NvmlCalls, where: str, handle: Any, uuid: str) -> dict[int, int]:
+    """PID -> its latest SM utilisation sample on this GPU since the previous reading; empty when the
+    GPU gives none (NotSupported: older GPUs, vGPU; NotFound: no process computed since)."""
+    now = time.time_ns() // 1000  # NVML's sample timestamps: CPU time in microseconds
+    previous = _utilization_read_at.get(uuid)
+    since = (now - PROCESS_UTILIZATION_FIRST_SECONDS * 1_000_000 if previous is None
+             else max(previous, now - PROCESS_UTILIZATION_MAX_SECONDS * 1_000_000))
+    samples = calls.call(f"{where} process utilization", "nvmlDeviceGetProcessUtilization", handle, since,
+                         quiet=(NVML_SUCCESS, NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_NOT_FOUND), optional=True)
+    _utilization_read_at[uuid] = now
+    latest: dict[int, tuple[int, int]] = {}
+    for sample in samples or ():
+        pid, stamp, percent = int(sample.pid), int(sample.timeStamp), int(sample.smUtil)
+        if pid <= 0 or percent > 100:
+            continue  # not a figure: a misread or a driver's "not available"
+        if pid not in latest or stamp >= latest[pid][0]:
+            latest[pid] = (stamp, percent)
+    return {pid: percent for pid, (_, percent) in latest.items()}
 
 
 def _read_mig_devices(calls: NvmlCalls, where: str, handle: Any, parent_uuid: str,

@@ -8,6 +8,13 @@ A GPU's index is its place in the list. Its used memory is the sum of every
 listed process on it, PIDs unknown to /proc included, plus extra_used_bytes
 (memory no process accounts for, as a stuck driver would show).
 
+Each process gets its own utilisation on its GPU, as NVML's per-process samples
+give it (``processes[].gpu_utilization_percent``): its ``utilization_percent``
+when the file says it, else the GPU's utilisation shared equally among the
+GPU's processes that say none (what the others leave). A GPU without a
+utilisation gives none, nor does a process whose ``utilization_percent`` is
+null (a GPU that has no sample of it).
+
 Values can move over time, so that charts have something to show (the demo of
 ``make run``): a process's ``wave_bytes``, a GPU's ``extra_wave_bytes`` and
 ``utilization_wave_percent`` add a smooth rise and fall of that amplitude,
@@ -49,6 +56,7 @@ from gpuadmin.probe.gpus import (
     GpuProcess,
     GpuResetFailed,
     GpuState,
+    ProcessUtilization,
     ResetFacts,
     XidError,
     unavailable,
@@ -73,11 +81,38 @@ def read(path: str | None, *, clock: Callable[[], float] = time.time) -> GpuStat
         with open(path, "rb") as f:
             document = json.loads(f.read())
         gpus, processes = _parse(document, clock())
+        utilization = _process_utilization(document, gpus, processes)
     except OSError as exc:
         return unavailable(BACKEND, f"simulated GPU file {path}: {exc.strerror or exc}")
     except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError and SimulatedFileError are ValueErrors
         return unavailable(BACKEND, f"simulated GPU file {path}: {exc}"[:1024])
-    return GpuState(backend=BACKEND, available=True, gpus=gpus, processes=processes)
+    return GpuState(backend=BACKEND, available=True, gpus=gpus, processes=processes,
+                    process_utilization=utilization)
+
+
+def _process_utilization(document: dict[str, Any], gpus: tuple[Gpu, ...], processes: tuple[GpuProcess, ...]
+                         ) -> tuple[ProcessUtilization, ...]:
+    """Each listed process's own utilisation on its GPU (the module's docstring says how)."""
+    given: dict[int, int | None] = {}
+    for i, item in enumerate(document.get("processes") or ()):
+        if "utilization_percent" in item:
+            percent = _int(item, "utilization_percent", f"processes[{i}]", nullable=True)
+            if percent is not None and percent > 100:
+                raise SimulatedFileError(f"processes[{i}].utilization_percent: must be 0..100, got {percent}")
+            given[i] = percent
+    figures: list[ProcessUtilization] = []
+    for gpu in gpus:
+        if gpu.utilization_percent is None:
+            continue
+        on_it = [(i, p) for i, p in enumerate(processes) if p.gpu_uuid == gpu.uuid]
+        said = sum(percent for i, _ in on_it if (percent := given.get(i)) is not None)
+        shared = [p for i, p in on_it if i not in given]
+        share = max(0, gpu.utilization_percent - said) // len(shared) if shared else 0
+        for i, p in on_it:
+            percent = given.get(i, share)
+            if percent is not None:
+                figures.append(ProcessUtilization(p.pid, gpu.uuid, percent))
+    return tuple(figures)
 
 
 def _wave(item: dict[str, Any], key: str, where: str, now: float) -> int:
