@@ -4,11 +4,14 @@ appearing, idling and exiting, checked against figures worked out by hand, to th
 from __future__ import annotations
 
 import json
+import os
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
+from gpuadmin.probe.config import ProbeConfig
+from gpuadmin.probe.snapshot import take_snapshot
 from gpuadmin.usage import ledger
 from gpuadmin.usage.models import LifeUsage, UsageCursor, UsageDay
 from tests.factories import GiB, gpu, proc, slurm_owner, snapshot
@@ -159,6 +162,27 @@ def test_measured_utilisation_is_each_holder_s_own_and_the_rest_of_the_device_is
     assert life(200, GPU1) == (30_000, 30 * GiB, 12_500, 0, 0)
     days = {d.user: (d.busy_milliseconds, d.busy_estimated_milliseconds) for d in UsageDay.objects.all()}
     assert days == {"alice": (12_000, 2_000), "bob": (18_500, 3_000), "carol": (2_000, 2_000)}
+
+
+def test_the_probe_s_own_figures_from_simulated_gpus_reach_the_ledger_as_measured(settings, tmp_path) -> None:
+    """What `make demo` shows: the real probe's snapshot of this machine, a simulated GPU held by this
+    test's own process at 30 % of the GPU's 90 %."""
+    settings.GPUADMIN_PROBE_INTERVAL_SECONDS = 10
+    settings.GPUADMIN_USAGE_FLUSH_SECONDS = 0
+    gpus = tmp_path / "gpus.json"
+    gpus.write_text(json.dumps({
+        "gpus": [{"uuid": GPU0, "name": "Sim H100", "memory_total_bytes": 80 * GiB,
+                  "utilization_percent": 90}],
+        "processes": [{"pid": os.getpid(), "gpu_uuid": GPU0, "used_memory_bytes": 2 * GiB,
+                       "utilization_percent": 30}]}))
+    document = take_snapshot(ProbeConfig(gpu_backend="simulated", simulated_gpus_path=str(gpus),
+                                         device_glob=str(tmp_path / "no-device*"), host_name="real-host"))
+    taken_at = datetime.fromisoformat(document["taken_at"])
+    deliver(document, received_at=taken_at + timedelta(seconds=1))
+    later = taken_at + timedelta(seconds=10)
+    deliver({**document, "taken_at": later.strftime("%Y-%m-%dT%H:%M:%S.%fZ")},
+            received_at=later + timedelta(seconds=1))
+    assert busy(os.getpid(), GPU0) == (3_000, 0)
 
 
 def test_figures_settled_before_busy_was_measured_count_as_estimated(settings) -> None:
