@@ -305,3 +305,18 @@ def test_a_version_3_order_must_carry_its_block() -> None:
     del order["self_service"]
     assert _refused_with(order) == (
         f"order: version {SELF_SERVICE_ORDER_VERSION} is a self-service order; its 'self_service' is missing")
+
+
+def test_allowed_uids_that_are_not_a_list_are_refused_as_such() -> None:
+    assert _refused_with(_self_service("1000")) == (
+        f"order.self_service: 'allowed_uids' must be a list of 1 to {MAX_SELF_SERVICE_UIDS} uids")
+
+
+def test_an_order_without_the_block_has_no_uids_and_no_person() -> None:
+    parsed = validate_order(_order())
+    assert (parsed.self_service_uids, parsed.self_service_person) == (None, "")
+
+
+def test_a_wrong_host_is_named_within_a_host_names_length() -> None:
+    refused = _refusal(seal(_order(host="h" * 300), MessageKind.ORDER, CENTRAL))
+    assert refused.detail == f"the order is for host {'h' * 253!r}, this is 'gpu01'"
