@@ -13,7 +13,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Case, Count, IntegerField, Min, OuterRef, Prefetch, Q, Subquery, Value, When
+from django.db.models import Count, OuterRef, Prefetch, Q, Subquery
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -74,22 +74,6 @@ class HostQuerySet(models.QuerySet):
 
     def named(self, name: str) -> Host | None:
         return self.filter(name=name).first()
-
-    def worst_finding_first(self) -> HostQuerySet:
-        """Fleet hosts, those with the most severe open finding first, then by name.
-
-        Each gets ``worst_finding_rank`` (0 = a critical finding is open; one past the
-        last severity when none is): one correlated subquery per host, no join nor
-        GROUP BY, so ordering 1,000 hosts stays a few milliseconds. Ordered in SQL, so a
-        page of its keys (``values_list("pk")`` with LIMIT/OFFSET) is all a page needs
-        to read of the whole fleet; the fleet page then loads only that page's hosts.
-        """
-        worst = _open_findings_of_outer_host().annotate(rank=Min(_severity_rank())).values("rank")
-        return (
-            self.fleet()
-            .annotate(worst_finding_rank=Coalesce(Subquery(worst), len(Finding.Severity)))
-            .order_by("worst_finding_rank", "name")
-        )
 
     def online(self, now: datetime | None = None) -> HostQuerySet:
         """Hosts seen within the offline window (``Host.is_online`` as a query)."""
@@ -179,7 +163,7 @@ class Host(models.Model):
     def awaiting_acceptance(self) -> bool:
         return bool(self.public_key) and self.key_accepted_at is None
 
-    # Only on hosts loaded by HostQuerySet.worst_finding_first (0 = critical) or with_open_finding_counts.
+    # Only on hosts the fleet page loads (from HostSummary; 0 = critical) or with_open_finding_counts.
     worst_finding_rank: int
     open_findings_critical: int
     open_findings_warning: int
@@ -581,12 +565,6 @@ _SEVERITY_RANKS = {"critical": 0, "warning": 1, "info": 2}
 def _open_findings_of_outer_host() -> models.QuerySet[Finding, dict[str, Any]]:
     """The open findings of the outer query's host, grouped by host: the base of a per-host subquery."""
     return Finding.objects.open().filter(host=OuterRef("pk")).order_by().values("host")
-
-
-def _severity_rank() -> Case:
-    """``Severity.rank`` in SQL (the severity is text: the database cannot order it by urgency)."""
-    return Case(*[When(severity=severity, then=Value(rank)) for severity, rank in _SEVERITY_RANKS.items()],
-                output_field=IntegerField())
 
 
 def most_severe_first(findings: list[Finding]) -> list[Finding]:
