@@ -187,59 +187,68 @@ def file_request(user: Any, *, host: Host | str, pid: Any = None, start_time_tic
                      workload=workload, now=now)
     if not result.ok:
         raise refused_error(result)
-    document = result.document
-    assert document is not None  # a preview with targets was resolved from a snapshot
-
     with transaction.atomic():
-        _check_no_open_request(host, result.targets, result.boot_id)
-        kill_request = KillRequest(
-            host=host,
-            requested_by=user,
-            requested_by_name=user.get_username(),
-            requested_at=now,
-            reason=reason,
-            plan=plan,
-            include_descendants=include_descendants,
-            workload=result.workload.key if result.workload else "",
-            workload_label=result.workload.label if result.workload else "",
-            snapshot_taken_at=result.snapshot_taken_at or now,
-            boot_id=result.boot_id,
-            warnings=result.warnings,
-            excluded_targets=[e.as_dict() for e in result.excluded],
-            pending_expires_at=now + timedelta(seconds=settings.GPUADMIN_PENDING_EXPIRY_SECONDS),
-        )
-        rows = result.targets
-        base = memory.baseline(
-            document, [(r.pid, r.start_time_ticks) for r in rows]
-        )
-        kill_request.memory_baseline = base
-        kill_request.memory_expected_release_bytes = memory.expected_bytes(base)
-        kill_request.save()
-        KillTarget.objects.bulk_create(
-            [
-                _target_from_row(kill_request, row, document, is_descendant=row.pid in result.descendant_pids)
-                for row in rows
-            ]
-        )
-        audit(
-            Action.REQUESTED, kill_request, actor=user,
+        return store_request(
+            host, user, result, now=now, reason=reason, plan=plan, include_descendants=include_descendants,
+            # Who the processes belonged to, as the snapshot said: the job, container or pod.
             details={
-                "reason": reason,
-                "plan": plan,
-                "include_descendants": include_descendants,
-                # Who the processes belonged to, as the snapshot said: the job, container or pod.
                 "workload": (
                     {"key": result.workload.key, "label": result.workload.label} if result.workload else None
                 ),
-                "targets": [
-                    {"pid": r.pid, "start_time_ticks": r.start_time_ticks, "owner": r.owner} for r in rows
-                ],
-                "excluded": [e.as_dict() for e in result.excluded],
-                "warnings": result.warnings,
-                "gpu_memory_bytes": kill_request.memory_expected_release_bytes,
-                "gpu_memory": human_bytes(kill_request.memory_expected_release_bytes),
+                "targets": [{"pid": r.pid, "start_time_ticks": r.start_time_ticks, "owner": r.owner}
+                            for r in result.targets],
             },
         )
+
+
+def store_request(host: Host, user: Any, result: targets.Preview, *, now: datetime, reason: str, plan: Any,
+                  include_descendants: bool, details: dict[str, Any],
+                  self_service: bool = False) -> KillRequest:
+    """Store a previewed request, its targets and its memory baseline, and audit it as requested (with
+    ``details`` added); inside the caller's transaction, after the same process was checked to have no
+    open request. The one way a kill request comes to be (filed for approval, or self-service)."""
+    _check_no_open_request(host, result.targets, result.boot_id)
+    document = result.document
+    assert document is not None  # a preview with targets was resolved from a snapshot
+    kill_request = KillRequest(
+        host=host,
+        requested_by=user,
+        requested_by_name=user.get_username(),
+        requested_at=now,
+        reason=reason,
+        plan=plan,
+        include_descendants=include_descendants,
+        workload=result.workload.key if result.workload else "",
+        workload_label=result.workload.label if result.workload else "",
+        snapshot_taken_at=result.snapshot_taken_at or now,
+        boot_id=result.boot_id,
+        warnings=result.warnings,
+        excluded_targets=[e.as_dict() for e in result.excluded],
+        pending_expires_at=now + timedelta(seconds=settings.GPUADMIN_PENDING_EXPIRY_SECONDS),
+        self_service=self_service,
+    )
+    rows = result.targets
+    base = memory.baseline(document, [(r.pid, r.start_time_ticks) for r in rows])
+    kill_request.memory_baseline = base
+    kill_request.memory_expected_release_bytes = memory.expected_bytes(base)
+    kill_request.save()
+    KillTarget.objects.bulk_create(
+        [_target_from_row(kill_request, row, document, is_descendant=row.pid in result.descendant_pids)
+         for row in rows]
+    )
+    audit(
+        Action.REQUESTED, kill_request, actor=user,
+        details={
+            "reason": reason,
+            "plan": plan,
+            "include_descendants": include_descendants,
+            **details,
+            "excluded": [e.as_dict() for e in result.excluded],
+            "warnings": result.warnings,
+            "gpu_memory_bytes": kill_request.memory_expected_release_bytes,
+            "gpu_memory": human_bytes(kill_request.memory_expected_release_bytes),
+        },
+    )
     return kill_request
 
 

@@ -23,20 +23,13 @@ from django.utils import timezone
 
 from gpuadmin.audit.models import Action
 from gpuadmin.fleet.models import Host
-from gpuadmin.kills import memory, plans
-from gpuadmin.kills.models import KillRequest, KillTarget
+from gpuadmin.kills import plans
+from gpuadmin.kills.models import KillRequest
 from gpuadmin.kills.services._audit import audit
 from gpuadmin.kills.services.dispatch import dispatch_after_commit
 from gpuadmin.kills.services.errors import BadInput, NotAllowed, Refused
-from gpuadmin.kills.services.filing import (
-    _check_no_open_request,
-    _target_from_row,
-    get_host,
-    preview,
-    refused_error,
-)
+from gpuadmin.kills.services.filing import get_host, preview, refused_error, store_request
 from gpuadmin.kills.states import Status
-from gpuadmin.text import human_bytes
 
 
 def self_service_refusal(user: Any) -> str:
@@ -85,8 +78,6 @@ def stop_own_processes(
     result = preview(host, pid, start_time_ticks, include_descendants=include_descendants, now=now)
     if not result.ok:
         raise refused_error(result)
-    document = result.document
-    assert document is not None
     foreign = [row for row in result.targets if row.uid is None or row.uid not in own]
     if foreign:
         named = ", ".join(f"PID {row.pid} ({row.user or row.uid})" for row in foreign[:5])
@@ -99,50 +90,14 @@ def stop_own_processes(
     reason = (reason or "").strip() or "stopped by its owner (self-service)"
     plan = plans.default_plan()
     with transaction.atomic():
-        _check_no_open_request(host, result.targets, result.boot_id)
-        kill_request = KillRequest(
-            host=host,
-            requested_by=user,
-            requested_by_name=user.get_username(),
-            requested_at=now,
-            reason=reason,
-            plan=plan,
-            include_descendants=include_descendants,
-            snapshot_taken_at=result.snapshot_taken_at or now,
-            boot_id=result.boot_id,
-            warnings=result.warnings,
-            excluded_targets=[e.as_dict() for e in result.excluded],
-            pending_expires_at=now + timedelta(seconds=settings.GPUADMIN_PENDING_EXPIRY_SECONDS),
+        kill_request = store_request(
+            host, user, result, now=now, reason=reason, plan=plan, include_descendants=include_descendants,
             self_service=True,
-        )
-        base = memory.baseline(document, [(r.pid, r.start_time_ticks) for r in result.targets])
-        kill_request.memory_baseline = base
-        kill_request.memory_expected_release_bytes = memory.expected_bytes(base)
-        kill_request.save()
-        KillTarget.objects.bulk_create(
-            [
-                _target_from_row(kill_request, row, document, is_descendant=row.pid in result.descendant_pids)
-                for row in result.targets
-            ]
-        )
-        audit(
-            Action.REQUESTED,
-            kill_request,
-            actor=user,
             details={
-                "reason": reason,
-                "plan": plan,
-                "include_descendants": include_descendants,
                 "self_service": True,
                 "person": person_name,
-                "targets": [
-                    {"pid": r.pid, "start_time_ticks": r.start_time_ticks, "uid": r.uid}
-                    for r in result.targets
-                ],
-                "excluded": [e.as_dict() for e in result.excluded],
-                "warnings": result.warnings,
-                "gpu_memory_bytes": kill_request.memory_expected_release_bytes,
-                "gpu_memory": human_bytes(kill_request.memory_expected_release_bytes),
+                "targets": [{"pid": r.pid, "start_time_ticks": r.start_time_ticks, "uid": r.uid}
+                            for r in result.targets],
             },
         )
         kill_request.transition(Status.APPROVED)
