@@ -33,18 +33,18 @@ INGEST_MAX_RETRIES = 8
 INGEST_RETRY_BACKOFF_MAX_SECONDS = 300
 
 
-@app.task(
-    name=INGEST_SNAPSHOT,
-    queue=CENTRAL_QUEUE,
-    bind=True,
-    # A rejection is final and is not a DatabaseError; the database being down
-    # or locked is worth waiting for, with growing pauses.
-    autoretry_for=(DatabaseError,),
-    retry_backoff=2,
-    retry_backoff_max=INGEST_RETRY_BACKOFF_MAX_SECONDS,
-    retry_jitter=True,
-    max_retries=INGEST_MAX_RETRIES,
-)
+# A rejection is final and is not a DatabaseError; the database being down or locked is worth waiting
+# for, with growing pauses. For snapshots and snapshot updates alike.
+_INGEST_RETRY: dict[str, Any] = {
+    "autoretry_for": (DatabaseError,),
+    "retry_backoff": 2,
+    "retry_backoff_max": INGEST_RETRY_BACKOFF_MAX_SECONDS,
+    "retry_jitter": True,
+    "max_retries": INGEST_MAX_RETRIES,
+}
+
+
+@app.task(name=INGEST_SNAPSHOT, queue=CENTRAL_QUEUE, bind=True, **_INGEST_RETRY)
 def ingest_snapshot_task(self: Task, message: Any) -> str | None:
     """Store one signed snapshot sent by an agent; return its host name (None when not stored)."""
     try:
@@ -56,16 +56,7 @@ def ingest_snapshot_task(self: Task, message: Any) -> str | None:
     return host.name if host is not None else None
 
 
-@app.task(
-    name=INGEST_SNAPSHOT_UPDATE,
-    queue=CENTRAL_QUEUE,
-    bind=True,
-    autoretry_for=(DatabaseError,),
-    retry_backoff=2,
-    retry_backoff_max=INGEST_RETRY_BACKOFF_MAX_SECONDS,
-    retry_jitter=True,
-    max_retries=INGEST_MAX_RETRIES,
-)
+@app.task(name=INGEST_SNAPSHOT_UPDATE, queue=CENTRAL_QUEUE, bind=True, **_INGEST_RETRY)
 def ingest_snapshot_update_task(self: Task, message: Any) -> str | None:
     """Apply one signed snapshot update sent by an agent; return its host name (None when not applied:
     refused, or a full snapshot asked for instead)."""
