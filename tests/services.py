@@ -18,7 +18,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -248,14 +248,15 @@ def _postgres_os_user() -> tuple[str, list[str]]:
 
 
 @contextlib.contextmanager
-def postgres_server(settings: Sequence[str] = ()) -> Iterator[PostgresServer]:
-    """A throwaway server; ``settings``: more ``name=value`` for it (a benchmark's extension)."""
-    bin_dirs = glob.glob(POSTGRES_BIN_GLOB)
-    initdb = find_binary("initdb", bin_dirs)
-    pg_ctl = find_binary("pg_ctl", bin_dirs)
+def _cluster(prefix: str, create: Callable[[Path], None], options: str, what: str
+             ) -> Iterator[tuple[int, Path]]:
+    """A PostgreSQL cluster in a fresh folder the server's user owns (not under pytest's tmp dirs: those
+    are private to root, and the server runs as `postgres`): ``create`` makes its data folder (initdb,
+    pg_basebackup), then it starts on a free port, on loopback, with ``options`` added. Yields its port
+    and socket folder; stopped and removed whatever happens."""
+    pg_ctl = find_binary("pg_ctl", glob.glob(POSTGRES_BIN_GLOB))
     os_user, as_user = _postgres_os_user()
-    # Not under pytest's tmp dirs: those are private to root, and the server runs as `postgres`.
-    directory = Path(tempfile.mkdtemp(prefix="gpuadmin-postgres-"))
+    directory = Path(tempfile.mkdtemp(prefix=prefix))
     data_dir, socket_dir, log_path = directory / "data", directory / "sockets", directory / "server.log"
     socket_dir.mkdir()
     if as_user:
@@ -264,22 +265,37 @@ def postgres_server(settings: Sequence[str] = ()) -> Iterator[PostgresServer]:
     port = free_port()
     started = False
     try:
-        _run([*as_user, initdb, "-D", str(data_dir), "-U", os_user, "--auth=trust",
-              "--encoding=UTF8", "--no-locale", "--no-sync"], "initdb")
-        options = f"-p {port} -k {socket_dir} -c listen_addresses=127.0.0.1 -c fsync=off " \
-                  "-c synchronous_commit=off -c full_page_writes=off" + "".join(f" -c {v}" for v in settings)
-        _run([*as_user, pg_ctl, "-D", str(data_dir), "-l", str(log_path), "-o", options, "-w",
-              "-t", str(int(START_TIMEOUT_SECONDS)), "start"], "pg_ctl start", log_path)
+        create(data_dir)
+        _run([*as_user, pg_ctl, "-D", str(data_dir), "-l", str(log_path), "-o",
+              f"-p {port} -k {socket_dir} -c listen_addresses=127.0.0.1 {options}", "-w",
+              "-t", str(int(START_TIMEOUT_SECONDS)), "start"], what, log_path)
         started = True
-        server = PostgresServer(port=port, user=os_user, socket_dir=socket_dir)
-        _run([*as_user, find_binary("createdb", bin_dirs), "-h", "127.0.0.1", "-p", str(port),
-              "-U", os_user, server.database], "createdb")
-        yield server
+        yield port, socket_dir
     finally:
         if started:
             subprocess.run([*as_user, pg_ctl, "-D", str(data_dir), "-m", "immediate", "-w", "stop"],
                            stdin=subprocess.DEVNULL, capture_output=True, check=False)
         shutil.rmtree(directory, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def postgres_server(settings: Sequence[str] = ()) -> Iterator[PostgresServer]:
+    """A throwaway server; ``settings``: more ``name=value`` for it (a benchmark's extension)."""
+    bin_dirs = glob.glob(POSTGRES_BIN_GLOB)
+    initdb = find_binary("initdb", bin_dirs)
+    os_user, as_user = _postgres_os_user()
+
+    def create(data_dir: Path) -> None:
+        _run([*as_user, initdb, "-D", str(data_dir), "-U", os_user, "--auth=trust",
+              "--encoding=UTF8", "--no-locale", "--no-sync"], "initdb")
+
+    options = "-c fsync=off -c synchronous_commit=off -c full_page_writes=off" + "".join(
+        f" -c {v}" for v in settings)
+    with _cluster("gpuadmin-postgres-", create, options, "pg_ctl start") as (port, socket_dir):
+        server = PostgresServer(port=port, user=os_user, socket_dir=socket_dir)
+        _run([*as_user, find_binary("createdb", bin_dirs), "-h", "127.0.0.1", "-p", str(port),
+              "-U", os_user, server.database], "createdb")
+        yield server
 
 
 @contextlib.contextmanager
@@ -289,34 +305,19 @@ def postgres_with_standby() -> Iterator[tuple[PostgresServer, PostgresServer]]:
     The standby answers reads only and lags the primary by its replay. Both are stopped and removed
     whatever happens.
     """
-    bin_dirs = glob.glob(POSTGRES_BIN_GLOB)
-    pg_basebackup = find_binary("pg_basebackup", bin_dirs)
-    pg_ctl = find_binary("pg_ctl", bin_dirs)
+    pg_basebackup = find_binary("pg_basebackup", glob.glob(POSTGRES_BIN_GLOB))
     os_user, as_user = _postgres_os_user()
     with postgres_server(["wal_level=replica", "max_wal_senders=4"]) as primary:
-        directory = Path(tempfile.mkdtemp(prefix="gpuadmin-postgres-standby-"))
-        data_dir, socket_dir, log_path = directory / "data", directory / "sockets", directory / "server.log"
-        socket_dir.mkdir()
-        if as_user:
-            for path in (directory, socket_dir):
-                shutil.chown(path, user=os_user)
-        port = free_port()
-        started = False
-        try:
+
+        def create(data_dir: Path) -> None:
             # -R writes standby.signal and primary_conninfo: the copy starts as a standby of the primary.
             _run([*as_user, pg_basebackup, "-h", "127.0.0.1", "-p", str(primary.port), "-U", os_user,
                   "-D", str(data_dir), "-R", "-X", "stream", "--no-sync", "--checkpoint=fast"],
                  "pg_basebackup")
-            options = f"-p {port} -k {socket_dir} -c listen_addresses=127.0.0.1 -c hot_standby=on"
-            _run([*as_user, pg_ctl, "-D", str(data_dir), "-l", str(log_path), "-o", options, "-w",
-                  "-t", str(int(START_TIMEOUT_SECONDS)), "start"], "pg_ctl start (standby)", log_path)
-            started = True
+
+        with _cluster("gpuadmin-postgres-standby-", create, "-c hot_standby=on",
+                      "pg_ctl start (standby)") as (port, socket_dir):
             yield primary, PostgresServer(port=port, user=os_user, socket_dir=socket_dir)
-        finally:
-            if started:
-                subprocess.run([*as_user, pg_ctl, "-D", str(data_dir), "-m", "immediate", "-w", "stop"],
-                               stdin=subprocess.DEVNULL, capture_output=True, check=False)
-            shutil.rmtree(directory, ignore_errors=True)
 
 
 def _run(argv: list[str], what: str, log_path: Path | None = None) -> None:

@@ -49,7 +49,9 @@ def standby_sql(sql):
 
 def caught_up():
     with primary.cursor() as cursor:
-        cursor.execute("SELECT pg_current_wal_lsn()::text")
+        # The insert position, not the write position: with synchronous_commit off (tests/services.py)
+        # a commit record can still sit in the WAL buffers, behind pg_current_wal_lsn().
+        cursor.execute("SELECT pg_current_wal_insert_lsn()::text")
         target = cursor.fetchone()[0]
     deadline = time.monotonic() + 20
     while not standby_sql(f"SELECT pg_last_wal_replay_lsn() >= '{target}'::pg_lsn"):
