@@ -17,7 +17,7 @@ from typing import Any
 
 from django import template
 from django.utils import timezone
-from django.utils.html import conditional_escape, format_html
+from django.utils.html import conditional_escape, format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 from gpuadmin.accounts.roles import Role, role_names
@@ -155,6 +155,11 @@ def gpu_bar(bar: dict[str, str]) -> SafeString:
     return format_html(_GPU_BAR, **{**bar, "unattributed": unattributed})
 
 
+# Fixed markup only: where a line may break (every value around it goes through format_html).
+_BREAK_AFTER_SPACE = mark_safe(" <wbr>")
+_BREAK_AFTER_SLASH = mark_safe("/<wbr>")
+
+
 @register.filter
 def command_args(process: Any) -> SafeString:
     """A command line that breaks only between its arguments: each argument a ``span.arg`` (an
@@ -163,15 +168,15 @@ def command_args(process: Any) -> SafeString:
     argv = getattr(process, "cmdline", None)
     if not argv:
         argv = str(getattr(process, "command_line", process) or "").split(" ")
-    args = [format_html('<span class="arg">{}</span>', visible_controls(arg)) for arg in argv]
-    return format_html('<span class="cmdline">{}</span>', mark_safe(" <wbr>".join(args)))  # noqa: S308
+    args = format_html_join(_BREAK_AFTER_SPACE, '<span class="arg">{}</span>',
+                            ((visible_controls(arg),) for arg in argv))
+    return format_html('<span class="cmdline">{}</span>', args)
 
 
 @register.filter
 def path_breaks(path: Any) -> SafeString:
     """A URL path that may break only after its slashes on a narrow screen: ``/api/<wbr>v1/<wbr>...``."""
-    parts = str(path).split("/")
-    return mark_safe("/<wbr>".join(conditional_escape(part) for part in parts))  # noqa: S308 - escaped
+    return format_html_join(_BREAK_AFTER_SLASH, "{}", ((part,) for part in str(path).split("/")))
 
 
 @register.filter
@@ -181,12 +186,6 @@ def inline_code(text: Any) -> SafeString:
     out = [format_html("<code>{}</code>", piece) if i % 2 else conditional_escape(piece)
            for i, piece in enumerate(pieces)]
     return mark_safe("".join(out))  # noqa: S308 - every piece escaped
-
-
-@register.filter
-def join_visible(values: Iterable[Any], separator: str = ", ") -> SafeString:
-    """Like ``join`` but each item goes through ``visible_controls``."""
-    return mark_safe(conditional_escape(separator).join(visible_controls(v) for v in values))  # noqa: S308
 
 
 def _as_datetime(value: Any) -> datetime | None:
