@@ -38,6 +38,13 @@ class Candidate:
     since: datetime | None
 
 
+def _one_process(host: Host, row: ProcessRow, person: PersonOf, *, summary: str, held_bytes: int,
+                 since: datetime | None) -> Candidate:
+    """A candidate about one process, which is its only target."""
+    return Candidate(key=_key(host, row), host=host, person=person(row), summary=summary,
+                     targets=[[row.pid, row.start_time_ticks]], held_bytes=held_bytes, since=since)
+
+
 def hosts_in_view(policy: Policy, now: datetime) -> list[Host]:
     """The policy's hosts that are online: an offline host's newest snapshot is stale, so what it
     shows is neither acted on nor called resolved until the host is back."""
@@ -108,16 +115,9 @@ def _idle_holders(
             if held <= 0 or not in_scope(row):
                 continue
             found.append(
-                Candidate(
-                    key=_key(host, row),
-                    host=host,
-                    person=person(row),
-                    summary=f"{describe(row)} holds {human_bytes(held)} on {host.name} GPU {gpu.index} at 0% "
-                    "utilisation",
-                    targets=[[row.pid, row.start_time_ticks]],
-                    held_bytes=held,
-                    since=gpu.idle_since,
-                )
+                _one_process(host, row, person, held_bytes=held, since=gpu.idle_since,
+                             summary=f"{describe(row)} holds {human_bytes(held)} on {host.name} "
+                             f"GPU {gpu.index} at 0% utilisation")
             )
     return found
 
@@ -132,33 +132,18 @@ def _orphans_and_zombie_trees(
         life = ProcessLife.objects.identified(host, row.pid, row.start_time_ticks)
         since = (life.launcher_exited_before or life.first_seen_at) if life is not None else None
         found.append(
-            Candidate(
-                key=_key(host, row),
-                host=host,
-                person=person(row),
-                summary=f"orphan {describe(row)} holds {human_bytes(row.total_gpu_memory_bytes)} "
-                f"on {host.name}",
-                targets=[[row.pid, row.start_time_ticks]],
-                held_bytes=row.total_gpu_memory_bytes,
-                since=since,
-            )
+            _one_process(host, row, person, held_bytes=row.total_gpu_memory_bytes, since=since,
+                         summary=f"orphan {describe(row)} holds {human_bytes(row.total_gpu_memory_bytes)} "
+                         f"on {host.name}")
         )
     for tree in zombie_trees(rows):
         parent = tree.parent
         if parent is None or parent.total_gpu_memory_bytes <= 0 or not in_scope(parent):
             continue
         found.append(
-            Candidate(
-                key=_key(host, parent),
-                host=host,
-                person=person(parent),
-                summary=f"{describe(parent)} holds {human_bytes(parent.total_gpu_memory_bytes)} "
-                f"on {host.name} "
-                f"with {len(tree.zombies)} zombie(s) it does not reap",
-                targets=[[parent.pid, parent.start_time_ticks]],
-                held_bytes=parent.total_gpu_memory_bytes,
-                since=None,
-            )
+            _one_process(host, parent, person, held_bytes=parent.total_gpu_memory_bytes, since=None,
+                         summary=f"{describe(parent)} holds {human_bytes(parent.total_gpu_memory_bytes)} "
+                         f"on {host.name} with {len(tree.zombies)} zombie(s) it does not reap")
         )
     return found
 
