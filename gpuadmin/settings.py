@@ -344,8 +344,12 @@ GPUADMIN_PID_USAGE_WARN_RATIO = 0.8
 # their 5-minute rollups (min/mean/max) this many.
 GPUADMIN_HISTORY_RAW_DAYS = env_int("GPUADMIN_HISTORY_RAW_DAYS", 2)
 GPUADMIN_HISTORY_DAYS = env_int("GPUADMIN_HISTORY_DAYS", 90)
-# A process's GPU memory is stored again only when it moved by more than this (or its state changed).
+# History's memory step: a process's GPU memory, and a GPU's memory used or attributed, is stored again
+# only when it moved by more than this (or the process's state changed; gpuadmin/fleet/history/record.py).
 GPUADMIN_HISTORY_PROCESS_STEP_BYTES = env_int("GPUADMIN_HISTORY_PROCESS_STEP_BYTES", 64 * 1024 * 1024)
+# A GPU's or host's raw sample is written when a figure moved past its step, and at least this often
+# (the 1-hour chart's points and the 5-minute rollups' samples while nothing moves).
+GPUADMIN_HISTORY_RAW_SECONDS = max(1, env_int("GPUADMIN_HISTORY_RAW_SECONDS", 60))
 # At most this many processes of one snapshot get (or keep) a history of their own, the biggest GPU
 # holders first: a signed snapshot with 15,000 made-up holders must not add 15,000 rows every interval.
 GPUADMIN_HISTORY_PROCESSES_PER_SNAPSHOT = max(1, env_int("GPUADMIN_HISTORY_PROCESSES_PER_SNAPSHOT", 500))

@@ -1,9 +1,10 @@
 """What central knows about the fleet: hosts, their GPUs, the latest snapshot,
 history, and the findings drawn from it.
 
-History is kept proportional to what matters: one row per GPU and one per host
-per snapshot, and one row per *life* of a process that mattered (GPU holder,
-device holder, zombie, D state) — never one row per process per snapshot.
+History is kept proportional to what matters: a row per GPU and one per host
+when a figure moved past its step (at least once a minute), and one row per
+*life* of a process that mattered (GPU holder, device holder, zombie, D state)
+— never one row per process per snapshot.
 """
 
 from __future__ import annotations
@@ -137,6 +138,14 @@ class Host(models.Model):
     # When central last asked this host for a full snapshot because it could not apply an update
     # (gpuadmin/fleet/intake/updates.py): at most once per probe interval, whatever arrives.
     full_snapshot_requested_at = models.DateTimeField(null=True, blank=True)
+    # The host's newest HostSample, as written (gpuadmin/fleet/history/record.py): a snapshot or update
+    # writes the next one only when a count moved past its step or this one is GPUADMIN_HISTORY_RAW_SECONDS
+    # old; read with the row ingest locks anyway, so the decision costs no query.
+    sampled_at = models.DateTimeField(null=True, blank=True)
+    sampled_zombie_count = models.PositiveIntegerField(null=True, blank=True)
+    sampled_uninterruptible_count = models.PositiveIntegerField(null=True, blank=True)
+    sampled_pids_in_use = models.PositiveIntegerField(null=True, blank=True)
+    sampled_pid_max = models.PositiveIntegerField(null=True, blank=True)
 
     objects = HostQuerySet.as_manager()
     # Only on hosts loaded by HostQuerySet.for_listing (its Prefetch's to_attr).
@@ -259,6 +268,15 @@ class Gpu(models.Model):
     updated_at = models.DateTimeField(default=timezone.now)
     # Since when visible processes hold memory on it at 0% utilization (the "idle holder" finding).
     idle_since = models.DateTimeField(null=True, blank=True)
+    # The GPU's newest GpuSample, as written (gpuadmin/fleet/history/record.py, as Host.sampled_*): the
+    # next one is written only when a figure moved past its step or this one is old enough.
+    sampled_at = models.DateTimeField(null=True, blank=True)
+    sampled_memory_used_bytes = models.BigIntegerField(null=True, blank=True)
+    sampled_memory_attributed_bytes = models.BigIntegerField(null=True, blank=True)
+    sampled_utilization_percent = models.PositiveSmallIntegerField(null=True, blank=True)
+    sampled_temperature_celsius = models.SmallIntegerField(null=True, blank=True)
+    sampled_power_draw_milliwatts = models.BigIntegerField(null=True, blank=True)
+    sampled_power_limit_milliwatts = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["host", "index"]

@@ -1,7 +1,20 @@
 """History written at ingest: what central keeps of past snapshots, proportional to what matters.
 
-Per snapshot: one ``GpuSample`` per GPU and one ``HostSample``. Per process
-that matters *by itself* (holds GPU memory or a device file, is a zombie, is in
+Raw samples say something new or nothing: a GPU's ``GpuSample`` is written when one
+of its figures moved past its step since that GPU's last written sample (memory
+used or attributed by more than ``GPUADMIN_HISTORY_PROCESS_STEP_BYTES``, the one
+memory step of history; utilization, temperature and power draw by more than
+``GPU_STEPS``' own; the power limit at all; any figure to or from zero or
+unknown), or when that sample is ``GPUADMIN_HISTORY_RAW_SECONDS`` old (the
+heartbeat, so charts and rollups still get points while nothing moves). A host's
+``HostSample`` likewise (zombies, D state, pid_max at all; PIDs in use by more
+than ``PIDS_STEP``). Full snapshots and updates decide alike (``sample_due``,
+through ``decide_gpu_sample`` and ``decide_host_sample``), against the last
+written figures kept on the ``Gpu`` and ``Host`` rows (``sampled_*``), which
+both paths read and write with those rows anyway: no query of its own. A
+sample holds until the next one; the rollups weigh it so (``retention.py``).
+
+Per process that matters *by itself* (holds GPU memory or a device file, is a zombie, is in
 D state, is an orphan) one ``ProcessLife`` for as long as it lives; ancestors
 and descendants that are in the snapshot only for context get no row, and a
 host with thousands of ordinary processes adds none at all.
@@ -146,6 +159,24 @@ _HOST_SAMPLE = RowInsert(
     HostSample,
     ["host", "taken_at", "process_count", "zombie_count", "uninterruptible_count", "pids_in_use", "pid_max"],
 )
+# A raw sample's figures that decide whether it is written (a GPU's in _GPU_SAMPLE's order, a host's in
+# _HOST_SAMPLE's after process_count, which decides nothing), and the Gpu / Host columns keeping those of
+# the last one written, with sampled_at.
+Figures = tuple[int | None, ...]
+GPU_SAMPLED_FIELDS = ["sampled_memory_used_bytes", "sampled_memory_attributed_bytes",
+                      "sampled_utilization_percent", "sampled_temperature_celsius",
+                      "sampled_power_draw_milliwatts", "sampled_power_limit_milliwatts"]
+HOST_SAMPLED_FIELDS = ["sampled_zombie_count", "sampled_uninterruptible_count", "sampled_pids_in_use",
+                       "sampled_pid_max"]
+# Each figure's step, past which it is written again (0: any change). Memory's is
+# GPUADMIN_HISTORY_PROCESS_STEP_BYTES (gpu_steps). Utilization swings of a few points are the noise of
+# a busy GPU, not news; 10 points is a line a chart shows. Temperature and power draw: a step a chart
+# shows, under the noise of a GPU under load. PIDs in use include threads, which come and go by dozens.
+UTILIZATION_STEP_PERCENT = 10
+TEMPERATURE_STEP_CELSIUS = 3
+POWER_DRAW_STEP_MILLIWATTS = 25_000
+PIDS_STEP = 100
+HOST_STEPS = (0, 0, PIDS_STEP, 0)
 
 # A GPU that started or stopped idling (update_idle_since): on a busy host, about as often as a job
 # stalls on its data; compiled once, where bulk_update would build its CASE statement every time.
@@ -163,10 +194,14 @@ _PID_TREND_FIRST_ZOMBIES = PreparedQuery(_TREND_SAMPLES.values_list("zombie_coun
 
 
 class GpuRow(Protocol):
-    """What history reads of a GPU's row: a ``Gpu``, or ingest's ``ListedGpu`` (no model instance)."""
+    """What history reads of a GPU's row: ingest's ``ListedGpu`` or an update's ``_StoredGpu`` (no model
+    instance); ``sampled_at`` and ``sampled``: its last written sample's moment and ``Figures``
+    (``GPU_SAMPLED_FIELDS``), None before its first."""
 
     uuid: str
     idle_since: datetime | None
+    sampled_at: datetime | None
+    sampled: Figures | None
 
     @property
     def pk(self) -> Any: ...
@@ -198,18 +233,80 @@ def capped(mattering: list[ProcessRow]) -> list[ProcessRow]:
     return mattering if len(mattering) <= cap else heapq.nsmallest(cap, mattering, key=_history_rank)
 
 
-def record_samples(
-    host: Host,
-    document: dict[str, Any],
-    *,
-    gpus_by_uuid: Mapping[str, GpuRow],
-    attributed_bytes: Mapping[str, int],
-    taken_at: datetime,
-) -> None:
-    """One sample per GPU of the snapshot that has a row in ``gpus_by_uuid``, and one for the host."""
+def sample_due(sampled_at: datetime | None, before: Figures | None, now: Figures, steps: Sequence[int], *,
+               taken_at: datetime, heartbeat: timedelta) -> bool:
+    """Whether a raw sample of ``now`` is written, after the last written one (``before``, at
+    ``sampled_at``; None: none yet): it is ``heartbeat`` old (or from a later moment: a clock set
+    back), or a figure moved by more than its step, or to or from zero or unknown (a GPU freed or
+    going idle, a figure the GPU stopped reporting: always news, whatever the step)."""
+    if sampled_at is None or before is None or not timedelta(0) <= taken_at - sampled_at < heartbeat:
+        return True
+    for old, new, step in zip(before, now, steps, strict=True):
+        if old != new and (old is None or new is None or old == 0 or new == 0 or abs(new - old) > step):
+            return True
+    return False
+
+
+def gpu_steps() -> tuple[int, ...]:
+    """Each of a GPU's ``Figures``' step (``sample_due``)."""
+    memory = settings.GPUADMIN_HISTORY_PROCESS_STEP_BYTES
+    return (memory, memory, UTILIZATION_STEP_PERCENT, TEMPERATURE_STEP_CELSIUS, POWER_DRAW_STEP_MILLIWATTS, 0)
+
+
+def raw_heartbeat() -> timedelta:
+    """How old a last written raw sample may grow before the next snapshot writes one anyway."""
+    return timedelta(seconds=settings.GPUADMIN_HISTORY_RAW_SECONDS)
+
+
+def gpu_figures(g: Mapping[str, Any], attributed_bytes: int) -> Figures:
+    """A GPU's ``Figures`` from a full snapshot's ``gpus[]`` entry and what its processes hold."""
+    health = g.get("health")
+    if health is None:
+        return (g["memory_used_bytes"], attributed_bytes, g["utilization_percent"], None, None, None)
+    return (g["memory_used_bytes"], attributed_bytes, g["utilization_percent"],
+            *(health.get(name) for name in _GPU_HEALTH_FIELDS))
+
+
+def decide_gpu_samples(gpus: Iterable[tuple[GpuRow, Figures]], *, taken_at: datetime) -> None:
+    """For each GPU and its figures now: when a sample is due (``sample_due``), make them its last
+    written (``sampled_at`` = ``taken_at``), for its row's write and ``record_samples``."""
+    steps, heartbeat = gpu_steps(), raw_heartbeat()
+    for gpu, figures in gpus:
+        if sample_due(gpu.sampled_at, gpu.sampled, figures, steps, taken_at=taken_at, heartbeat=heartbeat):
+            gpu.sampled_at, gpu.sampled = taken_at, figures
+
+
+def decide_host_sample(host: Host, *, zombies: int, uninterruptible: int, pids_in_use: int, pid_max: int,
+                       taken_at: datetime) -> None:
+    """As ``decide_gpu_samples`` for the host: sets its ``sampled_*`` when a sample is due (the caller
+    writes the row)."""
+    now = (zombies, uninterruptible, pids_in_use, pid_max)
+    before = (host.sampled_zombie_count, host.sampled_uninterruptible_count, host.sampled_pids_in_use,
+              host.sampled_pid_max)
+    if sample_due(host.sampled_at, before, now, HOST_STEPS, taken_at=taken_at, heartbeat=raw_heartbeat()):
+        host.sampled_at = taken_at
+        (host.sampled_zombie_count, host.sampled_uninterruptible_count, host.sampled_pids_in_use,
+         host.sampled_pid_max) = now
+
+
+def record_samples(host: Host, gpus: Iterable[GpuRow], *, process_count: int, taken_at: datetime) -> None:
+    """The raw samples this snapshot (or update) writes: of the GPUs and the host whose last written
+    sample ``decide_gpu_samples`` / ``decide_host_sample`` made this one."""
+    _GPU_SAMPLE.run([(gpu.pk, taken_at, *gpu.sampled) for gpu in gpus
+                     if gpu.sampled_at == taken_at and gpu.sampled is not None])
+    if host.sampled_at == taken_at:
+        _HOST_SAMPLE.run([(host.pk, taken_at, process_count, host.sampled_zombie_count,
+                           host.sampled_uninterruptible_count, host.sampled_pids_in_use,
+                           host.sampled_pid_max)])
+
+
+def record_late_samples(host: Host, document: dict[str, Any], *, gpus_by_uuid: Mapping[str, Any],
+                        attributed_bytes: Mapping[str, int], taken_at: datetime) -> None:
+    """A late snapshot's samples (older than the host's newest), all of them: it fills a gap (one that
+    came late because it was held up), and what it says is true of its moment; the rows' last written
+    figures are the newest snapshot's business and stay."""
     _GPU_SAMPLE.run([
-        (gpus_by_uuid[g["uuid"]].pk, taken_at, g["memory_used_bytes"], attributed_bytes.get(g["uuid"], 0),
-         g["utilization_percent"], *_health_values(g.get("health")))
+        (gpus_by_uuid[g["uuid"]].pk, taken_at, *gpu_figures(g, attributed_bytes.get(g["uuid"], 0)))
         for g in document["gpus"]
         if g["uuid"] in gpus_by_uuid
     ])
@@ -217,11 +314,6 @@ def record_samples(
     facts = document["host"]
     _HOST_SAMPLE.run([(host.pk, taken_at, counts["total"], counts["zombies"], counts["uninterruptible"],
                        facts["pids_in_use"], facts["pid_max"])])
-
-
-def _health_values(health: Mapping[str, Any] | None) -> list[Any]:
-    """A GPU's ``_GPU_HEALTH_FIELDS`` from its snapshot's health (all None when it has none)."""
-    return [None] * len(_GPU_HEALTH_FIELDS) if health is None else [health.get(n) for n in _GPU_HEALTH_FIELDS]
 
 
 def has_samples_at(host: Host, taken_at: datetime) -> bool:

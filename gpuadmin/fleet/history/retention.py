@@ -28,6 +28,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from operator import itemgetter
 from typing import Any
 
 from django.conf import settings
@@ -36,7 +37,7 @@ from django.db.backends.base.operations import BaseDatabaseOperations
 from django.db.models import Min, Q
 from django.utils import timezone
 
-from gpuadmin.fleet.history import partitions
+from gpuadmin.fleet.history import partitions, record
 from gpuadmin.fleet.models import (
     Finding,
     GpuRollup,
@@ -141,12 +142,44 @@ class Summary:
     maximum: int | None
 
 
-def summarise(values: Iterable[int | None]) -> Summary:
-    """Min, mean and max of the values that are known (None when none is)."""
-    known = [v for v in values if v is not None]
-    if not known:
+def summarise(values: Iterable[int | None], holds: Sequence[int] | None = None) -> Summary:
+    """Min, mean and max of the values that are known (None when none is). ``holds``: how long each
+    value held (``sample_holds``): the mean is then over time, each value weighing as long as it held
+    (the plain mean of the values when none held at all)."""
+    if holds is None:
+        known = [v for v in values if v is not None]
+        if not known:
+            return Summary(None, None, None)
+        return Summary(min(known), sum(known) / len(known), max(known))
+    pairs = [(v, hold) for v, hold in zip(values, holds, strict=True) if v is not None]
+    if not pairs:
         return Summary(None, None, None)
-    return Summary(min(known), sum(known) / len(known), max(known))
+    known = [v for v, _ in pairs]
+    held = sum(hold for _, hold in pairs)
+    # Integers throughout (microseconds), divided once: evenly spaced samples give the plain mean exactly.
+    mean = sum(v * hold for v, hold in pairs) / held if held else sum(known) / len(known)
+    return Summary(min(known), mean, max(known))
+
+
+def sample_holds(moments: Sequence[datetime], bucket: int) -> list[int]:
+    """How long each raw sample of one GPU (or host) in ``bucket`` held, in microseconds; ``moments``:
+    their taken_at, oldest first.
+
+    Raw samples are written when a figure moves past its step, or at the heartbeat
+    (``history/record.py``): each holds until the next one, so the mean of a bucket is over time, not
+    over samples (a plain mean would weigh a burst of changes as much as the minutes of calm around
+    them). The last holds until the bucket ends; none holds longer than a heartbeat and a probe
+    interval, past which its host would have written another had it been up (a gap counts for
+    nothing). The first holds from its own moment: the bucket's start before it belongs to the
+    previous bucket's last sample, which this bucket's rows do not have, and counts for nothing.
+    """
+    limit = int((record.raw_heartbeat().total_seconds() + settings.GPUADMIN_PROBE_INTERVAL_SECONDS) * 1e6)
+    ends = [*moments[1:], bucket_start(bucket + 1)]
+    return [min(limit, _microseconds(end - moment)) for moment, end in zip(moments, ends, strict=True)]
+
+
+def _microseconds(span: timedelta) -> int:
+    return max(0, (span.days * 86400 + span.seconds) * 1_000_000 + span.microseconds)
 
 
 @dataclass(frozen=True)
@@ -180,12 +213,14 @@ def gpu_rollups(rows: Iterable[Sequence[Any]]) -> list[GpuRollup]:
         grouped[(row[0], bucket_of(row[1]))].append(row)
     rollups = []
     for (gpu_id, bucket), members in grouped.items():
-        used_min, used_mean, used_max = _mib(summarise(r[2] for r in members))
-        attributed_min, attributed_mean, attributed_max = _mib(summarise(r[3] for r in members))
-        utilization = summarise(r[4] for r in members)
+        members.sort(key=itemgetter(1))  # by taken_at
+        holds = sample_holds([r[1] for r in members], bucket)
+        used_min, used_mean, used_max = _mib(summarise((r[2] for r in members), holds))
+        attributed_min, attributed_mean, attributed_max = _mib(summarise((r[3] for r in members), holds))
+        utilization = summarise((r[4] for r in members), holds)
         mean_tenths = None if utilization.mean is None else round(utilization.mean * 10)
-        temperature = summarise(r[5] for r in members)
-        power_draw = summarise(r[6] for r in members)
+        temperature = summarise((r[5] for r in members), holds)
+        power_draw = summarise((r[6] for r in members), holds)
         rollup = GpuRollup(
             gpu_id=gpu_id,
             bucket=bucket,
@@ -217,10 +252,12 @@ def host_rollups(rows: Iterable[Sequence[Any]]) -> list[HostRollup]:
         grouped[(row[0], bucket_of(row[1]))].append(row)
     rollups = []
     for (host_id, bucket), members in grouped.items():
+        members.sort(key=itemgetter(1))  # by taken_at
+        holds = sample_holds([r[1] for r in members], bucket)
         # Host counts are never null: each summary has all three values.
-        zombies = _known(summarise(r[2] for r in members))
-        d_state = _known(summarise(r[3] for r in members))
-        pids = _known(summarise(r[4] for r in members))
+        zombies = _known(summarise((r[2] for r in members), holds))
+        d_state = _known(summarise((r[3] for r in members), holds))
+        pids = _known(summarise((r[4] for r in members), holds))
         rollup = HostRollup(
             host_id=host_id,
             bucket=bucket,

@@ -66,6 +66,8 @@ _HOST_SNAPSHOT_FIELDS = [
     "last_error_at",
     "history_processes_mattering_count",
     "history_processes_kept_count",
+    "sampled_at",
+    *record.HOST_SAMPLED_FIELDS,
 ]
 _GPU_UPDATE_FIELDS = [
     "index",
@@ -76,6 +78,8 @@ _GPU_UPDATE_FIELDS = [
     "utilization_percent",
     "present",
     "updated_at",
+    "sampled_at",
+    *record.GPU_SAMPLED_FIELDS,
 ]
 # The statements every snapshot runs, compiled once (fleet.storage.statements). What
 # host.save(update_fields=_HOST_SNAPSHOT_FIELDS) would run:
@@ -89,7 +93,8 @@ _LATEST_UPSERT = RowInsert(LatestSnapshot, ["host", *_LATEST_FIELDS], conflict=[
                            update=_LATEST_FIELDS)
 # The host's GPUs as plain values, unordered (Gpu's default ordering would join the host row for its name).
 _STORED_GPUS = PreparedQuery(
-    Gpu.objects.filter(host=Param(Gpu, "host")).order_by().values_list("pk", "uuid", "present", "idle_since")
+    Gpu.objects.filter(host=Param(Gpu, "host")).order_by()
+    .values_list("pk", "uuid", "present", "idle_since", "sampled_at", *record.GPU_SAMPLED_FIELDS)
 )
 # A GPU row as a snapshot lists it; idle_since is record.update_idle_since's, never set here.
 _GPU_UPSERT = RowInsert(Gpu, ["host", "uuid", *_GPU_UPDATE_FIELDS], conflict=["host", "uuid"],
@@ -196,9 +201,10 @@ def ingest_document(
             _update_host(host, document, rows, taken_at=taken_at, received_at=received_at,
                          mattering_count=len(mattering))
             _store_latest(host, document, taken_at=taken_at, received_at=received_at, text=text)
-            gpus_by_uuid = _upsert_gpus(host, document, attributed_bytes, received_at=received_at)
-            record.record_samples(host, document, gpus_by_uuid=gpus_by_uuid,
-                                  attributed_bytes=attributed_bytes, taken_at=taken_at)
+            gpus_by_uuid = _upsert_gpus(host, document, attributed_bytes, received_at=received_at,
+                                        taken_at=taken_at)
+            record.record_samples(host, gpus_by_uuid.values(),
+                                  process_count=document["process_counts"]["total"], taken_at=taken_at)
             record.update_idle_since(gpus_by_uuid, document, attributed_bytes, taken_at=taken_at)
             boot_id = document["host"]["boot_id"]
             lives = record.record_process_lives(host, rows, boot_id=boot_id, taken_at=taken_at,
@@ -248,7 +254,7 @@ def _store_late(host: Host, document: dict[str, Any], taken_at: datetime) -> Non
         return
     logger.info("late snapshot of %s taken at %s: added to history only", host.name, taken_at)
     gpus_by_uuid = {g.uuid: g for g in host.gpus.filter(uuid__in=[g["uuid"] for g in document["gpus"]])}
-    record.record_samples(
+    record.record_late_samples(
         host,
         document,
         gpus_by_uuid=gpus_by_uuid,
@@ -289,6 +295,8 @@ def _update_host(
     cap = settings.GPUADMIN_HISTORY_PROCESSES_PER_SNAPSHOT
     host.history_processes_mattering_count = mattering_count if mattering_count > cap else 0
     host.history_processes_kept_count = cap if mattering_count > cap else 0
+    record.decide_host_sample(host, zombies=counts["zombies"], uninterruptible=counts["uninterruptible"],
+                              pids_in_use=facts["pids_in_use"], pid_max=facts["pid_max"], taken_at=taken_at)
     # Named fields only: the scheduler writes last_probe_sent_at on the same row concurrently.
     _UPDATE_HOST.run(id=host.pk, **{name: getattr(host, name) for name in _HOST_SNAPSHOT_FIELDS})
 
@@ -305,50 +313,60 @@ def _store_latest(
 
 @dataclass(slots=True)
 class ListedGpu:
-    """A GPU of the snapshot as ingest goes on with it: its row's id and idle_since (``record.GpuRow``;
-    no model instance per GPU per snapshot: ingest needs two of its values, not a model)."""
+    """A GPU of the snapshot as ingest goes on with it: its row's id, idle_since and last written sample
+    (``record.GpuRow``; no model instance per GPU per snapshot: ingest needs a few of its values)."""
 
     uuid: str
     pk: int | None
     idle_since: datetime | None
+    sampled_at: datetime | None = None
+    sampled: record.Figures | None = None
 
 
 def _upsert_gpus(
     host: Host, document: dict[str, Any], attributed_bytes: dict[str, int], *, received_at: datetime,
-) -> dict[str, record.GpuRow]:
+    taken_at: datetime,
+) -> dict[str, ListedGpu]:
     """GPU rows as this snapshot lists them; GPUs it no longer lists stay, marked not present.
 
-    The host's GPUs are read first (their ids and idle_since), so that the upsert needs no read-back and a
-    GPU is marked not present only when one is missing (the host row is locked:
-    nothing else adds GPUs meanwhile).
+    The host's GPUs are read first (their ids, idle_since and last written samples), so that the upsert
+    needs no read-back, writes each GPU's last written sample as this snapshot decides it
+    (``record.decide_gpu_samples``), and a GPU is marked not present only when one is missing (the host
+    row is locked: nothing else adds GPUs meanwhile).
     """
-    stored = {uuid: (pk, present, idle)
-              for pk, uuid, present, idle in _STORED_GPUS.start(host=host.pk).rows()}
+    stored = {row[1]: row for row in _STORED_GPUS.start(host=host.pk).rows()}
     listed = document["gpus"]
-    rows = []
-    for g in listed:
-        values = {"index": g["index"], "name": g["name"], "memory_total_bytes": g["memory_total_bytes"],
-                  "memory_used_bytes": g["memory_used_bytes"],
-                  "memory_attributed_bytes": attributed_bytes.get(g["uuid"], 0),
-                  "utilization_percent": g["utilization_percent"], "present": True, "updated_at": received_at}
-        rows.append((host.pk, g["uuid"], *(values[name] for name in _GPU_UPDATE_FIELDS)))
-    # Ids asked back for new GPUs only: the others' were read above.
-    returned = _GPU_UPSERT.run(rows, returning=not stored.keys() >= {g["uuid"] for g in listed})
-    ids = dict(returned or [])
-    gpus_by_uuid: dict[str, record.GpuRow] = {}
+    gpus_by_uuid: dict[str, ListedGpu] = {}
+    decided = []
     for g in listed:
         uuid = g["uuid"]
         before = stored.get(uuid)
-        # The upsert leaves idle_since as stored; the id is the stored row's.
-        gpus_by_uuid[uuid] = (ListedGpu(uuid, before[0], before[2]) if before is not None
-                              else ListedGpu(uuid, ids.get(uuid), None))
-    unlisted = [pk for uuid, (pk, present, _) in stored.items() if present and uuid not in gpus_by_uuid]
+        # The upsert leaves idle_since as stored; the id is the stored row's (a new GPU's: returned below).
+        gpu = gpus_by_uuid[uuid] = (ListedGpu(uuid, before[0], before[3], before[4], tuple(before[5:]))
+                                    if before is not None else ListedGpu(uuid, None, None))
+        decided.append((gpu, record.gpu_figures(g, attributed_bytes.get(uuid, 0))))
+    record.decide_gpu_samples(decided, taken_at=taken_at)
+    rows = []
+    for g in listed:
+        gpu = gpus_by_uuid[g["uuid"]]
+        values = {"index": g["index"], "name": g["name"], "memory_total_bytes": g["memory_total_bytes"],
+                  "memory_used_bytes": g["memory_used_bytes"],
+                  "memory_attributed_bytes": attributed_bytes.get(g["uuid"], 0),
+                  "utilization_percent": g["utilization_percent"], "present": True, "updated_at": received_at,
+                  "sampled_at": gpu.sampled_at}
+        # Every listed GPU has a last written sample once decided (a new one: this snapshot's).
+        values.update(zip(record.GPU_SAMPLED_FIELDS, gpu.sampled or (), strict=True))
+        rows.append((host.pk, g["uuid"], *(values[name] for name in _GPU_UPDATE_FIELDS)))
+    # Ids asked back for new GPUs only: the others' were read above.
+    returned = _GPU_UPSERT.run(rows, returning=not stored.keys() >= gpus_by_uuid.keys())
+    for uuid, pk in returned or []:
+        gpus_by_uuid[uuid].pk = pk
+    unlisted = [row[0] for uuid, row in stored.items() if row[2] and uuid not in gpus_by_uuid]
     if unlisted:
         Gpu.objects.filter(pk__in=unlisted).update(present=False, updated_at=received_at)
     unknown_ids = [uuid for uuid, gpu in gpus_by_uuid.items() if gpu.pk is None]
     if unknown_ids:
         # New GPUs, on a database that returns no ids from an upsert: read them back.
-        for gpu in Gpu.objects.filter(host=host, uuid__in=unknown_ids):
-            gpus_by_uuid[gpu.uuid] = gpu
+        for pk, uuid in Gpu.objects.filter(host=host, uuid__in=unknown_ids).values_list("pk", "uuid"):
+            gpus_by_uuid[uuid].pk = pk
     return gpus_by_uuid
-

@@ -44,7 +44,7 @@ from gpuadmin.fleet.storage.statements import Param, PreparedQuery, PreparedUpda
 from gpuadmin.fleet.taken_at import parse_taken_at
 from gpuadmin.sending import request_probe
 from gpuadmin.wire.signing import BadMessage, MessageKind, open_envelope
-from gpuadmin.wire.snapshot_update import BadUpdate, SnapshotUpdate, decode_update
+from gpuadmin.wire.snapshot_update import BadUpdate, GpuFigures, SnapshotUpdate, decode_update
 
 logger = logging.getLogger(__name__)
 
@@ -61,17 +61,19 @@ _UPDATE_LATEST = PreparedUpdate(
     update_sequence=Param(LatestSnapshot, "update_sequence"), update=Param(LatestSnapshot, "update"),
 )
 _HOST_UPDATE_FIELDS = ["last_seen_at", "last_snapshot_taken_at", "pids_in_use", "process_count",
-                       "zombie_count", "last_error", "last_error_at"]
+                       "zombie_count", "last_error", "last_error_at", "sampled_at",
+                       *record.HOST_SAMPLED_FIELDS]
 _UPDATE_HOST = PreparedUpdate(
     Host.objects.filter(pk=Param(Host, "id")), **{name: Param(Host, name) for name in _HOST_UPDATE_FIELDS}
 )
 _STORED_GPUS = PreparedQuery(
     Gpu.objects.filter(host=Param(Gpu, "host"), present=True).order_by()
-    .values_list("pk", "uuid", "idle_since", "index", "name")
+    .values_list("pk", "uuid", "idle_since", "index", "name", "sampled_at", *record.GPU_SAMPLED_FIELDS)
 )
 # Every GPU's figures in one statement: an upsert of rows that all exist (their index and name as
-# read), which changes only the figures.
-_GPU_FIGURES = ["memory_used_bytes", "memory_attributed_bytes", "utilization_percent", "updated_at"]
+# read), which changes only the figures and the last written sample (record.decide_gpu_samples).
+_GPU_FIGURES = ["memory_used_bytes", "memory_attributed_bytes", "utilization_percent", "updated_at",
+                "sampled_at", *record.GPU_SAMPLED_FIELDS]
 _GPU_FIGURES_UPSERT = RowInsert(Gpu, ["host", "uuid", "index", "name", "present", *_GPU_FIGURES],
                                 conflict=["host", "uuid"], update=_GPU_FIGURES)
 _POINT_INSERT = RowInsert(ProcessPoint, ["life", "taken_at", "gpu_memory_bytes", "state"])
@@ -178,23 +180,27 @@ def _apply(host: Host, update: SnapshotUpdate, text: str, *, taken_at: datetime,
                            ask_full=True)
     attributed = {g.uuid: g.process_memory_bytes for g in update.gpus}
     figures = _as_document(update, pid_max=host.pid_max or 0)
+    counts = update.process_counts
+    record.decide_host_sample(host, zombies=counts.zombies, uninterruptible=counts.uninterruptible,
+                              pids_in_use=update.pids_in_use, pid_max=host.pid_max or 0, taken_at=taken_at)
+    record.decide_gpu_samples(((gpus[g.uuid], _gpu_figures(g)) for g in update.gpus), taken_at=taken_at)
     with pipelined():
         host.last_seen_at = received_at
         host.last_snapshot_taken_at = taken_at
         host.pids_in_use = update.pids_in_use
-        host.process_count = update.process_counts.total
-        host.zombie_count = update.process_counts.zombies
+        host.process_count = counts.total
+        host.zombie_count = counts.zombies
         host.last_error, host.last_error_at = "", None
         _UPDATE_HOST.run(id=host.pk, **{name: getattr(host, name) for name in _HOST_UPDATE_FIELDS})
         _UPDATE_LATEST.run(host=host.pk, taken_at=taken_at, received_at=received_at,
                            update_sequence=update.sequence, update=ValidatedJson(text))
         _GPU_FIGURES_UPSERT.run([
             (host.pk, g.uuid, gpus[g.uuid].index, gpus[g.uuid].name, True, g.memory_used_bytes,
-             g.process_memory_bytes, g.utilization_percent, received_at)
+             g.process_memory_bytes, g.utilization_percent, received_at, gpus[g.uuid].sampled_at,
+             *(gpus[g.uuid].sampled or ()))
             for g in update.gpus
         ], returning=False)
-        record.record_samples(host, figures, gpus_by_uuid=gpus, attributed_bytes=attributed,
-                              taken_at=taken_at)
+        record.record_samples(host, gpus.values(), process_count=counts.total, taken_at=taken_at)
         record.update_idle_since(gpus, figures, attributed, taken_at=taken_at)
         _record_process_memory(host, update, taken_at=taken_at)
         snapshot_update_storing.send(sender=Host, host=host, update=update, taken_at=taken_at)
@@ -204,14 +210,26 @@ def _apply(host: Host, update: SnapshotUpdate, text: str, *, taken_at: datetime,
 class _StoredGpu:
     """A GPU row as an update reads it (``record.GpuRow``, and what its upsert rewrites as it is)."""
 
-    __slots__ = ("idle_since", "index", "name", "pk", "uuid")
+    __slots__ = ("idle_since", "index", "name", "pk", "sampled", "sampled_at", "uuid")
 
-    def __init__(self, pk: int, uuid: str, idle_since: datetime | None, index: int, name: str) -> None:
-        self.pk, self.uuid, self.idle_since, self.index, self.name = pk, uuid, idle_since, index, name
+    def __init__(self, row: tuple[Any, ...]) -> None:
+        """``row``: _STORED_GPUS's."""
+        self.pk, self.uuid, self.idle_since, self.index, self.name, self.sampled_at = row[:6]
+        self.sampled: record.Figures | None = row[6:]
 
 
 def _stored_gpus(host: Host) -> list[_StoredGpu]:
-    return [_StoredGpu(*row) for row in _STORED_GPUS.start(host=host.pk).rows()]
+    return [_StoredGpu(row) for row in _STORED_GPUS.start(host=host.pk).rows()]
+
+
+def _gpu_figures(g: GpuFigures) -> record.Figures:
+    """A GPU's figures in an update as ``record.gpu_figures`` reads them from a full snapshot (what its
+    processes hold is the update's process_memory_bytes)."""
+    health = g.health
+    if health is None:
+        return (g.memory_used_bytes, g.process_memory_bytes, g.utilization_percent, None, None, None)
+    return (g.memory_used_bytes, g.process_memory_bytes, g.utilization_percent, health.temperature_celsius,
+            health.power_draw_milliwatts, health.power_limit_milliwatts)
 
 
 def _as_document(update: SnapshotUpdate, *, pid_max: int) -> dict[str, Any]:

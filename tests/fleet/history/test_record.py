@@ -14,6 +14,7 @@ import pytest
 from gpuadmin.fleet.history.record import _add_lives, description_digest
 from gpuadmin.fleet.models import GpuSample, Host, HostSample, ProcessLife, ProcessPoint
 from gpuadmin.fleet.process_tree import ProcessRow
+from gpuadmin.probe.gpus import GpuHealth
 from tests.factories import GiB, gpu, proc, snapshot
 from tests.fleet.helpers import T0, at
 from tests.keys import accept
@@ -43,31 +44,108 @@ def ddp_job(taken_seconds: float, *, workers: int = 300, memory: int = GiB, **kw
     )
 
 
-def test_each_snapshot_adds_one_sample_per_gpu_and_one_per_host(ingest: Callable[..., Host]) -> None:
+def test_a_steady_gpu_and_host_write_no_raw_sample_until_the_heartbeat(
+    ingest: Callable[..., Host], settings: Any
+) -> None:
+    settings.GPUADMIN_HISTORY_RAW_SECONDS = 60
     gpus = [gpu(0, used=GiB, utilization_percent=50), gpu(1, used=0, utilization_percent=None)]
-    for t in (0, 10, 20):
-        ingest(
-            snapshot(
-                "gpu01",
-                processes=[proc(7, gpu_memory={GPU0: GiB})],
-                gpus=gpus,
-                taken_at=at(t),
-                pids_in_use=300 + t,
-            )
-        )
-    assert GpuSample.objects.count() == 6
+    for t in range(0, 140, 10):
+        ingest(snapshot("gpu01", processes=[proc(7, gpu_memory={GPU0: GiB})], gpus=gpus, taken_at=at(t),
+                        pids_in_use=300))
+    # Nothing moved: a sample at the first snapshot, then one each time the last is a minute old.
+    assert sorted(GpuSample.objects.values_list("gpu__index", "taken_at")) == [
+        (0, at(0)), (0, at(60)), (0, at(120)), (1, at(0)), (1, at(60)), (1, at(120))]
     assert list(HostSample.objects.order_by("taken_at").values_list("taken_at", "pids_in_use")) == [
-        (at(0), 300),
-        (at(10), 310),
-        (at(20), 320),
-    ]
-    sample = GpuSample.objects.get(gpu__index=0, taken_at=at(10))
-    assert (sample.memory_used_bytes, sample.memory_attributed_bytes, sample.utilization_percent) == (
-        GiB,
-        GiB,
-        50,
-    )
-    assert GpuSample.objects.get(gpu__index=1, taken_at=at(10)).utilization_percent is None
+        (at(0), 300), (at(60), 300), (at(120), 300)]
+    sample = GpuSample.objects.get(gpu__index=0, taken_at=at(60))
+    figures = (sample.memory_used_bytes, sample.memory_attributed_bytes, sample.utilization_percent)
+    assert figures == (GiB, GiB, 50)
+    assert GpuSample.objects.get(gpu__index=1, taken_at=at(60)).utilization_percent is None
+    host = Host.objects.get()
+    assert (host.sampled_at, host.sampled_pids_in_use) == (at(120), 300)
+
+
+MiB = 2**20
+
+
+def figures_at(seconds: int, *, used: int = 10 * GiB, held: int = 8 * GiB, utilization: int | None = 50,
+               temperature: int = 60, power_draw: int = 300_000, power_limit: int = 700_000,
+               pids_in_use: int = 1000, zombies: int = 0, pid_max: int = 4194304) -> dict[str, Any]:
+    """One GPU with health, a process holding ``held`` of it, and the host's counts."""
+    card = gpu(0, used=used, utilization_percent=utilization)
+    card["health"] = GpuHealth(temperature_celsius=temperature, power_draw_milliwatts=power_draw,
+                               power_limit_milliwatts=power_limit).as_document()
+    holder = proc(7, gpu_memory={GPU0: held})
+    dead = [proc(50 + z, ppid=7, state="Z") for z in range(zombies)]
+    return snapshot("gpu01", processes=[holder, *dead], gpus=[card], taken_at=at(seconds),
+                    pids_in_use=pids_in_use, pid_max=pid_max)
+
+
+@pytest.mark.parametrize(("moved", "gpu_written", "host_written"), [
+    ({}, False, False),
+    ({"used": 10 * GiB + 65 * MiB}, True, False),
+    ({"used": 10 * GiB + 64 * MiB}, False, False),  # by the step, not past it
+    ({"held": 8 * GiB - 65 * MiB}, True, False),
+    ({"held": 8 * GiB - 64 * MiB}, False, False),
+    ({"utilization": 61}, True, False),
+    ({"utilization": 40}, False, False),
+    ({"utilization": 0}, True, False),  # going idle is news, whatever the step
+    ({"utilization": None}, True, False),  # and so is a GPU that stops saying
+    ({"temperature": 64}, True, False),
+    ({"temperature": 57}, False, False),
+    ({"power_draw": 325_001}, True, False),
+    ({"power_draw": 275_000}, False, False),
+    ({"power_limit": 699_000}, True, False),  # any change
+    ({"pids_in_use": 1101}, False, True),
+    ({"pids_in_use": 900}, False, False),
+    ({"zombies": 1}, False, True),
+    ({"pid_max": 32768}, False, True),
+], ids=lambda value: "-".join(map(str, value)) if isinstance(value, dict) else str(value))
+def test_a_figure_moved_past_its_step_writes_one_sample(
+    ingest: Callable[..., Host], settings: Any, moved: dict[str, Any], gpu_written: bool, host_written: bool
+) -> None:
+    settings.GPUADMIN_HISTORY_RAW_SECONDS = 60
+    settings.GPUADMIN_HISTORY_PROCESS_STEP_BYTES = 64 * MiB
+    ingest(figures_at(0))
+    ingest(figures_at(10, **moved))
+    assert GpuSample.objects.filter(taken_at=at(10)).exists() is gpu_written
+    assert HostSample.objects.filter(taken_at=at(10)).exists() is host_written
+    if gpu_written:
+        sample = GpuSample.objects.get(taken_at=at(10))
+        after = figures_at(10, **moved)
+        card, health = after["gpus"][0], after["gpus"][0]["health"]
+        assert (sample.memory_used_bytes, sample.memory_attributed_bytes, sample.utilization_percent,
+                sample.temperature_celsius, sample.power_draw_milliwatts, sample.power_limit_milliwatts) == (
+            card["memory_used_bytes"], moved.get("held", 8 * GiB), card["utilization_percent"],
+            health["temperature_celsius"], health["power_draw_milliwatts"], health["power_limit_milliwatts"])
+
+
+def test_figures_are_compared_with_the_last_written_sample_not_the_last_snapshot(
+    ingest: Callable[..., Host], settings: Any
+) -> None:
+    """A slow drift, under the step from one snapshot to the next, is written once it adds up past it."""
+    settings.GPUADMIN_HISTORY_RAW_SECONDS = 600
+    settings.GPUADMIN_HISTORY_PROCESS_STEP_BYTES = 64 * MiB
+    for n in range(6):
+        ingest(figures_at(10 * n, used=10 * GiB + n * 40 * MiB, pids_in_use=1000 + 60 * n))
+    assert sorted(GpuSample.objects.values_list("taken_at", "memory_used_bytes")) == [
+        (at(0), 10 * GiB), (at(20), 10 * GiB + 80 * MiB), (at(40), 10 * GiB + 160 * MiB)]
+    assert sorted(HostSample.objects.values_list("taken_at", "pids_in_use")) == [
+        (at(0), 1000), (at(20), 1120), (at(40), 1240)]
+
+
+def test_a_late_snapshot_still_writes_its_samples_and_leaves_the_last_written_ones(
+    ingest: Callable[..., Host], settings: Any
+) -> None:
+    settings.GPUADMIN_HISTORY_RAW_SECONDS = 60
+    ingest(figures_at(0))
+    ingest(figures_at(20))
+    ingest(figures_at(10, utilization=90))  # late: what it says is true of its moment
+    assert sorted(GpuSample.objects.values_list("taken_at", "utilization_percent")) == [
+        (at(0), 50), (at(10), 90)]
+    assert Host.objects.get().gpus.get().sampled_at == at(0)
+    ingest(figures_at(30, utilization=55))  # compared with the newest snapshot's last written: 50
+    assert not GpuSample.objects.filter(taken_at=at(30)).exists()
 
 
 @pytest.mark.parametrize("first", [True, False], ids=["first-snapshot", "next-snapshot"])

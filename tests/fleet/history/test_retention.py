@@ -36,7 +36,8 @@ MiB = 1024**2
 
 
 def varying_snapshot(seconds: int, **kwargs: Any) -> dict[str, Any]:
-    """Values that differ from one snapshot to the next, so min, mean and max all differ."""
+    """Values that differ from one snapshot to the next, so min, mean and max all differ (and each
+    snapshot writes its raw samples: GPU 0's utilization and GPU 1's memory move past their steps)."""
     step = seconds // 10
     used = (1 + step % 7) * GiB + step * MiB + 4097  # not whole MiB: the rounding shows
     holder = proc(1000, gpu_memory={GPU0: used // 2})
@@ -50,7 +51,7 @@ def varying_snapshot(seconds: int, **kwargs: Any) -> dict[str, Any]:
     return snapshot(
         "gpu01",
         processes=[holder, *zombies],
-        gpus=[gpu0, gpu(1, used=step, utilization_percent=None)],
+        gpus=[gpu0, gpu(1, used=step * 100 * MiB, utilization_percent=None)],
         taken_at=at(seconds),
         pids_in_use=500 + step,
         **kwargs,
@@ -137,6 +138,35 @@ def test_rollups_have_the_min_mean_and_max_of_the_raw_samples_of_their_bucket(tw
     assert (first.zombies_min, first.zombies_max, first.zombies_mean) == (0, 2, pytest.approx(1.0))
     assert (first.pids_in_use_min, first.pids_in_use_max) == (500, 529)
     assert first.pid_max == 4194304
+
+
+def test_a_bucket_mean_weighs_each_raw_sample_by_how_long_it_held(settings: Any) -> None:
+    """Raw samples are written when a figure moves (history/record.py): a burst of changes must not
+    weigh as much as the calm minutes around it. Each sample holds until the next, the last until the
+    bucket ends, none longer than a heartbeat and a probe interval (a host that was down)."""
+    settings.GPUADMIN_HISTORY_RAW_SECONDS = 60
+    settings.GPUADMIN_PROBE_INTERVAL_SECONDS = 10
+    bucket = retention.bucket_of(at(0))
+    assert retention.bucket_start(bucket) == at(0)
+    # GPU 1 idles all five minutes but for a 10-second burst at 250 s (heartbeats every minute).
+    burst = {250: (100, 9 * GiB)}
+    gpu_rows = [(1, at(t), burst.get(t, (0, GiB))[1], 0, burst.get(t, (0, GiB))[0], 60, 300_000, 700_000)
+                for t in (0, 60, 120, 180, 240, 250, 260)]
+    # GPU 2 is heard of at 30 s and, after its host was down, at 250 s: the first holds 70 s, not 220 s.
+    gpu_rows += [(2, at(30), GiB, 0, 10, None, None, None), (2, at(250), GiB, 0, 40, None, None, None)]
+    rollups = {r.gpu_id: r for r in retention.gpu_rollups(reversed(gpu_rows))}  # in any order
+    # (0 x 290 s + 100 x 10 s) / 300 s; the plain mean of the 7 samples would be 14.3%.
+    assert rollups[1].utilization_mean_tenths_percent == 33
+    assert rollups[1].memory_used_mean_mib == round((1 * 290 + 9 * 10) / 300 * 1024)
+    assert (rollups[1].utilization_min_percent, rollups[1].utilization_max_percent) == (0, 100)
+    assert (rollups[1].memory_used_min_mib, rollups[1].memory_used_max_mib) == (1024, 9 * 1024)
+    assert rollups[1].sample_count == 7
+    # (10 x 70 s + 40 x 50 s) / 120 s = 22.5%; plain: 25%.
+    assert rollups[2].utilization_mean_tenths_percent == 225
+    host_rows = [(5, at(t), 3 if t == 250 else 0, 0, 1000, 4194304) for t in (0, 60, 120, 180, 240, 250, 260)]
+    (host,) = retention.host_rollups(host_rows)
+    assert host.zombies_mean == pytest.approx(3 * 10 / 300)
+    assert (host.zombies_min, host.zombies_max, host.pids_in_use_mean) == (0, 3, 1000)
 
 
 def test_a_bucket_is_rolled_up_only_once_it_is_complete(twenty_minutes: Host) -> None:

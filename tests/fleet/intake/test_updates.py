@@ -18,6 +18,7 @@ from gpuadmin.fleet.models import (
     Gpu,
     GpuSample,
     Host,
+    HostSample,
     LatestSnapshot,
     ProcessLife,
     ProcessPoint,
@@ -152,6 +153,27 @@ def test_an_update_changes_the_latest_figures_exactly(agent: Agent) -> None:
     assert list(ProcessPoint.objects.filter(life=life).values_list("taken_at", "gpu_memory_bytes")) == [
         (at(0), 10 * GiB), (at(10), 20 * GiB)]
     assert ProcessPoint.objects.filter(life__pid=102).count() == 1
+
+
+@pytest.mark.parametrize("full", [True, False], ids=["full-snapshots", "updates"])
+def test_full_snapshots_and_updates_write_the_same_raw_samples(agent: Agent, settings, full: bool) -> None:
+    """One rule (history/record.py's sample_due) whatever the kind: a GPU's or the host's raw sample is
+    written when a figure moved past its step or the last written one is a minute old."""
+    settings.GPUADMIN_HISTORY_RAW_SECONDS = 60
+    for doc in (document(10),  # nothing moved (PIDs in use by 10: under their step)
+                document(20, utilization=(65, 20)),  # GPU 0 past its step
+                document(30, utilization=(60, 20)),  # under it, from the 20 s sample
+                document(40, utilization=(65, 0)),  # GPU 1 idles
+                document(60, utilization=(65, 0)),  # the host's heartbeat
+                document(80, utilization=(65, 0))):  # GPU 0's
+        kind = agent.send(doc, full=full).kind
+        assert kind is (MessageKind.SNAPSHOT if full else MessageKind.SNAPSHOT_UPDATE)
+    written = GpuSample.objects.values_list("gpu__uuid", "taken_at", "utilization_percent",
+                                            "memory_attributed_bytes")
+    assert sorted(written) == [
+        (G0, at(0), 50, 10 * GiB), (G0, at(20), 65, 10 * GiB), (G0, at(80), 65, 10 * GiB),
+        (G1, at(0), 20, 2 * GiB), (G1, at(40), 0, 2 * GiB)]
+    assert sorted(HostSample.objects.values_list("taken_at", flat=True)) == [at(0), at(60)]
 
 
 def test_a_full_snapshot_after_updates_is_the_new_base(agent: Agent) -> None:
