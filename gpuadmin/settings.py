@@ -340,9 +340,11 @@ GPUADMIN_UNATTRIBUTED_THRESHOLD_BYTES = env_int(
     "GPUADMIN_UNATTRIBUTED_THRESHOLD_BYTES", 512 * 1024 * 1024
 )
 GPUADMIN_PID_USAGE_WARN_RATIO = 0.8
-# History (gpuadmin/fleet/history/retention.py): raw samples are kept this many days,
-# their 5-minute rollups (min/mean/max) this many.
-GPUADMIN_HISTORY_RAW_DAYS = env_int("GPUADMIN_HISTORY_RAW_DAYS", 2)
+# History (gpuadmin/fleet/history/retention.py): raw samples are kept this many days (read by the
+# 1-hour chart, the findings' last hour and the roll-up), their 5-minute rollups (min/mean/max) this
+# many (the 24-hour chart), the 30-minute rollups of those (the 7- and 30-day charts) this many.
+GPUADMIN_HISTORY_RAW_DAYS = env_int("GPUADMIN_HISTORY_RAW_DAYS", 1)
+GPUADMIN_HISTORY_FINE_DAYS = env_int("GPUADMIN_HISTORY_FINE_DAYS", 2)
 GPUADMIN_HISTORY_DAYS = env_int("GPUADMIN_HISTORY_DAYS", 90)
 # History's memory step: a process's GPU memory, and a GPU's memory used or attributed, is stored again
 # only when it moved by more than this (or the process's state changed; gpuadmin/fleet/history/record.py).

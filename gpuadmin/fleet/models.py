@@ -135,6 +135,8 @@ class Host(models.Model):
     # Samples taken before this are in the 5-minute rollups (gpuadmin/fleet/history/retention.py),
     # whose buckets are closed: a late snapshot older than it is not stored.
     history_rolled_up_until = models.DateTimeField(null=True, blank=True)
+    # The 5-minute rollups before this are in the 30-minute ones (GpuRollupCoarse, HostRollupCoarse).
+    history_coarse_rolled_up_until = models.DateTimeField(null=True, blank=True)
     # When central last asked this host for a full snapshot because it could not apply an update
     # (gpuadmin/fleet/intake/updates.py): at most once per probe interval, whatever arrives.
     full_snapshot_requested_at = models.DateTimeField(null=True, blank=True)
@@ -498,6 +500,66 @@ class HostRollup(models.Model):
 
     def __str__(self) -> str:
         return f"{self.host} bucket {self.bucket}"
+
+
+# The coarse tier, as round-robin time-series stores keep one: the same columns as GpuRollup /
+# HostRollup over 30-minute buckets (Unix time // 1800), built from six 5-minute rollups once
+# they are all closed (retention.roll_up_coarse). The 5-minute rollups are kept only
+# GPUADMIN_HISTORY_FINE_DAYS (the 24-hour chart), these GPUADMIN_HISTORY_DAYS (the 7- and 30-day
+# charts): a sixth of the rows for the long keep. Min and max as the fine rows' (no peak hidden),
+# sample_count their sum, each mean the mean of the fine means weighted by span: every 5-minute
+# rollup present counts for its 5 minutes, whatever its sample count (a steady host may send fewer).
+# One column more, fine_bucket_count: how many 5-minute rollups it summarises (1 to 6), the span its
+# means weigh in a chart point and the 5-minute buckets with samples a report counts (usage/digest.py).
+# Separate tables, not a span column: each tier's day partitions are dropped whole at its own keep.
+# The columns are spelled out (a model inheriting them would reorder GpuRollup's); a test holds them
+# equal to the fine models' but for that one.
+
+
+class GpuRollupCoarse(models.Model):
+    pk = models.CompositePrimaryKey("gpu", "bucket")
+    gpu = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="coarse_rollups")
+    bucket = models.IntegerField()
+    sample_count = models.PositiveSmallIntegerField()
+    fine_bucket_count = models.PositiveSmallIntegerField()
+    memory_used_min_mib = models.IntegerField(null=True)
+    memory_used_mean_mib = models.IntegerField(null=True)
+    memory_used_max_mib = models.IntegerField(null=True)
+    memory_attributed_min_mib = models.IntegerField()
+    memory_attributed_mean_mib = models.IntegerField()
+    memory_attributed_max_mib = models.IntegerField()
+    utilization_min_percent = models.SmallIntegerField(null=True)
+    utilization_mean_tenths_percent = models.SmallIntegerField(null=True)
+    utilization_max_percent = models.SmallIntegerField(null=True)
+    temperature_mean_celsius = models.SmallIntegerField(null=True)
+    temperature_max_celsius = models.SmallIntegerField(null=True)
+    power_draw_mean_milliwatts = models.IntegerField(null=True)
+    power_draw_max_milliwatts = models.IntegerField(null=True)
+    power_limit_max_milliwatts = models.IntegerField(null=True)
+
+    def __str__(self) -> str:
+        return f"{self.gpu} coarse bucket {self.bucket}"
+
+
+class HostRollupCoarse(models.Model):
+    pk = models.CompositePrimaryKey("host", "bucket")
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="coarse_rollups")
+    bucket = models.IntegerField()
+    sample_count = models.PositiveSmallIntegerField()
+    fine_bucket_count = models.PositiveSmallIntegerField()
+    zombies_min = models.PositiveIntegerField()
+    zombies_mean = models.FloatField()
+    zombies_max = models.PositiveIntegerField()
+    d_state_min = models.PositiveIntegerField()
+    d_state_mean = models.FloatField()
+    d_state_max = models.PositiveIntegerField()
+    pids_in_use_min = models.PositiveIntegerField()
+    pids_in_use_mean = models.FloatField()
+    pids_in_use_max = models.PositiveIntegerField()
+    pid_max = models.PositiveIntegerField()
+
+    def __str__(self) -> str:
+        return f"{self.host} coarse bucket {self.bucket}"
 
 
 class FindingQuerySet(models.QuerySet):

@@ -81,7 +81,8 @@ def maintain_history_task() -> dict[str, int]:
     offers (else they would go only when a new host offers), and give a summary to hosts without one;
     return what it did."""
     result = maintain_history()
-    return {"buckets_rolled_up": result.buckets_rolled_up, "rows_pruned": result.pruned.total,
+    return {"buckets_rolled_up": result.buckets_rolled_up,
+            "coarse_buckets_rolled_up": result.coarse_buckets_rolled_up, "rows_pruned": result.pruned.total,
             "partitions_created": result.partitions_created,
             "partitions_dropped": len(result.partitions_dropped), "offers_expired": trust.expire_offers(),
             "summaries_filled": summary.fill_missing()}

@@ -16,8 +16,8 @@ from django.db.models import Count, Q
 from django.utils import timezone
 
 from gpuadmin.fairuse.models import Policy
-from gpuadmin.fleet.history.retention import BUCKET_SECONDS, bucket_of
-from gpuadmin.fleet.models import Finding, Host, HostRollup
+from gpuadmin.fleet.history.retention import BUCKET_SECONDS, bucket_of, five_minute_buckets_with_samples
+from gpuadmin.fleet.models import Finding, Host
 from gpuadmin.kills.models import KillRequest
 from gpuadmin.kills.states import Status
 from gpuadmin.notify.delivery import send, shown_url
@@ -86,8 +86,7 @@ def offline_section(period: Period, now: datetime | None = None) -> Section:
         start = max(period.start_at, host.first_seen_at)
         end = min(period.end_at, host.history_rolled_up_until or start)
         expected = max(0, bucket_of(end) - bucket_of(start)) if end > start else 0
-        present = HostRollup.objects.filter(host=host, bucket__gte=bucket_of(start),
-                                            bucket__lt=bucket_of(end)).count() if expected else 0
+        present = five_minute_buckets_with_samples(host, bucket_of(start), bucket_of(end)) if expected else 0
         missing = expected - present
         said = []
         if host.pk in offline_now:

@@ -1,16 +1,18 @@
 """History partitioned by day on PostgreSQL: created ahead, dropped whole at retention.
 
 The history tables grow by the day and are kept by age (``retention.py``): raw GPU and host samples
-``GPUADMIN_HISTORY_RAW_DAYS``, rollups and process points ``GPUADMIN_HISTORY_DAYS``. On PostgreSQL
-each is a table partitioned by range of its time (``taken_at``, or the 5-minute ``bucket`` of the
-rollups), one partition per UTC day, plus a default partition for anything outside them. Retention
-then drops a day's partition whole (no row-by-row DELETE, no dead tuples for vacuum) once every row
-of it is past keeping; what is left (rows in the default partition, raw samples of a host not
-rolled up yet) goes by the delete path, as on SQLite, where the same models are plain tables.
+``GPUADMIN_HISTORY_RAW_DAYS``, 5-minute rollups ``GPUADMIN_HISTORY_FINE_DAYS``, 30-minute rollups and
+process points ``GPUADMIN_HISTORY_DAYS``. On PostgreSQL each is a table partitioned by range of its
+time (``taken_at``, or the 5- or 30-minute ``bucket`` of the rollups), one partition per UTC day, plus
+a default partition for anything outside them. Retention then drops a day's partition whole (no
+row-by-row DELETE, no dead tuples for vacuum) once every row of it is past keeping; what is left (rows
+in the default partition, raw samples or 5-minute rollups of a host not rolled up past them yet) goes
+by the delete path, as on SQLite, where the same models are plain tables.
 
-The tables become partitioned in migration 0016 (``convert``, its reverse ``unconvert``); the
-maintenance beat creates each day's partitions ``AHEAD_DAYS`` before they are needed
-(``ensure_partitions``), so that ingest never writes into the default partition in a normal day.
+The tables become partitioned in migration 0016 (``convert``, its reverse ``unconvert``), the
+30-minute rollups in 0018; the maintenance beat creates each day's partitions ``AHEAD_DAYS`` before
+they are needed (``ensure_partitions``), so that ingest never writes into the default partition in a
+normal day.
 A partitioned table's primary key must include the partition key: the samples' and points' keys
 are (id, taken_at) in the database, while Django goes on addressing rows by their unique id.
 """
@@ -33,6 +35,7 @@ logger = logging.getLogger(__name__)
 # and a central down over a weekend still has its days when it comes back).
 AHEAD_DAYS = 3
 BUCKET_SECONDS = 300  # retention.BUCKET_SECONDS (retention imports this module)
+COARSE_BUCKET_SECONDS = 1800  # retention.COARSE_BUCKET_SECONDS
 DEFAULT_SUFFIX = "_default"
 _DAY_SUFFIX = re.compile(r"_p(\d{8})$")
 
@@ -43,7 +46,8 @@ class Partitioned:
 
     table: str
     column: str
-    by_bucket: bool
+    # Seconds per unit of the partition key when it is a bucket number; 0 when it is a time.
+    bucket_seconds: int
     plain_key: tuple[str, ...]
 
     @property
@@ -53,20 +57,27 @@ class Partitioned:
     def bounds(self, day: date) -> tuple[Any, Any]:
         start = datetime.combine(day, time(), tzinfo=UTC)
         end = start + timedelta(days=1)
-        if self.by_bucket:
-            return int(start.timestamp()) // BUCKET_SECONDS, int(end.timestamp()) // BUCKET_SECONDS
+        if self.bucket_seconds:
+            return int(start.timestamp()) // self.bucket_seconds, int(end.timestamp()) // self.bucket_seconds
         return start, end
 
     def partition(self, day: date) -> str:
         return f"{self.table}_p{day:%Y%m%d}"
 
 
-GPU_SAMPLES = Partitioned("fleet_gpusample", "taken_at", False, ("id",))
-HOST_SAMPLES = Partitioned("fleet_hostsample", "taken_at", False, ("id",))
-PROCESS_POINTS = Partitioned("fleet_processpoint", "taken_at", False, ("id",))
-GPU_ROLLUPS = Partitioned("fleet_gpurollup", "bucket", True, ("gpu_id", "bucket"))
-HOST_ROLLUPS = Partitioned("fleet_hostrollup", "bucket", True, ("host_id", "bucket"))
-TABLES = (GPU_SAMPLES, HOST_SAMPLES, PROCESS_POINTS, GPU_ROLLUPS, HOST_ROLLUPS)
+GPU_SAMPLES = Partitioned("fleet_gpusample", "taken_at", 0, ("id",))
+HOST_SAMPLES = Partitioned("fleet_hostsample", "taken_at", 0, ("id",))
+PROCESS_POINTS = Partitioned("fleet_processpoint", "taken_at", 0, ("id",))
+GPU_ROLLUPS = Partitioned("fleet_gpurollup", "bucket", BUCKET_SECONDS, ("gpu_id", "bucket"))
+HOST_ROLLUPS = Partitioned("fleet_hostrollup", "bucket", BUCKET_SECONDS, ("host_id", "bucket"))
+GPU_ROLLUPS_COARSE = Partitioned("fleet_gpurollupcoarse", "bucket", COARSE_BUCKET_SECONDS,
+                                 ("gpu_id", "bucket"))
+HOST_ROLLUPS_COARSE = Partitioned("fleet_hostrollupcoarse", "bucket", COARSE_BUCKET_SECONDS,
+                                  ("host_id", "bucket"))
+# What each migration partitions: a migration sees only the tables that exist at its point.
+TABLES_0016 = (GPU_SAMPLES, HOST_SAMPLES, PROCESS_POINTS, GPU_ROLLUPS, HOST_ROLLUPS)
+TABLES_0018 = (GPU_ROLLUPS_COARSE, HOST_ROLLUPS_COARSE)
+TABLES = (*TABLES_0016, *TABLES_0018)
 
 
 def _quote(name: str) -> str:
@@ -161,24 +172,25 @@ def drop_partitions(table: Partitioned, *, before: datetime | int,
     return dropped
 
 
-# --- migration 0016 -----------------------------------------------------------------------------
+# --- migrations 0016 and 0018 -----------------------------------------------------------------------------
 
 
-def convert(schema_editor: Any, now: datetime | None = None) -> None:
-    """Make each history table partitioned by day, keeping its rows, indexes and constraints."""
+def convert(schema_editor: Any, now: datetime | None = None,
+            tables: tuple[Partitioned, ...] = TABLES_0016) -> None:
+    """Make each of ``tables`` partitioned by day, keeping its rows, indexes and constraints."""
     if schema_editor.connection.vendor != "postgresql":
         return
     today = (now or datetime.now(UTC)).date()
-    for table in TABLES:
+    for table in tables:
         _rebuild(schema_editor, table, partitioned=True, days=[today + timedelta(days=n)
                                                                 for n in range(-1, AHEAD_DAYS + 1)])
 
 
-def unconvert(schema_editor: Any) -> None:
-    """Migration 0016's reverse: plain tables again, with their rows."""
+def unconvert(schema_editor: Any, tables: tuple[Partitioned, ...] = TABLES_0016) -> None:
+    """``convert``'s reverse: plain tables again, with their rows."""
     if schema_editor.connection.vendor != "postgresql":
         return
-    for table in TABLES:
+    for table in tables:
         _rebuild(schema_editor, table, partitioned=False, days=[])
 
 

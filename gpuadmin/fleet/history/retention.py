@@ -1,10 +1,13 @@
-"""Keeping history bounded: 5-minute rollups of the raw samples, and pruning.
+"""Keeping history bounded: 5-minute and 30-minute rollups of the raw samples, and pruning.
 
 Raw ``GpuSample`` / ``HostSample`` rows (one per snapshot) are summarised into
 ``GpuRollup`` / ``HostRollup`` rows, one per GPU (host) per 5-minute bucket,
-with the bucket's min, mean and max. Raw rows are kept
-``GPUADMIN_HISTORY_RAW_DAYS``, and only once rolled up; rollups, process
-histories and resolved findings ``GPUADMIN_HISTORY_DAYS``.
+with the bucket's min, mean and max; those, once a half hour of them is closed,
+into ``GpuRollupCoarse`` / ``HostRollupCoarse`` rows, one per 30-minute bucket
+(the coarse tier of a round-robin store: ``roll_up_coarse``). Raw rows are kept
+``GPUADMIN_HISTORY_RAW_DAYS``, and only once rolled up; 5-minute rollups
+``GPUADMIN_HISTORY_FINE_DAYS``, and only once rolled up into the coarse tier;
+30-minute rollups, process histories and resolved findings ``GPUADMIN_HISTORY_DAYS``.
 
 On PostgreSQL the history tables are partitioned by day (``partitions.py``):
 ``maintain_history`` creates the coming days' partitions and drops a past day's
@@ -14,7 +17,8 @@ SQLite, everything).
 ``maintain_history`` (the periodic task ``gpuadmin.fleet.maintain_history``)
 does both in bounded steps, each in its own short transaction, and never takes
 the host row lock that ingest holds: a long catch-up cannot stall snapshots.
-Each host remembers how far it is rolled up (``Host.history_rolled_up_until``).
+Each host remembers how far it is rolled up (``Host.history_rolled_up_until``,
+and ``Host.history_coarse_rolled_up_until`` for the coarse tier).
 Buckets before that are closed: a late snapshot taken in one is not stored
 (``ingest``), because its bucket's raw rows may be pruned already and rolling
 it up again would summarise the late sample alone. Each host is rolled up in
@@ -34,16 +38,18 @@ from typing import Any
 from django.conf import settings
 from django.db import models, transaction
 from django.db.backends.base.operations import BaseDatabaseOperations
-from django.db.models import Min, Q
+from django.db.models import Min, Q, Sum
 from django.utils import timezone
 
 from gpuadmin.fleet.history import partitions, record
 from gpuadmin.fleet.models import (
     Finding,
     GpuRollup,
+    GpuRollupCoarse,
     GpuSample,
     Host,
     HostRollup,
+    HostRollupCoarse,
     HostSample,
     ProcessLife,
     ProcessPoint,
@@ -53,12 +59,16 @@ from gpuadmin.fleet.models import (
 logger = logging.getLogger(__name__)
 
 BUCKET_SECONDS = 300
+# The coarse tier: six 5-minute buckets (partitions.COARSE_BUCKET_SECONDS, which must agree).
+COARSE_BUCKET_SECONDS = 1800
+FINE_PER_COARSE = COARSE_BUCKET_SECONDS // BUCKET_SECONDS
 # A bucket is rolled up once this long has passed after its end: snapshots are
 # stamped by the host and reach central a little later.
 SETTLE_SECONDS = 60
 # At most this many buckets per host per run (one day): a central that was down for a week
 # catches up over a few runs instead of in one long one.
 MAX_BUCKETS_PER_HOST_PER_RUN = 288
+MAX_COARSE_BUCKETS_PER_HOST_PER_RUN = 48
 # Rows deleted per statement, and statements per kind per run.
 PRUNE_BATCH_ROWS = 5000
 PRUNE_MAX_BATCHES = 20
@@ -350,12 +360,187 @@ def is_rolled_up(host: Host, taken_at: datetime) -> bool:
     return host.history_rolled_up_until is not None and taken_at < host.history_rolled_up_until
 
 
+def coarse_bucket_of(moment: datetime) -> int:
+    """The 30-minute bucket a moment falls in: Unix seconds // 1800 (5-minute bucket // 6)."""
+    return int(moment.timestamp()) // COARSE_BUCKET_SECONDS
+
+
+def coarse_bucket_start(bucket: int) -> datetime:
+    return datetime.fromtimestamp(bucket * COARSE_BUCKET_SECONDS, tz=UTC)
+
+
+def _how_combined(name: str) -> str:
+    """How six 5-minute values of column ``name`` make the 30-minute one: sum, min, mean or max."""
+    if name == "sample_count":
+        return "sum"
+    for how in ("min", "mean", "max"):
+        if f"_{how}_" in f"{name}_":
+            return how
+    raise ValueError(f"no rule to combine rollup column {name!r}")
+
+
+def _coarse_plan(model: type[models.Model], field_names: Sequence[str]) -> list[tuple[str, str, bool]]:
+    """(column, how combined, whether a mean is rounded to a whole number) for each of ``field_names``."""
+    whole = {f.name: f.get_internal_type() != "FloatField" for f in model._meta.concrete_fields}
+    return [(name, _how_combined(name), whole[name]) for name in field_names]
+
+
+_GPU_COARSE_PLAN = _coarse_plan(GpuRollupCoarse, _GPU_ROLLUP_FIELDS)
+_HOST_COARSE_PLAN = _coarse_plan(HostRollupCoarse, _HOST_ROLLUP_FIELDS)
+_GPU_COARSE_BOUNDS = _integer_column_bounds(GpuRollupCoarse, _GPU_ROLLUP_FIELDS)
+_HOST_COARSE_BOUNDS = _integer_column_bounds(HostRollupCoarse, _HOST_ROLLUP_FIELDS)
+
+
+def _combined(plan: list[tuple[str, str, bool]], members: list[Sequence[Any]]) -> dict[str, Any]:
+    """The 30-minute values of 5-minute rows ``members`` (values in ``plan``'s order).
+
+    Min of the mins and max of the maxes (no peak hidden); each mean the mean of the known 5-minute
+    means, each weighing the same: the mean over time, as each summarises its 5 minutes whatever its
+    sample count. The mean of rounded means is within one unit of the raw samples' mean.
+    """
+    values: dict[str, Any] = {}
+    for i, (name, how, whole) in enumerate(plan):
+        known = [m[i] for m in members if m[i] is not None]
+        if how == "sum":
+            values[name] = sum(known)
+        elif not known:
+            values[name] = None
+        elif how == "min":
+            values[name] = min(known)
+        elif how == "max":
+            values[name] = max(known)
+        else:
+            mean = sum(known) / len(known)
+            values[name] = round(mean) if whole else mean
+    return values
+
+
+def coarse_gpu_rollups(rows: Iterable[Sequence[Any]]) -> list[GpuRollupCoarse]:
+    """30-minute rollups of 5-minute GPU rollup rows ``(gpu_id, bucket, *_GPU_ROLLUP_FIELDS)``."""
+    grouped: dict[tuple[int, int], list[Sequence[Any]]] = defaultdict(list)
+    for row in rows:
+        grouped[(row[0], row[1] // FINE_PER_COARSE)].append(row[2:])
+    rollups = []
+    for (gpu_id, bucket), members in grouped.items():
+        rollup = GpuRollupCoarse(gpu_id=gpu_id, bucket=bucket, fine_bucket_count=len(members),
+                                 **_combined(_GPU_COARSE_PLAN, members))
+        _clamp_to_columns(rollup, _GPU_COARSE_BOUNDS)
+        rollups.append(rollup)
+    return rollups
+
+
+def coarse_host_rollups(rows: Iterable[Sequence[Any]]) -> list[HostRollupCoarse]:
+    """30-minute rollups of 5-minute host rollup rows ``(host_id, bucket, *_HOST_ROLLUP_FIELDS)``."""
+    grouped: dict[tuple[int, int], list[Sequence[Any]]] = defaultdict(list)
+    for row in rows:
+        grouped[(row[0], row[1] // FINE_PER_COARSE)].append(row[2:])
+    rollups = []
+    for (host_id, bucket), members in grouped.items():
+        rollup = HostRollupCoarse(host_id=host_id, bucket=bucket, fine_bucket_count=len(members),
+                                  **_combined(_HOST_COARSE_PLAN, members))
+        _clamp_to_columns(rollup, _HOST_COARSE_BOUNDS)
+        rollups.append(rollup)
+    return rollups
+
+
+def fine_rows(host_id: int, first: int, end: int) -> tuple[list[Sequence[Any]], list[Sequence[Any]]]:
+    """The host's 5-minute GPU and host rollup rows of buckets [first, end), as the coarse roll-up reads."""
+    return (
+        list(GpuRollup.objects.filter(gpu__host_id=host_id, bucket__gte=first, bucket__lt=end)
+             .values_list("gpu_id", "bucket", *_GPU_ROLLUP_FIELDS)),
+        list(HostRollup.objects.filter(host_id=host_id, bucket__gte=first, bucket__lt=end)
+             .values_list("host_id", "bucket", *_HOST_ROLLUP_FIELDS)),
+    )
+
+
+def roll_up_coarse_host(host_id: int, start: datetime, end: datetime) -> int:
+    """Upsert the 30-minute rollups of the host's 5-minute rollups in [start, end) (whole half hours);
+    return how many 30-minute buckets."""
+    gpu_rows, host_rows = fine_rows(host_id, bucket_of(start), bucket_of(end))
+    gpus, hosts = coarse_gpu_rollups(gpu_rows), coarse_host_rollups(host_rows)
+    with transaction.atomic():
+        if gpus:
+            GpuRollupCoarse.objects.bulk_create(
+                gpus, update_conflicts=True, unique_fields=["gpu", "bucket"],
+                update_fields=["fine_bucket_count", *_GPU_ROLLUP_FIELDS])
+        if hosts:
+            HostRollupCoarse.objects.bulk_create(
+                hosts, update_conflicts=True, unique_fields=["host", "bucket"],
+                update_fields=["fine_bucket_count", *_HOST_ROLLUP_FIELDS])
+    return len({r.bucket for r in gpus} | {r.bucket for r in hosts})
+
+
+def roll_up_coarse(now: datetime, *, max_buckets: int = MAX_COARSE_BUCKETS_PER_HOST_PER_RUN) -> int:
+    """Roll up every host's closed half hours of 5-minute rollups, at most ``max_buckets`` 30-minute
+    buckets per host (a day: a central down for long catches up over runs); return buckets written.
+
+    A half hour is closed once the 5-minute tier is rolled up past its end (``history_rolled_up_until``):
+    its 5-minute rollups are final then. Nothing before ``GPUADMIN_HISTORY_DAYS`` is rolled up.
+    """
+    kept_from = coarse_bucket_start(coarse_bucket_of(history_kept_since(now)))
+    written = 0
+    for host_id, name, fine_until, stored in Host.objects.filter(history_rolled_up_until__isnull=False) \
+            .values_list("pk", "name", "history_rolled_up_until", "history_coarse_rolled_up_until"):
+        closed_before = coarse_bucket_start(coarse_bucket_of(fine_until))
+        if stored is not None and stored >= closed_before:
+            continue  # nothing closed since: no query for this host
+        try:
+            with transaction.atomic():
+                written += _roll_up_coarse_host_from(host_id, stored, closed_before, kept_from,
+                                                     max_buckets=max_buckets)
+        except Exception:
+            logger.exception("history: rolling up %s into 30-minute rollups failed; the other hosts go on",
+                             name)
+    return written
+
+
+def _roll_up_coarse_host_from(host_id: int, stored: datetime | None, closed_before: datetime,
+                              kept_from: datetime, *, max_buckets: int) -> int:
+    start = stored
+    if start is None:
+        firsts = [HostRollup.objects.filter(host_id=host_id).aggregate(first=Min("bucket"))["first"],
+                  GpuRollup.objects.filter(gpu__host_id=host_id).aggregate(first=Min("bucket"))["first"]]
+        known = [first for first in firsts if first is not None]
+        if not known:
+            return 0
+        start = coarse_bucket_start(min(known) // FINE_PER_COARSE)
+    start = max(start, kept_from)
+    end = min(closed_before, start + timedelta(seconds=COARSE_BUCKET_SECONDS * max_buckets))
+    if end <= start:
+        return 0
+    written = roll_up_coarse_host(host_id, start, end)
+    # Only if no other run moved it meanwhile (as the 5-minute tier's).
+    unchanged = (Q(history_coarse_rolled_up_until__isnull=True) if stored is None
+                 else Q(history_coarse_rolled_up_until=stored))
+    Host.objects.filter(unchanged, pk=host_id).update(history_coarse_rolled_up_until=end)
+    return written
+
+
+def five_minute_buckets_with_samples(host: Host, first: int, end: int) -> int:
+    """How many 5-minute buckets of [first, end) hold samples of ``host`` (rolled up ones only).
+
+    From the 30-minute rollups before the host's coarse roll-up mark (their ``fine_bucket_count``,
+    whole half hours: a half hour cut by ``first`` counts whole), from the 5-minute ones after it.
+    """
+    coarse_until = host.history_coarse_rolled_up_until
+    split = first if coarse_until is None else min(max(bucket_of(coarse_until), first), end)
+    fine = HostRollup.objects.filter(host=host, bucket__gte=split, bucket__lt=end).count()
+    if split == first:
+        return fine
+    coarse = HostRollupCoarse.objects.filter(
+        host=host, bucket__gte=first // FINE_PER_COARSE, bucket__lt=-(-split // FINE_PER_COARSE)
+    ).aggregate(buckets=Sum("fine_bucket_count"))["buckets"]
+    return fine + (coarse or 0)
+
+
 @dataclass(frozen=True)
 class PruneResult:
     gpu_samples: int
     host_samples: int
     gpu_rollups: int
     host_rollups: int
+    gpu_rollups_coarse: int
+    host_rollups_coarse: int
     process_lives: int
     process_points: int
     findings: int
@@ -390,6 +575,12 @@ def raw_kept_since(now: datetime) -> datetime:
     return now - timedelta(days=settings.GPUADMIN_HISTORY_RAW_DAYS)
 
 
+def fine_kept_since(now: datetime) -> datetime:
+    """The oldest moment 5-minute rollups are kept of (once in the 30-minute ones):
+    GPUADMIN_HISTORY_FINE_DAYS before ``now``."""
+    return now - timedelta(days=settings.GPUADMIN_HISTORY_FINE_DAYS)
+
+
 # A day partition of raw samples still holds rows of a host not rolled up past them (raw rows go only
 # once rolled up): checked per host behind, through the (host or GPU, taken_at) index of the partition.
 _HOST_SAMPLES_TO_KEEP = (
@@ -404,17 +595,41 @@ _GPU_SAMPLES_TO_KEEP = (
     "OR s.taken_at >= h.history_rolled_up_until)) LIMIT 1"
 )
 
+# The same for a day partition of 5-minute rollups and the coarse tier's mark (``%s``: the partition's
+# upper bound, then BUCKET_SECONDS twice; the marks are whole half hours, so the division is exact).
+_HOST_ROLLUPS_TO_KEEP = (
+    "SELECT 1 FROM fleet_host h WHERE (h.history_coarse_rolled_up_until IS NULL "
+    "OR h.history_coarse_rolled_up_until < to_timestamp(%s * %s)) "
+    "AND EXISTS (SELECT 1 FROM {partition} r WHERE r.host_id = h.id AND (h.history_coarse_rolled_up_until "
+    "IS NULL OR r.bucket >= EXTRACT(EPOCH FROM h.history_coarse_rolled_up_until) / %s)) LIMIT 1"
+)
+_GPU_ROLLUPS_TO_KEEP = (
+    "SELECT 1 FROM fleet_host h JOIN fleet_gpu g ON g.host_id = h.id "
+    "WHERE (h.history_coarse_rolled_up_until IS NULL "
+    "OR h.history_coarse_rolled_up_until < to_timestamp(%s * %s)) "
+    "AND EXISTS (SELECT 1 FROM {partition} r WHERE r.gpu_id = g.id AND (h.history_coarse_rolled_up_until "
+    "IS NULL OR r.bucket >= EXTRACT(EPOCH FROM h.history_coarse_rolled_up_until) / %s)) LIMIT 1"
+)
+
 
 def drop_expired_partitions(now: datetime) -> list[str]:
     """Drop the day partitions (PostgreSQL) whose rows ``prune`` would all delete; return their names."""
-    raw_cutoff, cutoff = raw_kept_since(now), history_kept_since(now)
+    raw_cutoff, fine_cutoff, cutoff = raw_kept_since(now), fine_kept_since(now), history_kept_since(now)
     drop = partitions.drop_partitions
+    seconds = [BUCKET_SECONDS, BUCKET_SECONDS]
     return [
         *drop(partitions.GPU_SAMPLES, before=raw_cutoff, blocked=_GPU_SAMPLES_TO_KEEP),
         *drop(partitions.HOST_SAMPLES, before=raw_cutoff, blocked=_HOST_SAMPLES_TO_KEEP),
-        *partitions.drop_partitions(partitions.GPU_ROLLUPS, before=bucket_of(cutoff)),
-        *partitions.drop_partitions(partitions.HOST_ROLLUPS, before=bucket_of(cutoff)),
-        *partitions.drop_partitions(partitions.PROCESS_POINTS, before=cutoff),
+        # Past all keeping, whatever the coarse tier; then past the fine keep, once in the coarse tier.
+        *drop(partitions.GPU_ROLLUPS, before=bucket_of(cutoff)),
+        *drop(partitions.HOST_ROLLUPS, before=bucket_of(cutoff)),
+        *drop(partitions.GPU_ROLLUPS, before=bucket_of(fine_cutoff), blocked=_GPU_ROLLUPS_TO_KEEP,
+              params=seconds),
+        *drop(partitions.HOST_ROLLUPS, before=bucket_of(fine_cutoff), blocked=_HOST_ROLLUPS_TO_KEEP,
+              params=seconds),
+        *drop(partitions.GPU_ROLLUPS_COARSE, before=coarse_bucket_of(cutoff)),
+        *drop(partitions.HOST_ROLLUPS_COARSE, before=coarse_bucket_of(cutoff)),
+        *drop(partitions.PROCESS_POINTS, before=cutoff),
     ]
 
 
@@ -438,11 +653,28 @@ def prune(
             HostSample.objects.filter(host_id=host_id, taken_at__lt=keep_after), **batches
         )
     oldest_bucket = bucket_of(cutoff)
+    gpu_rollups = _delete_in_batches(GpuRollup.objects.filter(bucket__lt=oldest_bucket), **batches)
+    host_rollups = _delete_in_batches(HostRollup.objects.filter(bucket__lt=oldest_bucket), **batches)
+    fine_cutoff = bucket_of(fine_kept_since(now))
+    coarse_marks = Host.objects.filter(history_coarse_rolled_up_until__isnull=False).values_list(
+        "pk", "history_coarse_rolled_up_until")
+    for host_id, coarse_until in coarse_marks:
+        # 5-minute rollups go only once in the 30-minute ones, as raw rows once rolled up.
+        keep_from = min(fine_cutoff, bucket_of(coarse_until))
+        gpu_rollups += _delete_in_batches(
+            GpuRollup.objects.filter(gpu__host_id=host_id, bucket__lt=keep_from), **batches)
+        host_rollups += _delete_in_batches(
+            HostRollup.objects.filter(host_id=host_id, bucket__lt=keep_from), **batches)
+    oldest_coarse = coarse_bucket_of(cutoff)
     return PruneResult(
         gpu_samples=gpu_samples,
         host_samples=host_samples,
-        gpu_rollups=_delete_in_batches(GpuRollup.objects.filter(bucket__lt=oldest_bucket), **batches),
-        host_rollups=_delete_in_batches(HostRollup.objects.filter(bucket__lt=oldest_bucket), **batches),
+        gpu_rollups=gpu_rollups,
+        host_rollups=host_rollups,
+        gpu_rollups_coarse=_delete_in_batches(GpuRollupCoarse.objects.filter(bucket__lt=oldest_coarse),
+                                              **batches),
+        host_rollups_coarse=_delete_in_batches(HostRollupCoarse.objects.filter(bucket__lt=oldest_coarse),
+                                               **batches),
         process_points=_delete_in_batches(ProcessPoint.objects.filter(taken_at__lt=cutoff), **batches),
         process_lives=_delete_in_batches(ProcessLife.objects.filter(gone_at__lt=cutoff), **batches),
         findings=_delete_in_batches(Finding.objects.filter(resolved_at__lt=cutoff), **batches),
@@ -456,10 +688,12 @@ class MaintenanceResult:
     pruned: PruneResult
     partitions_created: int = 0
     partitions_dropped: tuple[str, ...] = ()
+    coarse_buckets_rolled_up: int = 0
 
 
 def maintain_history(now: datetime | None = None) -> MaintenanceResult:
-    """One run of the periodic task: roll up what is complete, then prune what is past keeping.
+    """One run of the periodic task: roll up what is complete (5-minute buckets, then the half hours
+    they close), then prune what is past keeping.
 
     Pruning runs even when some host's roll-up failed (``roll_up`` logs it): that host keeps
     the raw rows it has not rolled up, as raw rows go only once rolled up; the rest is pruned.
@@ -467,10 +701,12 @@ def maintain_history(now: datetime | None = None) -> MaintenanceResult:
     now = now or timezone.now()
     created = partitions.ensure_partitions(now)
     buckets = roll_up(now)
+    coarse = roll_up_coarse(now)
     dropped = tuple(drop_expired_partitions(now))
     pruned = prune(now)
-    if buckets or pruned.total or created or dropped:
-        logger.info("history: %d buckets rolled up, %d rows pruned (%s), %d partitions created, dropped: %s",
-                    buckets, pruned.total, pruned, created, ", ".join(dropped) or "none")
+    if buckets or coarse or pruned.total or created or dropped:
+        logger.info("history: %d buckets rolled up, %d into 30-minute ones, %d rows pruned (%s), "
+                    "%d partitions created, dropped: %s",
+                    buckets, coarse, pruned.total, pruned, created, ", ".join(dropped) or "none")
     return MaintenanceResult(buckets_rolled_up=buckets, pruned=pruned, partitions_created=created,
-                             partitions_dropped=dropped)
+                             partitions_dropped=dropped, coarse_buckets_rolled_up=coarse)

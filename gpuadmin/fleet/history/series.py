@@ -3,13 +3,16 @@
 A range names how far back a chart looks and at what resolution:
 
 - ``1h``: the raw samples (one per snapshot);
-- ``24h``, ``7d``, ``30d``: the 5-minute rollups (``retention.py``), grouped in
-  SQL into 5-minute, 30-minute and 2-hour points, so that a chart never gets
-  more than a few hundred points per GPU. Memory and host counts are then the
-  group's maximum (a spike stays visible), utilization the mean of its
-  5-minute means, temperature and power (draw and limit) the group's maximum.
-  Samples not yet rolled up (the last few minutes, or all of
-  them before the first rollup run) are summarised the same way on the fly.
+- ``24h``: the 5-minute rollups (``retention.py``), one per point;
+- ``7d``, ``30d``: the 30-minute rollups (the coarse tier, kept longest), grouped
+  in SQL into 30-minute and 2-hour points, so that a chart never gets more than a
+  few hundred points per GPU. Memory and host counts are then the group's
+  maximum (a spike stays visible), utilization the mean of its 5-minute means
+  (a 30-minute rollup's weighs as the 5-minute ones it summarises), temperature
+  and power (draw and limit) the group's maximum. What is not in the tier read
+  yet is summarised the same way on the fly: 5-minute rollups not yet in a
+  30-minute one (the last half hour), samples not yet rolled up (the last few
+  minutes, or all of them before the first rollup run).
 
 Times are written with ``gpuadmin.text.utc_text`` (ISO 8601, UTC, "Z"); points
 run oldest first. Kill requests reach us through ``Host.kill_requests`` (the
@@ -25,11 +28,21 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Avg, Count, F, Max
+from django.db.models import Count, F, IntegerField, Max, Q, Sum
 from django.urls import reverse
 
 from gpuadmin.fleet.history import retention
-from gpuadmin.fleet.models import Gpu, GpuRollup, GpuSample, Host, HostRollup, HostSample, ProcessLife
+from gpuadmin.fleet.models import (
+    Gpu,
+    GpuRollup,
+    GpuRollupCoarse,
+    GpuSample,
+    Host,
+    HostRollup,
+    HostRollupCoarse,
+    HostSample,
+    ProcessLife,
+)
 from gpuadmin.text import utc_text
 
 
@@ -39,6 +52,8 @@ class Range:
     seconds: int
     # None: raw samples; else how many 5-minute buckets make one point.
     buckets_per_point: int | None
+    # Read from the 30-minute rollups (buckets_per_point then a multiple of retention.FINE_PER_COARSE).
+    coarse: bool = False
 
 
 RANGES: dict[str, Range] = {
@@ -46,8 +61,8 @@ RANGES: dict[str, Range] = {
     for r in (
         Range("1h", 3600, None),
         Range("24h", 24 * 3600, 1),
-        Range("7d", 7 * 24 * 3600, 6),
-        Range("30d", 30 * 24 * 3600, 24),
+        Range("7d", 7 * 24 * 3600, 6, coarse=True),
+        Range("30d", 30 * 24 * 3600, 24, coarse=True),
     )
 }
 DEFAULT_RANGE = "24h"
@@ -83,7 +98,8 @@ def host_history(host: Host, chart_range: Range, now: datetime) -> dict[str, Any
         aggregation = None
     else:
         resolution = retention.BUCKET_SECONDS * chart_range.buckets_per_point
-        gpu_points, host_points = _rolled_up_points(host, gpus, since, chart_range.buckets_per_point)
+        gpu_points, host_points = _rolled_up_points(host, gpus, since, chart_range.buckets_per_point,
+                                                    coarse=chart_range.coarse)
         aggregation = ROLLUP_AGGREGATION
     return {
         "range": chart_range.name,
@@ -208,52 +224,30 @@ def _max(a: int | None, b: int | None) -> int | None:
 
 
 def _rolled_up_points(
-    host: Host, gpus: list[Gpu], since: datetime, per_point: int
+    host: Host, gpus: list[Gpu], since: datetime, per_point: int, *, coarse: bool
 ) -> tuple[dict[int, list[dict[str, Any]]], list[dict[str, Any]]]:
+    """Points of ``per_point`` 5-minute buckets each, keyed by 5-minute bucket // ``per_point``: from the
+    30-minute rollups (``coarse``) up to the host's coarse mark, the 5-minute ones on to its fine mark,
+    and the raw samples after it."""
     first_bucket = retention.bucket_of(since)
-    rolled_until = host.history_rolled_up_until
-    stored_end = retention.bucket_of(rolled_until) if rolled_until else first_bucket
-
     gpu_groups: dict[tuple[int, int], _Group] = defaultdict(_Group)
-    # Integer division groups buckets in SQL on both databases (bucket is an integer column).
-    for row in (
-        GpuRollup.objects.filter(gpu__in=gpus, bucket__gte=first_bucket, bucket__lt=stored_end)
-        .annotate(group=F("bucket") / per_point)
-        .values("gpu_id", "group")
-        .annotate(
-            used=Max("memory_used_max_mib"),
-            attributed=Max("memory_attributed_max_mib"),
-            utilization=Avg("utilization_mean_tenths_percent"),
-            utilization_buckets=Count("utilization_mean_tenths_percent"),
-            temperature=Max("temperature_max_celsius"),
-            power_draw=Max("power_draw_max_milliwatts"),
-            power_limit=Max("power_limit_max_milliwatts"),
-        )
-    ):
-        _add_rollup(
-            gpu_groups[(row["gpu_id"], row["group"])],
-            row["used"],
-            row["attributed"],
-            row["utilization"],
-            row["utilization_buckets"],
-            health=Health(row["temperature"], row["power_draw"], row["power_limit"]),
-        )
     host_groups: dict[int, dict[str, int]] = {}
-    for row in (
-        HostRollup.objects.filter(host=host, bucket__gte=first_bucket, bucket__lt=stored_end)
-        .annotate(group=F("bucket") / per_point)
-        .values("group")
-        .annotate(
-            zombies=Max("zombies_max"),
-            d_state=Max("d_state_max"),
-            pids_in_use=Max("pids_in_use_max"),
-            pid_max=Max("pid_max"),
-        )
-    ):
-        host_groups[row["group"]] = {k: row[k] for k in ("zombies", "d_state", "pids_in_use", "pid_max")}
+    fine_from = first_bucket
+    if coarse:
+        per_coarse = per_point // retention.FINE_PER_COARSE
+        coarse_first = first_bucket // retention.FINE_PER_COARSE
+        coarse_until = host.history_coarse_rolled_up_until
+        coarse_end = retention.coarse_bucket_of(coarse_until) if coarse_until else coarse_first
+        _stored_groups(gpu_groups, host_groups, (GpuRollupCoarse, HostRollupCoarse), host=host, gpus=gpus,
+                       first=coarse_first, end=coarse_end, per_point=per_coarse)
+        fine_from = max(first_bucket, coarse_end * retention.FINE_PER_COARSE)
+    rolled_until = host.history_rolled_up_until
+    fine_end = max(fine_from, retention.bucket_of(rolled_until)) if rolled_until else fine_from
+    _stored_groups(gpu_groups, host_groups, (GpuRollup, HostRollup), host=host, gpus=gpus, first=fine_from,
+                   end=fine_end, per_point=per_point)
 
     # What is not rolled up yet: summarised here exactly as the rollup task would.
-    tail_start = max(since, retention.bucket_start(stored_end))
+    tail_start = max(since, retention.bucket_start(fine_end))
     tail_gpus = retention.gpu_rollups(
         GpuSample.objects.filter(gpu__in=gpus, taken_at__gte=tail_start).values_list(
             *retention.GPU_RAW_FIELDS
@@ -272,16 +266,12 @@ def _rolled_up_points(
     for host_rollup in retention.host_rollups(
         HostSample.objects.filter(host=host, taken_at__gte=tail_start).values_list(*retention.HOST_RAW_FIELDS)
     ):
-        group = host_rollup.bucket // per_point
-        counts = {
+        _add_host_counts(host_groups, host_rollup.bucket // per_point, {
             "zombies": host_rollup.zombies_max,
             "d_state": host_rollup.d_state_max,
             "pids_in_use": host_rollup.pids_in_use_max,
             "pid_max": host_rollup.pid_max,
-        }
-        if group in host_groups:
-            counts = {k: max(v, host_groups[group][k]) for k, v in counts.items()}
-        host_groups[group] = counts
+        })
 
     point_seconds = retention.BUCKET_SECONDS * per_point
     texts = _TimeTexts()
@@ -301,6 +291,70 @@ def _rolled_up_points(
     return gpu_points, host_points
 
 
+def _stored_groups(
+    gpu_groups: dict[tuple[int, int], _Group], host_groups: dict[int, dict[str, int]],
+    tier: tuple[type[GpuRollup] | type[GpuRollupCoarse], type[HostRollup] | type[HostRollupCoarse]],
+    *, host: Host, gpus: list[Gpu], first: int, end: int, per_point: int,
+) -> None:
+    """Add the stored rollups of buckets [first, end) of one tier, ``per_point`` of its buckets a point,
+    to the groups. A 30-minute rollup's utilization weighs as the 5-minute ones it summarises."""
+    if end <= first:
+        return
+    gpu_model, host_model = tier
+    mean = "utilization_mean_tenths_percent"
+    known = Q(**{f"{mean}__isnull": False})
+    if gpu_model is GpuRollupCoarse:
+        utilization_sum = Sum(F(mean) * F("fine_bucket_count"), output_field=IntegerField())
+        utilization_buckets = Sum("fine_bucket_count", filter=known)
+    else:
+        utilization_sum, utilization_buckets = Sum(mean), Count(mean)
+    # Integer division groups buckets in SQL on both databases (bucket is an integer column).
+    for row in (
+        gpu_model.objects.filter(gpu__in=gpus, bucket__gte=first, bucket__lt=end)
+        .annotate(group=F("bucket") / per_point)
+        .values("gpu_id", "group")
+        .annotate(
+            used=Max("memory_used_max_mib"),
+            attributed=Max("memory_attributed_max_mib"),
+            utilization_sum=utilization_sum,
+            utilization_buckets=utilization_buckets,
+            temperature=Max("temperature_max_celsius"),
+            power_draw=Max("power_draw_max_milliwatts"),
+            power_limit=Max("power_limit_max_milliwatts"),
+        )
+    ):
+        buckets = row["utilization_buckets"] or 0
+        gpu_groups[(row["gpu_id"], row["group"])].add(
+            _bytes(row["used"]), _bytes(row["attributed"]),
+            None if not buckets else row["utilization_sum"] / 10, buckets,
+            Health(row["temperature"], row["power_draw"], row["power_limit"]),
+        )
+    for row in (
+        host_model.objects.filter(host=host, bucket__gte=first, bucket__lt=end)
+        .annotate(group=F("bucket") / per_point)
+        .values("group")
+        .annotate(
+            zombies=Max("zombies_max"),
+            d_state=Max("d_state_max"),
+            pids_in_use=Max("pids_in_use_max"),
+            pid_max=Max("pid_max"),
+        )
+    ):
+        _add_host_counts(host_groups, row["group"], {k: row[k] for k in ("zombies", "d_state", "pids_in_use",
+                                                                           "pid_max")})
+
+
+def _add_host_counts(host_groups: dict[int, dict[str, int]], group: int, counts: dict[str, int]) -> None:
+    """A point's host counts: the highest of each (a point may mix tiers at a tier's mark)."""
+    if group in host_groups:
+        counts = {k: max(v, host_groups[group][k]) for k, v in counts.items()}
+    host_groups[group] = counts
+
+
+def _bytes(mib: int | None) -> int | None:
+    return None if mib is None else mib * retention.MiB
+
+
 def _rollup_health(rollup: GpuRollup) -> Health:
     return Health(rollup.temperature_max_celsius, rollup.power_draw_max_milliwatts,
                   rollup.power_limit_max_milliwatts)
@@ -312,8 +366,8 @@ def _add_rollup(
 ) -> None:
     """Rollup columns (MiB, tenths of a percent) into a chart point (bytes, percent)."""
     group.add(
-        None if used_mib is None else used_mib * retention.MiB,
-        None if attributed_mib is None else attributed_mib * retention.MiB,
+        _bytes(used_mib),
+        _bytes(attributed_mib),
         None if mean_tenths is None else mean_tenths / 10 * buckets,
         buckets,
         health,

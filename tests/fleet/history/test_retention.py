@@ -254,6 +254,7 @@ def test_a_host_claiming_absurd_gpu_memory_is_rolled_up_clamped_beside_the_other
     ingest: Callable[..., Host], settings: Any
 ) -> None:
     settings.GPUADMIN_HISTORY_RAW_DAYS = 2
+    settings.GPUADMIN_HISTORY_FINE_DAYS = 4  # the 5-minute rollups read below are kept
     absurd = 2**62  # bytes, 4 EiB: the schema allows up to 2**63-1
     for seconds in (0, 60):
         hog = proc(1000, gpu_memory={GPU0: absurd})
@@ -298,6 +299,7 @@ def test_a_host_whose_roll_up_fails_stops_neither_the_other_hosts_nor_pruning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     settings.GPUADMIN_HISTORY_RAW_DAYS = 2
+    settings.GPUADMIN_HISTORY_FINE_DAYS = 4  # the 5-minute rollups read below are kept
     broken = ingest(snapshot("gpu01", gpus=[gpu(0, used=GiB)], taken_at=at(0)))
     ingest(snapshot("gpu02", gpus=[gpu(0, used=GiB)], taken_at=at(0)))
     roll_up_host = retention.roll_up_host
@@ -373,9 +375,11 @@ def test_pruning_deletes_in_bounded_batches(twenty_minutes: Host) -> None:
 
 def test_the_periodic_task_rolls_up_and_prunes(twenty_minutes: Host, settings: Any) -> None:
     settings.GPUADMIN_HISTORY_RAW_DAYS = 0
+    settings.GPUADMIN_HISTORY_FINE_DAYS = 90
     result = maintain_history_task.apply().get()
     # It runs "now", after T0: every bucket is complete, and no raw row is younger than zero days.
     assert result["buckets_rolled_up"] == 4
+    assert result["coarse_buckets_rolled_up"] == 1  # 12:00-12:30, closed by the 5-minute tier's mark
     assert result["rows_pruned"] == 240 + 120
     assert GpuRollup.objects.count() == 8
     assert not GpuSample.objects.exists()

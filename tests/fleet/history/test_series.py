@@ -1,0 +1,94 @@
+"""Chart series (gpuadmin/fleet/history/series.py): each range reads its tier, and what is not in that
+tier yet is summarised on the fly, with the same shapes."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from gpuadmin.fleet.history import retention, series
+from gpuadmin.fleet.models import Gpu, GpuRollup, GpuRollupCoarse, GpuSample, Host
+
+pytestmark = pytest.mark.django_db
+
+MiB = 1024**2
+NOW = datetime(2031, 3, 10, 12, 0, tzinfo=UTC)  # a 2-hour boundary
+COARSE_MARK = NOW - timedelta(hours=2)  # 10:00: the 30-minute tier holds what is before
+FINE_MARK = NOW - timedelta(minutes=10)  # 11:50: the 5-minute tier holds what is before
+
+
+def gpu_rollup(
+    model: type[GpuRollup] | type[GpuRollupCoarse],
+    gpu: Gpu,
+    bucket: int,
+    used_mib: int,
+    utilization_tenths: int,
+    **extra: int,
+) -> None:
+    model.objects.create(
+        gpu=gpu,
+        bucket=bucket,
+        sample_count=30,
+        memory_used_min_mib=used_mib,
+        memory_used_mean_mib=used_mib,
+        memory_used_max_mib=used_mib,
+        memory_attributed_min_mib=0,
+        memory_attributed_mean_mib=0,
+        memory_attributed_max_mib=0,
+        utilization_min_percent=0,
+        utilization_mean_tenths_percent=utilization_tenths,
+        utilization_max_percent=100,
+        **extra,
+    )
+
+
+@pytest.fixture
+def host() -> Host:
+    """30-minute rollups at 09:00 and 09:30 (111 MiB), the 5-minute ones they summarise still there
+    (999 MiB, so a chart reading them shows it), a 5-minute rollup at 10:00 (222 MiB) not in the 30-minute
+    tier yet, and a raw sample at 11:55 (333 MiB) not rolled up yet."""
+    host = Host.objects.create(
+        name="series01", history_rolled_up_until=FINE_MARK, history_coarse_rolled_up_until=COARSE_MARK
+    )
+    gpu = Gpu.objects.create(host=host, uuid="GPU-series-0", index=0, present=True)
+    nine = retention.coarse_bucket_of(COARSE_MARK - timedelta(hours=1))
+    gpu_rollup(GpuRollupCoarse, gpu, nine, 111, 200, fine_bucket_count=6)
+    gpu_rollup(GpuRollupCoarse, gpu, nine + 1, 111, 500, fine_bucket_count=2)
+    for bucket in range(nine * 6, nine * 6 + 12):
+        gpu_rollup(GpuRollup, gpu, bucket, 999, 900)
+    gpu_rollup(GpuRollup, gpu, retention.bucket_of(COARSE_MARK), 222, 100)
+    GpuSample.objects.create(
+        gpu=gpu, taken_at=NOW - timedelta(minutes=5), memory_used_bytes=333 * MiB, utilization_percent=70
+    )
+    return host
+
+
+def points(host: Host, range_name: str) -> list[tuple[str, int, float]]:
+    body = series.host_history(host, series.RANGES[range_name], NOW)
+    return [
+        (p["t"][11:16], p["memory_used_bytes"] // MiB, p["utilization_percent"])
+        for p in body["gpus"][0]["points"]
+    ]
+
+
+def test_seven_days_read_the_30_minute_tier_one_row_a_point(host: Host) -> None:
+    assert series.host_history(host, series.RANGES["7d"], NOW)["resolution_seconds"] == 1800
+    assert points(host, "7d") == [
+        ("09:00", 111, 20.0),
+        ("09:30", 111, 50.0),
+        ("10:00", 222, 10.0),  # a 5-minute rollup not in the 30-minute tier yet
+        ("11:30", 333, 70.0),  # a raw sample not rolled up yet
+    ]
+
+
+def test_thirty_days_group_four_30_minute_rows_a_point_weighed_by_their_span(host: Host) -> None:
+    assert series.host_history(host, series.RANGES["30d"], NOW)["resolution_seconds"] == 7200
+    # 08:00-10:00: 20% over six 5-minute buckets and 50% over two; 10:00-12:00: the highest memory, and
+    # the mean of a 5-minute rollup's 10% and the raw sample's bucket's 70%.
+    assert points(host, "30d") == [("08:00", 111, 27.5), ("10:00", 333, 40.0)]
+
+
+def test_a_day_reads_the_5_minute_tier(host: Host) -> None:
+    day = points(host, "24h")
+    assert day[0] == ("09:00", 999, 90.0) and len(day) == 14
