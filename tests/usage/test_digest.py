@@ -75,6 +75,23 @@ def test_a_host_with_missing_history_is_called_offline_for_that_long(week) -> No
                     "gpu-b: no snapshot for about 0.5 h of the week"]
 
 
+def test_history_in_the_30_minute_tier_counts_as_present(week) -> None:
+    """Past GPUADMIN_HISTORY_FINE_DAYS only the 30-minute rollups are left of the week's first days."""
+    from gpuadmin.fleet.history.retention import coarse_bucket_of
+    from gpuadmin.fleet.models import HostRollupCoarse
+
+    host = Host.objects.get(name="gpu-b")
+    Host.objects.filter(pk=host.pk).update(first_seen_at=at(0), history_rolled_up_until=at(3600),
+                                           history_coarse_rolled_up_until=at(3600),
+                                           last_seen_at=at(100_000_000))
+    HostRollupCoarse.objects.create(  # the hour's first half only
+        host=host, bucket=coarse_bucket_of(at(0)), sample_count=180, fine_bucket_count=6, zombies_min=0,
+        zombies_mean=0, zombies_max=0, d_state_min=0, d_state_mean=0, d_state_max=0, pids_in_use_min=1,
+        pids_in_use_mean=1, pids_in_use_max=1, pid_max=10)
+    body = digest.offline_section(WEEK, now=at(100_000_000)).lines
+    assert body[1:] == ["gpu-b: no snapshot for about 0.5 h of the week"]
+
+
 def test_queued_once_per_week_and_printed_by_the_dry_run(week, approver) -> None:
     person = Person.objects.create(name="Ada Approver", email="ada@example.org", user=approver)
     ids = digest.queue_digest(WEEK)

@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Count, F, IntegerField, Max, Q, Sum
+from django.db.models import Aggregate, Count, F, IntegerField, Max, Q, Sum
 from django.urls import reverse
 
 from gpuadmin.fleet.history import retention
@@ -303,6 +303,8 @@ def _stored_groups(
     gpu_model, host_model = tier
     mean = "utilization_mean_tenths_percent"
     known = Q(**{f"{mean}__isnull": False})
+    utilization_sum: Aggregate
+    utilization_buckets: Aggregate
     if gpu_model is GpuRollupCoarse:
         utilization_sum = Sum(F(mean) * F("fine_bucket_count"), output_field=IntegerField())
         utilization_buckets = Sum("fine_bucket_count", filter=known)
