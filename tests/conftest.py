@@ -106,7 +106,7 @@ ENGINE_PATHS = (
     "audit/test_append_only.py", "audit/test_anchors.py", "audit/test_chain.py",
     "audit/test_verify_command.py",
     "fleet/findings/test_sync.py",
-    "fleet/history/test_record.py", "fleet/history/test_retention.py",
+    "fleet/history/test_record.py", "fleet/history/test_retention.py", "fleet/history/test_series.py",
     "fleet/intake/test_ingest.py", "fleet/intake/test_ingest_writes.py", "fleet/intake/test_trust.py",
     "fleet/intake/test_updates.py",
     "fleet/storage/test_json_text.py", "fleet/storage/test_statements.py",

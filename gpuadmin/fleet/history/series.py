@@ -29,6 +29,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db.models import Aggregate, Count, F, IntegerField, Max, Q, Sum
+from django.db.models.functions import Cast
 from django.urls import reverse
 
 from gpuadmin.fleet.history import retention
@@ -306,7 +307,9 @@ def _stored_groups(
     utilization_sum: Aggregate
     utilization_buckets: Aggregate
     if gpu_model is GpuRollupCoarse:
-        utilization_sum = Sum(F(mean) * F("fine_bucket_count"), output_field=IntegerField())
+        # In integers: smallint x smallint stays a smallint on PostgreSQL, which a clamped mean x 6 overflows.
+        utilization_sum = Sum(Cast(mean, IntegerField()) * F("fine_bucket_count"),
+                              output_field=IntegerField())
         utilization_buckets = Sum("fine_bucket_count", filter=known)
     else:
         utilization_sum, utilization_buckets = Sum(mean), Count(mean)

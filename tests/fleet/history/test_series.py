@@ -92,3 +92,9 @@ def test_thirty_days_group_four_30_minute_rows_a_point_weighed_by_their_span(hos
 def test_a_day_reads_the_5_minute_tier(host: Host) -> None:
     day = points(host, "24h")
     assert day[0] == ("09:00", 999, 90.0) and len(day) == 14
+
+
+def test_a_coarse_mean_at_its_column_bound_is_charted(host: Host) -> None:
+    """A host may claim any utilization: its clamped mean x 6 must not overflow the database's sum."""
+    GpuRollupCoarse.objects.update(utilization_mean_tenths_percent=32767)
+    assert points(host, "7d")[0] == ("09:00", 111, 3276.7)
