@@ -26,18 +26,21 @@ from tests.integration.helpers import REPO
 pytestmark = pytest.mark.services
 
 # What a broker writer runs: gpuadmin's own Celery app pointed at the broker (REDIS_URL), as
-# `celery -A gpuadmin control ...` would be. Each command waits this long for answers.
+# `celery -A gpuadmin control ...` would be. Each command waits `wait` seconds for answers; the
+# shutdowns after the first only `again`: a worker that obeyed one is found by what follows (it
+# dies, never takes the next message, logs its shutdown), however long its answer takes.
 BROADCASTS = """
 import json, os, sys
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuadmin.settings")
 from gpuadmin.celery import app
-wait, other_queue = 2.0, sys.argv[1]
+wait, again, other_queue = 2.0, 0.5, sys.argv[1]
 answers = {
     "ping": app.control.ping(timeout=wait),
     "inspect conf": app.control.inspect(timeout=wait).conf(),
     "add_consumer": app.control.add_consumer(other_queue, reply=True, timeout=wait),
     # What `make run` gave up after: six deaths within five minutes.
-    "shutdown": [app.control.broadcast("shutdown", reply=True, timeout=wait) for _ in range(6)],
+    "shutdown": [app.control.broadcast("shutdown", reply=True, timeout=wait if n == 0 else again)
+                 for n in range(6)],
 }
 print(json.dumps(answers))
 """
