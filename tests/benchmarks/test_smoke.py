@@ -3,8 +3,8 @@
 Each script runs as a README reader would start it (`python benchmarks/<script> ...`) under
 tests/run/programs/harness.py, a child subreaper: whatever the script orphaned on its way out
 is re-parented to the harness, which reports and kills it. The long-running ones are also
-interrupted mid-run (SIGINT, as Ctrl+C gives it; SIGTERM, as `kill` and systemd give it) once
-their children are up, and must still leave nothing behind.
+interrupted (SIGINT, as Ctrl+C gives it; SIGTERM, as `kill` and systemd give it) as soon as they
+are known to be where a reader would stop them (INTERRUPTIONS), and must still leave nothing behind.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.kill_latency import TARGET
 from benchmarks.processes import children_of
 from tests import services
 from tests.run.helpers import REPO, SupervisedRun
@@ -29,6 +30,8 @@ BENCHMARKS = REPO / "benchmarks"
 NOT_SCRIPTS = {"__init__.py", "django_bench.py", "processes.py"}  # modules the scripts share
 RUN_TIMEOUT_SECONDS = 300
 START_TIMEOUT_SECONDS = 180
+# A kill target lives a fraction of a second in kill_latency.py: looked for this often.
+PHASE_POLL_SECONDS = 0.05
 
 
 @dataclass(frozen=True)
@@ -51,9 +54,11 @@ SMOKE: dict[str, Smoke] = {
     "history.py": Smoke("--days 1 --gpus 1 --growth 1 --repeats 1 --no-wait", ("postgres",)),
     # The other version is this tree: both sides run the same code.
     "ingest_side_by_side.py": Smoke(f"--base {REPO} --hosts 2 --rounds 1 --pairs 1", ("postgres",)),
-    "ingest_instructions.py": Smoke(f"--base {REPO} --hosts 2 --warm 1 --rounds 1", ("postgres", "valgrind")),
+    "ingest_instructions.py": Smoke(f"--base {REPO} --hosts 2 --processes 20 --warm 1 --rounds 1",
+                                    ("postgres", "valgrind")),
     "kill_latency.py": Smoke("--requests 2 --broker redis", ("redis",)),
-    "load.py": Smoke("--seconds 3 --admins 2 --rate 5 --hosts 3", ("postgres", "redis")),
+    # Polls every 0.5 s: the admins' htmx polls run within the one second, not only their first loads.
+    "load.py": Smoke("--seconds 1 --admins 2 --rate 5 --hosts 3 --poll-seconds 0.5", ("postgres", "redis")),
     # The smallest group: mutmut for real, 34 mutants of kills/states.py against its tests.
     "mutation.py": Smoke("states --out {tmp}/mutation.json --workdir {tmp}/copies"),
     "nvml_check.py": Smoke(""),  # no GPU here: it says so and exits 0
@@ -61,7 +66,8 @@ SMOKE: dict[str, Smoke] = {
     "probe_vs_manual.py": Smoke("--processes 40 --device-holders 2 --repeats 1"),
     "snapshot_budget.py": Smoke("--workers 5"),
     "snapshot_updates.py": Smoke("--hosts 3 --gpus 1 --processes 5 --rounds 1 --database sqlite --no-wait"),
-    "soak.py": Smoke("--minutes 0.1 --kill-every 3 --sample-seconds 3 --browsers 1"),
+    # One pass of its loop (an RSS sample and a kill; the browser polls meanwhile), then the last sample.
+    "soak.py": Smoke("--minutes 0.05 --kill-every 3 --sample-seconds 3 --browsers 1 --probe-interval 1"),
     "statement_costs.py": Smoke("--hosts 2 --rounds 1", ("postgres",)),
     "validation_paths.py": Smoke("--repeats 1"),
 }
@@ -71,22 +77,42 @@ SMOKE: dict[str, Smoke] = {
 class Interruption:
     script: str
     args: str  # split on spaces
-    children: int  # the script's own children once it is mid-run
+    children: int  # the script's own children, at least, when it is interrupted
     needs: tuple[str, ...] = ()
+    # Interrupted once a kill target (kill_latency.TARGET, a child of the script) is up: the script is
+    # then in its kill loop, every server and worker ready, and its cleanup must stop the target too.
+    # Otherwise, as soon as `children` are up.
+    in_kill_loop: bool = False
 
 
 INTERRUPTIONS = {
-    # redis-server and two Celery workers, each in its own group.
-    "kill_latency": Interruption("kill_latency.py", "--requests 1000", 3, ("redis",)),
-    # load.py (PostgreSQL, redis-server, `python -m gpuadmin.run`), then the two workers (embedded broker).
+    # redis-server and two Celery workers, each in its own group, and a target.
+    "kill_latency": Interruption("kill_latency.py", "--requests 1000", 4, ("redis",), in_kill_loop=True),
+    # load.py (PostgreSQL, redis-server, `python -m gpuadmin.run`), already loading, then the two workers
+    # (embedded broker) just started: kill_latency.py stops them, then load.py with SIGINT mid-load
+    # (load.py's Ctrl+C in its main phase). kill_latency.py's own loop is the case above's.
     "kill_latency_under_load": Interruption(
         "kill_latency.py", "--requests 1000 --broker embedded --under-load --load-admins 2 --load-rate 5 "
         "--load-hosts 3", 3, ("postgres", "redis")),
-    # The GPU holder and `python -m gpuadmin.run` (its own supervisor of gunicorn and Celery).
-    "soak": Interruption("soak.py", "--minutes 60", 2),
-    # PostgreSQL, redis-server and `python -m gpuadmin.run`.
+    # The GPU holder, `python -m gpuadmin.run` (its own supervisor of gunicorn and Celery, serving the
+    # simulated browsers) and a target (one every 5 s).
+    "soak": Interruption("soak.py", "--minutes 60 --probe-interval 1 --kill-every 5", 3, in_kill_loop=True),
+    # PostgreSQL, redis-server and `python -m gpuadmin.run` just started: Ctrl+C during the start-up
+    # (mid-load it is kill_latency_under_load's).
     "load": Interruption("load.py", "--seconds 600 --admins 2 --rate 5 --hosts 3", 3, ("postgres", "redis")),
 }
+
+
+def kill_targets(children: list[int]) -> list[int]:
+    found = []
+    for pid in children:
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:  # gone meanwhile
+            continue
+        if TARGET.encode() in argv:
+            found.append(pid)
+    return found
 
 
 def require(needs: tuple[str, ...]) -> None:
@@ -129,8 +155,11 @@ def test_script_runs_and_leaves_nothing(script: str, tmp_path: Path) -> None:
     assert leftovers == [], f"{script} left processes behind: {leftovers}\n{run.output[-3000:]}"
 
 
-# SIGTERM takes the same path as SIGINT (benchmarks/processes.py): one script shows it.
-SIGNALS = [*((name, signal.SIGINT) for name in sorted(INTERRUPTIONS)), ("kill_latency", signal.SIGTERM)]
+# SIGTERM takes the same path as SIGINT (benchmarks/processes.py: SystemExit for KeyboardInterrupt, the
+# same finally blocks): one script shows it. kill_latency.py alone is interrupted with SIGTERM only, as
+# its SIGINT would take the same path as its SIGTERM; its SIGINT path is kill_latency_under_load's.
+SIGNALS = [*((name, signal.SIGINT) for name in sorted(INTERRUPTIONS) if name != "kill_latency"),
+           ("kill_latency", signal.SIGTERM)]
 
 
 @pytest.mark.parametrize(("name", "signum"), SIGNALS,
@@ -143,12 +172,13 @@ def test_interrupted_script_leaves_nothing(name: str, signum: int) -> None:
     try:
         pid = run.command_pid
         deadline = time.monotonic() + START_TIMEOUT_SECONDS
-        while len(children_of(pid)) < case.children:
-            assert time.monotonic() < deadline, f"{case.script} did not start its children:\n{run.output}"
+        while True:
+            started = children_of(pid)
+            if len(started) >= case.children and (not case.in_kill_loop or kill_targets(started)):
+                break
+            assert time.monotonic() < deadline, f"{case.script} did not reach its main phase:\n{run.output}"
             assert run.process is not None and run.process.poll() is None, run.output
-            time.sleep(0.2)
-        started = children_of(pid)
-        time.sleep(1.0)  # mid-run: the children are working, not just forked
+            time.sleep(PHASE_POLL_SECONDS)
         os.kill(pid, signum)
         status, leftovers = run.finish(RUN_TIMEOUT_SECONDS)
     finally:
