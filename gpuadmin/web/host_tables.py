@@ -299,10 +299,11 @@ def _gpu_memory(per_gpu: Mapping[str, int | None], labels: Mapping[str, str]) ->
 
 
 def _table_row(row: ProcessRow, rows: Mapping[int, ProcessRow], labels: Mapping[str, str],
-               person_of: PersonOf = _nobody) -> ProcessTableRow:
+               person_of: PersonOf = _nobody, *, open_request_id: int | None = None,
+               zombie_children: int = 0) -> ProcessTableRow:
     return ProcessTableRow(
         process=row, parent=rows.get(row.ppid), gpu_memory=_gpu_memory(row.gpu_memory_bytes, labels),
-        person=person_of(row),
+        person=person_of(row), open_request_id=open_request_id, zombie_children=zombie_children,
     )
 
 
@@ -403,9 +404,8 @@ def host_tables(document: dict[str, Any] | None, gpus: list[Gpu], query: Process
     defunct = {t.parent_pid: len(t.zombies) for t in trees}
     open_requests = open_requests or {}
     holders = [
-        replace(_table_row(r, rows, labels, person_of),
-                open_request_id=open_requests.get((r.pid, r.start_time_ticks)),
-                zombie_children=defunct.get(r.pid, 0))
+        _table_row(r, rows, labels, person_of, open_request_id=open_requests.get((r.pid, r.start_time_ticks)),
+                   zombie_children=defunct.get(r.pid, 0))
         for r in gpu_holders(rows)
     ]
     workloads = {r.workload.key: r.workload for r in holders if r.workload}
