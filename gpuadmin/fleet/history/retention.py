@@ -655,12 +655,18 @@ def prune(
     oldest_bucket = bucket_of(cutoff)
     gpu_rollups = _delete_in_batches(GpuRollup.objects.filter(bucket__lt=oldest_bucket), **batches)
     host_rollups = _delete_in_batches(HostRollup.objects.filter(bucket__lt=oldest_bucket), **batches)
+    # 5-minute rollups go only once in the 30-minute ones, as raw rows once rolled up: for the hosts
+    # rolled up past the fine keep (all, normally) in one statement per batch, the others one by one.
     fine_cutoff = bucket_of(fine_kept_since(now))
-    coarse_marks = Host.objects.filter(history_coarse_rolled_up_until__isnull=False).values_list(
+    caught_up = bucket_start(fine_cutoff)
+    gpu_rollups += _delete_in_batches(GpuRollup.objects.filter(
+        bucket__lt=fine_cutoff, gpu__host__history_coarse_rolled_up_until__gte=caught_up), **batches)
+    host_rollups += _delete_in_batches(HostRollup.objects.filter(
+        bucket__lt=fine_cutoff, host__history_coarse_rolled_up_until__gte=caught_up), **batches)
+    behind = Host.objects.filter(history_coarse_rolled_up_until__lt=caught_up).values_list(
         "pk", "history_coarse_rolled_up_until")
-    for host_id, coarse_until in coarse_marks:
-        # 5-minute rollups go only once in the 30-minute ones, as raw rows once rolled up.
-        keep_from = min(fine_cutoff, bucket_of(coarse_until))
+    for host_id, coarse_until in behind:
+        keep_from = bucket_of(coarse_until)
         gpu_rollups += _delete_in_batches(
             GpuRollup.objects.filter(gpu__host_id=host_id, bucket__lt=keep_from), **batches)
         host_rollups += _delete_in_batches(

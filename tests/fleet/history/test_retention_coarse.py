@@ -324,3 +324,22 @@ def test_the_coarse_tables_have_the_fine_ones_columns_and_one_more() -> None:
 
     assert [c for c in columns(GpuRollupCoarse) if c[0] != "fine_bucket_count"] == columns(GpuRollup)
     assert [c for c in columns(HostRollupCoarse) if c[0] != "fine_bucket_count"] == columns(HostRollup)
+
+
+def test_a_host_behind_in_the_coarse_tier_keeps_its_five_minute_rollups_past_its_mark(
+    host: Host, settings: Any
+) -> None:
+    settings.GPUADMIN_HISTORY_FINE_DAYS = 2
+    behind = Host.objects.create(name="coarse02")
+    Gpu.objects.create(host=behind, uuid="GPU-coarse-2", index=0)
+    first = retention.bucket_of(T0)
+    for owner in (host, behind):
+        for bucket in (first, first + 12):  # 12:00 and 13:00, both past the fine keep
+            fine(owner, bucket)
+    Host.objects.filter(pk=host.pk).update(history_coarse_rolled_up_until=T0 + timedelta(days=1))
+    Host.objects.filter(pk=behind.pk).update(history_coarse_rolled_up_until=T0 + HALF_HOUR)
+
+    pruned = retention.prune(T0 + timedelta(days=3))
+
+    assert (pruned.gpu_rollups, pruned.host_rollups) == (4 + 1, 2 + 1)  # 2 GPUs x 2 buckets + 1
+    assert list(HostRollup.objects.values_list("host__name", "bucket")) == [("coarse02", first + 12)]
