@@ -12,7 +12,8 @@ import logging
 import os
 from typing import Any
 
-from celery import Celery, signals
+from celery import Celery, bootsteps, signals
+from celery.worker import state as worker_state
 from django.conf import settings
 from django.db import close_old_connections
 
@@ -162,6 +163,81 @@ def _fail_an_unasked_stop(sender: Any = None, **_: object) -> None:
         logger.error("worker %s stopped without a stop signal; exiting with status %s",
                      getattr(sender, "hostname", "?"), EXIT_STOPPED_UNASKED)
         sender.exitcode = EXIT_STOPPED_UNASKED
+
+
+# How often a worker looks whether it still asks the broker for messages (StalledConsumerGuard); it
+# reconnects on the second look in a row that finds it stalled, so within twice this.
+CONSUMER_CHECK_PERIOD_SECONDS = 5.0
+STALLED_CONSUMER_LOG = "takes no message from the broker"
+
+
+class StalledConsumer(ConnectionError):
+    """The worker's prefetch credit is all taken by messages it no longer has in hand.
+
+    A ConnectionError: every transport counts it among its connection errors (kombu's base
+    transport, Redis's through OSError), which the event loop lets out to the consumer.
+    """
+
+
+class StalledConsumerGuard(bootsteps.StartStopStep):
+    """Reconnect a worker that stopped taking messages from the broker.
+
+    kombu's Redis transport gives a message's share of the prefetch credit back only once Redis
+    has dropped it from its unacked index. An ack or reject that meets a Redis gone away raises
+    before that; Celery logs "Couldn't ack" and goes on, and the credit stays taken for good.
+    Take it all (concurrency 1: one task running, the next fetched and waiting for the pool
+    process) and the worker never sends BRPOP again, and since none was pending kombu drops the
+    dead socket without raising: no "Connection to broker lost", no reconnect, the worker up and
+    deaf (tests/integration/test_redis_restart.py). No setting avoids it: health checks look at
+    a pending BRPOP only, and retries end in the same raise.
+
+    All credit taken while no task is in hand (reserved, running or scheduled) is that state and
+    nothing else. Seen twice in a row, this raises in the event loop, into Celery's own path for
+    a lost connection: a new channel with all its credit, the queues declared again (on a Redis
+    restarted empty too). A message whose ack failed is handed out again if Redis still holds it:
+    kombu's Redis delivers at least once, and would after visibility_timeout anyway.
+    """
+
+    label = "stalled consumer guard"
+    requires = ("celery.worker.consumer.tasks:Tasks",)
+
+    def __init__(self, c: Any, **kwargs: Any) -> None:
+        self.timer_entry: Any = None
+        self.stalled_checks = 0
+        super().__init__(c, **kwargs)
+
+    def start(self, c: Any) -> None:
+        self.stalled_checks = 0
+        # In the event loop only (prefork, every gpuadmin worker): raised from a timer thread, the
+        # error would be logged and nothing reconnected.
+        if c.hub is not None:
+            self.timer_entry = c.timer.call_repeatedly(CONSUMER_CHECK_PERIOD_SECONDS, self.check, (c,))
+
+    def stop(self, c: Any) -> None:
+        if self.timer_entry is not None:
+            self.timer_entry.cancel()
+            self.timer_entry = None
+
+    shutdown = stop
+
+    def check(self, c: Any) -> None:
+        qos = getattr(getattr(c.task_consumer, "channel", None), "qos", None)
+        can_consume = getattr(qos, "can_consume", None)  # virtual transports' (Redis, filesystem) only
+        in_hand = (worker_state.reserved_requests or worker_state.active_requests
+                   or worker_state.scheduled_requests)
+        if can_consume is None or can_consume() or in_hand:
+            self.stalled_checks = 0
+            return
+        self.stalled_checks += 1
+        if self.stalled_checks >= 2:
+            self.stalled_checks = 0
+            logger.error("worker %s %s: its prefetch credit is held by messages it no longer has (an "
+                         "ack that failed while the broker was away); reconnecting",
+                         getattr(c, "hostname", "?"), STALLED_CONSUMER_LOG)
+            raise StalledConsumer(f"{STALLED_CONSUMER_LOG}: prefetch credit held by no task in hand")
+
+
+app.steps["consumer"].add(StalledConsumerGuard)
 
 
 # Celery's Django fixup closes the database connections before and after every task unless
