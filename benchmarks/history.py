@@ -14,13 +14,20 @@ On a throwaway PostgreSQL (tests/services.py), one host with --gpus GPUs lives
 - after each simulated day the real periodic task's service runs
   (``retention.maintain_history``): rollups, pruning.
 
-Then it prints the bytes kept per host-day once rolled up (rollups, process
-lives and points: everything older than the raw days; aim <= 0.5 MB), what the
-raw days cost on top, and the server time of the chart requests (the JSON API
+Then it prints the bytes per host-day of each history tier (indexes included,
+after VACUUM ANALYZE): raw samples, 5-minute rollups, 30-minute rollups,
+process lives and points, each divided by the days it holds at the end. As
+stored, every day partition summed, and at scale (``bytes_at_scale``: one
+host's day partitions are mostly the empty space pages start with, which a
+fleet's fill); the per host-day figures are at scale. Then the standing
+storage per host-day over the default
+keep, (raw days x raw + fine days x fine + history days x (coarse + process
+history)) / history days. Then the server time of the chart requests (the JSON API
 through django.test.Client: middleware, auth, view, renderer; median and p95 of
 --repeats after two warm-ups) for 30 days and 24 hours (required < 200 ms,
 aim < 50 ms). Growth with the GPU count: hosts with --growth GPUs get 30 days
-of rollups inserted directly, and the same requests are timed.
+of 30-minute rollups and the last fine days of 5-minute ones inserted directly,
+and the same requests are timed.
 
     python benchmarks/history.py [--days 30] [--gpus 8] [--growth 1,8,16,32] [--repeats 15] [--no-wait]
 
@@ -53,11 +60,32 @@ LIVES_EVERY_SECONDS = 60
 WARM_UP_REQUESTS = 2
 REQUIRED_MS = 200.0
 AIM_MS = 50.0
-AIM_BYTES_PER_HOST_DAY = 0.5 * 1024 * 1024
+AIM_BYTES_PER_HOST_DAY = 0.2 * 1024 * 1024  # issue 36: standing storage per host-day
 BOOT_ID = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
 USERS = ["alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi"]
-HISTORY_TABLES = ["fleet_gpurollup", "fleet_hostrollup", "fleet_processlife", "fleet_processpoint"]
-RAW_TABLES = ["fleet_gpusample", "fleet_hostsample"]
+
+
+@dataclass(frozen=True)
+class Tier:
+    """History tables kept alike: their names, and SQL for the (first, last) second their rows cover."""
+
+    name: str
+    tables: tuple[str, ...]
+    span_sql: str
+
+
+TIERS = (
+    Tier("raw samples", ("fleet_gpusample", "fleet_hostsample"),
+         "SELECT extract(epoch FROM min(taken_at)), extract(epoch FROM max(taken_at)) + 10 "
+         "FROM fleet_hostsample"),
+    Tier("5-minute rollups", ("fleet_gpurollup", "fleet_hostrollup"),
+         "SELECT min(bucket) * 300, (max(bucket) + 1) * 300 FROM fleet_hostrollup"),
+    Tier("30-minute rollups", ("fleet_gpurollupcoarse", "fleet_hostrollupcoarse"),
+         "SELECT min(bucket) * 1800, (max(bucket) + 1) * 1800 FROM fleet_hostrollupcoarse"),
+    Tier("process lives and points", ("fleet_processlife", "fleet_processpoint"),
+         "SELECT extract(epoch FROM min(taken_at)), extract(epoch FROM max(taken_at)) "
+         "FROM fleet_processpoint"),
+)
 
 
 @dataclass
@@ -211,55 +239,32 @@ def simulate(host_name: str, gpus: int, days: int, now: datetime, rng: random.Ra
 
 
 def insert_rollups(host_name: str, gpus: int, days: int, now: datetime, rng: random.Random) -> Any:
-    """A host with `gpus` GPUs and `days` of rollups (and its last 10 minutes raw), inserted directly."""
+    """A host with `gpus` GPUs and `days` of 30-minute rollups, the last GPUADMIN_HISTORY_FINE_DAYS of
+    5-minute ones (the last half hours only those), and its last 10 minutes raw, inserted directly."""
+    from django.conf import settings
+
     from gpuadmin.fleet.history import retention
-    from gpuadmin.fleet.models import Gpu, GpuRollup, GpuSample, Host, HostRollup
+    from gpuadmin.fleet.models import (
+        Gpu,
+        GpuRollup,
+        GpuRollupCoarse,
+        GpuSample,
+        Host,
+        HostRollup,
+        HostRollupCoarse,
+    )
 
     host = Host.objects.create(name=host_name, boot_id=BOOT_ID, pid_max=4194304)
     gpu_rows = Gpu.objects.bulk_create(
         Gpu(host=host, uuid=f"{gpu_uuid(gpus, i)}-g", index=i, name="Simulated H100") for i in range(gpus)
     )
     last = retention.bucket_of(now) - 2
-    first = last - days * 288
-    rollups, host_rollups = [], []
-    for bucket in range(first, last):
-        for gpu in gpu_rows:
-            used = rng.randrange(0, 80 * 1024)
-            rollups.append(
-                GpuRollup(
-                    gpu=gpu,
-                    bucket=bucket,
-                    sample_count=30,
-                    memory_used_min_mib=used,
-                    memory_used_mean_mib=used,
-                    memory_used_max_mib=used,
-                    memory_attributed_min_mib=used,
-                    memory_attributed_mean_mib=used,
-                    memory_attributed_max_mib=used,
-                    utilization_min_percent=0,
-                    utilization_mean_tenths_percent=500,
-                    utilization_max_percent=100,
-                )
-            )
-        host_rollups.append(
-            HostRollup(
-                host=host,
-                bucket=bucket,
-                sample_count=30,
-                zombies_min=0,
-                zombies_mean=1.0,
-                zombies_max=2,
-                d_state_min=0,
-                d_state_mean=0.0,
-                d_state_max=0,
-                pids_in_use_min=1000,
-                pids_in_use_mean=1000.0,
-                pids_in_use_max=1000,
-                pid_max=4194304,
-            )
-        )
-    GpuRollup.objects.bulk_create(rollups, batch_size=10_000)
-    HostRollup.objects.bulk_create(host_rollups, batch_size=10_000)
+    coarse_last = last // retention.FINE_PER_COARSE
+    first = min(coarse_last * retention.FINE_PER_COARSE, last - settings.GPUADMIN_HISTORY_FINE_DAYS * 288)
+    coarse = range(coarse_last - days * 48, coarse_last)
+    insert_rollup_rows((GpuRollupCoarse, HostRollupCoarse), host, gpu_rows, coarse, rng=rng,
+                       fine_per_row=retention.FINE_PER_COARSE)
+    insert_rollup_rows((GpuRollup, HostRollup), host, gpu_rows, range(first, last), rng=rng, fine_per_row=1)
     tail_start = retention.bucket_start(last)
     GpuSample.objects.bulk_create(
         GpuSample(
@@ -272,8 +277,58 @@ def insert_rollups(host_name: str, gpus: int, days: int, now: datetime, rng: ran
         for gpu in gpu_rows
         for s in range(0, int((now - tail_start).total_seconds()), SNAPSHOT_SECONDS)
     )
-    Host.objects.filter(pk=host.pk).update(history_rolled_up_until=tail_start)
+    Host.objects.filter(pk=host.pk).update(
+        history_rolled_up_until=tail_start,
+        history_coarse_rolled_up_until=retention.coarse_bucket_start(coarse_last))
     return host
+
+
+def insert_rollup_rows(tier: tuple[Any, Any], host: Any, gpu_rows: list[Any], buckets: range, *,
+                       fine_per_row: int, rng: random.Random) -> None:
+    """One tier's rows (``fine_per_row``: 5-minute buckets per row, 6 for the 30-minute tier)."""
+    model, host_model = tier
+    extra = {"fine_bucket_count": fine_per_row} if fine_per_row > 1 else {}
+    rollups, host_rollups = [], []
+    for bucket in buckets:
+        for gpu in gpu_rows:
+            used = rng.randrange(0, 80 * 1024)
+            rollups.append(
+                model(
+                    gpu=gpu,
+                    bucket=bucket,
+                    sample_count=30 * fine_per_row,
+                    **extra,
+                    memory_used_min_mib=used,
+                    memory_used_mean_mib=used,
+                    memory_used_max_mib=used,
+                    memory_attributed_min_mib=used,
+                    memory_attributed_mean_mib=used,
+                    memory_attributed_max_mib=used,
+                    utilization_min_percent=0,
+                    utilization_mean_tenths_percent=500,
+                    utilization_max_percent=100,
+                )
+            )
+        host_rollups.append(
+            host_model(
+                host=host,
+                bucket=bucket,
+                sample_count=30 * fine_per_row,
+                **extra,
+                zombies_min=0,
+                zombies_mean=1.0,
+                zombies_max=2,
+                d_state_min=0,
+                d_state_mean=0.0,
+                d_state_max=0,
+                pids_in_use_min=1000,
+                pids_in_use_mean=1000.0,
+                pids_in_use_max=1000,
+                pid_max=4194304,
+            )
+        )
+    model.objects.bulk_create(rollups, batch_size=10_000)
+    host_model.objects.bulk_create(host_rollups, batch_size=10_000)
 
 
 def time_request(client: Any, url: str, repeats: int) -> tuple[float, float, int]:
@@ -298,16 +353,95 @@ def vacuum() -> None:
         cursor.execute("VACUUM ANALYZE")
 
 
-def table_bytes(names: list[str]) -> dict[str, int]:
+def table_bytes(names: tuple[str, ...]) -> dict[str, int]:
+    """Each table's bytes with its indexes, every day partition summed (a partitioned table has none)."""
     from django.db import connection
 
     vacuum()
     with connection.cursor() as cursor:
         sizes = {}
         for name in names:
-            cursor.execute("SELECT pg_total_relation_size(%s)", [name])
-            sizes[name] = cursor.fetchone()[0]
+            cursor.execute("SELECT coalesce(sum(pg_total_relation_size(relid)), pg_total_relation_size(%s)) "
+                           "FROM pg_partition_tree(%s)", [name, name])
+            sizes[name] = int(cursor.fetchone()[0])
     return sizes
+
+
+SCRATCH_ROWS = 200_000
+
+
+def bytes_at_scale(name: str) -> int:
+    """One host's rows of ``name`` as they cost in a fleet's table: copied enough times (other ids) into
+    an unpartitioned scratch table with the same columns and indexes that a day partition's pages are
+    full, as at 10,000 hosts, and that size divided by the copies. One host's day partitions hold a few
+    pages each, mostly the empty space of a page each table and index starts with."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM " + connection.ops.quote_name(name))
+        rows = cursor.fetchone()[0]
+        if not rows:
+            return 0
+        copies = min(200, -(-SCRATCH_ROWS // rows))
+        cursor.execute("SELECT column_name, data_type FROM information_schema.columns WHERE table_name = %s "
+                       "ORDER BY ordinal_position", [name])
+        columns = [
+            f"{column} + %(offset)s" if (column == "id" or column.endswith("_id"))
+            and kind in ("integer", "bigint") else column
+            for column, kind in cursor.fetchall()
+        ]
+        cursor.execute("DROP TABLE IF EXISTS bench_scratch")
+        cursor.execute(f"CREATE TEMP TABLE bench_scratch (LIKE {connection.ops.quote_name(name)} "
+                       "INCLUDING DEFAULTS INCLUDING INDEXES)")
+        select = f"SELECT {', '.join(columns)} FROM {connection.ops.quote_name(name)}"
+        for copy in range(copies):
+            cursor.execute(f"INSERT INTO bench_scratch {select}", {"offset": copy * 10_000_000})
+    vacuum()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_total_relation_size('bench_scratch')")
+        size = int(cursor.fetchone()[0])
+        cursor.execute("DROP TABLE bench_scratch")
+    return size // copies
+
+
+@dataclass(frozen=True)
+class TierSize:
+    tier: Tier
+    tables: dict[str, int]  # as stored for the one simulated host
+    at_scale: dict[str, int]  # as its rows cost in a fleet's tables (bytes_at_scale)
+    days_held: float
+
+    @property
+    def per_host_day(self) -> float:
+        return sum(self.at_scale.values()) / self.days_held if self.days_held else 0.0
+
+
+def tier_sizes() -> list[TierSize]:
+    """Bytes of each tier, and the days its rows cover (one host's history: before the other hosts exist)."""
+    from django.db import connection
+
+    sizes = []
+    for tier in TIERS:
+        with connection.cursor() as cursor:
+            cursor.execute(tier.span_sql)
+            first, last = cursor.fetchone()
+        days = 0.0 if first is None else float(last - first) / 86400
+        at_scale = {table: bytes_at_scale(table) for table in tier.tables}
+        sizes.append(TierSize(tier, table_bytes(tier.tables), at_scale, days))
+    return sizes
+
+
+def standing_per_host_day(sizes: list[TierSize]) -> tuple[float, str]:
+    """Bytes kept per host-day over the default keep, and the sum written out."""
+    from django.conf import settings
+
+    raw, fine, coarse, lives = (size.per_host_day for size in sizes)
+    keep = {"raw": settings.GPUADMIN_HISTORY_RAW_DAYS, "fine": settings.GPUADMIN_HISTORY_FINE_DAYS,
+            "history": settings.GPUADMIN_HISTORY_DAYS}
+    total = (keep["raw"] * raw + keep["fine"] * fine + keep["history"] * (coarse + lives)) / keep["history"]
+    formula = (f"({keep['raw']} x raw + {keep['fine']} x 5-min + {keep['history']} x (30-min + process)) "
+               f"/ {keep['history']}")
+    return total, formula
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -332,18 +466,14 @@ def run(args: argparse.Namespace) -> int:
     from django.test import Client
     from django.utils import timezone
 
-    from gpuadmin.fleet.models import GpuRollup, ProcessLife, ProcessPoint
+    from gpuadmin.fleet.models import GpuRollup, GpuRollupCoarse, ProcessLife, ProcessPoint
 
     rng = random.Random(args.seed)
     now = timezone.now()
     simulate("gpu-bench", args.gpus, args.days, now, rng)
     # Sizes before the other hosts exist: one host's history only.
-    kept = table_bytes(HISTORY_TABLES)
-    raw = table_bytes(RAW_TABLES)
-    per_day = sum(kept.values()) / args.days
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM fleet_gpusample")
-        raw_rows = cursor.fetchone()[0]
+    sizes = tier_sizes()
+    standing, formula = standing_per_host_day(sizes)
 
     user = User.objects.create_superuser("bench", password="x")
     client = Client()
@@ -352,18 +482,19 @@ def run(args: argparse.Namespace) -> int:
         f"\nPostgreSQL {connection.pg_version // 10000}, {args.days} simulated days, {args.gpus} GPUs, "
         f"one snapshot every {SNAPSHOT_SECONDS} s\n"
     )
-    print("kept once rolled up (older than the raw days)      bytes")
-    for name, size in kept.items():
-        print(f"  {name:<40} {size:>12,}")
-    print(f"  {'per host-day':<40} {per_day:>12,.0f}  ({per_day / 1024 / 1024:.2f} MB; aim <= 0.5 MB)")
+    print(f"{'history tier (indexes included)':<34} {'as stored':>12} {'at scale':>12} {'days held':>9} "
+          f"{'per host-day at scale':>22}")
+    for size in sizes:
+        print(f"{size.tier.name:<34} {sum(size.tables.values()):>12,} {sum(size.at_scale.values()):>12,} "
+              f"{size.days_held:>9.2f} {size.per_host_day:>13,.0f} ({size.per_host_day / MiB:.3f} MB)")
+        for name, table in size.tables.items():
+            print(f"  {name:<32} {table:>12,} {size.at_scale[name]:>12,}")
     print(
-        f"  rows: {GpuRollup.objects.count():,} GPU rollups, {ProcessLife.objects.count():,} process lives, "
-        f"{ProcessPoint.objects.count():,} process points"
+        f"  rows: {GpuRollup.objects.count():,} GPU 5-minute rollups, {GpuRollupCoarse.objects.count():,} "
+        f"30-minute, {ProcessLife.objects.count():,} process lives, {ProcessPoint.objects.count():,} points"
     )
-    print("raw samples (the last raw days, on top)")
-    for name, size in raw.items():
-        print(f"  {name:<40} {size:>12,}")
-    print(f"  ({raw_rows:,} GPU sample rows)\n")
+    print(f"standing storage per host-day, {formula}: {standing:,.0f} bytes ({standing / MiB:.3f} MB; "
+          f"aim <= {AIM_BYTES_PER_HOST_DAY / MiB:.1f} MB)\n")
 
     failed = False
     print(f"{'request':<58} {'median ms':>9} {'p95 ms':>8} {'bytes':>10}")
