@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django.db.models import Avg, Count, Max, Min
 
-from gpuadmin.fleet.history import retention
+from gpuadmin.fleet.history import partitions, retention
 from gpuadmin.fleet.models import (
     Gpu,
     GpuRollup,
@@ -324,6 +324,9 @@ def test_the_coarse_tables_have_the_fine_ones_columns_and_one_more() -> None:
 
     assert [c for c in columns(GpuRollupCoarse) if c[0] != "fine_bucket_count"] == columns(GpuRollup)
     assert [c for c in columns(HostRollupCoarse) if c[0] != "fine_bucket_count"] == columns(HostRollup)
+    # partitions.py cannot import retention (retention imports it): its copies of the bucket sizes agree.
+    assert (partitions.BUCKET_SECONDS, partitions.COARSE_BUCKET_SECONDS) == (
+        retention.BUCKET_SECONDS, retention.COARSE_BUCKET_SECONDS)
 
 
 def test_a_host_behind_in_the_coarse_tier_keeps_its_five_minute_rollups_past_its_mark(
