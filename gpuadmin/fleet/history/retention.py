@@ -1,6 +1,6 @@
 """Keeping history bounded: 5-minute and 30-minute rollups of the raw samples, and pruning.
 
-Raw ``GpuSample`` / ``HostSample`` rows (one per snapshot) are summarised into
+Raw ``GpuSample`` / ``HostSample`` rows (written when a figure moves, ``record.py``) are summarised into
 ``GpuRollup`` / ``HostRollup`` rows, one per GPU (host) per 5-minute bucket,
 with the bucket's min, mean and max; those, once a half hour of them is closed,
 into ``GpuRollupCoarse`` / ``HostRollupCoarse`` rows, one per 30-minute bucket
@@ -501,14 +501,13 @@ def _roll_up_coarse_host_from(host_id: int, stored: datetime | None, closed_befo
         firsts = [HostRollup.objects.filter(host_id=host_id).aggregate(first=Min("bucket"))["first"],
                   GpuRollup.objects.filter(gpu__host_id=host_id).aggregate(first=Min("bucket"))["first"]]
         known = [first for first in firsts if first is not None]
-        if not known:
-            return 0
-        start = coarse_bucket_start(min(known) // FINE_PER_COARSE)
+        # None: nothing closed to roll up, and no 5-minute rollup can come before the 5-minute mark.
+        start = coarse_bucket_start(min(known) // FINE_PER_COARSE) if known else closed_before
     start = max(start, kept_from)
     end = min(closed_before, start + timedelta(seconds=COARSE_BUCKET_SECONDS * max_buckets))
-    if end <= start:
+    if end < start or (end == start and stored is not None):
         return 0
-    written = roll_up_coarse_host(host_id, start, end)
+    written = roll_up_coarse_host(host_id, start, end) if end > start else 0
     # Only if no other run moved it meanwhile (as the 5-minute tier's).
     unchanged = (Q(history_coarse_rolled_up_until__isnull=True) if stored is None
                  else Q(history_coarse_rolled_up_until=stored))

@@ -346,3 +346,13 @@ def test_a_host_behind_in_the_coarse_tier_keeps_its_five_minute_rollups_past_its
 
     assert (pruned.gpu_rollups, pruned.host_rollups) == (4 + 1, 2 + 1)  # 2 GPUs x 2 buckets + 1
     assert list(HostRollup.objects.values_list("host__name", "bucket")) == [("coarse02", first + 12)]
+
+
+def test_a_host_without_five_minute_rollups_is_marked_rolled_up_and_costs_no_query_after(
+    host: Host, django_assert_max_num_queries: Any
+) -> None:
+    Host.objects.filter(pk=host.pk).update(history_rolled_up_until=T0 + timedelta(hours=1))
+    assert retention.roll_up_coarse(T0 + timedelta(hours=1)) == 0
+    assert Host.objects.get().history_coarse_rolled_up_until == T0 + timedelta(hours=1)
+    with django_assert_max_num_queries(1):
+        assert retention.roll_up_coarse(T0 + timedelta(hours=1)) == 0
