@@ -15,18 +15,26 @@ central's cost per message, in one process. Per kind: messages per second, CPU m
 message of the ingest process and of the PostgreSQL backend serving it (0 on SQLite: its work is the
 process's own), and bytes per message as sent (the signed envelope). Then the history written by the
 update rounds per host-day (PostgreSQL: the growth of the history tables' relations, partitions
-included, over the hosts and the seconds the rounds cover; raw samples and points before rollups).
+included, over the hosts and the seconds the rounds cover; raw samples and points before rollups),
+and the raw sample rows they wrote per update. Raw samples are written when a figure moves past its
+step and at least every GPUADMIN_HISTORY_RAW_SECONDS (60): rounds that span less than that leave the
+heartbeat's rows out, so measure history with ``--rounds 6`` or more.
+
+``--profile N``: cProfile of the update rounds in CPU time (their CPU figures are then the
+profiler's), the N costliest functions by cumulative and by own time.
 
     python benchmarks/snapshot_updates.py [--hosts 200] [--gpus 8] [--processes 200] [--rounds 3]
-                                          [--database sqlite|postgresql|both] [--no-wait]
+                                          [--database sqlite|postgresql|both] [--no-wait] [--profile N]
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import logging
 import multiprocessing
 import os
+import pstats
 import sys
 import tempfile
 import time
@@ -83,8 +91,16 @@ def signed_rounds(hosts: list[Any], first: int, count: int, enrolled_at: datetim
     return messages
 
 
-def receive_all(messages: list[tuple[str, dict[str, Any]]]) -> dict[str, list[float]]:
-    """Receive each message as its task would; per kind: [count, wall s, CPU s, server CPU s, bytes]."""
+def raw_sample_rows() -> int:
+    from gpuadmin.fleet.models import GpuSample, HostSample
+
+    return GpuSample.objects.count() + HostSample.objects.count()
+
+
+def receive_all(messages: list[tuple[str, dict[str, Any]]],
+                profiler: cProfile.Profile | None = None) -> dict[str, list[float]]:
+    """Receive each message as its task would; per kind: [count, wall s, CPU s, server CPU s, bytes].
+    ``profiler``: enabled around each update received."""
     from gpuadmin.fleet.intake.ingest import receive_snapshot
     from gpuadmin.fleet.intake.updates import receive_snapshot_update
     from gpuadmin.wire.signing import canonical_json
@@ -95,10 +111,16 @@ def receive_all(messages: list[tuple[str, dict[str, Any]]]) -> dict[str, list[fl
     for kind, message in messages:
         size = len(canonical_json(message))
         server_began = process_cpu_seconds(server)
+        profiling = profiler is not None and kind == "snapshot_update"
         began, cpu_began = time.perf_counter(), time.process_time()
-        if receive[kind](message) is None:
-            raise RuntimeError("a synthetic host's message was not stored")
+        if profiling:
+            profiler.enable()
+        stored = receive[kind](message)
+        if profiling:
+            profiler.disable()
         wall, cpu = time.perf_counter() - began, time.process_time() - cpu_began
+        if stored is None:
+            raise RuntimeError("a synthetic host's message was not stored")
         row = figures[kind]
         row[0] += 1
         row[1] += wall
@@ -133,9 +155,21 @@ def run_database(args: argparse.Namespace, vendor: str) -> None:
         full = signed_rounds(hosts, 1, args.rounds, enrolled_at, Path(states), full=True)
         report("full", receive_all(full))
         updates = signed_rounds(hosts, 1 + args.rounds, args.rounds, enrolled_at, Path(states), full=False)
-        before = history_bytes()
-        report("updates", receive_all(updates))
-        after = history_bytes()
+        before, rows_before = history_bytes(), raw_sample_rows()
+        # CPU time, not wall: what is spent here, not the waits on the database server.
+        profiler = cProfile.Profile(time.process_time) if args.profile else None
+        received = receive_all(updates, profiler)
+        report("updates" if profiler is None else "updates*", received)
+        after, rows_after = history_bytes(), raw_sample_rows()
+    if profiler is not None:
+        print("* under the profiler")
+        pstats.Stats(profiler).sort_stats("cumulative").print_stats(args.profile)
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(args.profile)
+    update_count = int(received.get("snapshot_update", [0])[0])
+    if update_count:
+        per_update = (rows_after - rows_before) / update_count
+        print(f"raw sample rows written by the update rounds: {per_update:.2f} per update "
+              f"({args.gpus} GPUs and the host)")
     if before is None or after is None:
         print("history per host-day: measured on PostgreSQL only")
         return
@@ -153,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="rounds of every host of each kind (10 s apart)")
     parser.add_argument("--database", choices=["sqlite", "postgresql", "both"], default="both")
     parser.add_argument("--no-wait", action="store_true", help="do not wait for running pytest processes")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="profile the update rounds: the N costliest functions")
     args = parser.parse_args(argv)
     processes.guard()
     given = sys.argv[1:] if argv is None else argv

@@ -2,7 +2,8 @@
 
 A range names how far back a chart looks and at what resolution:
 
-- ``1h``: the raw samples (one per snapshot);
+- ``1h``: the raw samples (written when a figure moved past its step, at least every
+  ``GPUADMIN_HISTORY_RAW_SECONDS``: each holds until the next);
 - ``24h``: the 5-minute rollups (``retention.py``), one per point;
 - ``7d``, ``30d``: the 30-minute rollups (the coarse tier, kept longest), grouped
   in SQL into 30-minute and 2-hour points, so that a chart never gets more than a

@@ -10,8 +10,9 @@ size against ``GPUADMIN_SNAPSHOT_UPDATE_MAX_BYTES``, and only the host's accepte
   (a sequence already applied, or not newer) is refused; one that cannot be applied (an unknown base,
   a gap, a GPU the base does not have) is refused and the host is asked for a full snapshot
   (``request_probe(full=True)``, at most once per probe interval);
-- it is applied without reading the stored document: the host's facts and GPU rows, a history sample
-  per GPU and for the host, the GPUs' idle time, the memory of the processes it names (a
+- it is applied without reading the stored document: the host's facts and GPU rows, a raw history
+  sample per GPU and for the host where one is due (``record.decide_gpu_samples``, the same rule as a
+  full snapshot's), the GPUs' idle time, the memory of the processes it names (a
   ``ProcessPoint`` when it moved past the history step from the life's last point), and the update
   itself beside the document (``LatestSnapshot.update``), which the readers lay over it.
 
@@ -159,7 +160,10 @@ def ask_for_full_snapshot(host_name: str, *, received_at: datetime) -> bool:
 def _apply(host: Host, update: SnapshotUpdate, text: str, *, taken_at: datetime,
            received_at: datetime) -> None:
     """Apply a decoded update to the host whose row the caller locked; _CannotApply when it does not fit."""
-    stored = _LATEST.start(host=host.pk).rows()
+    with pipelined():
+        # Both reads in one round trip (a refused update wastes the second: rare).
+        latest, stored_gpus = _LATEST.start(host=host.pk), _STORED_GPUS.start(host=host.pk)
+        stored, gpu_rows = latest.rows(), stored_gpus.rows()
     if not stored or stored[0][0] != update.base:
         raise _CannotApply(f"update of an unknown base {update.base[:20]}... (not the latest full snapshot)",
                            ask_full=True)
@@ -173,13 +177,15 @@ def _apply(host: Host, update: SnapshotUpdate, text: str, *, taken_at: datetime,
     if update.sequence != applied + 1:
         raise _CannotApply(f"updates {applied + 1} to {update.sequence - 1} of this base are missing",
                            ask_full=True)
-    gpus = {gpu.uuid: gpu for gpu in _stored_gpus(host)}
+    gpus = {row[1]: _StoredGpu(row) for row in gpu_rows}
     unknown = [g.uuid for g in update.gpus if g.uuid not in gpus]
     if unknown:
         raise _CannotApply(f"update names GPU {unknown[0][:40]!r}, which the latest snapshot does not have",
                            ask_full=True)
     attributed = {g.uuid: g.process_memory_bytes for g in update.gpus}
-    figures = _as_document(update, pid_max=host.pid_max or 0)
+    # What update_idle_since reads of a snapshot's GPUs.
+    idle_input = {"gpus": [{"uuid": g.uuid, "utilization_percent": g.utilization_percent}
+                           for g in update.gpus]}
     counts = update.process_counts
     record.decide_host_sample(host, zombies=counts.zombies, uninterruptible=counts.uninterruptible,
                               pids_in_use=update.pids_in_use, pid_max=host.pid_max or 0, taken_at=taken_at)
@@ -201,7 +207,7 @@ def _apply(host: Host, update: SnapshotUpdate, text: str, *, taken_at: datetime,
             for g in update.gpus
         ], returning=False)
         record.record_samples(host, gpus.values(), process_count=counts.total, taken_at=taken_at)
-        record.update_idle_since(gpus, figures, attributed, taken_at=taken_at)
+        record.update_idle_since(gpus, idle_input, attributed, taken_at=taken_at)
         _record_process_memory(host, update, taken_at=taken_at)
         snapshot_update_storing.send(sender=Host, host=host, update=update, taken_at=taken_at)
         summary.refresh_host_summary(host.pk, now=received_at)  # what the fleet page reads of it
@@ -218,10 +224,6 @@ class _StoredGpu:
         self.sampled: record.Figures | None = row[6:]
 
 
-def _stored_gpus(host: Host) -> list[_StoredGpu]:
-    return [_StoredGpu(row) for row in _STORED_GPUS.start(host=host.pk).rows()]
-
-
 def _gpu_figures(g: GpuFigures) -> record.Figures:
     """A GPU's figures in an update as ``record.gpu_figures`` reads them from a full snapshot (what its
     processes hold is the update's process_memory_bytes)."""
@@ -230,23 +232,6 @@ def _gpu_figures(g: GpuFigures) -> record.Figures:
         return (g.memory_used_bytes, g.process_memory_bytes, g.utilization_percent, None, None, None)
     return (g.memory_used_bytes, g.process_memory_bytes, g.utilization_percent, health.temperature_celsius,
             health.power_draw_milliwatts, health.power_limit_milliwatts)
-
-
-def _as_document(update: SnapshotUpdate, *, pid_max: int) -> dict[str, Any]:
-    """The parts of a snapshot document history's writers read (``record.record_samples``)."""
-    counts = update.process_counts
-    return {
-        "gpus": [{"uuid": g.uuid, "memory_used_bytes": g.memory_used_bytes,
-                  "utilization_percent": g.utilization_percent,
-                  "health": None if g.health is None else {
-                      "temperature_celsius": g.health.temperature_celsius,
-                      "power_draw_milliwatts": g.health.power_draw_milliwatts,
-                      "power_limit_milliwatts": g.health.power_limit_milliwatts}}
-                 for g in update.gpus],
-        "process_counts": {"total": counts.total, "zombies": counts.zombies,
-                           "uninterruptible": counts.uninterruptible, "omitted": counts.omitted},
-        "host": {"pids_in_use": update.pids_in_use, "pid_max": pid_max},
-    }
 
 
 def _record_process_memory(host: Host, update: SnapshotUpdate, *, taken_at: datetime) -> None:
@@ -263,7 +248,7 @@ def _record_process_memory(host: Host, update: SnapshotUpdate, *, taken_at: date
         # of an update's CPU. Only the model's own table and columns go into the text.
         cursor.execute(_OPEN_LIVES_SQL.format(pids=", ".join(["%s"] * len(pids))),
                        [host.pk, host.boot_id, *pids])
-        for pk, pid, start, point, peak, state in cursor.fetchall():
+        for pk, pid, start, point, peak, state, last in cursor.fetchall():
             total = wanted.get((pid, start))
             if total is None:
                 continue
@@ -271,7 +256,10 @@ def _record_process_memory(host: Host, update: SnapshotUpdate, *, taken_at: date
             if point is None or abs(total - point) > step:
                 points.append((pk, taken_at, total, state or "R"))
                 new_point = total
-            changed.append((pk, total, max(peak, total), new_point))
+            # An update names what moved since its base, so the same memory again and again until the
+            # next full snapshot: a life whose values stay is not rewritten.
+            if (total, new_point) != (last, point):
+                changed.append((pk, total, max(peak, total), new_point))
         if changed:
             cursor.execute(_LIVES_MEMORY_SQL.format(rows=", ".join(["(%s, %s, %s, %s)"] * len(changed))),
                            [value for row in changed for value in row])
@@ -280,7 +268,8 @@ def _record_process_memory(host: Host, update: SnapshotUpdate, *, taken_at: date
 
 _LIFE_TABLE = ProcessLife._meta.db_table
 _OPEN_LIVES_SQL = (
-    "SELECT id, pid, start_time_ticks, point_gpu_memory_bytes, peak_gpu_memory_bytes, last_state "  # noqa: S608
+    "SELECT id, pid, start_time_ticks, point_gpu_memory_bytes, peak_gpu_memory_bytes, last_state, "  # noqa: S608
+    "last_gpu_memory_bytes "
     f"FROM {_LIFE_TABLE} WHERE host_id = %s AND boot_id = %s AND gone_at IS NULL AND pid IN ({{pids}})"
 )
 # One statement for all of them (SQLite 3.33 and PostgreSQL both read UPDATE ... FROM a CTE).

@@ -100,7 +100,8 @@ def figures_at(seconds: int, *, used: int = 10 * GiB, held: int = 8 * GiB, utili
     ({"pids_in_use": 900}, False, False),
     ({"zombies": 1}, False, True),
     ({"pid_max": 32768}, False, True),
-], ids=lambda value: "-".join(map(str, value)) if isinstance(value, dict) else str(value))
+], ids=lambda value: "-".join(f"{k}={v}" for k, v in value.items()) or "nothing" if isinstance(value, dict)
+   else str(value))
 def test_a_figure_moved_past_its_step_writes_one_sample(
     ingest: Callable[..., Host], settings: Any, moved: dict[str, Any], gpu_written: bool, host_written: bool
 ) -> None:

@@ -8,6 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.db.models.sql.compiler import SQLCompiler
+from django.test.utils import CaptureQueriesContext
 from kombu import Connection
 
 from gpuadmin.agent.snapshot_choice import Choice, Limits, choose
@@ -174,6 +177,37 @@ def test_full_snapshots_and_updates_write_the_same_raw_samples(agent: Agent, set
         (G0, at(0), 50, 10 * GiB), (G0, at(20), 65, 10 * GiB), (G0, at(80), 65, 10 * GiB),
         (G1, at(0), 20, 2 * GiB), (G1, at(40), 0, 2 * GiB)]
     assert sorted(HostSample.objects.values_list("taken_at", flat=True)) == [at(0), at(60)]
+
+
+def test_an_update_naming_a_process_whose_memory_stayed_does_not_rewrite_its_life(agent: Agent) -> None:
+    """An update names what moved since its base: the same figures, update after update."""
+    assert agent.send(document(10, big=20 * GiB)).kind is MessageKind.SNAPSHOT_UPDATE
+    with CaptureQueriesContext(connection) as queries:
+        choice = agent.send(document(20, big=20 * GiB))
+    assert [p["pid"] for p in choice.message_body()["processes"]] == [101]  # named again
+    assert not [q for q in queries if "UPDATE fleet_processlife" in q["sql"]]
+    life = ProcessLife.objects.get(pid=101)
+    assert (life.last_gpu_memory_bytes, life.peak_gpu_memory_bytes, life.point_gpu_memory_bytes) == (
+        20 * GiB, 20 * GiB, 20 * GiB)
+    agent.send(document(30, big=21 * GiB))  # moved: written
+    life.refresh_from_db()
+    assert (life.last_gpu_memory_bytes, life.peak_gpu_memory_bytes) == (21 * GiB, 21 * GiB)
+
+
+def test_an_update_compiles_no_queryset_once_warm(agent: Agent, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every statement an update runs is compiled once per process (fleet/storage/statements.py): the
+    ORM's compiling was a third of an update's CPU where it was done per update (the ledger's holders)."""
+    agent.send(document(10, big=20 * GiB))  # warm: each statement compiled once
+    compiled: list[str] = []
+    as_sql = SQLCompiler.as_sql
+
+    def counting(self: SQLCompiler, *args: Any, **kwargs: Any) -> Any:
+        compiled.append(self.query.model.__name__ if self.query.model else "")
+        return as_sql(self, *args, **kwargs)
+
+    monkeypatch.setattr(SQLCompiler, "as_sql", counting)
+    assert agent.send(document(20, big=21 * GiB)).kind is MessageKind.SNAPSHOT_UPDATE
+    assert compiled == []
 
 
 def test_a_full_snapshot_after_updates_is_the_new_base(agent: Agent) -> None:
