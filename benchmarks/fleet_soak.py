@@ -44,12 +44,15 @@ either way. The senders share the machine with central: their CPU (printed) is w
 agents spend on their own hosts, and at 10,000 hosts on two cores it competes with central's.
 
 Exit status 1 when the queue did not drain within ``--drain-seconds`` after the last round, a sender or
-publish failed, or a message was refused; the CPU requirement (issue 36: < 1.5 ms per message, ingest
-and database) is printed, not enforced: it moves with the machine's load.
+publish failed, a message was refused or expired in the queue, or the backlog passed ``--max-backlog``
+messages or redis-server ``--max-broker-mib`` (the senders are then stopped: a fleet that ingest cannot
+keep up with would otherwise fill the machine's memory); the CPU requirement (issue 36: < 1.5 ms per
+message, ingest and database) is printed, not enforced: it moves with the machine's load.
 
     python benchmarks/fleet_soak.py [--hosts 10000] [--minutes 10] [--interval-seconds 10] [--workers 2]
-                                    [--senders 2] [--gpus 8] [--processes 200] [--job-change-percent 1]
-                                    [--sample-seconds 10] [--drain-seconds 600] [--repeats 20]
+                                    [--pool prefork|solo] [--senders 2] [--gpus 8] [--processes 200]
+                                    [--job-change-percent 1] [--sample-seconds 10] [--drain-seconds 600]
+                                    [--max-backlog 50000] [--max-broker-mib 2048] [--repeats 20]
                                     [--no-scheduler] [--skip-pages] [--exact-agents] [--no-wait]
 """
 
@@ -558,6 +561,57 @@ def run(args: argparse.Namespace, work: Path, env: dict[str, str], database: Any
             processes.stop(beat)
 
 
+@dataclass
+class Sampled:
+    """How the rounds ended."""
+
+    drained_at: float | None = None
+    interrupted: bool = False
+    gave_up: bool = False  # the senders stopped at --max-backlog or --max-broker-mib
+    peak_backlog: int = 0
+
+
+def sample_rounds(soak: Soak, central: Central, clock: float, *, sent_before: list[int], done_before: int,
+                  cpu_before: CpuSample) -> Sampled:
+    """A line every ``--sample-seconds`` from the clock's start until the queue drained after the rounds
+    (or ``--drain-seconds`` passed, or Ctrl+C)."""
+    args = soak.args
+    last_sent, last_done, last_cpu = sent_before, done_before, cpu_before
+    last_round_at = clock + soak.rounds * args.interval_seconds
+    run = Sampled()
+    try:
+        while True:
+            time.sleep(max(0.0, args.sample_seconds - (time.monotonic() - last_cpu.at)))
+            soak.check_senders()
+            sent, queued, cpu = soak.sent(), soak.queued(), central.sample()
+            done = soak.stored() + soak.refused()
+            window, new = cpu.at - last_cpu.at, done - last_done
+            print(f"{time.time() - clock:6.0f}{(sent[FULL] - last_sent[FULL]) / window:12.1f}"
+                  f"{(sent[UPDATE] - last_sent[UPDATE]) / window:10.1f}{new / window:11.1f}{queued:9}"
+                  f"{sent[LAG_MS] / 1000:7.1f}{per_message_ms(cpu.worker - last_cpu.worker, new):>10}"
+                  f"{per_message_ms(cpu.database - last_cpu.database, new):>7}", flush=True)
+            last_sent, last_done, last_cpu = sent, done, cpu
+            run.peak_backlog = max(run.peak_backlog, queued)
+            if not run.gave_up and over_limits(soak, queued):
+                # The shared machine's memory before the figures: a backlog that only grows would hold
+                # gigabytes of messages in redis-server.
+                run.gave_up = True
+                soak.stop.set()
+                print(f"fleet_soak: backlog {queued} messages, redis-server "
+                      f"{soak.broker.info('memory')['used_memory'] / 2**20:.0f} MiB: over --max-backlog or "
+                      "--max-broker-mib; the senders stopped, draining", flush=True)
+            rounds_over = all(not s.is_alive() for s in soak.senders) or time.time() > last_round_at + 60
+            if rounds_over and queued == 0:
+                run.drained_at = time.time()
+                break
+            if time.time() > last_round_at + args.drain_seconds:
+                break
+    except KeyboardInterrupt:
+        run.interrupted = True
+        print("fleet_soak: interrupted; reporting what was measured so far", flush=True)
+    return run
+
+
 def measure(soak: Soak, central: Central) -> int:
     """The rounds, a line every ``--sample-seconds``, then the figures over the whole run."""
     from django.db.models import Count
@@ -575,33 +629,10 @@ def measure(soak: Soak, central: Central) -> int:
     soak.start.value = clock
     print(f"{'t s':>6}{'sent full/s':>12}{'update/s':>10}{'ingested/s':>11}{'backlog':>9}{'lag s':>7}"
           f"{'worker ms':>10}{'DB ms':>7}  (CPU per message ingested in the window)", flush=True)
-    last_sent, last_done, last_cpu = sent_before, stored_before + rejections_before, cpu_before
+    run = sample_rounds(soak, central, clock, sent_before=sent_before,
+                        done_before=stored_before + rejections_before, cpu_before=cpu_before)
+    drained_at, interrupted, gave_up = run.drained_at, run.interrupted, run.gave_up
     last_round_at = clock + soak.rounds * args.interval_seconds
-    drained_at = None
-    interrupted = False
-    peak_backlog = 0
-    try:
-        while True:
-            time.sleep(max(0.0, args.sample_seconds - (time.monotonic() - last_cpu.at)))
-            soak.check_senders()
-            sent, queued, cpu = soak.sent(), soak.queued(), central.sample()
-            done = soak.stored() + soak.refused()
-            window, new = cpu.at - last_cpu.at, done - last_done
-            print(f"{time.time() - clock:6.0f}{(sent[FULL] - last_sent[FULL]) / window:12.1f}"
-                  f"{(sent[UPDATE] - last_sent[UPDATE]) / window:10.1f}{new / window:11.1f}{queued:9}"
-                  f"{sent[LAG_MS] / 1000:7.1f}{per_message_ms(cpu.worker - last_cpu.worker, new):>10}"
-                  f"{per_message_ms(cpu.database - last_cpu.database, new):>7}", flush=True)
-            last_sent, last_done, last_cpu = sent, done, cpu
-            peak_backlog = max(peak_backlog, queued)
-            rounds_over = all(not s.is_alive() for s in soak.senders) or time.time() > last_round_at + 60
-            if rounds_over and queued == 0:
-                drained_at = time.time()
-                break
-            if time.time() > last_round_at + args.drain_seconds:
-                break
-    except KeyboardInterrupt:
-        interrupted = True
-        print("fleet_soak: interrupted; reporting what was measured so far", flush=True)
     cpu_after = central.sample()
     soak.stop.set()
     for sender in soak.senders:
@@ -621,10 +652,14 @@ def measure(soak: Soak, central: Central) -> int:
     last_round = datetime.fromtimestamp(clock + run_seconds - args.interval_seconds, UTC)
     current = LatestSnapshot.objects.filter(received_at__gte=last_round).count()
     errors = soak.worker_errors()
-    ending = (f"the queue drained {drained_at - last_round_at:.0f} s after the last round's end"
-              if drained_at is not None else "the queue did not drain")
+    if drained_at is None:
+        ending = "the queue did not drain"
+    elif drained_at >= last_round_at:
+        ending = f"the queue drained {drained_at - last_round_at:.0f} s after the last round's end"
+    else:
+        ending = "the queue drained after the senders were stopped"
     print(f"\nrun: {soak.rounds} rounds of {args.interval_seconds:g} s planned, {run_seconds:.0f} s of them "
-          f"sent; {ending}; the backlog's peak {peak_backlog} (at a sample); load average "
+          f"sent; {ending}; the backlog's peak {run.peak_backlog} (at a sample); load average "
           f"{os.getloadavg()[0]:.1f}")
     print(f"sent: {sent_total} ({sent_total / run_seconds:.1f}/s over the rounds): {sent[FULL]} full "
           f"snapshots ({sent[FULL] / run_seconds:.1f}/s), {sent[UPDATE]} updates "
@@ -667,7 +702,15 @@ def measure(soak: Soak, central: Central) -> int:
     if drained_at is None and not interrupted:
         print(f"fleet_soak: the queue did not drain within {args.drain_seconds:g} s of the last round")
     lost = sent_total - stored - refused_count
-    return 1 if interrupted or drained_at is None or refused_count or lost or errors else 0
+    if gave_up:
+        print("fleet_soak: ingest did not keep up (the senders were stopped at the backlog's limit)")
+    return 1 if interrupted or gave_up or drained_at is None or refused_count or lost or errors else 0
+
+
+def over_limits(soak: Soak, queued: int) -> bool:
+    if queued > soak.args.max_backlog:
+        return True
+    return int(soak.broker.info("memory")["used_memory"]) > soak.args.max_broker_mib * 2**20
 
 
 def time_pages(hosts: list[Any], repeats: int) -> None:
@@ -704,6 +747,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--job-change-percent", type=float, default=1.0,
                         help="hosts starting or ending a job each round")
     parser.add_argument("--sample-seconds", type=float, default=10.0)
+    parser.add_argument("--max-backlog", type=int, default=50_000,
+                        help="stop the senders when this many messages wait (ingest is not keeping up)")
+    parser.add_argument("--max-broker-mib", type=int, default=2048,
+                        help="stop the senders when redis-server uses this much memory")
     parser.add_argument("--drain-seconds", type=float, default=600.0,
                         help="how long after the last round the queue may take to drain")
     parser.add_argument("--repeats", type=int, default=20, help="timed requests per page (after 2 warm-ups)")
