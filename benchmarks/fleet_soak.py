@@ -308,8 +308,8 @@ def _send(plan: SenderPlan, counters: Any, start: Any, stop: Any) -> None:
         return known[1]
 
     if not plan.exact_agents:
-        snapshot_choice.shape_digest = remembered_shape  # type: ignore[assignment]
-        synthetic.cmdline_sha256 = remembered_cmdline_digest(synthetic.cmdline_sha256)  # type: ignore[assignment]
+        snapshot_choice.shape_digest = remembered_shape
+        synthetic.cmdline_sha256 = remembered_cmdline_digest(synthetic.cmdline_sha256)
     full_asked: set[str] = set()
 
     def send(host: Any, round_number: int, seconds: float, now: float) -> None:
