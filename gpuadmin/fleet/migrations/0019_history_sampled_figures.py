@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('fleet', '0017_host_summary'),
+        ('fleet', '0018_history_coarse_rollups'),
     ]
 
     operations = [
