@@ -95,6 +95,10 @@ ZOMBIE_EVERY_SECONDS = 60
 LEAK_BYTES_PER_ROUND = 32 * 2**20
 CHANGING_LAUNCHER = 1  # the job that ends and starts again: DemoHost's second launcher
 ZOMBIE_PARENT_PID = 33_000
+# Enrolment's first full snapshots wait while this many messages do (135 kB each), checked every so many.
+WARM_UP_BACKLOG, WARM_UP_CHECK_EVERY = 200, 20
+# Enrolment fails when no first full snapshot was stored for this long.
+WARM_UP_STALL_SECONDS = 180
 # Sender counters, one array per sender: what it sent, what it saw, how late it ran.
 FULL, UPDATE, FULL_ASKS, PROBES, LAG_MS, ERRORS, ROUND, CPU_MS = range(8)
 FIELDS = 8
@@ -288,7 +292,7 @@ def _send(plan: SenderPlan, counters: Any, start: Any, stop: Any) -> None:
 
     from gpuadmin.agent import snapshot_choice
     from gpuadmin.agent.probing import update_limits
-    from gpuadmin.celery import host_queue
+    from gpuadmin.celery import CENTRAL_QUEUE, host_queue
     from gpuadmin.fleet import synthetic
     from gpuadmin.sending import send_snapshot, send_snapshot_update
     from gpuadmin.wire.signing import MessageKind
@@ -338,16 +342,30 @@ def _send(plan: SenderPlan, counters: Any, start: Any, stop: Any) -> None:
                     counters[FULL_ASKS] += 1
                     full_asked.add(host.name)
 
-    # Enrolment's full snapshots, each host's timer started at its own phase of the full-snapshot period.
+    def drain_probes_while(waiting: Any) -> bool:
+        """Take the probe requests every interval while ``waiting()``; False when stopped meanwhile."""
+        taken_at = 0.0
+        while waiting():
+            if time.monotonic() - taken_at >= plan.interval_seconds:
+                take_probe_requests()
+                taken_at = time.monotonic()
+            if stop.wait(0.05):
+                return False
+        return True
+
+    # Enrolment's full snapshots, each host's timer started at its own phase of the full-snapshot period;
+    # no faster than the worker takes them, so that redis-server never holds thousands of them.
     period = float(settings.GPUADMIN_FULL_SNAPSHOT_SECONDS)
-    for host in plan.hosts:
+    for n, host in enumerate(plan.hosts):
+        if n % WARM_UP_CHECK_EVERY == 0 and not drain_probes_while(
+                lambda: broker.llen(CENTRAL_QUEUE) > WARM_UP_BACKLOG):
+            return
         if stop.is_set():
             return
         send(host, 0, 0.0, time.time() - period * host.index / plan.fleet_size)
     counters[CPU_MS] = int(1000 * time.process_time())
-    while start.value == 0.0:
-        if stop.wait(0.05):
-            return
+    if not drain_probes_while(lambda: start.value == 0.0):
+        return
     began = start.value
     for round_number in range(1, plan.rounds + 1):
         take_probe_requests()
@@ -385,6 +403,24 @@ def wait_for_line(log: Path, text: str, process: subprocess.Popen[Any], what: st
 
 def log_tail(log: Path, lines: int = 30) -> str:
     return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def wait_for_first_snapshots(soak: Soak) -> float:
+    """Seconds until every host's first full snapshot was stored; fails when none is for a while."""
+    from gpuadmin.fleet.models import LatestSnapshot
+
+    began = progressed = time.perf_counter()
+    stored = 0
+    while stored < len(soak.hosts):
+        soak.check_senders()
+        time.sleep(0.5)
+        now = LatestSnapshot.objects.count()
+        if now > stored:
+            stored, progressed = now, time.perf_counter()
+        elif time.perf_counter() - progressed > WARM_UP_STALL_SECONDS:
+            raise RuntimeError(f"no first full snapshot stored for {WARM_UP_STALL_SECONDS} s "
+                               f"({stored} of {len(soak.hosts)}): see the worker's log")
+    return time.perf_counter() - began
 
 
 def postmaster_pid(database: Any) -> int:
@@ -491,7 +527,6 @@ def run(args: argparse.Namespace, work: Path, env: dict[str, str], database: Any
     from benchmarks.fleet import database_server_pid
     from gpuadmin.fleet import synthetic
     from gpuadmin.fleet.intake import trust
-    from gpuadmin.fleet.models import LatestSnapshot
     from gpuadmin.wire.signing import public_key_text
 
     logging.disable(logging.WARNING)
@@ -537,13 +572,7 @@ def run(args: argparse.Namespace, work: Path, env: dict[str, str], database: Any
             sender.start()
         state = Soak(args, rounds, hosts, redis.Redis.from_url(broker_server.url), senders, counters, start,
                      stop, worker_logs)
-        began = time.perf_counter()
-        while LatestSnapshot.objects.count() < len(hosts):
-            state.check_senders()
-            if time.perf_counter() - began > args.drain_seconds:
-                raise RuntimeError("the first full snapshots were not all stored in time")
-            time.sleep(0.5)
-        first = time.perf_counter() - began
+        first = wait_for_first_snapshots(state)
         print(f"enrolment, first full snapshots through the broker and the worker: {len(hosts)} in "
               f"{first:.1f} s ({len(hosts) / first:.0f}/s)", flush=True)
         with connection.cursor() as cursor:
