@@ -489,16 +489,23 @@
       if (figures.length) zone = figures[0].getAttribute("data-time-zone") || zone;
       var byUuid = {};
       payload.gpus.forEach(function (g) { byUuid[g.uuid] = g; });
+      // Raw samples (no aggregation) are change-coded: each holds until the next, so a step, not a slope.
+      var held = function (chart) {
+        if (!payload.aggregation) {
+          chart.series.slice(1).forEach(function (s) { s.paths = s.paths || uPlot.paths.stepped({align: 1}); });
+        }
+        return chart;
+      };
       figures.forEach(function (figure) {
         var kind = figure.getAttribute("data-chart");
         if (kind === "gpu") {
           var gpu = byUuid[figure.getAttribute("data-gpu-uuid")];
-          if (gpu) draw(figure, gpuChart(gpu, payload));
+          if (gpu) draw(figure, held(gpuChart(gpu, payload)));
         } else if (kind === "gpu-health") {
           var healthOf = byUuid[figure.getAttribute("data-gpu-uuid")];
-          if (healthOf) draw(figure, gpuHealthChart(healthOf, payload));
+          if (healthOf) draw(figure, held(gpuHealthChart(healthOf, payload)));
         } else if (kind === "host") {
-          draw(figure, hostChart(payload.host, payload));
+          draw(figure, held(hostChart(payload.host, payload)));
         }
       });
     }).catch(function (error) { failed(figures, "Could not load the history: " + error.message); });

@@ -3,7 +3,9 @@
 A range names how far back a chart looks and at what resolution:
 
 - ``1h``: the raw samples (written when a figure moved past its step, at least every
-  ``GPUADMIN_HISTORY_RAW_SECONDS``: each holds until the next);
+  ``GPUADMIN_HISTORY_RAW_SECONDS``: each holds until the next), and for an online host
+  a last point at its latest snapshot, from the rows' current figures, so that a
+  steady GPU's line reaches "now";
 - ``24h``: the 5-minute rollups (``retention.py``), one per point;
 - ``7d``, ``30d``: the 30-minute rollups (the coarse tier, kept longest), grouped
   in SQL into 30-minute and 2-hour points, so that a chart never gets more than a
@@ -97,6 +99,8 @@ def host_history(host: Host, chart_range: Range, now: datetime) -> dict[str, Any
     if chart_range.buckets_per_point is None:
         resolution = int(settings.GPUADMIN_PROBE_INTERVAL_SECONDS)
         gpu_points, host_points = _raw_points(host, gpus, since)
+        if host.last_seen_at is not None and now - host.last_seen_at <= Host.offline_after():
+            _close_at_latest(host, gpus, gpu_points, host_points)
         aggregation = None
     else:
         resolution = retention.BUCKET_SECONDS * chart_range.buckets_per_point
@@ -144,6 +148,31 @@ def _raw_points(
         .values_list(*retention.HOST_RAW_FIELDS)
     ]
     return gpu_points, host_points
+
+
+def _close_at_latest(host: Host, gpus: list[Gpu], gpu_points: dict[int, list[dict[str, Any]]],
+                     host_points: list[dict[str, Any]]) -> None:
+    """Each series of an online host ends at its latest snapshot, with the figures it showed: raw samples
+    are written only when a figure moved past its step (or a minute passed), so a steady GPU's last one
+    may be a minute older. Memory, utilization and PIDs in use are the rows' own (every snapshot writes
+    them); temperature and power, zombies and D state the last written sample's, which is within its step
+    of the latest (or equal: a step of 0)."""
+    latest = host.last_snapshot_taken_at
+    if latest is None:
+        return
+    t = utc_text(latest, timespec="seconds")
+    for gpu in gpus:
+        points = gpu_points[gpu.pk]
+        if gpu.sampled_at is not None and gpu.sampled_at < latest and (not points or points[-1]["t"] < t):
+            health = Health(gpu.sampled_temperature_celsius, gpu.sampled_power_draw_milliwatts,
+                            gpu.sampled_power_limit_milliwatts)
+            points.append(_gpu_point(t, gpu.memory_used_bytes, gpu.memory_attributed_bytes,
+                                     gpu.utilization_percent, health))
+    if (host.sampled_at is not None and host.sampled_at < latest and host.pids_in_use is not None
+            and host.pid_max is not None and (not host_points or host_points[-1]["t"] < t)):
+        host_points.append(_host_point(t, host.sampled_zombie_count or 0,
+                                       host.sampled_uninterruptible_count or 0,
+                                       host.pids_in_use, host.pid_max))
 
 
 class _TimeTexts(dict[datetime, str]):

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from gpuadmin.fleet.history import retention, series
-from gpuadmin.fleet.models import Gpu, GpuRollup, GpuRollupCoarse, GpuSample, Host
+from gpuadmin.fleet.models import Gpu, GpuRollup, GpuRollupCoarse, GpuSample, Host, HostSample
 
 pytestmark = pytest.mark.django_db
 
@@ -98,3 +98,54 @@ def test_a_coarse_mean_at_its_column_bound_is_charted(host: Host) -> None:
     """A host may claim any utilization: its clamped mean x 6 must not overflow the database's sum."""
     GpuRollupCoarse.objects.update(utilization_mean_tenths_percent=32767)
     assert points(host, "7d")[0] == ("09:00", 111, 3276.7)
+
+
+def steady_host(*, last_seen_at: datetime) -> Host:
+    """A host whose raw samples are change-coded: the GPU's and the host's last written ones 50 s before
+    its latest snapshot (NOW - 5 s), which moved nothing past its step."""
+    latest, sampled = NOW - timedelta(seconds=5), NOW - timedelta(seconds=55)
+    host = Host.objects.create(
+        name="steady01", last_seen_at=last_seen_at, last_snapshot_taken_at=latest, pids_in_use=1450,
+        pid_max=4194304, zombie_count=2, sampled_at=sampled, sampled_zombie_count=2,
+        sampled_uninterruptible_count=0, sampled_pids_in_use=1400, sampled_pid_max=4194304,
+    )
+    gpu = Gpu.objects.create(
+        host=host, uuid="GPU-steady-0", index=0, present=True, memory_used_bytes=42 * MiB,
+        memory_attributed_bytes=40 * MiB, utilization_percent=93, sampled_at=sampled,
+        sampled_memory_used_bytes=41 * MiB, sampled_memory_attributed_bytes=40 * MiB,
+        sampled_utilization_percent=90, sampled_temperature_celsius=70, sampled_power_draw_milliwatts=500_000,
+        sampled_power_limit_milliwatts=700_000,
+    )
+    GpuSample.objects.create(gpu=gpu, taken_at=sampled, memory_used_bytes=41 * MiB,
+                             memory_attributed_bytes=40 * MiB, utilization_percent=90, temperature_celsius=70,
+                             power_draw_milliwatts=500_000, power_limit_milliwatts=700_000)
+    HostSample.objects.create(host=host, taken_at=sampled, process_count=900, zombie_count=2,
+                              uninterruptible_count=0, pids_in_use=1400, pid_max=4194304)
+    return host
+
+
+def test_the_last_hour_of_an_online_host_reaches_its_latest_snapshot_with_its_current_figures() -> None:
+    body = series.host_history(steady_host(last_seen_at=NOW - timedelta(seconds=4)), series.RANGES["1h"], NOW)
+    gpu_points = body["gpus"][0]["points"]
+    assert [p["t"] for p in gpu_points] == ["2031-03-10T11:59:05Z", "2031-03-10T11:59:55Z"]
+    assert gpu_points[-1] == {
+        "t": "2031-03-10T11:59:55Z", "memory_used_bytes": 42 * MiB, "memory_attributed_bytes": 40 * MiB,
+        "utilization_percent": 93, "temperature_celsius": 70, "power_draw_milliwatts": 500_000,
+        "power_limit_milliwatts": 700_000,
+    }
+    assert body["host"]["points"][-1] == {"t": "2031-03-10T11:59:55Z", "zombies": 2, "d_state": 0,
+                                          "pids_in_use": 1450, "pid_max": 4194304}
+
+
+def test_an_offline_hosts_last_hour_ends_at_its_last_sample() -> None:
+    body = series.host_history(steady_host(last_seen_at=NOW - timedelta(hours=1)), series.RANGES["1h"], NOW)
+    assert [p["t"] for p in body["gpus"][0]["points"]] == ["2031-03-10T11:59:05Z"]
+    assert [p["t"] for p in body["host"]["points"]] == ["2031-03-10T11:59:05Z"]
+
+
+def test_a_sample_of_the_latest_snapshot_is_not_repeated(host: Host) -> None:
+    five_minutes_ago = NOW - timedelta(minutes=5)
+    Host.objects.filter(pk=host.pk).update(last_seen_at=NOW, last_snapshot_taken_at=five_minutes_ago)
+    Gpu.objects.filter(host=host).update(sampled_at=five_minutes_ago, memory_used_bytes=1)
+    host.refresh_from_db()
+    assert points(host, "1h") == [("11:55", 333, 70.0)]
