@@ -6,9 +6,14 @@ On a throwaway PostgreSQL (tests/services.py), one host with --gpus GPUs lives
 - jobs come and go on every GPU (20 minutes to 12 hours each, idle gaps of up
   to an hour; one in ten leaks memory, one in ten sits idle holding it), a
   parent that forgets to reap leaves zombies now and then;
-- raw samples are written as ingest writes them, one GPU row per GPU and one
-  host row per 10 s snapshot (bulk inserts: ingesting 259,200 snapshots one by
-  one would take hours and measure ingest, not history);
+- a training job holds its memory within a few MiB and its utilization within
+  a few points of its level (a new level about once an hour); temperature and
+  power draw follow with sensor noise;
+- raw samples are written as ingest writes them: of a 10 s snapshot, a GPU's
+  or the host's only when ingest's own decision (``record.decide_gpu_samples``,
+  ``record.decide_host_sample``) says a figure moved past its step or the last
+  one is a minute old (bulk inserts: ingesting 259,200 snapshots one by one
+  would take hours and measure ingest, not history);
 - process lives and their points go through the real code
   (``record.record_process_lives``), once a simulated minute;
 - after each simulated day the real periodic task's service runs
@@ -98,15 +103,24 @@ class Job:
     user: str
     leaks: bool
     idle: bool
+    utilization_percent: int  # the level a training job holds; jitters a few points, moves now and then
 
     def memory_at(self, t: float, rng: random.Random) -> int:
-        """Ramp up over two minutes, then a plateau with allocator noise; a leak climbs 200 MiB / 10 min."""
+        """Ramp up over two minutes, then a plateau the caching allocator holds within a few MiB; a leak
+        climbs 200 MiB / 10 min."""
         age = t - self.start
         ramp = min(1.0, age / 120)
-        memory = int(self.plateau_bytes * ramp) + rng.randrange(-40, 40) * MiB
+        memory = int(self.plateau_bytes * ramp) + rng.randrange(-4, 5) * MiB
         if self.leaks:
             memory += int(age / 600) * 200 * MiB
         return max(0, memory)
+
+    def utilization_at(self, rng: random.Random) -> int:
+        """Its level with a few points of jitter; about once an hour a new level (an evaluation pass, a
+        slower data loader)."""
+        if rng.random() < SNAPSHOT_SECONDS / 3600:
+            self.utilization_percent = rng.randrange(40, 99)
+        return max(0, min(100, self.utilization_percent + rng.randrange(-3, 4)))
 
 
 @dataclass
@@ -135,6 +149,7 @@ def make_schedule(gpus: int, start: float, end: float, rng: random.Random) -> Sc
                     user=rng.choice(USERS),
                     leaks=rng.random() < 0.1,
                     idle=rng.random() < 0.1,
+                    utilization_percent=rng.randrange(60, 99),
                 )
             )
             t += length + rng.uniform(60, 3600)
@@ -146,6 +161,26 @@ def zombies_at(t: float, start: float) -> int:
     hours = (t - start) / 3600
     day, hour = int(hours // 24), hours % 24
     return int((hour - 8) * 30) if day % 3 == 0 and 8 <= hour < 14 else 0
+
+
+@dataclass
+class SampledGpu:
+    """What ingest's decision reads and sets of a GPU's row (``record.GpuRow``): its last written
+    sample's moment and figures, kept here between simulated snapshots as the Gpu row keeps them."""
+
+    uuid: str
+    pk: int
+    idle_since: datetime | None = None
+    sampled_at: datetime | None = None
+    sampled: tuple[int | None, ...] | None = None
+
+
+def gpu_figures(attributed_bytes: int, utilization_percent: int, rng: random.Random) -> tuple[int, ...]:
+    """A GPU's figures in a snapshot: the driver's own 600 MiB beside its jobs' memory; temperature and
+    power draw follow utilization, with a degree and a few watts of sensor noise."""
+    return (attributed_bytes + 600 * MiB, attributed_bytes, utilization_percent,
+            32 + utilization_percent * 45 // 100 + rng.randrange(-1, 2),
+            (70 + utilization_percent * 6) * 1000 + rng.randrange(-5, 6) * 1000, 700_000)
 
 
 def gpu_uuid(gpus: int, index: int) -> str:
@@ -167,6 +202,9 @@ def simulate(host_name: str, gpus: int, days: int, now: datetime, rng: random.Ra
         Gpu(host=host, uuid=gpu_uuid(gpus, i), index=i, name="Simulated H100", memory_total_bytes=80 * GiB)
         for i in range(gpus)
     )
+    gpus_sampled = [SampledGpu(uuid=gpu.uuid, pk=gpu.pk) for gpu in gpu_rows]
+    # A GpuSample's columns in the order of record's Figures.
+    sample_fields = [name.removeprefix("sampled_") for name in record.GPU_SAMPLED_FIELDS]
     schedule = make_schedule(gpus, start, end, rng)
     print(f"{host_name}: {len(schedule.jobs)} jobs over {days} days on {gpus} GPUs", file=sys.stderr)
     started = time.monotonic()
@@ -179,32 +217,42 @@ def simulate(host_name: str, gpus: int, days: int, now: datetime, rng: random.Ra
             taken_at = datetime.fromtimestamp(t, UTC)
             running = schedule.running(t)
             used = [0] * gpus
-            busy = [False] * gpus
+            utilization = [0] * gpus
             for job in running:
                 used[job.gpu] += job.memory_at(t, rng)
-                busy[job.gpu] = busy[job.gpu] or not job.idle
-            for i, gpu in enumerate(gpu_rows):
-                gpu_samples.append(
-                    GpuSample(
-                        gpu=gpu,
+                if not job.idle:
+                    utilization[job.gpu] = max(utilization[job.gpu], job.utilization_at(rng))
+            record.decide_gpu_samples(
+                ((gpu, gpu_figures(used[i], utilization[i], rng)) for i, gpu in enumerate(gpus_sampled)),
+                taken_at=taken_at,
+            )
+            gpu_samples.extend(
+                GpuSample(gpu_id=gpu.pk, taken_at=taken_at,
+                          **dict(zip(sample_fields, gpu.sampled, strict=True)))
+                for gpu in gpus_sampled
+                if gpu.sampled_at == taken_at and gpu.sampled is not None
+            )
+            zombies = zombies_at(t, start)
+            record.decide_host_sample(
+                host,
+                zombies=zombies,
+                uninterruptible=1 if rng.random() < 0.01 else 0,
+                pids_in_use=1400 + 40 * len(running) + zombies + rng.randrange(-20, 21),
+                pid_max=4194304,
+                taken_at=taken_at,
+            )
+            if host.sampled_at == taken_at:
+                host_samples.append(
+                    HostSample(
+                        host=host,
                         taken_at=taken_at,
-                        memory_used_bytes=used[i] + 600 * MiB,
-                        memory_attributed_bytes=used[i],
-                        utilization_percent=rng.randrange(70, 101) if busy[i] else 0,
+                        process_count=900 + 20 * len(running) + zombies,
+                        zombie_count=host.sampled_zombie_count,
+                        uninterruptible_count=host.sampled_uninterruptible_count,
+                        pids_in_use=host.sampled_pids_in_use,
+                        pid_max=host.sampled_pid_max,
                     )
                 )
-            zombies = zombies_at(t, start)
-            host_samples.append(
-                HostSample(
-                    host=host,
-                    taken_at=taken_at,
-                    process_count=900 + 20 * len(running) + zombies,
-                    zombie_count=zombies,
-                    uninterruptible_count=1 if rng.random() < 0.01 else 0,
-                    pids_in_use=1400 + 40 * len(running) + zombies,
-                    pid_max=4194304,
-                )
-            )
             if int(t - day_start) % LIVES_EVERY_SECONDS == 0:
                 rows = {
                     job.pid: ProcessRow.from_document(

@@ -230,11 +230,36 @@ def database_size_bytes() -> int:
         return int(cursor.fetchone()[0])
 
 
-def ingested() -> int:
-    """Snapshots stored so far: each adds one host sample (the worker says nothing per task)."""
-    from gpuadmin.fleet.models import HostSample
+# Snapshots stored, counted exactly and at once (the worker says nothing per task): a sequence that
+# a trigger draws from for each row an accepted snapshot writes to its host's latest-snapshot row, the
+# one row every snapshot, full or update, inserts or rewrites. Not raw samples: those are written only
+# when a figure moves or a minute passed (gpuadmin/fleet/history/record.py). A sequence takes no row
+# lock, so the worker's processes do not queue on the count.
+_COUNT_INGESTED = """
+CREATE SEQUENCE bench_ingested;
+CREATE FUNCTION bench_count_ingested() RETURNS trigger LANGUAGE plpgsql AS
+    $$ BEGIN PERFORM nextval('bench_ingested'); RETURN NULL; END $$;
+CREATE TRIGGER bench_count_ingested AFTER INSERT OR UPDATE ON {table}
+    FOR EACH ROW EXECUTE FUNCTION bench_count_ingested();
+"""
 
-    return HostSample.objects.count()
+
+def count_ingested() -> None:
+    from django.db import connection
+
+    from gpuadmin.fleet.models import LatestSnapshot
+
+    with connection.cursor() as cursor:
+        cursor.execute(_COUNT_INGESTED.format(table=connection.ops.quote_name(LatestSnapshot._meta.db_table)))
+
+
+def ingested() -> int:
+    """Snapshots stored so far (``count_ingested``)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM bench_ingested")
+        return int(cursor.fetchone()[0])
 
 
 def load(args: argparse.Namespace, work: Path) -> int:
@@ -261,6 +286,7 @@ def load(args: argparse.Namespace, work: Path) -> int:
             import django
 
             django.setup()
+            count_ingested()
             hosts = enrol_hosts(args.hosts)
             return measure(args, base, run, database=database, broker=broker, hosts=hosts)
         finally:
