@@ -25,7 +25,8 @@ earlier run enrolled.
 
 ``DemoHost.document(round_number)`` is deterministic: the same processes in
 every round (same PIDs and start times), their memory and utilization moving a
-little from one round to the next, as a busy fleet's do.
+little from one round to the next, as a busy fleet's do (a GPU's utilization
+jitters around its job's level, which moves about once an hour).
 """
 
 from __future__ import annotations
@@ -58,6 +59,10 @@ BOOT_ID_PREFIX = "de300000-0000-4000-8000-"
 USERS = ["alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan", "judy"]
 WORKERS_PER_LAUNCHER = 8
 MEMORY_MOVES_FRACTION = 0.1
+# A busy GPU holds its job's utilization level within a few points; the level moves about once an hour
+# of 10 s rounds (DemoHost._utilization).
+UTILIZATION_LEVEL_ROUNDS = 360
+UTILIZATION_JITTER_PERCENT = 3
 # Processes on a real host that matter to nobody: counted, never listed (scope "matters").
 BACKGROUND_PROCESSES = 400
 CLOCK_TICKS_PER_SECOND = 100
@@ -330,7 +335,7 @@ class DemoHost:
                     reasons=["gpu"], argv=["python", "worker.py", f"--rank={rank}"],
                     gpu=self.gpus - 1 if self.gpus else None, memory=6 * GiB)
         attributed = self._fit(holders)
-        return self._document(procs, attributed, uuids, rng, taken_at)
+        return self._document(procs, attributed, uuids, rng, taken_at, round_number=round_number)
 
     def _fit(self, holders: list[tuple[dict[str, Any], int]]) -> list[int]:
         """Hold each process to its share of its GPU, so that what they hold fits the card; per GPU, the
@@ -350,14 +355,23 @@ class DemoHost:
             attributed[index] += held
         return attributed
 
+    def _utilization(self, gpu_index: int, round_number: int, rng: random.Random) -> int:
+        """A busy GPU's utilization: its job's level, a few points of jitter each round; a new level
+        about every UTILIZATION_LEVEL_ROUNDS (each GPU at its own moment), as a real job moves from one
+        phase to the next, not a fresh draw every round."""
+        offset = int(hashlib.sha256(f"{self.name}:{gpu_index}".encode()).hexdigest()[:8], 16)
+        phase = (round_number + offset) // UTILIZATION_LEVEL_ROUNDS
+        level = random.Random(f"level:{self.name}:{gpu_index}:{phase}").randrange(45, 97)  # noqa: S311
+        return level + rng.randrange(-UTILIZATION_JITTER_PERCENT, UTILIZATION_JITTER_PERCENT + 1)
+
     def _document(self, procs: list[dict[str, Any]], attributed: list[int], uuids: list[str],
-                  rng: random.Random, taken_at: datetime | None) -> dict[str, Any]:
+                  rng: random.Random, taken_at: datetime | None, *, round_number: int) -> dict[str, Any]:
         used = [held + DRIVER_SHARE_BYTES for held in attributed]
         if self._traits["unattributed"]:
             for index in range(0, self.gpus, 3):  # memory the driver reports and no visible process holds
                 used[index] += min((1 + index % 4) * GiB, UNATTRIBUTED_MAX_BYTES)
         gpus = [gpu(i, uuid=uuids[i], name=GPU_MODEL, total=GPU_MEMORY_BYTES, used=used[i],
-                    utilization_percent=0 if not attributed[i] else rng.randrange(40, 101))
+                    utilization_percent=0 if not attributed[i] else self._utilization(i, round_number, rng))
                 for i in range(self.gpus)]
         return snapshot(
             self.name, processes=procs, gpus=gpus, taken_at=taken_at,
