@@ -63,6 +63,9 @@ PASSWORD = "soak password 123"
 PLAN = [{"signal": "SIGINT", "grace_seconds": 10}, {"signal": "SIGKILL", "grace_seconds": 10}]
 FINAL_STATES = {"succeeded", "failed", "refused", "unkillable", "expired", "rejected", "cancelled"}
 STEP_TIMEOUT_SECONDS = 60.0
+PAGE_TIMEOUT_SECONDS = 30.0
+# A browser asked to stop finishes the request it is in, or its login (two requests): waited for this long.
+BROWSER_JOIN_SECONDS = 2 * PAGE_TIMEOUT_SECONDS + 10.0
 MAX_RSS_COLUMNS = 8
 STARTED_LINE = re.compile(r"^gpuadmin: started (?P<name>.+) \(pid (?P<pid>\d+)\)$")
 
@@ -138,19 +141,27 @@ def run_processes(run: Run) -> dict[str, int]:
 class PageStats:
     requests: int = 0
     failures: list[str] = field(default_factory=list)
+    # Failed once the panel was being stopped (a browser still polling then): expected, not counted.
+    cut_short: list[str] = field(default_factory=list)
+    # Set just before the panel is stopped, after the browsers were asked to stop and waited for.
+    panel_stopping: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def failed(self, what: str) -> None:
+        with self.lock:
+            (self.cut_short if self.panel_stopping.is_set() else self.failures).append(what)
 
 
 def logged_in_opener(base: str, username: str) -> urllib.request.OpenerDirector:
     jar = http.cookiejar.CookieJar()
     opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
-    page = opener.open(f"{base}/login/", timeout=30).read().decode()
+    page = opener.open(f"{base}/login/", timeout=PAGE_TIMEOUT_SECONDS).read().decode()
     token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page)
     assert token, "no CSRF token on the login page"
     form = urllib.parse.urlencode({"username": username, "password": PASSWORD,
                                    "csrfmiddlewaretoken": token.group(1)}).encode()
     request = urllib.request.Request(f"{base}/login/", data=form, headers={"Referer": f"{base}/login/"})
-    opener.open(request, timeout=30).read()
+    opener.open(request, timeout=PAGE_TIMEOUT_SECONDS).read()
     return opener
 
 
@@ -158,24 +169,25 @@ def browse(base: str, poll_seconds: float, stop: threading.Event, stats: PageSta
     try:
         opener = logged_in_opener(base, ADMIN)
     except Exception as exc:  # reported, not raised: the soak goes on
-        with stats.lock:
-            stats.failures.append(f"login: {exc}")
+        stats.failed(f"login: {exc}")
         return
     pages = [("/", {}), ("/", {"HX-Request": "true"}), (f"/hosts/{HOST}/", {}),
              (f"/hosts/{HOST}/", {"HX-Request": "true"}), ("/kills/", {})]
     while not stop.is_set():
         for path, headers in pages:
+            if stop.is_set():  # the end of the soak waits for this browser: at most one request more
+                return
             try:
                 request = urllib.request.Request(f"{base}{path}", headers=headers)
-                with opener.open(request, timeout=30) as answer:
+                with opener.open(request, timeout=PAGE_TIMEOUT_SECONDS) as answer:
                     answer.read()
                     ok = answer.status == 200 and "/login/" not in answer.url
             except (urllib.error.URLError, OSError) as exc:
                 ok, answer = False, exc
             with stats.lock:
                 stats.requests += 1
-                if not ok:
-                    stats.failures.append(f"{time.strftime('%H:%M:%S')} {path}: {answer}")
+            if not ok:
+                stats.failed(f"{time.strftime('%H:%M:%S')} {path}: {answer}")
         stop.wait(poll_seconds)
 
 
@@ -295,6 +307,7 @@ def _soak(args: argparse.Namespace, work: Path, port: int, holder: subprocess.Po
     kills: list[Kill] = []
     kill_errors: list[str] = []
     exit_status: int | None = None
+    browsers: list[threading.Thread] = []
     try:
         run.wait_for(r"^gpuadmin is running at ", 120)
         started = time.monotonic()
@@ -329,7 +342,14 @@ def _soak(args: argparse.Namespace, work: Path, port: int, holder: subprocess.Po
         samples.append((duration_minutes, {label: rss_kib(pid) for label, pid in run_processes(run).items()},
                         last_health))
     finally:
+        # The browsers first, while the panel still answers them: a request of theirs that the stop cut
+        # would read as the panel failing. One still in a request after BROWSER_JOIN_SECONDS is hanging.
         stop.set()
+        for browser in browsers:
+            browser.join(timeout=BROWSER_JOIN_SECONDS)
+            if browser.is_alive():
+                stats.failed(f"a browser still in a request {BROWSER_JOIN_SECONDS:.0f} s after the stop")
+        stats.panel_stopping.set()
         # Ctrl+C, as a terminal would give it to `make run`: its supervisor stops its children.
         exit_status = processes.stop(process, first_signal=signal.SIGINT, grace_seconds=60)
     return report(args, Results(run, exit_status, duration_minutes, stats, samples, kills, kill_errors))
@@ -359,7 +379,8 @@ def report(args: argparse.Namespace, results: Results) -> int:
           f"{args.browsers} browsers every {args.poll_seconds} s, a kill every {args.kill_every} s "
           f"[{time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPUs]")
     print(f"tasks processed by the worker: {tasks} ({task_failures} raised)")
-    print(f"page requests: {stats.requests}, failed: {len(stats.failures)}")
+    print(f"page requests: {stats.requests}, failed: {len(stats.failures)}, "
+          f"cut short by the panel's stop (not counted): {len(stats.cut_short)}")
     for failure in stats.failures[:5]:
         print(f"  {failure}")
     print(f"supervisor restarts: {restarts}; crash lines: {len(crashes)}; "
