@@ -2,7 +2,8 @@
 
 A worker started with ``-A tests.integration.held_tasks`` is central's (the app, its settings and
 its bootsteps, gpuadmin.celery's) plus these: one that holds its pool process for a while, one
-that leaves a line in a file. Their names route them to ``central`` like any central task's.
+that leaves a line in a file. Their names are the tests' own, outside the protocol's
+(gpuadmin.task_names): the test sends them to ``central`` by name of the queue.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from pathlib import Path
 
 from gpuadmin.celery import app
 
-HOLD = "gpuadmin.fleet.test_hold"
-NOTE = "gpuadmin.fleet.test_note"
+HOLD = "tests.integration.hold"
+NOTE = "tests.integration.note"
 
 __all__ = ["HOLD", "NOTE", "app"]
 

@@ -54,7 +54,7 @@ def test_a_worker_whose_ack_failed_while_redis_was_down_consumes_again_once_redi
 
     def send(name: str, *args: object) -> None:
         with Connection(own_redis.url) as broker:
-            app.send_task(name, args=list(args), connection=broker)
+            app.send_task(name, args=list(args), connection=broker, queue=CENTRAL_QUEUE)
 
     def noted() -> list[str]:
         return notes.read_text().split() if notes.exists() else []
