@@ -48,9 +48,9 @@ SMOKE: dict[str, Smoke] = {
     "gpu_check.py": Smoke("--backend simulated --holders-mib 64 --grace-seconds 1"),
     "fleet.py": Smoke("--hosts 3 --gpus 1 --processes 5 --workers 1 --rate-hosts 3 --repeats 1 "
                       "--clone-hosts 4 --database sqlite --no-wait"),
-    # Three 5-second rounds of 20 hosts through redis-server, the worker and beat, on PostgreSQL.
-    "fleet_soak.py": Smoke("--hosts 20 --minutes 0.25 --interval-seconds 5 --gpus 2 --processes 30 "
-                           "--sample-seconds 5 --repeats 1 --no-wait", ("postgres", "redis")),
+    # Two 3-second rounds of 10 hosts through redis-server, the worker and beat, on PostgreSQL.
+    "fleet_soak.py": Smoke("--hosts 10 --minutes 0.1 --interval-seconds 3 --gpus 2 --processes 30 "
+                           "--sample-seconds 3 --senders 1 --repeats 1 --no-wait", ("postgres", "redis")),
     "history.py": Smoke("--days 1 --gpus 1 --growth 1 --repeats 1 --no-wait", ("postgres",)),
     # The other version is this tree: both sides run the same code.
     "ingest_side_by_side.py": Smoke(f"--base {REPO} --hosts 2 --rounds 1 --pairs 1", ("postgres",)),
