@@ -33,7 +33,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from operator import itemgetter
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.db import models, transaction
@@ -389,6 +389,13 @@ _GPU_COARSE_PLAN = _coarse_plan(GpuRollupCoarse, _GPU_ROLLUP_FIELDS)
 _HOST_COARSE_PLAN = _coarse_plan(HostRollupCoarse, _HOST_ROLLUP_FIELDS)
 _GPU_COARSE_BOUNDS = _integer_column_bounds(GpuRollupCoarse, _GPU_ROLLUP_FIELDS)
 _HOST_COARSE_BOUNDS = _integer_column_bounds(HostRollupCoarse, _HOST_ROLLUP_FIELDS)
+# Each coarse model's owner column, how its columns combine, and their bounds (coarse_rollups).
+_Coarse = TypeVar("_Coarse", GpuRollupCoarse, HostRollupCoarse)
+_CoarsePlan = list[tuple[str, str, bool]]
+_COARSE_TIERS: dict[type[models.Model], tuple[str, _CoarsePlan, dict[str, tuple[int, int]]]] = {
+    GpuRollupCoarse: ("gpu_id", _GPU_COARSE_PLAN, _GPU_COARSE_BOUNDS),
+    HostRollupCoarse: ("host_id", _HOST_COARSE_PLAN, _HOST_COARSE_BOUNDS),
+}
 
 
 def _combined(plan: list[tuple[str, str, bool]], members: list[Sequence[Any]]) -> dict[str, Any]:
@@ -415,30 +422,18 @@ def _combined(plan: list[tuple[str, str, bool]], members: list[Sequence[Any]]) -
     return values
 
 
-def coarse_gpu_rollups(rows: Iterable[Sequence[Any]]) -> list[GpuRollupCoarse]:
-    """30-minute rollups of 5-minute GPU rollup rows ``(gpu_id, bucket, *_GPU_ROLLUP_FIELDS)``."""
+def coarse_rollups(model: type[_Coarse], rows: Iterable[Sequence[Any]]) -> list[_Coarse]:
+    """30-minute rollups of 5-minute rollup rows ``(gpu_id or host_id, bucket, *fields)``, the fields
+    ``_GPU_ROLLUP_FIELDS`` or ``_HOST_ROLLUP_FIELDS`` as ``model`` is the GPUs' or the hosts' tier."""
+    key, plan, bounds = _COARSE_TIERS[model]
     grouped: dict[tuple[int, int], list[Sequence[Any]]] = defaultdict(list)
     for row in rows:
         grouped[(row[0], row[1] // FINE_PER_COARSE)].append(row[2:])
     rollups = []
-    for (gpu_id, bucket), members in grouped.items():
-        rollup = GpuRollupCoarse(gpu_id=gpu_id, bucket=bucket, fine_bucket_count=len(members),
-                                 **_combined(_GPU_COARSE_PLAN, members))
-        _clamp_to_columns(rollup, _GPU_COARSE_BOUNDS)
-        rollups.append(rollup)
-    return rollups
-
-
-def coarse_host_rollups(rows: Iterable[Sequence[Any]]) -> list[HostRollupCoarse]:
-    """30-minute rollups of 5-minute host rollup rows ``(host_id, bucket, *_HOST_ROLLUP_FIELDS)``."""
-    grouped: dict[tuple[int, int], list[Sequence[Any]]] = defaultdict(list)
-    for row in rows:
-        grouped[(row[0], row[1] // FINE_PER_COARSE)].append(row[2:])
-    rollups = []
-    for (host_id, bucket), members in grouped.items():
-        rollup = HostRollupCoarse(host_id=host_id, bucket=bucket, fine_bucket_count=len(members),
-                                  **_combined(_HOST_COARSE_PLAN, members))
-        _clamp_to_columns(rollup, _HOST_COARSE_BOUNDS)
+    for (owner_id, bucket), members in grouped.items():
+        rollup = model(**{key: owner_id}, bucket=bucket, fine_bucket_count=len(members),
+                       **_combined(plan, members))
+        _clamp_to_columns(rollup, bounds)
         rollups.append(rollup)
     return rollups
 
@@ -457,7 +452,7 @@ def roll_up_coarse_host(host_id: int, start: datetime, end: datetime) -> int:
     """Upsert the 30-minute rollups of the host's 5-minute rollups in [start, end) (whole half hours);
     return how many 30-minute buckets."""
     gpu_rows, host_rows = fine_rows(host_id, bucket_of(start), bucket_of(end))
-    gpus, hosts = coarse_gpu_rollups(gpu_rows), coarse_host_rollups(host_rows)
+    gpus, hosts = coarse_rollups(GpuRollupCoarse, gpu_rows), coarse_rollups(HostRollupCoarse, host_rows)
     with transaction.atomic():
         if gpus:
             GpuRollupCoarse.objects.bulk_create(
