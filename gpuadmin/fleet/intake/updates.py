@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
@@ -143,6 +144,21 @@ def receive_snapshot_update(message: Any, *, received_at: datetime | None = None
         _record_refusal(reason, host_name=update.host, size_bytes=size_bytes, received_at=received_at,
                         on_host=False)
         raise UpdateRefused(reason, host_name=update.host, full_requested=asked) from None
+
+
+def receive_snapshot_updates(messages: Sequence[Any], *, done: Callable[[int], None],
+                             received_at: datetime | None = None) -> None:
+    """Apply a batch of snapshot update messages as they came off the broker, each as
+    ``receive_snapshot_update`` would (refused ones recorded the same way). ``done(i)`` is called for
+    ``messages[i]`` once its outcome is committed, applied or refused; a ``DatabaseError`` raised
+    leaves the rest to be given again."""
+    for index, message in enumerate(messages):
+        try:
+            receive_snapshot_update(message, received_at=received_at)
+        except UpdateRefused as refused:
+            logger.warning("refused a snapshot update from %s: %s", refused.host_name or "an unknown host",
+                           refused)
+        done(index)
 
 
 def ask_for_full_snapshot(host_name: str, *, received_at: datetime) -> bool:
