@@ -108,6 +108,7 @@ def policy_detail(request: HttpRequest, policy_id: int) -> HttpResponse:
         {
             "policy": policy,
             "would_have": dry_run.would_have(policy, timezone.now()),
+            "dry_run_resolution": dry_run.resolution(),
             "cases": policy.cases.select_related("host", "person", "kill_request")[:100],
         },
     )

@@ -57,6 +57,10 @@ def test_a_policy_page_shows_its_dry_run(fleet, viewer_client):
     policy = Policy.objects.create(name="idle", condition=Policy.Condition.IDLE_HOLDER, minutes=1)
     page = viewer_client.get(reverse("fair_use_policy", args=[policy.pk])).content.decode()
     assert "Dry run" in page and "would have done nothing" in page  # no idle history yet
+    # How finely the older days are read, so that an admin is not misled by a run's times.
+    resolution = page.split('id="dry-run-resolution">')[1].split("</p>")[0]
+    assert "raw samples" in resolution and "5-minute buckets" in resolution
+    assert "30-minute buckets" in resolution
 
 
 def test_my_gpus_needs_a_login_and_says_when_no_person_is_linked(client, viewer_client):

@@ -171,6 +171,12 @@ def summarise(values: Iterable[int | None], holds: Sequence[int] | None = None) 
     return Summary(min(known), mean, max(known))
 
 
+def longest_hold() -> timedelta:
+    """The longest a raw sample holds: a heartbeat and a probe interval, past which its host would have
+    written another had it been up."""
+    return record.raw_heartbeat() + timedelta(seconds=settings.GPUADMIN_PROBE_INTERVAL_SECONDS)
+
+
 def sample_holds(moments: Sequence[datetime], bucket: int) -> list[int]:
     """How long each raw sample of one GPU (or host) in ``bucket`` held, in microseconds; ``moments``:
     their taken_at, oldest first.
@@ -183,7 +189,7 @@ def sample_holds(moments: Sequence[datetime], bucket: int) -> list[int]:
     nothing). The first holds from its own moment: the bucket's start before it belongs to the
     previous bucket's last sample, which this bucket's rows do not have, and counts for nothing.
     """
-    limit = int((record.raw_heartbeat().total_seconds() + settings.GPUADMIN_PROBE_INTERVAL_SECONDS) * 1e6)
+    limit = _microseconds(longest_hold())
     ends = [*moments[1:], bucket_start(bucket + 1)]
     return [min(limit, _microseconds(end - moment)) for moment, end in zip(moments, ends, strict=True)]
 

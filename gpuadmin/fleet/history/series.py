@@ -254,31 +254,69 @@ def _max(a: int | None, b: int | None) -> int | None:
     return a if b is None else max(a, b)
 
 
+@dataclass(frozen=True)
+class Tiers:
+    """Which tier a host's history is read from, from some moment on, with no overlap and no hole:
+    30-minute rollups of coarse buckets [``coarse_first``, ``coarse_end``), then 5-minute rollups of
+    buckets [``fine_first``, ``fine_end``), then raw samples from ``raw_from`` (``fine_end``'s start, or
+    ``since``)."""
+
+    coarse_first: int
+    coarse_end: int
+    fine_first: int
+    fine_end: int
+    raw_from: datetime
+
+
+def tiers(host: Host, since: datetime, *, coarse: bool, finest_at: datetime | None = None) -> Tiers:
+    """Where to read ``host``'s history from ``since`` on. A rolled-up tier is read only before the host's
+    mark for it (``history_coarse_rolled_up_until``, ``history_rolled_up_until``): after it, its rows are
+    not written yet.
+
+    Charts (``finest_at`` None) read the coarsest tier that is complete, each up to its mark: the
+    30-minute rollups when ``coarse``, then the 5-minute ones, then raw samples. A replay that wants
+    each moment as finely as it is still kept (``finest_at``: now) reads raw samples where
+    ``GPUADMIN_HISTORY_RAW_DAYS`` keeps them, 5-minute rollups before that where
+    ``GPUADMIN_HISTORY_FINE_DAYS`` does, and the 30-minute ones before those: a finer tier is pruned
+    only before both its keep and the coarser tier's mark (``retention.prune``), so it is whole from
+    the earlier of the two (from the bucket after its keep's cut-off: the cut-off moved on since the
+    last prune)."""
+    first = retention.bucket_of(since)
+    coarse_first = first // retention.FINE_PER_COARSE
+    coarse_until, rolled_until = host.history_coarse_rolled_up_until, host.history_rolled_up_until
+    coarse_end = coarse_first
+    if coarse and coarse_until is not None:
+        coarse_end = retention.coarse_bucket_of(coarse_until)
+        if finest_at is not None:
+            coarse_end = min(coarse_end, retention.coarse_bucket_of(retention.fine_kept_since(finest_at)) + 1)
+    fine_first = max(first, coarse_end * retention.FINE_PER_COARSE)
+    fine_end = fine_first
+    if rolled_until is not None:
+        fine_end = retention.bucket_of(rolled_until)
+        if finest_at is not None:
+            fine_end = min(fine_end, retention.bucket_of(retention.raw_kept_since(finest_at)) + 1)
+        fine_end = max(fine_first, fine_end)
+    return Tiers(coarse_first, coarse_end, fine_first, fine_end, max(since, retention.bucket_start(fine_end)))
+
+
 def _rolled_up_points(
     host: Host, gpus: list[Gpu], since: datetime, per_point: int, *, coarse: bool
 ) -> tuple[dict[int, list[dict[str, Any]]], list[dict[str, Any]]]:
     """Points of ``per_point`` 5-minute buckets each, keyed by 5-minute bucket // ``per_point``: from the
     30-minute rollups (``coarse``) up to the host's coarse mark, the 5-minute ones on to its fine mark,
     and the raw samples after it."""
-    first_bucket = retention.bucket_of(since)
     gpu_groups: dict[tuple[int, int], _Group] = defaultdict(_Group)
     host_groups: dict[int, dict[str, int]] = {}
-    fine_from = first_bucket
+    read = tiers(host, since, coarse=coarse)
     if coarse:
         per_coarse = per_point // retention.FINE_PER_COARSE
-        coarse_first = first_bucket // retention.FINE_PER_COARSE
-        coarse_until = host.history_coarse_rolled_up_until
-        coarse_end = retention.coarse_bucket_of(coarse_until) if coarse_until else coarse_first
         _stored_groups(gpu_groups, host_groups, (GpuRollupCoarse, HostRollupCoarse), host=host, gpus=gpus,
-                       first=coarse_first, end=coarse_end, per_point=per_coarse)
-        fine_from = max(first_bucket, coarse_end * retention.FINE_PER_COARSE)
-    rolled_until = host.history_rolled_up_until
-    fine_end = max(fine_from, retention.bucket_of(rolled_until)) if rolled_until else fine_from
-    _stored_groups(gpu_groups, host_groups, (GpuRollup, HostRollup), host=host, gpus=gpus, first=fine_from,
-                   end=fine_end, per_point=per_point)
+                       first=read.coarse_first, end=read.coarse_end, per_point=per_coarse)
+    _stored_groups(gpu_groups, host_groups, (GpuRollup, HostRollup), host=host, gpus=gpus,
+                   first=read.fine_first, end=read.fine_end, per_point=per_point)
 
     # What is not rolled up yet: summarised here exactly as the rollup task would.
-    tail_start = max(since, retention.bucket_start(fine_end))
+    tail_start = read.raw_from
     tail_gpus = retention.gpu_rollups(
         GpuSample.objects.filter(gpu__in=gpus, taken_at__gte=tail_start).values_list(
             *retention.GPU_RAW_FIELDS
