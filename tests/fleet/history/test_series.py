@@ -149,3 +149,27 @@ def test_a_sample_of_the_latest_snapshot_is_not_repeated(host: Host) -> None:
     Gpu.objects.filter(host=host).update(sampled_at=five_minutes_ago, memory_used_bytes=1)
     host.refresh_from_db()
     assert points(host, "1h") == [("11:55", 333, 70.0)]
+
+
+def test_a_replay_reads_each_moment_from_the_finest_tier_still_kept() -> None:
+    """``tiers(finest_at=now)``, the fair-use dry run's: raw samples from the bucket after the raw keep's
+    cut-off, 5-minute rollups from the half hour after the fine keep's, the 30-minute ones before those;
+    for a host whose roll-ups lag, each finer tier from its mark (nothing after a mark is pruned)."""
+    week_ago = NOW - timedelta(days=7)
+    caught_up = Host(history_rolled_up_until=NOW - timedelta(minutes=5),
+                     history_coarse_rolled_up_until=NOW - timedelta(minutes=30))
+    read = series.tiers(caught_up, week_ago, coarse=True, finest_at=NOW)
+    assert read.coarse_first == retention.coarse_bucket_of(week_ago)
+    assert retention.coarse_bucket_start(read.coarse_end) == NOW - timedelta(days=2, minutes=-30)
+    assert read.fine_first == read.coarse_end * retention.FINE_PER_COARSE
+    assert retention.bucket_start(read.fine_end) == read.raw_from == NOW - timedelta(days=1, minutes=-5)
+    # A chart reads the coarsest tier that is complete: the 30-minute one up to its mark.
+    chart = series.tiers(caught_up, week_ago, coarse=True)
+    assert retention.coarse_bucket_start(chart.coarse_end) == NOW - timedelta(minutes=30)
+    assert chart.raw_from == NOW - timedelta(minutes=5)
+
+    lagging = Host(history_rolled_up_until=NOW - timedelta(days=3),
+                   history_coarse_rolled_up_until=NOW - timedelta(days=4))
+    read = series.tiers(lagging, week_ago, coarse=True, finest_at=NOW)
+    assert retention.coarse_bucket_start(read.coarse_end) == NOW - timedelta(days=4)
+    assert read.raw_from == NOW - timedelta(days=3)
