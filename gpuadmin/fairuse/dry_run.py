@@ -1,6 +1,6 @@
 """What a policy would have done over the last week, from stored history, so a lab can tune it.
 
-History is read as finely as it is still kept (``series.tiers``, the charts' choice of tier): raw
+History is read as finely as it is still kept (``series.tiers``, where charts choose theirs): raw
 ``GpuSample`` rows where ``GPUADMIN_HISTORY_RAW_DAYS`` keeps them (the last day), 5-minute rollups
 before that where ``GPUADMIN_HISTORY_FINE_DAYS`` does (the day before), and 30-minute rollups for
 the rest of the week. ``resolution`` says so on the policy's page.
@@ -12,7 +12,7 @@ its step (to or from 0% and to or from no memory held always are) or a heartbeat
 ``retention.longest_hold`` (after that its host was not reporting), and the newest until its host's
 latest snapshot: a run lasts from its first idle sample until the sample that ended it. A rollup
 bucket is idle only when it says its GPU was idle throughout: its highest utilisation 0 and its
-least memory held above nothing (a moment's work in it, which its mean would round away, makes it
+least memory held above 0 MiB (a moment's work in it, which its mean would round away, makes it
 busy); a run of such buckets lasts from the first one's start to the last one's end, so an older
 run is known to its bucket. A host that stopped reporting does not end a run, as it does not clear
 ``Gpu.idle_since``: the run goes on with the next sample or bucket that says idle.
