@@ -8,7 +8,9 @@ processes every round, about one GPU holder in ten moving its memory):
 2. full: ``--rounds`` rounds of every host sent as full snapshots (the agent's choice with
    "central asked for one"), received by ``ingest.receive_snapshot``;
 3. updates: ``--rounds`` more rounds as the agent chooses them (``agent.snapshot_choice.choose``,
-   its state in a file per host), received by the task's function for their kind.
+   its state in a file per host), received by the task's function for their kind;
+4. with ``--batch N``: ``--rounds`` more rounds of updates, N at a time through
+   ``updates.receive_snapshot_updates``, as central's batch consumer takes them.
 
 Each message is signed before the clock starts (the agents' work, not central's); no broker: this is
 central's cost per message, in one process. Per kind: messages per second, CPU milliseconds per
@@ -20,11 +22,12 @@ and the raw sample rows they wrote per update. Raw samples are written when a fi
 step and at least every GPUADMIN_HISTORY_RAW_SECONDS (60): rounds that span less than that leave the
 heartbeat's rows out, so measure history with ``--rounds 6`` or more.
 
-``--profile N``: cProfile of the update rounds in CPU time (their CPU figures are then the
-profiler's), the N costliest functions by cumulative and by own time.
+``--profile N``: cProfile of the update rounds (the batched ones with ``--batch``) in CPU time (their
+CPU figures are then the profiler's), the N costliest functions by cumulative and by own time.
 
     python benchmarks/snapshot_updates.py [--hosts 200] [--gpus 8] [--processes 200] [--rounds 3]
                                           [--database sqlite|postgresql|both] [--no-wait] [--profile N]
+                                          [--batch N]
 """
 
 from __future__ import annotations
@@ -134,6 +137,58 @@ def receive_all(messages: list[tuple[str, dict[str, Any]]],
     return {kind: [*row, statistics.median(each[kind])] for kind, row in figures.items()}
 
 
+def receive_batches(messages: list[tuple[str, dict[str, Any]]], batch: int,
+                    profiler: cProfile.Profile | None = None) -> dict[str, list[float]]:
+    """As ``receive_all``, but the updates as central's batch consumer takes them: ``batch`` at a time
+    through ``receive_snapshot_updates`` (a full snapshot among them alone, before its batch); the
+    median is of a batch's CPU per message."""
+    from gpuadmin.fleet.intake.ingest import receive_snapshot
+    from gpuadmin.fleet.intake.updates import receive_snapshot_updates
+    from gpuadmin.wire.signing import canonical_json
+
+    server = database_server_pid()
+    figures: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0, 0.0, 0])
+    each: dict[str, list[float]] = defaultdict(list)
+    pending: list[dict[str, Any]] = []
+
+    def receive(kind: str, group: list[dict[str, Any]]) -> None:
+        done: list[int] = []
+        server_began = process_cpu_seconds(server)
+        profiling = profiler is not None and kind == "snapshot_update"
+        began, cpu_began = time.perf_counter(), time.process_time()
+        if profiling:
+            profiler.enable()
+        if kind == "snapshot":
+            if receive_snapshot(group[0]) is None:
+                raise RuntimeError("a synthetic host's snapshot was not stored")
+        else:
+            receive_snapshot_updates(group, done=done.append)
+        if profiling:
+            profiler.disable()
+        wall, cpu = time.perf_counter() - began, time.process_time() - cpu_began
+        if kind != "snapshot" and len(done) != len(group):
+            raise RuntimeError("a batch's updates were not all done")
+        row = figures[kind]
+        row[0] += len(group)
+        row[1] += wall
+        row[2] += cpu
+        row[3] += process_cpu_seconds(server) - server_began
+        row[4] += sum(len(canonical_json(message)) for message in group)
+        each[kind].append(cpu / len(group))
+
+    for kind, message in messages:
+        if kind == "snapshot":
+            receive(kind, [message])
+            continue
+        pending.append(message)
+        if len(pending) == batch:
+            receive(kind, pending)
+            pending = []
+    if pending:
+        receive("snapshot_update", pending)
+    return {kind: [*row, statistics.median(each[kind])] for kind, row in figures.items()}
+
+
 def report(phase: str, figures: dict[str, list[float]]) -> None:
     for kind, (count, wall, cpu, server_cpu, size, median_cpu) in sorted(figures.items()):
         print(f"{phase:8}{kind:17}{int(count):9}{count / wall:11.0f}{1000 * cpu / count:10.2f}"
@@ -150,7 +205,7 @@ def run_database(args: argparse.Namespace, vendor: str) -> None:
     print(f"\n== {vendor}: {args.hosts} hosts x {args.gpus} GPUs, {args.processes} processes each, "
           f"{args.rounds} rounds of each kind, {os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.1f} ==", flush=True)
-    enrolled_at = datetime.now(UTC) - timedelta(seconds=60 + ROUND_SECONDS * 2 * args.rounds)
+    enrolled_at = datetime.now(UTC) - timedelta(seconds=60 + ROUND_SECONDS * 3 * args.rounds)
     for host in hosts:
         synthetic.send(host, 0, taken_at=enrolled_at)
     analyze_after_setup()
@@ -163,9 +218,14 @@ def run_database(args: argparse.Namespace, vendor: str) -> None:
         before, rows_before = history_bytes(), raw_sample_rows()
         # CPU time, not wall: what is spent here, not the waits on the database server.
         profiler = cProfile.Profile(time.process_time) if args.profile else None
-        received = receive_all(updates, profiler)
-        report("updates" if profiler is None else "updates*", received)
+        received = receive_all(updates, None if args.batch else profiler)
+        report("updates" if profiler is None or args.batch else "updates*", received)
         after, rows_after = history_bytes(), raw_sample_rows()
+        if args.batch:
+            batched = signed_rounds(hosts, 1 + 2 * args.rounds, args.rounds, enrolled_at, Path(states),
+                                    full=False)
+            batch_figures = receive_batches(batched, args.batch, profiler)
+            report("batched" if profiler is None else "batched*", batch_figures)
     if profiler is not None:
         print("* under the profiler")
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(args.profile)
@@ -192,6 +252,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="rounds of every host of each kind (10 s apart)")
     parser.add_argument("--database", choices=["sqlite", "postgresql", "both"], default="both")
     parser.add_argument("--no-wait", action="store_true", help="do not wait for running pytest processes")
+    parser.add_argument("--batch", type=int, default=0, metavar="N",
+                        help="then as many rounds of updates again, N at a time, as central's batch "
+                             "consumer takes them (receive_snapshot_updates)")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="profile the update rounds: the N costliest functions")
     args = parser.parse_args(argv)

@@ -19,6 +19,7 @@ from ``last_seen_at``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -42,7 +43,7 @@ from django.db.models.functions import Coalesce, Concat, Greatest, JSONArray
 from django.utils import timezone
 
 from gpuadmin.fleet.models import Finding, Gpu, Host, HostSummary, ProcessLife
-from gpuadmin.fleet.storage.statements import Param, PreparedUpdate, RowInsert
+from gpuadmin.fleet.storage.statements import AnyOf, Param, PreparedUpdate, RowInsert
 
 # A GPU counts as free when this little memory is used on it (the driver's own share fits under it).
 FREE_GPU_MAX_USED_BYTES = 1024**3
@@ -92,7 +93,7 @@ def _summary_update() -> PreparedUpdate:
              .order_by("rank", "first_seen_at", "kind", "key"))
     unattributed = Greatest(F("memory_used_bytes") - F("memory_attributed_bytes"), 0)
     return PreparedUpdate(
-        HostSummary.objects.filter(host=Param(HostSummary, "host")),
+        HostSummary.objects.filter(AnyOf(HostSummary, "host", key="hosts")),
         gpus=_of_outer_host(gpus, _JsonRows(JSONArray("index", "memory_total_bytes", "memory_used_bytes",
                                                       "memory_attributed_bytes", "utilization_percent")),
                             Value([], output_field=JSONField())),
@@ -129,11 +130,18 @@ _SUMMARY_UPDATE = _summary_update()
 
 
 def refresh_host_summary(host_id: int, *, now: datetime | None = None) -> None:
-    """Recompute the host's ``HostSummary`` from its stored GPUs, process lives and open findings: two
-    statements whose answers nobody waits for."""
+    """Recompute the host's ``HostSummary`` (``refresh_host_summaries``)."""
+    refresh_host_summaries([host_id], now=now)
+
+
+def refresh_host_summaries(host_ids: Sequence[int], *, now: datetime | None = None) -> None:
+    """Recompute the hosts' ``HostSummary`` rows from their stored GPUs, process lives and open findings:
+    two statements, whatever the number of hosts, whose answers nobody waits for."""
+    if not host_ids:
+        return
     now = now or timezone.now()
-    _SUMMARY_ROW.run([(host_id, *_EMPTY.values(), now)], returning=False)
-    _SUMMARY_UPDATE.run(host=host_id, updated_at=now)
+    _SUMMARY_ROW.run([(host_id, *_EMPTY.values(), now) for host_id in host_ids], returning=False)
+    _SUMMARY_UPDATE.run(hosts=host_ids, updated_at=now)
 
 
 def fill_missing(*, now: datetime | None = None, limit: int = 1000) -> int:

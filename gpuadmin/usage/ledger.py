@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
@@ -49,10 +49,10 @@ from django.db import connection, transaction
 
 from gpuadmin.fleet.models import Host
 from gpuadmin.fleet.process_tree import ProcessRow, owner_label
-from gpuadmin.fleet.storage.statements import Param, PreparedQuery, PreparedUpdate, RowInsert
+from gpuadmin.fleet.signals import UpdateStoring
+from gpuadmin.fleet.storage.statements import AnyOf, Param, PreparedQuery, RowInsert, RowUpdate
 from gpuadmin.probe.owners import SLURM_JOB
 from gpuadmin.usage.models import COUNTER_FIELDS, LifeUsage, UsageCursor, UsageDay
-from gpuadmin.wire.snapshot_update import SnapshotUpdate
 
 # A gap between two snapshots counts up to this many probe intervals.
 GAP_CAP_INTERVALS = 3
@@ -131,13 +131,17 @@ _CURSOR = PreparedQuery(
 # once: an update naming a process reads them, and the ORM's compiling was a third of its CPU.
 _HOLDERS = PreparedQuery(
     UsageCursor.objects.filter(host=Param(UsageCursor, "host")).values_list("holders", "pending"))
-_STEADY_UPDATE = PreparedUpdate(
-    UsageCursor.objects.filter(host=Param(UsageCursor, "host")),
-    taken_at=Param(UsageCursor, "taken_at"), clock_milliseconds=Param(UsageCursor, "clock_milliseconds"),
-    devices=Param(UsageCursor, "devices"), holder_bytes=Param(UsageCursor, "holder_bytes"),
-)
+# Updates' cursors, of any number of hosts: with the lists, which an update naming processes reads
+# (Cursor._load), in the same row.
+_UPDATED_CURSORS = PreparedQuery(
+    UsageCursor.objects.filter(AnyOf(UsageCursor, "host", key="hosts")).order_by()
+    .values_list("host", *_STEADY_COLUMNS, "holders", "pending"))
+# A cursor whose holders stayed: keyed by host, so a batch of hosts' updates write theirs together.
+_STEADY_UPDATE = RowUpdate(UsageCursor, "host", ["taken_at", "clock_milliseconds", "devices", "holder_bytes"],
+                           deferrable=True)
 _ALL_COLUMNS = [*_STEADY_COLUMNS, "holders", "pending"]
-_CURSOR_UPSERT = RowInsert(UsageCursor, ["host", *_ALL_COLUMNS], conflict=["host"], update=_ALL_COLUMNS)
+_CURSOR_UPSERT = RowInsert(UsageCursor, ["host", *_ALL_COLUMNS], conflict=["host"], update=_ALL_COLUMNS,
+                           deferrable=True)
 
 
 def on_snapshot_storing(sender: Any, *, host: Host, document: dict[str, Any], rows: Mapping[int, ProcessRow],
@@ -147,11 +151,10 @@ def on_snapshot_storing(sender: Any, *, host: Host, document: dict[str, Any], ro
         record_snapshot(host.pk, document, rows, taken_at=taken_at)
 
 
-def on_snapshot_update_storing(sender: Any, *, host: Host, update: SnapshotUpdate, taken_at: datetime,
-                               **_: Any) -> None:
-    """``fleet.signals.snapshot_update_storing``'s receiver: the time between full snapshots."""
+def on_snapshot_updates_storing(sender: Any, *, updates: Sequence[UpdateStoring], **_: Any) -> None:
+    """``fleet.signals.snapshot_updates_storing``'s receiver: the time between full snapshots."""
     if settings.GPUADMIN_USAGE_LEDGER:
-        record_update(host.pk, update, taken_at=taken_at)
+        record_updates(updates)
 
 
 def gap_cap() -> timedelta:
@@ -161,7 +164,10 @@ def gap_cap() -> timedelta:
 class Cursor:
     """A host's ``UsageCursor`` in memory: its small columns always, the holders' list when needed."""
 
-    def __init__(self, host_id: int, values: tuple[Any, ...] | None, now: datetime) -> None:
+    def __init__(self, host_id: int, values: tuple[Any, ...] | None, now: datetime, *,
+                 holders: tuple[str, str] | None = None) -> None:
+        """``values``: the stored row's ``_STEADY_COLUMNS`` (None: none stored); ``holders``: its
+        holders' and pending lists' texts, when read with them."""
         self.host_id = host_id
         self.stored = values is not None
         if values is None:
@@ -174,10 +180,13 @@ class Cursor:
             self.devices, self.memory, self.digest = _decode_devices(devices), _decode_bytes(memory), digest
         self._holders: list[Holder] | None = None if self.stored else []
         self._pending: list[Settled] | None = None if self.stored else []
+        self._texts = holders
 
     def _load(self) -> None:
         if self._holders is None or self._pending is None:
-            ((holders, pending),) = _HOLDERS.rows(host=self.host_id)  # the row self was read from
+            # The row self was read from, unless read with it.
+            texts = [self._texts] if self._texts is not None else _HOLDERS.rows(host=self.host_id)
+            ((holders, pending),) = texts
             self._holders, self._pending = _decode_holders(holders), _decode_pending(pending)
             for item in self._pending:
                 if len(item.counters) == len(COUNTER_FIELDS) - 1:
@@ -251,8 +260,7 @@ class Cursor:
         devices = _encode(self.devices).decode()
         memory = _encode(self.memory).decode()
         if self._holders is None and self.stored:
-            _STEADY_UPDATE.run(host=self.host_id, taken_at=self.taken_at, clock_milliseconds=self.clock,
-                               devices=devices, holder_bytes=memory)
+            _STEADY_UPDATE.run([(self.host_id, self.taken_at, self.clock, devices, memory)])
             return
         day_start = datetime.combine(self.day, time(0), tzinfo=UTC)
         _CURSOR_UPSERT.run([(self.host_id, self.taken_at, day_start, self.settled_at, self.clock, devices,
@@ -287,31 +295,39 @@ def record_snapshot(host_id: int, document: dict[str, Any], rows: Mapping[int, P
     cursor.save()
 
 
-def record_update(host_id: int, update: SnapshotUpdate, *, taken_at: datetime) -> None:
-    """A snapshot update between full snapshots: its processes are the base's, so the holders stay;
-    charge them for the time until it, then take its GPUs' utilisation and the memory that moved.
-    A holder whose memory crosses the held threshold is added or dropped at the next full snapshot
-    (an update cannot change which processes there are; the agent sends one at least every
-    GPUADMIN_FULL_SNAPSHOT_SECONDS)."""
-    stored = _CURSOR.rows(host=host_id)
-    if not stored:
-        return  # no full snapshot charged yet: an update has no holders to charge
-    cursor = Cursor(host_id, stored[0], taken_at)
-    if _charge_until(cursor, taken_at) is None:
-        return
-    utilization = {gpu.uuid: gpu.utilization_percent for gpu in update.gpus}
-    for uuid, device in cursor.devices.items():
-        if uuid in utilization:  # a MIG instance is not in the update's GPUs: it keeps no utilisation
-            device.utilization_percent = utilization[uuid]
-    if update.processes:
-        moved = {(p.pid, p.start_time_ticks): p.gpu_memory_bytes for p in update.processes}
-        cursor.memory = [
-            (new if (new := moved.get((h.pid, h.start_time_ticks), {}).get(h.device_uuid)) is not None
-             else memory_bytes, byte_ms)
-            for h, (memory_bytes, byte_ms) in zip(cursor.holders, cursor.memory, strict=True)
-        ]
-    cursor.taken_at = taken_at
-    cursor.save()
+def record_updates(updates: Sequence[UpdateStoring]) -> None:
+    """Snapshot updates between full snapshots, one per host: each host's processes are its base's, so
+    the holders stay; charge them for the time until its update, then take its GPUs' utilisation and
+    the memory that moved. A holder whose memory crosses the held threshold is added or dropped at the
+    next full snapshot (an update cannot change which processes there are; the agent sends one at least
+    every GPUADMIN_FULL_SNAPSHOT_SECONDS). The hosts' cursors are read at once; inside
+    ``statements.deferred()`` a steady cursor's write goes with the batch's."""
+    stored = _cursors([item.host.pk for item in updates])
+    for host, update, taken_at in updates:
+        values = stored.get(host.pk)
+        if values is None:
+            continue  # no full snapshot charged yet: an update has no holders to charge
+        cursor = Cursor(host.pk, values[:-2], taken_at, holders=values[-2:] if update.processes else None)
+        if _charge_until(cursor, taken_at) is None:
+            continue
+        utilization = {gpu.uuid: gpu.utilization_percent for gpu in update.gpus}
+        for uuid, device in cursor.devices.items():
+            if uuid in utilization:  # a MIG instance is not in the update's GPUs: it keeps no utilisation
+                device.utilization_percent = utilization[uuid]
+        if update.processes:
+            moved = {(p.pid, p.start_time_ticks): p.gpu_memory_bytes for p in update.processes}
+            cursor.memory = [
+                (new if (new := moved.get((h.pid, h.start_time_ticks), {}).get(h.device_uuid)) is not None
+                 else memory_bytes, byte_ms)
+                for h, (memory_bytes, byte_ms) in zip(cursor.holders, cursor.memory, strict=True)
+            ]
+        cursor.taken_at = taken_at
+        cursor.save()
+
+
+def _cursors(host_ids: list[int]) -> dict[int, tuple[Any, ...]]:
+    """The hosts' stored cursors: ``_STEADY_COLUMNS`` then the holders' and pending lists' texts."""
+    return {row[0]: row[1:] for row in _UPDATED_CURSORS.rows(hosts=host_ids)}
 
 
 def _charge_until(cursor: Cursor, taken_at: datetime) -> datetime | None:

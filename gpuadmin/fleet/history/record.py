@@ -59,7 +59,14 @@ from django.db.models import BooleanField, ExpressionWrapper, Q
 from gpuadmin.fleet.findings.rules import HistoryFacts, PidSample, Rising, zombies_grew
 from gpuadmin.fleet.models import Gpu, GpuSample, Host, HostSample, ProcessLife, ProcessPoint
 from gpuadmin.fleet.process_tree import ProcessRow
-from gpuadmin.fleet.storage.statements import Param, PendingRows, PreparedQuery, PreparedUpdate, RowInsert
+from gpuadmin.fleet.storage.statements import (
+    Param,
+    PendingRows,
+    PreparedQuery,
+    PreparedUpdate,
+    RowInsert,
+    RowUpdate,
+)
 from gpuadmin.text import clip
 
 LifeKey = tuple[str, int, int]  # boot id, pid, start time in ticks
@@ -147,17 +154,19 @@ _LIFE_UPSERT = RowInsert(
     update=_LIFE_UPDATE_FIELDS,
     returning=["id"],
 )
-_POINT_INSERT = RowInsert(ProcessPoint, ["life", "taken_at", "gpu_memory_bytes", "state"])
+# A process's memory points: a full snapshot's and an update's (``updates``, deferred with its batch).
+POINT_INSERT = RowInsert(ProcessPoint, ["life", "taken_at", "gpu_memory_bytes", "state"], deferrable=True)
 # The samples every snapshot adds (their SQL written once: RowInsert), with these of a GPU's health
 # (gpus[].health, absent from older agents' snapshots and null where the GPU cannot say).
 _GPU_HEALTH_FIELDS = ["temperature_celsius", "power_draw_milliwatts", "power_limit_milliwatts"]
 _GPU_SAMPLE = RowInsert(
     GpuSample, ["gpu", "taken_at", "memory_used_bytes", "memory_attributed_bytes", "utilization_percent",
-                *_GPU_HEALTH_FIELDS]
+                *_GPU_HEALTH_FIELDS], deferrable=True,
 )
 _HOST_SAMPLE = RowInsert(
     HostSample,
     ["host", "taken_at", "process_count", "zombie_count", "uninterruptible_count", "pids_in_use", "pid_max"],
+    deferrable=True,
 )
 # A raw sample's figures that decide whether it is written (a GPU's in _GPU_SAMPLE's order, a host's in
 # _HOST_SAMPLE's after process_count, which decides nothing), and the Gpu / Host columns keeping those of
@@ -180,7 +189,7 @@ HOST_STEPS = (0, 0, PIDS_STEP, 0)
 
 # A GPU that started or stopped idling (update_idle_since): on a busy host, about as often as a job
 # stalls on its data; compiled once, where bulk_update would build its CASE statement every time.
-_SET_IDLE_SINCE = PreparedUpdate(Gpu.objects.filter(pk=Param(Gpu, "id")), idle_since=Param(Gpu, "idle_since"))
+_SET_IDLE_SINCE = RowUpdate(Gpu, "id", ["idle_since"], deferrable=True)
 
 # The host's samples of the last PID_TREND_SECONDS (findings_facts), compiled once; and the zombie
 # count of the oldest of them alone.
@@ -471,7 +480,7 @@ def _record_points(
     if any(key not in life_ids for key in due):
         # Databases that return no ids from an upsert: read them back, once.
         life_ids.update(_life_ids(host.pk, due))
-    _POINT_INSERT.run([
+    POINT_INSERT.run([
         (life_ids[key], taken_at, lives[key]["last_gpu_memory_bytes"], lives[key]["last_state"])
         for key in due
     ])
@@ -671,8 +680,7 @@ def update_idle_since(
         if wanted != gpu.idle_since:
             gpu.idle_since = wanted
             changed.append(gpu)
-    for gpu in changed:
-        _SET_IDLE_SINCE.run(id=gpu.pk, idle_since=gpu.idle_since)
+    _SET_IDLE_SINCE.run([(gpu.pk, gpu.idle_since) for gpu in changed])
 
 
 def _zombies_grew_since_oldest(window: dict[str, Any], zombies: int) -> bool:

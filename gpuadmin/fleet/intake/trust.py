@@ -110,18 +110,19 @@ def admit(host_name: str, opened: Opened, *, received_at: datetime) -> Host | No
         return host
 
 
-_HOST_COLUMNS = [field.attname for field in Host._meta.concrete_fields]
+# A host row as read whole (its model built from it: Host.from_db); intake.updates locks a batch's.
+HOST_COLUMNS = [field.attname for field in Host._meta.concrete_fields]
 # Host.objects.select_for_update().get(name=...), compiled once (fleet.storage.statements): every snapshot
 # runs it.
 _LOCK_HOST = PreparedQuery(
-    Host.objects.select_for_update().filter(name=Param(Host, "name")).order_by().values_list(*_HOST_COLUMNS)
+    Host.objects.select_for_update().filter(name=Param(Host, "name")).order_by().values_list(*HOST_COLUMNS)
 )
 
 
 def _locked_host(host_name: str) -> Host | None:
     """The host of this name, its row locked until the transaction ends; None when there is none."""
     rows = _LOCK_HOST.start(name=host_name).rows()
-    return Host.from_db(Host.objects.db, _HOST_COLUMNS, rows[0]) if rows else None
+    return Host.from_db(Host.objects.db, HOST_COLUMNS, rows[0]) if rows else None
 
 
 def _offer(host: Host, opened: Opened, received_at: datetime) -> None:

@@ -38,14 +38,14 @@ from gpuadmin.fleet import summary
 from gpuadmin.fleet.history import record
 from gpuadmin.fleet.intake import trust
 from gpuadmin.fleet.intake.validation import HOST_NAME_PATTERN, INT32_MAX, MAX_CLOCK_AHEAD, SnapshotRejected
-from gpuadmin.fleet.models import Gpu, Host, LatestSnapshot, ProcessLife, ProcessPoint, SnapshotRejection
+from gpuadmin.fleet.models import Gpu, Host, LatestSnapshot, ProcessLife, SnapshotRejection
 from gpuadmin.fleet.process_tree import memory_total_bytes
-from gpuadmin.fleet.signals import snapshot_update_storing
+from gpuadmin.fleet.signals import UpdateStoring, snapshot_updates_storing
 from gpuadmin.fleet.storage.json_text import ValidatedJson
-from gpuadmin.fleet.storage.statements import Param, PreparedQuery, PreparedUpdate, RowInsert, pipelined
+from gpuadmin.fleet.storage.statements import AnyOf, PreparedQuery, RowInsert, RowUpdate, deferred, pipelined
 from gpuadmin.fleet.taken_at import parse_taken_at
 from gpuadmin.sending import request_probe
-from gpuadmin.wire.signing import BadMessage, MessageKind, open_envelope
+from gpuadmin.wire.signing import BadMessage, MessageKind, Opened, open_envelope
 from gpuadmin.wire.snapshot_update import BadUpdate, GpuFigures, SnapshotUpdate, decode_update
 
 logger = logging.getLogger(__name__)
@@ -53,32 +53,34 @@ logger = logging.getLogger(__name__)
 _KIND = SnapshotRejection.MessageKind.SNAPSHOT_UPDATE
 _CLAIMED_HOST = re.compile(r'"host":"([A-Za-z0-9][A-Za-z0-9._-]{0,252})"')
 
+# What an update is checked against and works from, read for any number of hosts at once.
+_LOCK_HOSTS = PreparedQuery(
+    Host.objects.select_for_update().filter(AnyOf(Host, "name", key="names")).order_by("pk")
+    .values_list(*trust.HOST_COLUMNS)
+)
 _LATEST = PreparedQuery(
-    LatestSnapshot.objects.filter(host=Param(LatestSnapshot, "host")).order_by()
-    .values_list("base_digest", "update_sequence")
+    LatestSnapshot.objects.filter(AnyOf(LatestSnapshot, "host", key="hosts")).order_by()
+    .values_list("host", "base_digest", "update_sequence")
 )
-_UPDATE_LATEST = PreparedUpdate(
-    LatestSnapshot.objects.filter(host=Param(LatestSnapshot, "host")),
-    taken_at=Param(LatestSnapshot, "taken_at"), received_at=Param(LatestSnapshot, "received_at"),
-    update_sequence=Param(LatestSnapshot, "update_sequence"), update=Param(LatestSnapshot, "update"),
-)
+_UPDATE_LATEST = RowUpdate(LatestSnapshot, "host", ["taken_at", "received_at", "update_sequence", "update"],
+                           deferrable=True)
 _HOST_UPDATE_FIELDS = ["last_seen_at", "last_snapshot_taken_at", "pids_in_use", "process_count",
                        "zombie_count", "last_error", "last_error_at", "sampled_at",
                        *record.HOST_SAMPLED_FIELDS]
-_UPDATE_HOST = PreparedUpdate(
-    Host.objects.filter(pk=Param(Host, "id")), **{name: Param(Host, name) for name in _HOST_UPDATE_FIELDS}
-)
+_UPDATE_HOST = RowUpdate(Host, "id", _HOST_UPDATE_FIELDS, deferrable=True)
 _STORED_GPUS = PreparedQuery(
-    Gpu.objects.filter(host=Param(Gpu, "host"), present=True).order_by()
-    .values_list("pk", "uuid", "idle_since", "index", "name", "sampled_at", *record.GPU_SAMPLED_FIELDS)
+    Gpu.objects.filter(AnyOf(Gpu, "host", key="hosts"), present=True).order_by()
+    .values_list("host", "pk", "uuid", "idle_since", "index", "name", "sampled_at",
+                 *record.GPU_SAMPLED_FIELDS)
 )
 # Every GPU's figures in one statement: an upsert of rows that all exist (their index and name as
 # read), which changes only the figures and the last written sample (record.decide_gpu_samples).
 _GPU_FIGURES = ["memory_used_bytes", "memory_attributed_bytes", "utilization_percent", "updated_at",
                 "sampled_at", *record.GPU_SAMPLED_FIELDS]
 _GPU_FIGURES_UPSERT = RowInsert(Gpu, ["host", "uuid", "index", "name", "present", *_GPU_FIGURES],
-                                conflict=["host", "uuid"], update=_GPU_FIGURES)
-_POINT_INSERT = RowInsert(ProcessPoint, ["life", "taken_at", "gpu_memory_bytes", "state"])
+                                conflict=["host", "uuid"], update=_GPU_FIGURES, deferrable=True)
+_LIVES_MEMORY = RowUpdate(ProcessLife, "id", ["last_gpu_memory_bytes", "peak_gpu_memory_bytes",
+                                              "point_gpu_memory_bytes"], deferrable=True)
 
 
 class UpdateRefused(SnapshotRejected):
@@ -114,25 +116,21 @@ def receive_snapshot_update(message: Any, *, received_at: datetime | None = None
         raise UpdateRefused(reason, host_name=claimed) from None
     size_bytes = len(opened.text)
     try:
-        update = decode_update(opened.text)
-        if not HOST_NAME_PATTERN.fullmatch(update.host):
-            raise BadUpdate(f"host name {update.host[:80]!r} is not a host name")
-        taken_at = parse_taken_at(update.taken_at)
-        if taken_at > received_at + MAX_CLOCK_AHEAD:
-            raise BadUpdate(f"taken_at {update.taken_at} is more than {MAX_CLOCK_AHEAD} ahead of central")
+        update, taken_at = _decoded(opened, received_at=received_at)
     except BadUpdate as error:
         # Only the host's own key may put an error on its page.
         on_host = bool(claimed) and trust.is_accepted_key(claimed, opened)
         _record_refusal(str(error), host_name=claimed, size_bytes=size_bytes, received_at=received_at,
                         on_host=on_host)
         raise UpdateRefused(str(error), host_name=claimed) from None
-    taken_at = min(taken_at, received_at)
     try:
         with transaction.atomic():
             host = trust.admit(update.host, opened, received_at=received_at)
             if host is None:
                 return None  # awaiting acceptance: nothing of it is stored
-            _apply(host, update, opened.text, taken_at=taken_at, received_at=received_at)
+            (cannot,) = _apply([_Update(update, opened, host, taken_at)], received_at=received_at)
+            if cannot is not None:
+                raise cannot
             return host
     except trust.MessageRejected as rejected:
         trust.reject_message(_KIND, rejected.reason, host_name=update.host, size_bytes=size_bytes,
@@ -151,14 +149,89 @@ def receive_snapshot_updates(messages: Sequence[Any], *, done: Callable[[int], N
     """Apply a batch of snapshot update messages as they came off the broker, each as
     ``receive_snapshot_update`` would (refused ones recorded the same way). ``done(i)`` is called for
     ``messages[i]`` once its outcome is committed, applied or refused; a ``DatabaseError`` raised
-    leaves the rest to be given again."""
+    leaves the rest to be given again.
+
+    The common case, a signed update of an accepted host that applies, is applied for all of them in
+    one transaction: the hosts' rows locked together (in id order, as another batch would), what the
+    updates read read once for all, each host's writes as alone (``_apply``) but kept and written
+    together (``statements.deferred``). Every other message (a bad signature or text, a host not
+    accepted, an update that does not apply, a second one of a host in the batch) then goes through
+    ``receive_snapshot_update`` alone, in the batch's order: one home for every refusal."""
+    received_at = received_at or timezone.now()
+    batch: list[_Update] = []
+    alone: list[int] = []
+    hosts: set[str] = set()
     for index, message in enumerate(messages):
+        item = _opened_update(message, index, received_at=received_at)
+        if item is None or item.update.host in hosts:
+            alone.append(index)
+            continue
+        hosts.add(item.update.host)
+        batch.append(item)
+    if batch:
+        with transaction.atomic():
+            locked = _locked_hosts(batch)
+            admitted = [item for item in batch if item.host is not None]
+            outcomes = _apply(admitted, received_at=received_at)
+        applied = {item.index for item, cannot in zip(admitted, outcomes, strict=True) if cannot is None}
+        alone.extend(item.index for item in batch if item.index not in applied)
+        for index in sorted(applied):
+            done(index)
+        logger.debug("applied %d snapshot updates of %d together (%d hosts locked)", len(applied),
+                     len(messages), locked)
+    for index in sorted(alone):
         try:
-            receive_snapshot_update(message, received_at=received_at)
+            receive_snapshot_update(messages[index], received_at=received_at)
         except UpdateRefused as refused:
             logger.warning("refused a snapshot update from %s: %s", refused.host_name or "an unknown host",
                            refused)
         done(index)
+
+
+class _Update:
+    """One update to apply: decoded, its host's row once locked (``_locked_hosts``; None: not one an
+    update of this key may be applied to without ``trust.admit``)."""
+
+    __slots__ = ("host", "index", "opened", "taken_at", "update")
+
+    def __init__(self, update: SnapshotUpdate, opened: Opened, host: Host | None, taken_at: datetime,
+                 index: int = 0) -> None:
+        self.update, self.opened, self.host, self.taken_at, self.index = update, opened, host, taken_at, index
+
+
+def _opened_update(message: Any, index: int, *, received_at: datetime) -> _Update | None:
+    """The message opened and decoded, or None when it fails a check made before the database (the
+    message then goes alone, which records why)."""
+    try:
+        opened = open_envelope(message, MessageKind.SNAPSHOT_UPDATE, max_text_chars=update_max_bytes())
+        update, taken_at = _decoded(opened, received_at=received_at)
+    except (BadMessage, BadUpdate):
+        return None
+    return _Update(update, opened, None, taken_at, index)
+
+
+def _decoded(opened: Opened, *, received_at: datetime) -> tuple[SnapshotUpdate, datetime]:
+    """The update a signed text is, and its moment (never after ``received_at``); ``BadUpdate``."""
+    update = decode_update(opened.text)
+    if not HOST_NAME_PATTERN.fullmatch(update.host):
+        raise BadUpdate(f"host name {update.host[:80]!r} is not a host name")
+    taken_at = parse_taken_at(update.taken_at)
+    if taken_at > received_at + MAX_CLOCK_AHEAD:
+        raise BadUpdate(f"taken_at {update.taken_at} is more than {MAX_CLOCK_AHEAD} ahead of central")
+    return update, min(taken_at, received_at)
+
+
+def _locked_hosts(batch: list[_Update]) -> int:
+    """Lock the batch's hosts' rows, in id order, and give each item its host when that host's accepted
+    key signed it (anything else, ``trust.admit``'s business, goes alone); how many were locked."""
+    by_name = {item.update.host: item for item in batch}
+    rows = _LOCK_HOSTS.rows(names=sorted(by_name))
+    for row in rows:
+        host = Host.from_db(Host.objects.db, trust.HOST_COLUMNS, row)
+        item = by_name[host.name]
+        if host.key_accepted and host.public_key == item.opened.public_key:
+            item.host = host
+    return len(rows)
 
 
 def ask_for_full_snapshot(host_name: str, *, received_at: datetime) -> bool:
@@ -173,31 +246,81 @@ def ask_for_full_snapshot(host_name: str, *, received_at: datetime) -> bool:
     return bool(asked)
 
 
-def _apply(host: Host, update: SnapshotUpdate, text: str, *, taken_at: datetime,
-           received_at: datetime) -> None:
-    """Apply a decoded update to the host whose row the caller locked; _CannotApply when it does not fit."""
+def _apply(items: list[_Update], *, received_at: datetime) -> list[_CannotApply | None]:
+    """Apply decoded updates, each to its host whose row the caller locked (one item per host); for
+    each, None when applied or the _CannotApply that says why it does not fit (nothing of it written).
+    What they read is read for all of them at once, and what they write written together."""
+    if not items:
+        return []
+    host_ids = [item.host.pk for item in items if item.host is not None]
+    latest, stored_gpus = _read_stored(host_ids)
+    outcomes: list[_CannotApply | None] = []
+    applied: list[tuple[_Update, dict[str, _StoredGpu]]] = []
+    for item in items:
+        assert item.host is not None
+        gpus = {row[1]: _StoredGpu(row) for row in stored_gpus[item.host.pk]}
+        try:
+            _check(item, latest.get(item.host.pk), gpus)
+        except _CannotApply as cannot:
+            outcomes.append(cannot)
+            continue
+        outcomes.append(None)
+        applied.append((item, gpus))
+    if applied:
+        with pipelined():
+            with deferred():
+                for item, gpus in applied:
+                    _write(item, gpus, received_at=received_at)
+                _record_process_memory([item for item, _ in applied])
+                snapshot_updates_storing.send(sender=Host, updates=[
+                    UpdateStoring(item.host, item.update, item.taken_at) for item, _ in applied
+                    if item.host is not None])
+            # What the fleet page reads, after the rows it is computed from are written.
+            summary.refresh_host_summaries([item.host.pk for item, _ in applied if item.host is not None],
+                                           now=received_at)
+    return outcomes
+
+
+def _read_stored(host_ids: list[int]) -> tuple[dict[int, tuple[str, int]], dict[int, list[tuple[Any, ...]]]]:
+    """By host: the stored latest snapshot's base digest and last applied update, and the present
+    GPUs' rows (``_STORED_GPUS``'s, less the host), both in one round trip."""
+    stored_gpus: dict[int, list[tuple[Any, ...]]] = {host_id: [] for host_id in host_ids}
     with pipelined():
-        # Both reads in one round trip (a refused update wastes the second: rare).
-        latest, stored_gpus = _LATEST.start(host=host.pk), _STORED_GPUS.start(host=host.pk)
-        stored, gpu_rows = latest.rows(), stored_gpus.rows()
-    if not stored or stored[0][0] != update.base:
+        latest_rows, gpu_rows = _LATEST.start(hosts=host_ids), _STORED_GPUS.start(hosts=host_ids)
+        latest = {host_id: (base, sequence) for host_id, base, sequence in latest_rows.rows()}
+        for row in gpu_rows.rows():
+            stored_gpus[row[0]].append(row[1:])
+    return latest, stored_gpus
+
+
+def _check(item: _Update, latest: tuple[str, int] | None, gpus: dict[str, _StoredGpu]) -> None:
+    """Raise _CannotApply when the update does not fit its host's stored latest snapshot."""
+    update, host = item.update, item.host
+    assert host is not None
+    if latest is None or latest[0] != update.base:
         raise _CannotApply(f"update of an unknown base {update.base[:20]}... (not the latest full snapshot)",
                            ask_full=True)
-    applied = stored[0][1]
+    applied = latest[1]
     if update.sequence <= applied:
         raise _CannotApply(f"update {update.sequence} of this base is replayed or late (update {applied} is "
                            "applied)", ask_full=False)
-    if host.last_snapshot_taken_at is not None and taken_at <= host.last_snapshot_taken_at:
+    if host.last_snapshot_taken_at is not None and item.taken_at <= host.last_snapshot_taken_at:
         raise _CannotApply(f"update taken at {update.taken_at} is not newer than the latest snapshot",
                            ask_full=False)
     if update.sequence != applied + 1:
         raise _CannotApply(f"updates {applied + 1} to {update.sequence - 1} of this base are missing",
                            ask_full=True)
-    gpus = {row[1]: _StoredGpu(row) for row in gpu_rows}
     unknown = [g.uuid for g in update.gpus if g.uuid not in gpus]
     if unknown:
         raise _CannotApply(f"update names GPU {unknown[0][:40]!r}, which the latest snapshot does not have",
                            ask_full=True)
+
+
+def _write(item: _Update, gpus: dict[str, _StoredGpu], *, received_at: datetime) -> None:
+    """An update that fits: the host's facts and GPU rows, its raw samples where due, the GPUs' idle
+    time and the update beside the document (inside ``deferred()``: written with the batch's)."""
+    host, update, taken_at = item.host, item.update, item.taken_at
+    assert host is not None
     attributed = {g.uuid: g.process_memory_bytes for g in update.gpus}
     # What update_idle_since reads of a snapshot's GPUs.
     idle_input = {"gpus": [{"uuid": g.uuid, "utilization_percent": g.utilization_percent}
@@ -206,27 +329,22 @@ def _apply(host: Host, update: SnapshotUpdate, text: str, *, taken_at: datetime,
     record.decide_host_sample(host, zombies=counts.zombies, uninterruptible=counts.uninterruptible,
                               pids_in_use=update.pids_in_use, pid_max=host.pid_max or 0, taken_at=taken_at)
     record.decide_gpu_samples(((gpus[g.uuid], _gpu_figures(g)) for g in update.gpus), taken_at=taken_at)
-    with pipelined():
-        host.last_seen_at = received_at
-        host.last_snapshot_taken_at = taken_at
-        host.pids_in_use = update.pids_in_use
-        host.process_count = counts.total
-        host.zombie_count = counts.zombies
-        host.last_error, host.last_error_at = "", None
-        _UPDATE_HOST.run(id=host.pk, **{name: getattr(host, name) for name in _HOST_UPDATE_FIELDS})
-        _UPDATE_LATEST.run(host=host.pk, taken_at=taken_at, received_at=received_at,
-                           update_sequence=update.sequence, update=ValidatedJson(text))
-        _GPU_FIGURES_UPSERT.run([
-            (host.pk, g.uuid, gpus[g.uuid].index, gpus[g.uuid].name, True, g.memory_used_bytes,
-             g.process_memory_bytes, g.utilization_percent, received_at, gpus[g.uuid].sampled_at,
-             *(gpus[g.uuid].sampled or ()))
-            for g in update.gpus
-        ], returning=False)
-        record.record_samples(host, gpus.values(), process_count=counts.total, taken_at=taken_at)
-        record.update_idle_since(gpus, idle_input, attributed, taken_at=taken_at)
-        _record_process_memory(host, update, taken_at=taken_at)
-        snapshot_update_storing.send(sender=Host, host=host, update=update, taken_at=taken_at)
-        summary.refresh_host_summary(host.pk, now=received_at)  # what the fleet page reads of it
+    host.last_seen_at = received_at
+    host.last_snapshot_taken_at = taken_at
+    host.pids_in_use = update.pids_in_use
+    host.process_count = counts.total
+    host.zombie_count = counts.zombies
+    host.last_error, host.last_error_at = "", None
+    _UPDATE_HOST.run([(host.pk, *(getattr(host, name) for name in _HOST_UPDATE_FIELDS))])
+    _UPDATE_LATEST.run([(host.pk, taken_at, received_at, update.sequence, ValidatedJson(item.opened.text))])
+    _GPU_FIGURES_UPSERT.run([
+        (host.pk, g.uuid, gpus[g.uuid].index, gpus[g.uuid].name, True, g.memory_used_bytes,
+         g.process_memory_bytes, g.utilization_percent, received_at, gpus[g.uuid].sampled_at,
+         *(gpus[g.uuid].sampled or ()))
+        for g in update.gpus
+    ], returning=False)
+    record.record_samples(host, gpus.values(), process_count=counts.total, taken_at=taken_at)
+    record.update_idle_since(gpus, idle_input, attributed, taken_at=taken_at)
 
 
 class _StoredGpu:
@@ -250,49 +368,49 @@ def _gpu_figures(g: GpuFigures) -> record.Figures:
             health.power_draw_milliwatts, health.power_limit_milliwatts)
 
 
-def _record_process_memory(host: Host, update: SnapshotUpdate, *, taken_at: datetime) -> None:
+def _record_process_memory(items: list[_Update]) -> None:
     """The named processes' memory on their open lives: a point when it moved past the step from the
-    life's last point (as a full snapshot would write it); processes without a life are not history's."""
-    if not update.processes:
+    life's last point (as a full snapshot would write it); processes without a life are not history's.
+    One read for every host's (inside ``deferred()``: the writes go with the batch's)."""
+    wanted: dict[tuple[int, str, int, int], int] = {}
+    for item in items:
+        if item.host is not None and item.update.processes:
+            for p in item.update.processes:
+                key = (item.host.pk, item.host.boot_id, p.pid, p.start_time_ticks)
+                wanted[key] = memory_total_bytes(p.gpu_memory_bytes)
+    if not wanted:
         return
-    wanted = {(p.pid, p.start_time_ticks): memory_total_bytes(p.gpu_memory_bytes) for p in update.processes}
-    pids = sorted({pid for pid, _ in wanted})
+    taken_at = {item.host.pk: item.taken_at for item in items if item.host is not None}
+    host_ids = sorted({key[0] for key in wanted})
+    pids = sorted({key[2] for key in wanted})
     step = settings.GPUADMIN_HISTORY_PROCESS_STEP_BYTES
     points, changed = [], []
     with connection.cursor() as cursor:
-        # Plain SQL, not the ORM: a handful of lives per update, and the ORM's compiling was a fifth
-        # of an update's CPU. Only the model's own table and columns go into the text.
-        cursor.execute(_OPEN_LIVES_SQL.format(pids=", ".join(["%s"] * len(pids))),
-                       [host.pk, host.boot_id, *pids])
-        for pk, pid, start, point, peak, state, last in cursor.fetchall():
-            total = wanted.get((pid, start))
+        # Plain SQL, not the ORM: the ORM's compiling was a fifth of an update's CPU. Only the model's
+        # own table and columns go into the text; the lives of other hosts' pids are passed over below.
+        cursor.execute(_OPEN_LIVES_SQL.format(hosts=", ".join(["%s"] * len(host_ids)),
+                                              pids=", ".join(["%s"] * len(pids))), [*host_ids, *pids])
+        for pk, host_id, boot_id, pid, start, point, peak, state, last in cursor.fetchall():
+            total = wanted.get((host_id, boot_id, pid, start))
             if total is None:
                 continue
             new_point = point
             if point is None or abs(total - point) > step:
-                points.append((pk, taken_at, total, state or "R"))
+                points.append((pk, taken_at[host_id], total, state or "R"))
                 new_point = total
             # An update names what moved since its base, so the same memory again and again until the
             # next full snapshot: a life whose values stay is not rewritten.
             if (total, new_point) != (last, point):
                 changed.append((pk, total, max(peak, total), new_point))
-        if changed:
-            cursor.execute(_LIVES_MEMORY_SQL.format(rows=", ".join(["(%s, %s, %s, %s)"] * len(changed))),
-                           [value for row in changed for value in row])
-    _POINT_INSERT.run(points)
+    _LIVES_MEMORY.run(changed)
+    record.POINT_INSERT.run(points)
 
 
-_LIFE_TABLE = ProcessLife._meta.db_table
 _OPEN_LIVES_SQL = (
-    "SELECT id, pid, start_time_ticks, point_gpu_memory_bytes, peak_gpu_memory_bytes, last_state, "  # noqa: S608
-    "last_gpu_memory_bytes "
-    f"FROM {_LIFE_TABLE} WHERE host_id = %s AND boot_id = %s AND gone_at IS NULL AND pid IN ({{pids}})"
-)
-# One statement for all of them (SQLite 3.33 and PostgreSQL both read UPDATE ... FROM a CTE).
-_LIVES_MEMORY_SQL = (
-    "WITH v(id, memory, peak, point) AS (VALUES {rows}) "  # noqa: S608
-    f"UPDATE {_LIFE_TABLE} SET last_gpu_memory_bytes = v.memory, peak_gpu_memory_bytes = v.peak, "
-    f"point_gpu_memory_bytes = v.point FROM v WHERE {_LIFE_TABLE}.id = v.id"
+    "SELECT id, host_id, boot_id, pid, start_time_ticks, point_gpu_memory_bytes, "  # noqa: S608
+    "peak_gpu_memory_bytes, last_state, last_gpu_memory_bytes "
+    f"FROM {ProcessLife._meta.db_table} "
+    "WHERE gone_at IS NULL AND host_id IN ({hosts}) AND pid IN ({pids})"
 )
 
 

@@ -10,6 +10,9 @@ field). Here the SQL is kept per database and only the values change:
   columns. Every column that cannot be NULL must be given: model defaults are
   Django's, not the table's. On PostgreSQL the rows go as one JSON parameter,
   so the statement's text is the same for any number of rows.
+- ``RowUpdate``: an UPDATE of many rows by key, each with its own values, in one statement.
+- ``deferred()``: the rows of a batch of hosts' deferrable inserts and updates kept and written at
+  the end, one statement each (``updates.receive_snapshot_updates``).
 - ``pipelined()``: on PostgreSQL, statements inside a transaction are sent
   without waiting for each answer, so nothing run inside may depend on a row
   count (``PreparedUpdate.run`` returns none).
@@ -22,6 +25,7 @@ mechanism is worth".
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC
@@ -30,6 +34,7 @@ from typing import Any, NamedTuple, cast
 
 import msgspec
 from django.db import DEFAULT_DB_ALIAS, connections, models, router
+from django.db.models import F
 from django.db.models.expressions import Expression
 from django.db.models.sql.subqueries import UpdateQuery
 
@@ -60,6 +65,40 @@ class Param(Expression):
 
     def resolve_expression(self, *args: Any, **kwargs: Any) -> Param:
         return self
+
+    def bind(self, values: dict[str, Any], connection: Any) -> Any:
+        return self.output_field.get_db_prep_save(values[self.name], connection)
+
+
+class AnyOf(Expression):
+    """A condition for ``filter()``: the model's ``field_name`` is one of the run's ``key`` values, a
+    list of any length in one parameter (PostgreSQL: ``= ANY`` an array; SQLite: ``IN`` its JSON
+    text's elements), so one statement serves any number of hosts. Integers and text only."""
+
+    conditional = True
+
+    def __init__(self, model: type[models.Model], field_name: str, *, key: str) -> None:
+        field = _column(model, field_name)
+        if not isinstance(field, models.IntegerField | models.CharField | models.ForeignKey):
+            raise TypeError(f"AnyOf compares integers and text, not {type(field).__name__}")
+        super().__init__(output_field=models.BooleanField())
+        self.field_name, self.name = field_name, key
+        self.column: Any = None
+
+    def resolve_expression(self, query: Any = None, *args: Any, **kwargs: Any) -> AnyOf:
+        resolved = self.copy()
+        resolved.column = F(self.field_name).resolve_expression(query, *args, **kwargs)
+        return resolved
+
+    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:
+        column, params = compiler.compile(self.column)
+        if connection.vendor == "postgresql":
+            return f"{column} = ANY(%s)", [*params, self]
+        return f"{column} IN (SELECT value FROM json_each(%s))", [*params, self]  # noqa: S608 - a column
+
+    def bind(self, values: dict[str, Any], connection: Any) -> Any:
+        items = list(values[self.name])
+        return items if connection.vendor == "postgresql" else _encode_json(items).decode()
 
 
 class _Compiled(NamedTuple):
@@ -96,8 +135,7 @@ class _Prepared:
         compiled = self._compiled.get(key)
         if compiled is None:
             compiled = self._compiled[key] = self._compile(alias)
-        bound = [p.output_field.get_db_prep_save(values[p.name], connection) if isinstance(p, Param) else p
-                 for p in compiled.params]
+        bound = [p.bind(values, connection) if isinstance(p, Param | AnyOf) else p for p in compiled.params]
         cursor = _cursor(connection, reads_times=compiled.reads_times, binary=self._binary)
         try:
             cursor.execute(compiled.sql, bound)
@@ -193,27 +231,24 @@ class PreparedUpdate(_Prepared):
             pass  # nothing to read: the cursor is closed as Django closes one
 
 
-class RowInsert:
-    """``INSERT INTO <model> (<fields>) VALUES ...``, optionally an upsert on ``conflict`` that sets
-    ``update`` from the new row, returning the ``returning`` fields of each row where the database can.
+class _Rows:
+    """A statement that takes rows of values for ``fields`` of ``model`` (``RowInsert``, ``RowUpdate``):
+    on PostgreSQL the rows go as one JSON parameter, so the statement's text is the same for any
+    number of rows; on SQLite as a VALUES list, in batches under its cap on bound parameters.
 
-    Fields are named as on the model; a foreign key's value is the id.
+    ``deferrable``: inside ``deferred()``, rows given to ``run`` are kept and written at the block's
+    end, with every other run's, by one statement. Only for a statement whose rows are each one
+    host's own (no two runs in a block write the same row) and that nothing in the block reads back.
     """
 
-    def __init__(self, model: type[models.Model], fields: Sequence[str], *, conflict: Sequence[str] = (),
-                 update: Sequence[str] = (), returning: Sequence[str] = ()) -> None:
-        meta = model._meta
+    def __init__(self, model: type[models.Model], fields: Sequence[str], *, deferrable: bool = False) -> None:
         self.model = model
         self.fields = [_column(model, name) for name in fields]
         for field in self.fields:
             if not isinstance(field, _PLAIN_FIELDS):
-                raise TypeError(f"RowInsert cannot pass {field.name} ({type(field).__name__}) as it is")
-        # Django fills model defaults in Python, not in the table: a column left out is NULL.
-        left_out = [f.name for f in meta.concrete_fields
-                    if f not in self.fields and not f.primary_key and not f.null
-                    and f.db_default is models.NOT_PROVIDED]
-        if left_out:
-            raise TypeError(f"RowInsert into {meta.label} must set {', '.join(left_out)} (not nullable)")
+                kind = type(field).__name__
+                raise TypeError(f"{type(self).__name__} cannot pass {field.name} ({kind}) as it is")
+        self.deferrable = deferrable
         self._times = [n for n, field in enumerate(self.fields) if isinstance(field, models.DateTimeField)]
         self._json: dict[int, models.JSONField[Any]] = {
             n: field for n, field in enumerate(self.fields) if isinstance(field, models.JSONField)
@@ -221,44 +256,23 @@ class RowInsert:
         for field in self._json.values():
             if field.encoder is not None:
                 # On PostgreSQL the values go out as msgspec encodes them (_json_rows), not as this does.
-                raise TypeError(f"RowInsert cannot write {field.name} with its own JSON encoder")
+                raise TypeError(f"{type(self).__name__} cannot write {field.name} with its own JSON encoder")
         # A document or ValidatedJson, as the field writes it (its text).
         self._document_texts = [
             (n, field) for n, field in enumerate(self.fields) if isinstance(field, JsonTextField)
         ]
-        self._conflict = [_column(model, name) for name in conflict]
-        self._update = [_column(model, name) for name in update]
-        self._returning = [_column(model, name) for name in returning]
         self._sql: dict[tuple[str, int, bool], str] = {}
 
-    def run(self, rows: Sequence[Sequence[Any]], *, returning: bool = True) -> list[tuple[Any, ...]] | None:
-        """Insert ``rows`` (values in ``fields`` order); the ``returning`` values of each row, in order,
-        or None when the database returns no rows from an insert or nothing was asked. ``returning``
-        False: not this time (every id is known already), so inside ``pipelined()`` nothing waits."""
-        if not rows:
-            return [] if self._returning and returning else None
-        connection = connections[router.db_for_write(self.model)]
-        returns = returning and bool(self._returning) and connection.features.can_return_rows_from_bulk_insert
-        with _cursor(connection) as cursor:
-            if connection.vendor == "postgresql" and len(rows) > 1:
-                cursor.execute(self._statement(connection, 0, returns), [self._json_rows(rows)])
-                return [tuple(r) for r in cursor.fetchall()] if returns else None
-            # SQLite caps the bound parameters of one statement (Django's own bulk_create batches alike).
-            def prepare_json(field: models.JSONField[Any], value: Any) -> Any:
-                return field.get_db_prep_save(value, connection)
+    def _deferred(self, rows: Sequence[Sequence[Any]]) -> bool:
+        """Whether ``rows`` were kept for the end of the enclosing ``deferred()`` block."""
+        kept = _deferred_rows.kept
+        if kept is None or not self.deferrable:
+            return False
+        kept.setdefault(self, []).extend(rows)
+        return True
 
-            most = connection.features.max_query_params or len(rows) * len(self.fields)
-            per_batch = max(1, most // len(self.fields))
-            returned: list[tuple[Any, ...]] = []
-            for start in range(0, len(rows), per_batch):
-                batch = rows[start : start + per_batch]
-                params: list[Any] = []
-                for row in batch:
-                    params.extend(self._adapted(row, connection.ops.adapt_datetimefield_value, prepare_json))
-                cursor.execute(self._statement(connection, len(batch), returns), params)
-                if returns:
-                    returned.extend(tuple(r) for r in cursor.fetchall())
-        return returned if returns else None
+    def _execute(self, rows: Sequence[Sequence[Any]]) -> None:
+        raise NotImplementedError
 
     def _json_rows(self, rows: Sequence[Sequence[Any]]) -> str:
         """PostgreSQL's one parameter: the rows as a JSON array of arrays, encoded by msgspec in one
@@ -268,6 +282,20 @@ class RowInsert:
             rows = [self._with_document_texts(row) for row in rows]
         # Text, not bytes: psycopg would send bytes as bytea.
         return _encode_json(rows).decode()
+
+    def _sqlite_batches(self, connection: Any, rows: Sequence[Sequence[Any]]) -> Iterator[list[Any]]:
+        """``rows`` as bound parameters, in batches under the database's cap on them (Django's own
+        bulk_create batches alike)."""
+        def prepare_json(field: models.JSONField[Any], value: Any) -> Any:
+            return field.get_db_prep_save(value, connection)
+
+        most = connection.features.max_query_params or len(rows) * len(self.fields)
+        per_batch = max(1, most // len(self.fields))
+        for start in range(0, len(rows), per_batch):
+            params: list[Any] = []
+            for row in rows[start : start + per_batch]:
+                params.extend(self._adapted(row, connection.ops.adapt_datetimefield_value, prepare_json))
+            yield params
 
     def _adapted(self, row: Sequence[Any], time: Callable[[Any], Any],
                  document: Callable[[models.JSONField[Any], Any], Any]) -> list[Any]:
@@ -289,13 +317,68 @@ class RowInsert:
             values[n] = text_field.get_prep_value(values[n])
         return values
 
-    def _statement(self, connection: Any, count: int, returns: bool) -> str:
+    def _statement(self, connection: Any, count: int, returns: bool = False) -> str:
         """The statement for ``count`` rows (0: PostgreSQL's one for any number, from JSON)."""
         key = (connection.vendor, count, returns)
         sql = self._sql.get(key)
         if sql is None:
             sql = self._sql[key] = self._write(connection, count, returns)
         return sql
+
+    def _write(self, connection: Any, count: int, returns: bool) -> str:
+        raise NotImplementedError
+
+    def _json_elements(self, connection: Any) -> str:
+        """The select list of PostgreSQL's rows from JSON: each element as its column's type, ``c0``,
+        ``c1``, ... (only the model's own columns' types go into the text)."""
+        return ", ".join(f"{_json_element(f, n, connection)} AS c{n}" for n, f in enumerate(self.fields))
+
+
+class RowInsert(_Rows):
+    """``INSERT INTO <model> (<fields>) VALUES ...``, optionally an upsert on ``conflict`` that sets
+    ``update`` from the new row, returning the ``returning`` fields of each row where the database can.
+
+    Fields are named as on the model; a foreign key's value is the id. Every column that cannot be
+    NULL must be given: model defaults are Django's, not the table's.
+    """
+
+    def __init__(self, model: type[models.Model], fields: Sequence[str], *, conflict: Sequence[str] = (),
+                 update: Sequence[str] = (), returning: Sequence[str] = (), deferrable: bool = False) -> None:
+        super().__init__(model, fields, deferrable=deferrable and not returning)
+        meta = model._meta
+        # Django fills model defaults in Python, not in the table: a column left out is NULL.
+        left_out = [f.name for f in meta.concrete_fields
+                    if f not in self.fields and not f.primary_key and not f.null
+                    and f.db_default is models.NOT_PROVIDED]
+        if left_out:
+            raise TypeError(f"RowInsert into {meta.label} must set {', '.join(left_out)} (not nullable)")
+        self._conflict = [_column(model, name) for name in conflict]
+        self._update = [_column(model, name) for name in update]
+        self._returning = [_column(model, name) for name in returning]
+
+    def run(self, rows: Sequence[Sequence[Any]], *, returning: bool = True) -> list[tuple[Any, ...]] | None:
+        """Insert ``rows`` (values in ``fields`` order); the ``returning`` values of each row, in order,
+        or None when the database returns no rows from an insert or nothing was asked. ``returning``
+        False: not this time (every id is known already), so inside ``pipelined()`` nothing waits."""
+        if not rows:
+            return [] if self._returning and returning else None
+        if self._deferred(rows):
+            return None
+        connection = connections[router.db_for_write(self.model)]
+        returns = returning and bool(self._returning) and connection.features.can_return_rows_from_bulk_insert
+        with _cursor(connection) as cursor:
+            if connection.vendor == "postgresql" and len(rows) > 1:
+                cursor.execute(self._statement(connection, 0, returns), [self._json_rows(rows)])
+                return [tuple(r) for r in cursor.fetchall()] if returns else None
+            returned: list[tuple[Any, ...]] = []
+            for params in self._sqlite_batches(connection, rows):
+                cursor.execute(self._statement(connection, len(params) // len(self.fields), returns), params)
+                if returns:
+                    returned.extend(tuple(r) for r in cursor.fetchall())
+        return returned if returns else None
+
+    def _execute(self, rows: Sequence[Sequence[Any]]) -> None:
+        self.run(rows, returning=False)
 
     def _write(self, connection: Any, count: int, returns: bool) -> str:
         # Only quoted names of the model's own table and columns go into the text; values are bound.
@@ -318,6 +401,71 @@ class RowInsert:
         if returns:
             sql += f" RETURNING {', '.join(name(f.column) for f in self._returning)}"
         return sql
+
+
+class RowUpdate(_Rows):
+    """``UPDATE <model> SET <fields>`` from rows of values, each row's first value the ``key`` of the
+    row it sets (a primary key or a unique column): many rows, each with its own values, in one
+    statement (``UPDATE ... FROM`` the rows: SQLite 3.33 and PostgreSQL). Rows whose key matches
+    nothing set nothing; there is no row count (as ``PreparedUpdate``)."""
+
+    def __init__(self, model: type[models.Model], key: str, fields: Sequence[str], *,
+                 deferrable: bool = False) -> None:
+        super().__init__(model, [key, *fields], deferrable=deferrable)
+
+    def run(self, rows: Sequence[Sequence[Any]]) -> None:
+        """Set each row's ``fields`` (values in ``(key, *fields)`` order)."""
+        if rows and not self._deferred(rows):
+            self._execute(rows)
+
+    def _execute(self, rows: Sequence[Sequence[Any]]) -> None:
+        connection = connections[router.db_for_write(self.model)]
+        with _cursor(connection) as cursor:
+            if connection.vendor == "postgresql":
+                cursor.execute(self._statement(connection, 0), [self._json_rows(rows)])
+                return
+            for params in self._sqlite_batches(connection, rows):
+                cursor.execute(self._statement(connection, len(params) // len(self.fields)), params)
+
+    def _write(self, connection: Any, count: int, returns: bool) -> str:
+        # Only quoted names of the model's own table and columns go into the text; values are bound.
+        name = connection.ops.quote_name
+        table = name(self.model._meta.db_table)
+        sets = ", ".join(f"{name(f.column)} = u.c{n}" for n, f in enumerate(self.fields) if n)
+        where = f"{table}.{name(self.fields[0].column)} = u.c0"
+        if count:
+            row = "(" + ", ".join(["%s"] * len(self.fields)) + ")"
+            names = ", ".join(f"c{n}" for n in range(len(self.fields)))
+            values = ", ".join([row] * count)
+            return f"WITH u({names}) AS (VALUES {values}) UPDATE {table} SET {sets} FROM u WHERE {where}"  # noqa: S608
+        rows = f"SELECT {self._json_elements(connection)} FROM jsonb_array_elements(%s::jsonb) AS r(v)"  # noqa: S608
+        return f"UPDATE {table} SET {sets} FROM ({rows}) AS u WHERE {where}"  # noqa: S608 - own columns
+
+
+class _DeferredRows(threading.local):
+    kept: dict[_Rows, list[Sequence[Any]]] | None = None
+
+
+_deferred_rows = _DeferredRows()
+
+
+@contextmanager
+def deferred() -> Iterator[None]:
+    """Inside, a deferrable ``RowInsert``'s or ``RowUpdate``'s rows are kept (``run`` returns at once,
+    with nothing), and at the end of the block each such statement runs once with every run's rows,
+    in the order the statements were first run: the writes of a batch of hosts, each as it would be
+    written alone, in a handful of statements. Nothing is written when the block raises. Blocks do
+    not nest."""
+    if _deferred_rows.kept is not None:
+        raise RuntimeError("deferred() blocks do not nest")
+    kept: dict[_Rows, list[Sequence[Any]]] = {}
+    _deferred_rows.kept = kept
+    try:
+        yield
+    finally:
+        _deferred_rows.kept = None
+    for statement, rows in kept.items():
+        statement._execute(rows)
 
 
 @contextmanager

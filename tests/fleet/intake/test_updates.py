@@ -27,7 +27,7 @@ from gpuadmin.fleet.models import (
     ProcessPoint,
     SnapshotRejection,
 )
-from gpuadmin.fleet.signals import snapshot_update_storing
+from gpuadmin.fleet.signals import snapshot_updates_storing
 from gpuadmin.wire.signing import MessageKind, canonical_json, generate_private_key, seal, seal_text
 from gpuadmin.wire.snapshot_update import build_update, overlay
 from gpuadmin.wire.task_names import PROBE_HOST
@@ -347,20 +347,21 @@ def test_an_update_naming_a_gpu_the_base_lacks_asks_for_a_full_snapshot(agent: A
 
 
 def test_an_applied_update_is_signalled_inside_its_transaction(agent: Agent) -> None:
-    """``fleet.signals.snapshot_update_storing``: what the usage ledger must follow between full snapshots."""
+    """``fleet.signals.snapshot_updates_storing``: what the usage ledger must follow between full snapshots."""
     heard: list[dict[str, Any]] = []
 
     def receiver(sender: Any, **kwargs: Any) -> None:
         heard.append(kwargs)
 
-    snapshot_update_storing.connect(receiver)
+    snapshot_updates_storing.connect(receiver)
     try:
         agent.send(document(10, big=20 * GiB))
         with pytest.raises(UpdateRefused):  # refused: not heard
             receive_snapshot_update(agent.probe(document(20)).message, received_at=at(5))
     finally:
-        snapshot_update_storing.disconnect(receiver)
+        snapshot_updates_storing.disconnect(receiver)
 
     [kwargs] = heard
-    assert kwargs["host"].name == HOST and kwargs["taken_at"] == at(10)
-    assert [(p.pid, p.gpu_memory_bytes) for p in kwargs["update"].processes] == [(101, {G0: 20 * GiB})]
+    [(host, update, taken_at)] = kwargs["updates"]
+    assert host.name == HOST and taken_at == at(10)
+    assert [(p.pid, p.gpu_memory_bytes) for p in update.processes] == [(101, {G0: 20 * GiB})]
