@@ -108,7 +108,7 @@ ENGINE_PATHS = (
     "fleet/findings/test_sync.py",
     "fleet/history/test_record.py", "fleet/history/test_retention.py", "fleet/history/test_series.py",
     "fleet/intake/test_ingest.py", "fleet/intake/test_ingest_writes.py", "fleet/intake/test_trust.py",
-    "fleet/intake/test_updates.py",
+    "fleet/intake/test_updates.py", "fleet/intake/test_updates_in_batches.py",
     "fleet/storage/test_json_text.py", "fleet/storage/test_statements.py",
     "fleet/test_latest_document_migration.py", "fleet/test_process_life_fillfactor_migration.py",
     "fleet/test_querysets.py",

@@ -13,7 +13,16 @@ from django.test.utils import CaptureQueriesContext
 
 from gpuadmin.fleet.models import Finding, Gpu, GpuSample, Host, HostRollup, LatestSnapshot, ProcessLife
 from gpuadmin.fleet.storage.json_text import ValidatedJson
-from gpuadmin.fleet.storage.statements import Param, PreparedQuery, PreparedUpdate, RowInsert, pipelined
+from gpuadmin.fleet.storage.statements import (
+    AnyOf,
+    Param,
+    PreparedQuery,
+    PreparedUpdate,
+    RowInsert,
+    RowUpdate,
+    deferred,
+    pipelined,
+)
 from tests.fleet.helpers import at, counted_round_trips
 
 pytestmark = pytest.mark.django_db
@@ -379,3 +388,55 @@ def test_reads_started_inside_a_pipeline_come_back_in_one_round_trip() -> None:
             started_rows = [p.rows() for p in pending]
     assert started_rows == read and len(read[0]) == 1
     assert (one_by_one, started) == ([3], [1])
+
+
+LATEST_UPDATE = RowUpdate(LatestSnapshot, "host", ["taken_at", "update_sequence", "update"], deferrable=True)
+HOST_PIDS = RowUpdate(Host, "id", ["pids_in_use"])  # not deferrable
+HOSTS_NAMED = PreparedQuery(Host.objects.filter(AnyOf(Host, "name", key="names")).order_by("pk")
+                            .values_list("name"))
+
+
+def test_a_row_update_sets_each_row_its_own_values_times_and_documents_included() -> None:
+    hosts = [Host.objects.create(name=f"gpu{n:02}", first_seen_at=at(0)) for n in range(3)]
+    for host in hosts:
+        LatestSnapshot.objects.create(host=host, taken_at=at(0), received_at=at(0), document={"n": 0})
+    LATEST_UPDATE.run([(hosts[0].pk, at(10), 1, ValidatedJson('{"a":1}')),
+                       (hosts[2].pk, at(20), 7, None),
+                       (10**9, at(30), 9, None)])  # no such host: sets nothing
+    stored = {latest.host.name: (latest.taken_at, latest.update_sequence, latest.update)
+              for latest in LatestSnapshot.objects.select_related("host")}
+    assert stored == {"gpu00": (at(10), 1, {"a": 1}), "gpu01": (at(0), 0, None), "gpu02": (at(20), 7, None)}
+    assert LatestSnapshot.objects.filter(taken_at=at(20)).count() == 1  # stored in the form the ORM queries
+
+
+def test_any_of_takes_a_list_of_any_length_in_one_statement() -> None:
+    for name in ("gpu01", "gpu02", "gpu03"):
+        Host.objects.create(name=name, first_seen_at=at(0))
+    with CaptureQueriesContext(connection) as queries:
+        assert HOSTS_NAMED.rows(names=["gpu03", "gpu01", "nope"]) == [("gpu01",), ("gpu03",)]
+        assert HOSTS_NAMED.rows(names=["gpu02"]) == [("gpu02",)]
+        assert HOSTS_NAMED.rows(names=[]) == []
+    assert len({query["sql"].split(" WHERE ")[0] for query in queries}) == 1
+    assert all("gpu0" not in query["sql"].split(" WHERE ")[1].split("(")[0] for query in queries)
+
+
+def test_deferred_rows_are_written_by_one_statement_each_at_the_end_and_not_at_all_on_an_error() -> None:
+    hosts = [Host.objects.create(name=f"gpu{n:02}", first_seen_at=at(0)) for n in range(2)]
+    for host in hosts:
+        LatestSnapshot.objects.create(host=host, taken_at=at(0), received_at=at(0), document={"n": 0})
+    with CaptureQueriesContext(connection) as queries, deferred():
+        for n, host in enumerate(hosts):
+            LATEST_UPDATE.run([(host.pk, at(10 + n), n + 1, None)])
+            HOST_PIDS.run([(host.pk, 100 + n)])  # not deferrable: at once
+        assert LatestSnapshot.objects.filter(update_sequence__gt=0).count() == 0  # not yet
+        assert sorted(Host.objects.values_list("pids_in_use", flat=True)) == [100, 101]
+    assert sorted(LatestSnapshot.objects.values_list("update_sequence", flat=True)) == [1, 2]
+    assert len([q for q in queries if 'UPDATE "fleet_latestsnapshot"' in q["sql"]]) == 1
+    with pytest.raises(RuntimeError, match="nest"), deferred(), deferred():
+        pass
+    with pytest.raises(ZeroDivisionError), deferred():
+        LATEST_UPDATE.run([(hosts[0].pk, at(50), 9, None)])
+        _ = 1 / 0
+    assert not LatestSnapshot.objects.filter(update_sequence=9).exists()
+    LATEST_UPDATE.run([(hosts[0].pk, at(60), 3, None)])  # outside a block: at once
+    assert LatestSnapshot.objects.filter(update_sequence=3).exists()

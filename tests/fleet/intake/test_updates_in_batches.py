@@ -1,0 +1,168 @@
+"""Snapshot updates applied a batch at a time (``updates.receive_snapshot_updates``): the same rows as
+one by one, in a handful of statements, and every message not of the common case sent alone, in order."""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import DatabaseError, connection, transaction
+from django.test.utils import CaptureQueriesContext
+
+from gpuadmin.agent.snapshot_choice import Limits, choose
+from gpuadmin.fleet import synthetic
+from gpuadmin.fleet.intake import updates
+from gpuadmin.fleet.intake.ingest import receive_snapshot
+from gpuadmin.fleet.intake.updates import receive_snapshot_update, receive_snapshot_updates
+from gpuadmin.fleet.models import (
+    Gpu,
+    GpuSample,
+    Host,
+    HostSample,
+    HostSummary,
+    LatestSnapshot,
+    ProcessLife,
+    ProcessPoint,
+    SnapshotRejection,
+)
+from gpuadmin.usage.models import LifeUsage, UsageCursor, UsageDay
+from gpuadmin.wire.signing import MessageKind, generate_private_key, seal_text
+from tests.fleet.helpers import T0
+
+pytestmark = pytest.mark.django_db
+
+HOSTS = 6
+LIMITS = Limits(full_every_seconds=300, snapshot_max_bytes=8 * 2**20, update_max_bytes=256 * 1024,
+                step_bytes=64 * 2**20)
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> list[synthetic.DemoHost]:
+    """Synthetic hosts (busy GPUs, memory moving, zombies on some), enrolled with a full snapshot."""
+    hosts = synthetic.demo_hosts(tmp_path, HOSTS, gpus=4, processes=40)
+    for host in hosts:
+        assert synthetic.send(host, 0, taken_at=at(0))
+    return hosts
+
+
+def rounds(hosts: list[synthetic.DemoHost], state_dir: Path, first: int, count: int) -> list[dict[str, Any]]:
+    """The messages of ``count`` rounds from ``first``, each host's agent choosing; updates only."""
+    messages = []
+    for number in range(first, first + count):
+        for host in hosts:
+            taken_at = at(10 * number)
+            choice = choose(host.document(number, taken_at=taken_at), host.key,
+                            state_path=state_dir / f"{host.name}.json", now=taken_at.timestamp(),
+                            limits=LIMITS, full_requested=number == 1)
+            if number == 1:
+                # The first round: full snapshots, so every later message is an update of its base.
+                assert receive_snapshot(choice.message, received_at=taken_at) is not None
+                continue
+            assert choice.kind is MessageKind.SNAPSHOT_UPDATE
+            messages.append(choice.message)
+    return messages
+
+
+def stored() -> dict[str, Any]:
+    """Everything an update may write, without ids a rollback does not give back."""
+    def rows(queryset: Any, *fields: str) -> list[tuple[Any, ...]]:
+        return sorted(queryset.values_list(*fields), key=repr)
+
+    return {
+        "hosts": rows(Host.objects, "name", "last_seen_at", "last_snapshot_taken_at", "pids_in_use",
+                      "process_count", "zombie_count", "last_error", "sampled_at", "sampled_zombie_count",
+                      "sampled_pids_in_use"),
+        "latest": rows(LatestSnapshot.objects, "host__name", "taken_at", "received_at", "update_sequence",
+                       "update"),
+        "gpus": rows(Gpu.objects, "host__name", "uuid", "memory_used_bytes", "memory_attributed_bytes",
+                     "utilization_percent", "idle_since", "updated_at", "sampled_at",
+                     "sampled_memory_used_bytes", "sampled_utilization_percent"),
+        "gpu_samples": rows(GpuSample.objects, "gpu__uuid", "taken_at", "memory_used_bytes",
+                            "utilization_percent"),
+        "host_samples": rows(HostSample.objects, "host__name", "taken_at", "pids_in_use", "zombie_count"),
+        "lives": rows(ProcessLife.objects, "host__name", "pid", "last_gpu_memory_bytes",
+                      "peak_gpu_memory_bytes", "point_gpu_memory_bytes"),
+        "points": rows(ProcessPoint.objects, "life__host__name", "life__pid", "taken_at", "gpu_memory_bytes"),
+        "cursors": rows(UsageCursor.objects, "host__name", "taken_at", "clock_milliseconds", "devices",
+                        "holder_bytes", "holders", "pending"),
+        "usage": rows(UsageDay.objects, *[f.attname for f in UsageDay._meta.concrete_fields
+                                          if not f.primary_key])
+        + rows(LifeUsage.objects, *[f.attname for f in LifeUsage._meta.concrete_fields
+                                    if not f.primary_key and f.attname != "life_id"]),
+        "summaries": rows(HostSummary.objects, *[f.attname for f in HostSummary._meta.concrete_fields]),
+        "refusals": rows(SnapshotRejection.objects, "host_name", "error"),
+    }
+
+
+def apply_one_by_one(messages: list[dict[str, Any]], received_at: datetime) -> None:
+    for message in messages:
+        with contextlib.suppress(updates.UpdateRefused):
+            receive_snapshot_update(message, received_at=received_at)
+
+
+def test_a_batch_stores_what_the_same_updates_one_by_one_store(
+    fleet: list[synthetic.DemoHost], tmp_path: Path,
+) -> None:
+    messages = rounds(fleet, tmp_path, 1, 4)  # round 1 full, then 3 rounds of updates
+    assert len(messages) == 3 * HOSTS
+    received_at = at(60)
+    with transaction.atomic():
+        alone = transaction.savepoint()
+        apply_one_by_one(messages, received_at)
+        one_by_one = stored()
+        transaction.savepoint_rollback(alone)
+    before = stored()
+    done: list[int] = []
+    with CaptureQueriesContext(connection) as queries:
+        for start in range(0, len(messages), HOSTS):  # a round a batch: one update per host
+            receive_snapshot_updates(messages[start : start + HOSTS], received_at=received_at,
+                                     done=lambda i, start=start: done.append(start + i))
+    assert sorted(done) == list(range(len(messages)))
+    assert stored() == one_by_one != before
+    assert one_by_one["points"] and one_by_one["gpu_samples"] != before["gpu_samples"]
+    # Three batches of six hosts: a handful of statements each, whatever the number of hosts.
+    assert len(queries) <= 3 * 16
+
+
+def test_bad_and_unfit_messages_go_alone_in_order_and_the_rest_are_applied_together(
+    fleet: list[synthetic.DemoHost], tmp_path: Path,
+) -> None:
+    first, second = rounds(fleet, tmp_path, 1, 2), rounds(fleet, tmp_path, 3, 1)
+    forged = seal_text(first[0]["text"], MessageKind.SNAPSHOT_UPDATE, generate_private_key())
+    # Host 1's second update ahead of its first (a gap: refused alone, a full snapshot asked for), host 2's
+    # second after its first in the same batch (applied alone, after the batch), a forged one, the rest.
+    batch = [second[1], first[0], forged, first[2], second[2], *first[3:]]
+    done: list[int] = []
+    receive_snapshot_updates(batch, done=done.append, received_at=at(40))
+    assert sorted(done) == list(range(len(batch)))
+    sequences = dict(LatestSnapshot.objects.values_list("host__name", "update_sequence"))
+    assert sequences[fleet[2].name] == 2  # both of host 2's, the second alone after the batch's
+    assert sequences[fleet[0].name] == 1 and all(sequences[h.name] == 1 for h in fleet[3:])
+    assert sequences[fleet[1].name] == 0  # its only update is the second: a gap
+    errors = list(SnapshotRejection.objects.order_by("pk").values_list("host_name", "error"))
+    assert [name for name, _ in errors] == [fleet[1].name, fleet[0].name]
+    assert "missing" in errors[0][1] and "not by this host's accepted key" in errors[1][1]
+
+
+def test_a_database_error_applies_none_of_the_batch_and_says_none_is_done(
+    fleet: list[synthetic.DemoHost], tmp_path: Path,
+) -> None:
+    messages = rounds(fleet, tmp_path, 1, 2)
+    before = stored()
+    table = connection.ops.quote_name(HostSummary._meta.db_table)
+    with connection.cursor() as cursor:
+        # A real error from the database, at the batch's last statements (the summaries).
+        cursor.execute(f"ALTER TABLE {table} RENAME TO gone")
+    done: list[int] = []
+    with pytest.raises(DatabaseError):
+        receive_snapshot_updates(messages, done=done.append, received_at=at(30))
+    with connection.cursor() as cursor:
+        cursor.execute(f"ALTER TABLE gone RENAME TO {table}")
+    assert done == [] and stored() == before
