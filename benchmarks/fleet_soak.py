@@ -454,11 +454,13 @@ class Soak:
         return totals(self.counters)
 
     def queued(self) -> int:
-        """Messages not yet taken by the worker: in the queue, or reserved and not yet acknowledged (the
-        worker acknowledges a task as it starts it)."""
-        from gpuadmin.celery import CENTRAL_QUEUE
+        """Messages not yet taken by the worker: in the queues (snapshot updates have their own), or
+        reserved and not yet acknowledged (the worker acknowledges a task as it starts it, a snapshot
+        update once applied)."""
+        from gpuadmin.celery import CENTRAL_QUEUE, CENTRAL_UPDATES_QUEUE
 
-        return int(self.broker.llen(CENTRAL_QUEUE)) + int(self.broker.hlen("unacked"))
+        return (int(self.broker.llen(CENTRAL_QUEUE)) + int(self.broker.llen(CENTRAL_UPDATES_QUEUE))
+                + int(self.broker.hlen("unacked")))
 
     def stored(self) -> int:
         """Messages stored so far, full snapshots and applied updates: each writes its host's latest row

@@ -1,8 +1,9 @@
 """The Celery app, built from Django settings (CELERY_ namespace).
 
-Queues: ``central`` (ingest, kill progress, sweeps; needs the database) and
-``host.<name>`` (one per GPU host; its agent probes and signals and needs only
-the broker). This module owns the queues, the routes and the beat schedule;
+Queues: ``central`` (ingest, kill progress, sweeps; needs the database),
+``central.updates`` (snapshot updates, taken in batches by the workers that consume ``central``:
+``gpuadmin.fleet.update_batches``) and ``host.<name>`` (one per GPU host; its agent probes and
+signals and needs only the broker). This module owns the queues, the routes and the beat schedule;
 the tasks' names live beside it in ``gpuadmin.wire.task_names`` (no Django there).
 """
 
@@ -24,6 +25,9 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuadmin.settings")
 logger = logging.getLogger(__name__)
 
 CENTRAL_QUEUE = "central"
+# Snapshot updates, the bulk of the traffic (one per host every probe interval): a queue of their own,
+# which central's workers drain in batches, one transaction each, without a Celery task per message.
+CENTRAL_UPDATES_QUEUE = "central.updates"
 KILL_SWEEP_PERIOD_SECONDS = 5.0
 # History rollups are 5-minute buckets: rolling up at the same pace keeps charts current.
 HISTORY_MAINTENANCE_PERIOD_SECONDS = 300.0
@@ -111,7 +115,10 @@ def route_task(name: str, args: object, kwargs: object, options: dict, task: obj
     Agent tasks have no default on purpose: one sent without its host's queue
     would land in `central`, and the central worker would probe or signal its
     own box instead of the host meant. Refuse it at the sender.
+    Snapshot updates go to their own queue (``CENTRAL_UPDATES_QUEUE``), whoever sends them.
     """
+    if name == task_names.INGEST_SNAPSHOT_UPDATE:
+        return {"queue": CENTRAL_UPDATES_QUEUE}
     if name.startswith(task_names.CENTRAL_PREFIXES):
         return {"queue": CENTRAL_QUEUE}
     if name.startswith(task_names.AGENT_PREFIX) and not options.get("queue"):
@@ -125,6 +132,7 @@ app = Celery(
     # which registers the host side's tasks on this same app.
     include=[
         "gpuadmin.fleet.tasks",  # central: ingest_snapshot, schedule_probes, maintain_history
+        "gpuadmin.fleet.update_batches",  # central: the consumer of central.updates (a bootstep)
         "gpuadmin.kills.tasks",  # central: record_kill_progress, sweep
         "gpuadmin.notify.tasks",  # central: kill_event, deliver, warn_expiring
         "gpuadmin.audit.tasks",  # central: anchor

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.conf import settings
 
-from gpuadmin.celery import CENTRAL_QUEUE, app, host_queue
+from gpuadmin.celery import CENTRAL_QUEUE, CENTRAL_UPDATES_QUEUE, app, host_queue
 from gpuadmin.wire.task_names import INGEST_SNAPSHOT, INGEST_SNAPSHOT_UPDATE, PROBE_HOST
 
 
@@ -47,6 +47,7 @@ def send_snapshot(message: dict[str, Any]) -> None:
 
 
 def send_snapshot_update(message: dict[str, Any]) -> None:
-    """Send a signed snapshot update (what moved since the last snapshot) to central."""
-    app.send_task(INGEST_SNAPSHOT_UPDATE, args=[message], queue=CENTRAL_QUEUE,
+    """Send a signed snapshot update (what moved since the last snapshot) to central, in the queue that
+    central's workers take in batches (``gpuadmin.fleet.update_batches``)."""
+    app.send_task(INGEST_SNAPSHOT_UPDATE, args=[message], queue=CENTRAL_UPDATES_QUEUE,
                   expires=snapshot_expiry_seconds())

@@ -314,9 +314,10 @@ LOGGING = {
         # Celery says "received" and "succeeded" at INFO for every task: at fleet rate two lines per
         # snapshot, hundreds a second into the journal, which buries what matters and costs the
         # worker CPU it needs for ingest. Failures stay (ERROR), retries are logged as WARNING
-        # (gpuadmin/celery.py); GPUADMIN_TASK_LOG_LEVEL=INFO shows every task again.
+        # (gpuadmin/celery.py); GPUADMIN_TASK_LOG_LEVEL=INFO shows every task again, and every batch
+        # of snapshot updates (gpuadmin/fleet/update_batches.py).
         **{name: {"level": env_str("GPUADMIN_TASK_LOG_LEVEL", "WARNING")}
-           for name in ("celery.worker.strategy", "celery.app.trace")},
+           for name in ("celery.worker.strategy", "celery.app.trace", "gpuadmin.fleet.update_batches")},
         # Every signed head of the audit chain reaches the journal whatever GPUADMIN_LOG_LEVEL says.
         "gpuadmin.audit.anchors": {"level": "INFO"},
     },

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from gpuadmin.celery import CENTRAL_QUEUE, UnroutedAgentTask, app, beat_schedule, host_queue
+from gpuadmin.celery import (
+    CENTRAL_QUEUE,
+    CENTRAL_UPDATES_QUEUE,
+    UnroutedAgentTask,
+    app,
+    beat_schedule,
+    host_queue,
+)
 from gpuadmin.wire import task_names
 
 
@@ -39,6 +46,11 @@ def test_probes_are_scheduled_every_probe_interval() -> None:
 def test_central_tasks_go_to_the_central_queue_unless_told_otherwise(task_name: str) -> None:
     assert queue_of(task_name) == CENTRAL_QUEUE
     assert queue_of(task_name, queue="elsewhere") == "elsewhere"
+
+
+def test_snapshot_updates_go_to_their_own_queue_whoever_sends_them() -> None:
+    # Taken in batches there by central's workers (gpuadmin/fleet/update_batches.py).
+    assert queue_of("gpuadmin.fleet.ingest_snapshot_update") == CENTRAL_UPDATES_QUEUE == "central.updates"
 
 
 @pytest.mark.parametrize("task_name", ["gpuadmin.agent.probe_host", "gpuadmin.agent.execute_kill_order"])

@@ -30,6 +30,9 @@ from gpuadmin.wire.task_names import (
 logger = logging.getLogger(__name__)
 
 INGEST_MAX_RETRIES = 8
+# The first pause after a DatabaseError; each next one twice the last, up to the max. Snapshot updates
+# taken in batches (update_batches) wait the same.
+INGEST_RETRY_BACKOFF_SECONDS = 2
 INGEST_RETRY_BACKOFF_MAX_SECONDS = 300
 
 
@@ -37,7 +40,7 @@ INGEST_RETRY_BACKOFF_MAX_SECONDS = 300
 # for, with growing pauses. For snapshots and snapshot updates alike.
 _INGEST_RETRY: dict[str, Any] = {
     "autoretry_for": (DatabaseError,),
-    "retry_backoff": 2,
+    "retry_backoff": INGEST_RETRY_BACKOFF_SECONDS,
     "retry_backoff_max": INGEST_RETRY_BACKOFF_MAX_SECONDS,
     "retry_jitter": True,
     "max_retries": INGEST_MAX_RETRIES,
@@ -56,6 +59,8 @@ def ingest_snapshot_task(self: Task, message: Any) -> str | None:
     return host.name if host is not None else None
 
 
+# Snapshot updates are sent to central.updates and taken in batches there (update_batches); this task
+# applies those that reach `central` by name: sent by an older agent, or queued before an upgrade.
 @app.task(name=INGEST_SNAPSHOT_UPDATE, queue=CENTRAL_QUEUE, bind=True, **_INGEST_RETRY)
 def ingest_snapshot_update_task(self: Task, message: Any) -> str | None:
     """Apply one signed snapshot update sent by an agent; return its host name (None when not applied:

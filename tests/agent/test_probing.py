@@ -22,7 +22,7 @@ from kombu import Message
 
 from gpuadmin import sending
 from gpuadmin.agent import probing
-from gpuadmin.celery import CENTRAL_QUEUE, app, host_queue
+from gpuadmin.celery import CENTRAL_QUEUE, CENTRAL_UPDATES_QUEUE, app, host_queue
 from gpuadmin.data_dir import AGENT_SIGNING_KEY
 from gpuadmin.probe.budget import CMDLINE_TIGHT_MAX_BYTES, escaped_size, fit_snapshot
 from gpuadmin.wire.signing import MessageKind, canonical_json, fingerprint, load_private_key, open_envelope
@@ -171,14 +171,17 @@ def test_the_next_probe_sends_an_update_and_a_probe_asking_for_full_sends_a_snap
     settings.GPUADMIN_HISTORY_PROCESS_STEP_BYTES = 2**40  # nothing of this test process moves past it
     drain(CENTRAL_QUEUE)
 
-    def probe(**kwargs: Any) -> str:
-        probing.probe_host.apply(kwargs=kwargs).get()
-        [task] = [m.headers["task"] for m in drain(CENTRAL_QUEUE)
-                  if m.headers["task"] in (INGEST_SNAPSHOT, INGEST_SNAPSHOT_UPDATE)]
-        return task
+    drain(CENTRAL_UPDATES_QUEUE)
 
-    assert probe() == INGEST_SNAPSHOT
+    def probe(**kwargs: Any) -> tuple[str, str]:
+        """The queue and task of what the probe sent; updates go to a queue of their own."""
+        probing.probe_host.apply(kwargs=kwargs).get()
+        [sent] = [(queue, m.headers["task"]) for queue in (CENTRAL_QUEUE, CENTRAL_UPDATES_QUEUE)
+                  for m in drain(queue) if m.headers["task"] in (INGEST_SNAPSHOT, INGEST_SNAPSHOT_UPDATE)]
+        return sent
+
+    assert probe() == (CENTRAL_QUEUE, INGEST_SNAPSHOT)
     # This machine's process table is shared: a zombie of someone else's comes or goes, and that is a
     # full snapshot, as it should be. A few probes in a row, one of them finds it steady.
-    assert INGEST_SNAPSHOT_UPDATE in [probe() for _ in range(5)]
-    assert probe(full=True) == INGEST_SNAPSHOT
+    assert (CENTRAL_UPDATES_QUEUE, INGEST_SNAPSHOT_UPDATE) in [probe() for _ in range(5)]
+    assert probe(full=True) == (CENTRAL_QUEUE, INGEST_SNAPSHOT)

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -137,3 +138,27 @@ def counted_round_trips() -> Iterator[list[int]]:
             trace.seek(0)
             senders = [line.split("\t", 1)[0] for line in trace.read().decode(errors="replace").splitlines()]
             counted.append(sum(1 for turn in pairwise(senders) if turn == ("F", "B")))
+
+
+# --- snapshot updates (test_update_batches.py, tests/integration/test_update_batches.py) --------
+
+def stored_with_updates(host_name: str, state_path: Path, *, taken_at: datetime,
+                        count: int = 1) -> list[dict[str, Any]]:
+    """``host_name``'s full snapshot taken at ``taken_at`` stored through ingest (its key accepted), and
+    the ``count`` signed updates its agent sends next, 10 s apart (gpuadmin/agent/snapshot_choice.py),
+    none applied yet."""
+    from gpuadmin.agent.snapshot_choice import Limits, choose
+    from gpuadmin.fleet.intake.ingest import receive_snapshot
+    from gpuadmin.wire.signing import MessageKind
+    from tests.keys import accept, host_key
+
+    limits = Limits(full_every_seconds=300, snapshot_max_bytes=8 * 2**20, update_max_bytes=256 * 1024,
+                    step_bytes=64 * 2**20)
+    accept(host_name)
+    choices = [choose(snapshot(host_name, taken_at=taken_at + timedelta(seconds=10 * n)), host_key(host_name),
+                      state_path=state_path, now=taken_at.timestamp() + 10 * n, limits=limits)
+               for n in range(count + 1)]
+    kinds = [c.kind for c in choices]
+    assert kinds == [MessageKind.SNAPSHOT] + [MessageKind.SNAPSHOT_UPDATE] * count, kinds
+    receive_snapshot(choices[0].message, received_at=taken_at + timedelta(seconds=0.5))
+    return [c.message for c in choices[1:]]

@@ -15,6 +15,7 @@ import json
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -49,6 +50,21 @@ ENQUEUE_AFTER_RESTART = textwrap.dedent("""
     from tests.keys import signed_snapshot
     app.send_task(INGEST_SNAPSHOT, args=[signed_snapshot(snapshot(host="after-restart-host"))])
 """)
+# A host enrolled with a stored snapshot (in the run's database), and its agent's next message, a snapshot
+# update, sent as agents send it: to central.updates, which the run's one worker takes too.
+ENQUEUE_UPDATE = textwrap.dedent("""
+    import tempfile
+    from datetime import datetime, timedelta, timezone
+    from pathlib import Path
+    import django
+    django.setup()
+    from gpuadmin.sending import send_snapshot_update
+    from tests.fleet.helpers import stored_with_updates
+    state_path = Path(tempfile.mkdtemp()) / "agent-state.json"
+    taken_at = datetime.now(timezone.utc) - timedelta(minutes=1)
+    [update] = stored_with_updates("update-host", state_path, taken_at=taken_at)
+    send_snapshot_update(update)
+""")
 WORKER = "worker (celery, with scheduler)"
 
 
@@ -62,6 +78,22 @@ def wait_for_hosts(env: dict[str, str], names: set[str], timeout_seconds: float,
             return hosts
         time.sleep(0.2)
     raise AssertionError(f"hosts {sorted(names)} not stored within {timeout_seconds} s:\n{run.output}")
+
+
+def update_sequence_in(env: dict[str, str], host_name: str) -> int:
+    """The last snapshot update applied to the host's latest snapshot, read from the run's database."""
+    query = ("SELECT s.update_sequence FROM fleet_latestsnapshot s JOIN fleet_host h ON s.host_id = h.id "
+             "WHERE h.name = %s")
+    if env.get("DATABASE_URL"):
+        import psycopg
+
+        with psycopg.connect(env["DATABASE_URL"]) as connection:
+            [(sequence,)] = connection.execute(query, (host_name,)).fetchall()
+        return int(sequence)
+    database = Path(env["GPUADMIN_DATA_DIR"]) / "gpuadmin.sqlite3"
+    with sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=5) as connection:
+        [(sequence,)] = connection.execute(query.replace("%s", "?"), (host_name,)).fetchall()
+    return int(sequence)
 
 
 def http_get(url: str) -> tuple[int, bytes]:
@@ -114,6 +146,7 @@ def test_make_run_serves_probes_and_leaves_nothing_behind_on_ctrl_c(
         "GPUADMIN_ADMIN_USER": "boss",
         "GPUADMIN_ADMIN_PASSWORD": "correct horse battery",
         "GPUADMIN_STATIC_HASHED": "1",  # as `make run` has it: collectstatic's hashed, compressed files
+        "GPUADMIN_TASK_LOG_LEVEL": "INFO",  # a line for each batch of snapshot updates
         **backends,
     })
     # Queued before anything runs, in the run's own filesystem broker: that needs the data
@@ -163,6 +196,10 @@ def test_make_run_serves_probes_and_leaves_nothing_behind_on_ctrl_c(
                        timeout=60)
         # The new worker consumes it: a new host's signed snapshot makes its row (awaiting acceptance).
         wait_for_hosts(env, set(), 90, run, known={"after-restart-host"})
+        # It takes snapshot updates from their own queue too (one at a time on the embedded broker).
+        subprocess.run([sys.executable, "-c", ENQUEUE_UPDATE], env=env, cwd=REPO, check=True, timeout=60)
+        run.wait_for_line(r"applied a batch of 1 snapshot updates", 60)
+        assert update_sequence_in(env, "update-host") == 1
         status, body = http_get(f"http://127.0.0.1:{port}/healthz")
         assert (status, json.loads(body)["supervisor_restarts"]) == (200, 1)
         running += in_groups_or_sessions({run.started_children()[WORKER]})

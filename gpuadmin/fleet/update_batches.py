@@ -1,0 +1,295 @@
+"""Snapshot updates taken from the broker in batches: central's consumer of ``central.updates``.
+
+At fleet scale nearly every message is a snapshot update (one per host every probe interval), and a
+Celery task per message costs the worker's main process more than applying it (a Request object,
+the pool's round trip, tracing). ``UpdateBatchConsumer``, a consumer bootstep, takes them from their
+own queue (``CENTRAL_UPDATES_QUEUE``) with a kombu consumer of its own and applies them through
+``intake.updates.receive_snapshot_updates``, many in one call, in the worker's main process.
+
+It runs in every worker that consumes ``central`` (``-Q central``, ``make run``'s
+``-Q central,host.<name>``), never in an agent-only worker (``-Q host.<name>``). The messages stay
+Celery's (task protocol 2: the same sender, ``gpuadmin.sending.send_snapshot_update``); each is
+acknowledged once its outcome is committed, applied or refused, so a worker that dies gives the rest
+back to the broker. What ``UpdateBatcher`` does with each message:
+
+- another task's message does not belong here: logged and acknowledged, never run;
+- one past its ``expires`` is dropped, as Celery drops an expired task (also one that expires while
+  it waits for the database);
+- the rest are held and applied together once ``BATCH_MAX`` are held or ``BATCH_WAIT_SECONDS`` after
+  the first, on the worker's event loop. A worker without one (the embedded filesystem broker has
+  none: ``make run``) applies each as it comes;
+- a ``DatabaseError`` keeps those not done in hand and tries again after growing pauses (the ingest
+  tasks' backoff); any other error is logged and the batch's messages not done are acknowledged, as a
+  failed task's would be.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from celery import bootsteps
+from celery.utils.time import get_exponential_backoff_interval, maybe_iso8601
+from django.db import DatabaseError, close_old_connections
+from kombu import Consumer
+from kombu.message import Message
+
+from gpuadmin.celery import CENTRAL_QUEUE, CENTRAL_UPDATES_QUEUE, app
+from gpuadmin.fleet.intake.updates import receive_snapshot_updates
+from gpuadmin.fleet.tasks import INGEST_RETRY_BACKOFF_MAX_SECONDS, INGEST_RETRY_BACKOFF_SECONDS
+from gpuadmin.wire.task_names import INGEST_SNAPSHOT_UPDATE
+
+logger = logging.getLogger(__name__)
+
+BATCH_MAX = 200
+BATCH_WAIT_SECONDS = 0.1
+# Messages the broker may hand this consumer before it acknowledges any: a batch being applied and
+# the next one filling meanwhile.
+PREFETCH_BATCHES = 2
+FLUSH_LOG = "applied a batch of %d snapshot updates"
+
+
+class Cancellable(Protocol):
+    def cancel(self) -> None: ...
+
+
+# schedule(seconds, function): call function once, later, in the consumer's own thread.
+Schedule = Callable[[float, Callable[[], None]], Cancellable]
+Apply = Callable[..., None]  # receive_snapshot_updates(messages, *, done)
+
+
+def retry_pause_seconds(failures: int) -> float:
+    """The pause after ``failures`` DatabaseErrors in a row (1: the first), as the ingest tasks wait."""
+    return float(get_exponential_backoff_interval(
+        factor=INGEST_RETRY_BACKOFF_SECONDS, retries=failures - 1, maximum=INGEST_RETRY_BACKOFF_MAX_SECONDS,
+        full_jitter=False))
+
+
+def expired(message: Message, *, now: datetime | None = None) -> bool:
+    """Whether the message's ``expires`` (ISO 8601, as Celery writes it) is past; ValueError or TypeError
+    when it is not a moment."""
+    moment = maybe_iso8601(message.headers.get("expires"))
+    if moment is None:
+        return False
+    if moment.tzinfo is None:  # Celery writes UTC
+        moment = moment.replace(tzinfo=UTC)
+    return moment <= (now or datetime.now(UTC))
+
+
+class UpdateBatcher:
+    """What the consumer does with each message from ``central.updates``, without Celery's worker.
+
+    ``schedule`` runs a function later in the consumer's thread (the event loop's timer); ``batching``
+    False applies each message as it comes (no event loop); ``broker_errors`` are let out (an ack
+    that failed: the worker reconnects, the broker gives back what was not acknowledged).
+    """
+
+    def __init__(self, *, schedule: Schedule, batching: bool = True, batch_max: int = BATCH_MAX,
+                 wait_seconds: float = BATCH_WAIT_SECONDS, apply: Apply = receive_snapshot_updates,
+                 broker_errors: tuple[type[BaseException], ...] = ()) -> None:
+        self.schedule, self.batching, self.apply = schedule, batching, apply
+        self.batch_max, self.wait_seconds, self.broker_errors = batch_max, wait_seconds, broker_errors
+        self.held: list[tuple[Message, Any]] = []  # (message, its signed body), in the order received
+        self.failures = 0  # DatabaseErrors in a row
+        self._flush_timer: Cancellable | None = None
+        self._retry_timer: Cancellable | None = None
+
+    @property
+    def waiting_for_database(self) -> bool:
+        return self._retry_timer is not None
+
+    def on_message(self, message: Message) -> None:
+        name = message.headers.get("task")
+        if name != INGEST_SNAPSHOT_UPDATE:
+            logger.warning("dropped a message for task %r from %s: only snapshot updates belong there",
+                           str(name)[:200], CENTRAL_UPDATES_QUEUE)
+            message.ack()
+            return
+        try:
+            if expired(message):
+                logger.info("dropped an expired snapshot update (expired at %s)", message.headers["expires"])
+                message.ack()
+                return
+            args = message.decode()[0]
+            signed = args[0]
+        except Exception as error:  # not task protocol 2's [args, kwargs, embed] with the message first
+            logger.error("dropped a snapshot update that is not a task message: %s", str(error)[:200])
+            message.ack()
+            return
+        self.held.append((message, signed))
+        if self.waiting_for_database:
+            return
+        if not self.batching or len(self.held) >= self.batch_max:
+            self.flush()
+        elif self._flush_timer is None:
+            self._flush_timer = self.schedule(self.wait_seconds, self._flush_due)
+
+    def _flush_due(self) -> None:
+        self._flush_timer = None
+        if not self.waiting_for_database:
+            self.flush()
+
+    def _retry_due(self) -> None:
+        self._retry_timer = None
+        self.flush()
+
+    def flush(self) -> None:
+        """Apply what is held, ``batch_max`` at a time, until nothing is held or the database fails."""
+        self._cancel_flush_timer()
+        while self.held and not self.waiting_for_database:
+            self._flush_one_batch()
+
+    def _flush_one_batch(self) -> None:
+        batch = self.held[:self.batch_max]
+        fresh = [(message, signed) for message, signed in batch if not self._drop_if_expired(message)]
+        if not fresh:
+            del self.held[:len(batch)]
+            return
+        done = [False] * len(fresh)
+
+        def mark_done(index: int) -> None:
+            fresh[index][0].ack()
+            done[index] = True
+
+        close_old_connections()  # Django's rule for a connection kept between tasks (CONN_MAX_AGE)
+        try:
+            self.apply([signed for _, signed in fresh], done=mark_done)
+        except self.broker_errors:
+            # An ack failed: this channel's messages are the broker's again (restored when the channel
+            # closes, or after the visibility timeout); those applied will be refused as replays.
+            self.held.clear()
+            raise
+        except DatabaseError as error:
+            self.failures += 1
+            pause = retry_pause_seconds(self.failures)
+            self.held[:len(batch)] = [item for item, is_done in zip(fresh, done, strict=True) if not is_done]
+            logger.warning("could not apply %d snapshot updates (%s: %s); trying again in %.0f s",
+                           len(self.held), type(error).__name__, error, pause)
+            self._retry_timer = self.schedule(pause, self._retry_due)
+            return
+        except Exception:
+            logger.exception("applying a batch of %d snapshot updates failed; the %d not done are dropped",
+                             len(fresh), done.count(False))
+            for (message, _), is_done in zip(fresh, done, strict=True):
+                if not is_done:
+                    message.ack()
+        finally:
+            close_old_connections()
+        del self.held[:len(batch)]
+        self.failures = 0
+        logger.info(FLUSH_LOG, len(fresh))
+
+    def _drop_if_expired(self, message: Message) -> bool:
+        if expired(message):
+            logger.info("dropped a snapshot update that expired while held (expired at %s)",
+                        message.headers.get("expires"))
+            message.ack()
+            return True
+        return False
+
+    def _cancel_flush_timer(self) -> None:
+        if self._flush_timer is not None:
+            self._flush_timer.cancel()
+            self._flush_timer = None
+
+    def close(self) -> None:
+        """The worker stops or reconnects: apply what is held if the database lets us; what is left stays
+        unacknowledged, for the broker to give back once the channel closes."""
+        if self._retry_timer is not None:
+            self._retry_timer.cancel()
+            self._retry_timer = None
+            self.held.clear()
+        try:
+            self.flush()
+        finally:
+            if self._retry_timer is not None:
+                self._retry_timer.cancel()
+                self._retry_timer = None
+            self._cancel_flush_timer()
+            self.held.clear()
+
+
+def consumes_central(consume_from: dict[str, Any] | None, default_queue: str) -> bool:
+    """Whether a worker consumes ``central`` (``-Q`` unset: the default queue, `central` in settings)."""
+    if consume_from is None:
+        return default_queue == CENTRAL_QUEUE
+    return CENTRAL_QUEUE in consume_from
+
+
+class _InLoop:
+    """A timer entry whose function is handed to the consumer's loop (``c.call_soon``) when it fires: a
+    worker without an event loop has only a timer thread, and nothing may run there."""
+
+    def __init__(self, c: Any, seconds: float, function: Callable[[], None]) -> None:
+        self.cancelled = False
+        self.entry = c.timer.call_after(seconds, c.call_soon, (self._run,))
+        self.function = function
+
+    def _run(self) -> None:
+        if not self.cancelled:
+            self.function()
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        self.entry.cancel()
+
+
+class UpdateBatchConsumer(bootsteps.ConsumerStep):
+    """Consume ``central.updates`` in a worker that consumes ``central``, with a channel and prefetch of
+    its own (the task consumer's stays one message: ``CELERY_WORKER_PREFETCH_MULTIPLIER``)."""
+
+    label = "snapshot update batches"
+
+    def __init__(self, c: Any, **kwargs: Any) -> None:
+        self.batcher: UpdateBatcher | None = None
+        super().__init__(c, **kwargs)
+
+    def include_if(self, c: Any) -> bool:
+        return consumes_central(c.app.amqp.queues.consume_from, c.app.conf.task_default_queue)
+
+    def start(self, c: Any) -> None:
+        connection = c.connection
+        self.batcher = UpdateBatcher(
+            schedule=self._scheduler(c), batching=c.hub is not None,
+            broker_errors=tuple(connection.connection_errors) + tuple(connection.channel_errors))
+        channel = connection.channel()
+        self.consumers = [Consumer(channel, queues=[c.app.amqp.queues[CENTRAL_UPDATES_QUEUE]],
+                                   on_message=self.batcher.on_message, accept=["json"],
+                                   prefetch_count=PREFETCH_BATCHES * BATCH_MAX)]
+        for consumer in self.consumers:
+            consumer.consume()
+        logger.info("taking snapshot updates from %s in batches of up to %d%s", CENTRAL_UPDATES_QUEUE,
+                    BATCH_MAX, "" if c.hub is not None else " (one by one: no event loop)")
+
+    @staticmethod
+    def _scheduler(c: Any) -> Schedule:
+        if c.hub is not None:
+            # The event loop's own timer: what it runs runs in the loop, and a broker error raised
+            # there reaches Celery's reconnect (see StalledConsumerGuard in gpuadmin/celery.py).
+            return c.timer.call_after
+        return lambda seconds, function: _InLoop(c, seconds, function)
+
+    def stop(self, c: Any) -> None:
+        self._close_batcher()
+        super().stop(c)
+
+    def shutdown(self, c: Any) -> None:
+        self._close_batcher()
+        super().shutdown(c)
+
+    def _close_batcher(self) -> None:
+        batcher, self.batcher = self.batcher, None
+        if batcher is None:
+            return
+        held = len(batcher.held)
+        try:
+            batcher.close()
+        except Exception as error:  # stopping: what is left goes back to the broker unacknowledged
+            logger.warning("stopped with up to %d snapshot updates not acknowledged (%s: %s)", held,
+                           type(error).__name__, error)
+
+
+app.steps["consumer"].add(UpdateBatchConsumer)
+

@@ -1,0 +1,348 @@
+"""Snapshot updates taken in batches (gpuadmin/fleet/update_batches.py), without a worker: real kombu
+messages, sent as agents send them (``gpuadmin.sending``) through kombu's in-memory broker, handed to the
+batcher by a real kombu consumer. The event loop's timer is a list the test runs by hand.
+
+A real worker taking them from Redis: tests/integration/test_update_batches.py."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import OperationalError
+from kombu import Connection, Consumer
+from kombu.message import Message
+
+from gpuadmin.celery import CENTRAL_QUEUE, CENTRAL_UPDATES_QUEUE, app
+from gpuadmin.fleet import update_batches
+from gpuadmin.fleet.intake.updates import receive_snapshot_updates
+from gpuadmin.fleet.models import LatestSnapshot
+from gpuadmin.fleet.update_batches import (
+    BATCH_WAIT_SECONDS,
+    UpdateBatchConsumer,
+    UpdateBatcher,
+    consumes_central,
+    retry_pause_seconds,
+)
+from gpuadmin.sending import send_snapshot_update
+from gpuadmin.wire.task_names import INGEST_SNAPSHOT, INGEST_SNAPSHOT_UPDATE
+from tests.fleet.helpers import stored_with_updates
+
+
+class Timer:
+    """The event loop's timer, run by the test: ``run()`` calls what is due, in order."""
+
+    def __init__(self) -> None:
+        self.entries: list[Entry] = []
+
+    def __call__(self, seconds: float, function: Callable[[], None]) -> Entry:
+        entry = Entry(seconds, function)
+        self.entries.append(entry)
+        return entry
+
+    @property
+    def pending(self) -> list[float]:
+        return [e.seconds for e in self.entries if not e.cancelled]
+
+    def run(self) -> None:
+        entries, self.entries = self.entries, []
+        for entry in entries:
+            if not entry.cancelled:
+                entry.function()
+
+
+class Entry:
+    def __init__(self, seconds: float, function: Callable[[], None]) -> None:
+        self.seconds, self.function, self.cancelled = seconds, function, False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class Recorded:
+    """receive_snapshot_updates' contract, recorded: each message done; ``fail`` raises after ``done_first``
+    of the next call's messages are done."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[Any]] = []
+        self.fail: list[BaseException] = []
+        self.done_first = 0
+
+    def __call__(self, messages: list[Any], *, done: Callable[[int], None]) -> None:
+        self.batches.append(list(messages))
+        if self.fail:
+            for index in range(self.done_first):
+                done(index)
+            raise self.fail.pop(0)
+        for index in range(len(messages)):
+            done(index)
+
+
+class Broker:
+    """kombu's in-memory broker; ``send`` publishes as the sending side does, ``take`` hands every
+    waiting message of central.updates to a batcher through a real consumer."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.connection = Connection("memory://")
+        original = app.send_task
+        monkeypatch.setattr(app, "send_task",
+                            lambda *a, **kw: original(*a, connection=self.connection, **kw))
+        self.channel = self.connection.channel()
+        self.queue = app.amqp.queues[CENTRAL_UPDATES_QUEUE]
+        self.queue(self.channel).declare()
+        self.queue(self.channel).purge()
+        self.received: list[Message] = []
+
+    def send(self, body: Any = None, *, name: str = INGEST_SNAPSHOT_UPDATE, **options: Any) -> None:
+        if name == INGEST_SNAPSHOT_UPDATE and not options:
+            send_snapshot_update(body)
+        else:
+            app.send_task(name, args=[body], queue=CENTRAL_UPDATES_QUEUE, **options)
+
+    def take(self, batcher: UpdateBatcher) -> list[Message]:
+        taken: list[Message] = []
+
+        def on_message(message: Message) -> None:
+            taken.append(message)
+            batcher.on_message(message)
+
+        with Consumer(self.connection.channel(), queues=[self.queue], on_message=on_message,
+                      accept=["json"], prefetch_count=1000):
+            while True:
+                try:
+                    self.connection.drain_events(timeout=0.05)
+                except TimeoutError:
+                    break
+        self.received += taken
+        return taken
+
+    def close(self) -> None:
+        self.queue(self.channel).purge()
+        self.connection.close()
+
+
+@pytest.fixture
+def broker(monkeypatch: pytest.MonkeyPatch) -> Iterator[Broker]:
+    broker = Broker(monkeypatch)
+    yield broker
+    broker.close()
+
+
+@pytest.fixture
+def timer() -> Timer:
+    return Timer()
+
+
+@pytest.fixture
+def applied() -> Recorded:
+    return Recorded()
+
+
+def acked(messages: list[Message]) -> list[bool]:
+    return [m.acknowledged for m in messages]
+
+
+def test_updates_are_applied_together_when_a_batch_is_full_or_its_wait_is_over(
+    broker: Broker, timer: Timer, applied: Recorded
+) -> None:
+    batcher = UpdateBatcher(schedule=timer, batch_max=3, apply=applied)
+    for n in range(7):
+        broker.send({"n": n})
+    messages = broker.take(batcher)
+
+    assert applied.batches == [[{"n": 0}, {"n": 1}, {"n": 2}], [{"n": 3}, {"n": 4}, {"n": 5}]]
+    assert acked(messages) == [True] * 6 + [False]
+    assert timer.pending == [BATCH_WAIT_SECONDS]  # the 7th waits for more, a little
+    timer.run()
+    assert applied.batches[-1] == [{"n": 6}] and all(acked(messages))
+    assert timer.pending == [] and batcher.held == []
+
+
+def test_without_an_event_loop_each_update_is_applied_as_it_comes(
+    broker: Broker, timer: Timer, applied: Recorded
+) -> None:
+    batcher = UpdateBatcher(schedule=timer, batching=False, apply=applied)
+    for n in range(3):
+        broker.send({"n": n})
+    messages = broker.take(batcher)
+    assert applied.batches == [[{"n": 0}], [{"n": 1}], [{"n": 2}]]
+    assert all(acked(messages)) and timer.pending == []
+
+
+def test_another_tasks_message_is_acknowledged_and_never_run_an_expired_update_dropped(
+    broker: Broker, timer: Timer, applied: Recorded, caplog: pytest.LogCaptureFixture
+) -> None:
+    batcher = UpdateBatcher(schedule=timer, batching=False, apply=applied)
+    broker.send({"snapshot": 1}, name=INGEST_SNAPSHOT)
+    broker.send({"n": "late"}, expires=datetime.now(UTC) - timedelta(seconds=1))
+    broker.send({"n": "fresh"}, expires=datetime.now(UTC) + timedelta(seconds=60))
+    with caplog.at_level(logging.INFO, logger=update_batches.__name__):
+        messages = broker.take(batcher)
+    assert applied.batches == [[{"n": "fresh"}]]
+    assert all(acked(messages))
+    assert f"message for task '{INGEST_SNAPSHOT}'" in caplog.text
+    assert "dropped an expired snapshot update" in caplog.text
+
+
+def test_a_message_that_is_not_a_task_message_is_dropped_with_an_error(
+    broker: Broker, timer: Timer, applied: Recorded, caplog: pytest.LogCaptureFixture
+) -> None:
+    with broker.connection.Producer() as producer:
+        producer.publish({"not": "a list"}, routing_key=CENTRAL_UPDATES_QUEUE, exchange=broker.queue.exchange,
+                         headers={"task": INGEST_SNAPSHOT_UPDATE}, serializer="json")
+        producer.publish([[{"n": 1}], {}, {}], routing_key=CENTRAL_UPDATES_QUEUE,
+                         exchange=broker.queue.exchange, serializer="json",
+                         headers={"task": INGEST_SNAPSHOT_UPDATE, "expires": "next tuesday"})
+    batcher = UpdateBatcher(schedule=timer, batching=False, apply=applied)
+    messages = broker.take(batcher)
+    assert applied.batches == [] and all(acked(messages)) and len(messages) == 2
+    assert caplog.text.count("not a task message") == 2
+
+
+def test_a_database_error_keeps_the_updates_not_done_and_tries_again_after_growing_pauses(
+    broker: Broker, timer: Timer, applied: Recorded, caplog: pytest.LogCaptureFixture
+) -> None:
+    batcher = UpdateBatcher(schedule=timer, batch_max=3, apply=applied)
+    applied.fail = [OperationalError("database is locked"), OperationalError("still locked")]
+    applied.done_first = 1
+    for n in range(3):
+        broker.send({"n": n})
+    messages = broker.take(batcher)
+
+    # The first was done before the error; the other two are held, and tried again in 2 s.
+    assert acked(messages) == [True, False, False]
+    assert [body for _, body in batcher.held] == [{"n": 1}, {"n": 2}]
+    assert timer.pending == [2.0] and batcher.waiting_for_database
+    assert "could not apply 2 snapshot updates (OperationalError: database is locked); trying again in 2 s" \
+        in caplog.text
+
+    # More arrive meanwhile: held behind them, not applied while the database is away (a full batch too).
+    for n in range(3, 5):
+        broker.send({"n": n})
+    messages += broker.take(batcher)
+    assert len(applied.batches) == 1 and len(batcher.held) == 4
+    timer.run()  # fails again: the next pause is twice as long
+    assert timer.pending == [4.0]
+    assert applied.batches[-1] == [{"n": 1}, {"n": 2}, {"n": 3}]
+    assert acked(messages) == [True, True, False, False, False]  # done_first: {"n": 1} was done
+
+    timer.run()  # the database is back: everything held
+    assert applied.batches[-1] == [{"n": 2}, {"n": 3}, {"n": 4}]
+    assert all(acked(messages)) and batcher.held == [] and not batcher.waiting_for_database
+    assert batcher.failures == 0 and timer.pending == []
+
+
+def test_an_update_that_expires_while_the_database_is_away_is_dropped(
+    broker: Broker, timer: Timer, applied: Recorded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batcher = UpdateBatcher(schedule=timer, batching=False, apply=applied)
+    applied.fail = [OperationalError("down")]
+    broker.send({"n": 0}, expires=datetime.now(UTC) + timedelta(seconds=30))
+    messages = broker.take(batcher)
+    assert batcher.held and not any(acked(messages))
+    later = datetime.now(UTC) + timedelta(seconds=60)
+    clock = type("Later", (), {"now": staticmethod(lambda tz: later)})
+    monkeypatch.setattr(update_batches, "datetime", clock)
+    timer.run()
+    assert len(applied.batches) == 1  # nothing left to apply
+    assert all(acked(messages)) and batcher.held == []
+
+
+def test_any_other_error_is_logged_and_the_batchs_updates_not_done_are_acknowledged(
+    broker: Broker, timer: Timer, applied: Recorded, caplog: pytest.LogCaptureFixture
+) -> None:
+    batcher = UpdateBatcher(schedule=timer, batch_max=2, apply=applied)
+    applied.fail = [ValueError("a bug")]
+    applied.done_first = 1
+    for n in range(2):
+        broker.send({"n": n})
+    messages = broker.take(batcher)
+    assert all(acked(messages)) and batcher.held == [] and timer.pending == []
+    assert "applying a batch of 2 snapshot updates failed; the 1 not done are dropped" in caplog.text
+    assert "ValueError: a bug" in caplog.text  # with its traceback
+
+
+class BrokerGone(ConnectionError):
+    pass
+
+
+def test_an_acknowledgement_the_broker_refuses_is_let_out_for_the_worker_to_reconnect(
+    broker: Broker, timer: Timer
+) -> None:
+    def ack_fails(messages: list[Any], *, done: Callable[[int], None]) -> None:
+        raise BrokerGone("connection reset")
+
+    batcher = UpdateBatcher(schedule=timer, batch_max=2, apply=ack_fails, broker_errors=(BrokerGone,))
+    broker.send({"n": 0})
+    broker.send({"n": 1})
+    with pytest.raises(BrokerGone):
+        broker.take(batcher)
+    assert batcher.held == [] and timer.pending == []
+
+
+def test_stopping_applies_what_is_held_unless_the_database_is_away(
+    broker: Broker, timer: Timer, applied: Recorded
+) -> None:
+    batcher = UpdateBatcher(schedule=timer, apply=applied)
+    broker.send({"n": 0})
+    messages = broker.take(batcher)
+    batcher.close()
+    assert applied.batches == [[{"n": 0}]] and all(acked(messages)) and timer.pending == []
+
+    batcher = UpdateBatcher(schedule=timer, batching=False, apply=applied)
+    applied.fail = [OperationalError("down")]
+    broker.send({"n": 1})
+    messages = broker.take(batcher)
+    batcher.close()  # no new attempt: left unacknowledged, for the broker to give back
+    assert len(applied.batches) == 2 and not any(acked(messages))
+    assert batcher.held == [] and timer.pending == []
+
+
+def test_the_pauses_grow_as_the_ingest_tasks_do() -> None:
+    assert [retry_pause_seconds(n) for n in range(1, 11)] == [2, 4, 8, 16, 32, 64, 128, 256, 300, 300]
+
+
+@pytest.mark.parametrize(("consume_from", "default_queue", "expected"), [
+    (None, CENTRAL_QUEUE, True),  # no -Q: the default queue, central
+    ({CENTRAL_QUEUE: None}, CENTRAL_QUEUE, True),  # -Q central
+    ({CENTRAL_QUEUE: None, "host.gpu01": None}, CENTRAL_QUEUE, True),  # make run's worker
+    ({"host.gpu01": None}, CENTRAL_QUEUE, False),  # an agent
+    (None, "elsewhere", False),
+])
+def test_only_workers_that_consume_central_take_snapshot_updates(
+    consume_from: dict[str, None] | None, default_queue: str, expected: bool
+) -> None:
+    assert consumes_central(consume_from, default_queue) is expected
+
+
+def test_the_consumer_step_is_one_of_every_workers_consumer_steps() -> None:
+    assert UpdateBatchConsumer in app.steps["consumer"]
+    assert "gpuadmin.fleet.update_batches" in app.conf.include
+
+
+# Committed, as in a worker: the batcher closes connections by Django's rule between batches.
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_signed_updates_are_applied_together_by_central_and_acknowledged_once_committed(
+    broker: Broker, timer: Timer, tmp_path: Path
+) -> None:
+    taken_at = datetime.now(UTC) - timedelta(minutes=1)
+    names = ["gpu-batch-a", "gpu-batch-b", "gpu-batch-c"]
+    for name in names:
+        for message in stored_with_updates(name, tmp_path / f"{name}.json", taken_at=taken_at):
+            broker.send(message)
+    calls: list[int] = []
+
+    def counted(messages: list[Any], *, done: Callable[[int], None]) -> None:
+        calls.append(len(messages))
+        receive_snapshot_updates(messages, done=done)
+
+    batcher = UpdateBatcher(schedule=timer, apply=counted)
+    messages = broker.take(batcher)
+    timer.run()
+    assert calls == [3] and all(acked(messages))
+    latest = LatestSnapshot.objects.filter(host__name__in=names)
+    assert sorted(latest.values_list("update_sequence", flat=True)) == [1, 1, 1]

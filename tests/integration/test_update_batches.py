@@ -1,0 +1,104 @@
+"""Snapshot updates through a real redis-server and real workers: their own queue, taken in batches.
+
+Updates sent by the agents' own path (``gpuadmin.sending.send_snapshot_update``) wait in
+``central.updates`` while no central worker runs; an agent-only worker (``-Q host.<name>``) leaves them
+there. A central worker (``-Q central``, this test's database) then applies them, many per call
+(gpuadmin/fleet/update_batches.py logs each batch with its size), drops an expired one and a message of
+another task without running it, and leaves nothing in Redis: the queue and the unacked index empty.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import redis
+from django.db import connection
+
+from gpuadmin.celery import CENTRAL_QUEUE, CENTRAL_UPDATES_QUEUE, app, host_queue
+from gpuadmin.data_dir import prepare_data_dir
+from gpuadmin.fleet.models import LatestSnapshot
+from gpuadmin.sending import send_snapshot_update
+from gpuadmin.wire.task_names import INGEST_SNAPSHOT_UPDATE
+from tests.fleet.helpers import stored_with_updates
+from tests.integration.held_tasks import NOTE
+from tests.integration.helpers import (
+    UNREACHABLE_DATABASE,
+    Worker,
+    database_url_for_workers,
+    wait_until,
+    write_gpus,
+)
+from tests.services import RedisServer
+
+pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
+
+HOSTS = 25
+UPDATES_PER_HOST = 2
+BATCH_LINE = re.compile(r"applied a batch of (\d+) snapshot updates")
+
+
+def test_a_central_worker_applies_queued_snapshot_updates_in_batches_and_an_agent_leaves_them(
+    start_worker: Callable[..., Worker], publish_to: Callable[[str], None], redis_server: RedisServer,
+    tmp_path: Path,
+) -> None:
+    broker = redis.Redis.from_url(redis_server.url)
+    broker.delete(CENTRAL_UPDATES_QUEUE, CENTRAL_QUEUE)
+    taken_at = datetime.now(UTC) - timedelta(minutes=5)
+    names = [f"gpu-batch-{n:02d}" for n in range(HOSTS)]
+    updates = {name: stored_with_updates(name, tmp_path / f"{name}.json", taken_at=taken_at,
+                                         count=UPDATES_PER_HOST) for name in names}
+    [late] = stored_with_updates("gpu-batch-late", tmp_path / "late.json", taken_at=taken_at)
+    publish_to(redis_server.url)
+    for round_number in range(UPDATES_PER_HOST):  # as agents send them: a round of every host, then the next
+        for name in names:
+            send_snapshot_update(updates[name][round_number])
+    app.send_task(INGEST_SNAPSHOT_UPDATE, args=[late], queue=CENTRAL_UPDATES_QUEUE,
+                  expires=datetime.now(UTC) - timedelta(seconds=1))
+    notes = tmp_path / "notes.txt"
+    app.send_task(NOTE, args=[str(notes), "ran"], queue=CENTRAL_UPDATES_QUEUE)
+    queued = HOSTS * UPDATES_PER_HOST + 2
+    assert (broker.llen(CENTRAL_UPDATES_QUEUE), broker.llen(CENTRAL_QUEUE)) == (queued, 0)
+
+    # An agent-only worker (python -m gpuadmin.agent's -Q host.<name>) takes none of them.
+    agent_name = f"itest-agent-{uuid.uuid4().hex[:6]}"
+    agent_data = tmp_path / "agent-data"
+    prepare_data_dir(agent_data)
+    gpus_file = tmp_path / "gpus.json"
+    write_gpus(gpus_file, {})
+    agent = start_worker("agent", host_queue(agent_name), GPUADMIN_HOST_NAME=agent_name,
+                         GPUADMIN_DATA_DIR=str(agent_data), DATABASE_URL=UNREACHABLE_DATABASE,
+                         GPUADMIN_GPU_BACKEND="simulated", GPUADMIN_SIMULATED_GPUS=str(gpus_file),
+                         GPUADMIN_TASK_LOG_LEVEL="INFO")
+    wait_until("the agent's start-up snapshot", lambda: "sent a snapshot of" in agent.log, [agent])
+    assert broker.llen(CENTRAL_UPDATES_QUEUE) == queued
+    assert "snapshot updates" not in agent.log, agent.log
+
+    central_database = {} if connection.vendor == "sqlite" else {"DATABASE_URL": database_url_for_workers()}
+    central = start_worker("central", CENTRAL_QUEUE, GPUADMIN_HOST_NAME=f"central-{agent_name}",
+                           GPUADMIN_TASK_LOG_LEVEL="INFO", **central_database)
+    workers = [agent, central]
+    assert f"taking snapshot updates from {CENTRAL_UPDATES_QUEUE} in batches" in central.log
+
+    def applied() -> bool:
+        latest = LatestSnapshot.objects.filter(host__name__in=names)
+        return sorted(latest.values_list("update_sequence", flat=True)) == [UPDATES_PER_HOST] * HOSTS
+
+    wait_until("every update applied", applied, workers)
+    wait_until("nothing left in Redis", lambda: (broker.llen(CENTRAL_UPDATES_QUEUE), broker.hlen("unacked"),
+                                                 broker.zcard("unacked_index")) == (0, 0, 0), workers)
+    sizes = [int(size) for size in BATCH_LINE.findall(central.log)]
+    assert sum(sizes) == HOSTS * UPDATES_PER_HOST, central.log
+    assert len(sizes) < HOSTS * UPDATES_PER_HOST // 5, sizes  # batches, not one call per message
+    # The expired update and the other task's message were dropped, neither applied nor run.
+    assert LatestSnapshot.objects.get(host__name="gpu-batch-late").update_sequence == 0
+    assert "dropped an expired snapshot update" in central.log
+    assert f"dropped a message for task '{NOTE}'" in central.log
+    time.sleep(0.5)  # had it been run by a pool process, its line would be there by now
+    assert not notes.exists()
+    assert "Traceback" not in central.log, central.log
