@@ -315,12 +315,18 @@ def record_updates(updates: Sequence[UpdateStoring]) -> None:
             if uuid in utilization:  # a MIG instance is not in the update's GPUs: it keeps no utilisation
                 device.utilization_percent = utilization[uuid]
         if update.processes:
-            moved = {(p.pid, p.start_time_ticks): p.gpu_memory_bytes for p in update.processes}
-            cursor.memory = [
-                (new if (new := moved.get((h.pid, h.start_time_ticks), {}).get(h.device_uuid)) is not None
-                 else memory_bytes, byte_ms)
-                for h, (memory_bytes, byte_ms) in zip(cursor.holders, cursor.memory, strict=True)
-            ]
+            moved = {p.pid: (p.start_time_ticks, p.gpu_memory_bytes) for p in update.processes}
+            memory = cursor.memory
+            if len(memory) != len(cursor.holders):
+                raise ValueError(f"host {host.pk}'s usage cursor has {len(memory)} memory figures for "
+                                 f"{len(cursor.holders)} holders")
+            # A few processes moved among many holders: look each holder's pid up, rebuild only theirs.
+            for index, holder in enumerate(cursor.holders):
+                found = moved.get(holder.pid)
+                if found is not None and found[0] == holder.start_time_ticks:
+                    new = found[1].get(holder.device_uuid)
+                    if new is not None:
+                        memory[index] = (new, memory[index][1])
         cursor.taken_at = taken_at
         cursor.save()
 
