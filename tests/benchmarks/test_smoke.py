@@ -65,7 +65,8 @@ SMOKE: dict[str, Smoke] = {
     "pages.py": Smoke("--hosts 2 --big-holders 10 --repeats 1 --no-wait"),
     "probe_vs_manual.py": Smoke("--processes 40 --device-holders 2 --repeats 1"),
     "snapshot_budget.py": Smoke("--workers 5"),
-    "snapshot_updates.py": Smoke("--hosts 3 --gpus 1 --processes 5 --rounds 1 --database sqlite --no-wait"),
+    "snapshot_updates.py": Smoke("--hosts 3 --gpus 1 --processes 5 --rounds 1 --batch 2 --database sqlite "
+                                 "--no-wait"),
     # One pass of its loop (an RSS sample and a kill; the browser polls meanwhile), then the last sample.
     "soak.py": Smoke("--minutes 0.05 --kill-every 3 --sample-seconds 3 --browsers 1 --probe-interval 1"),
     "statement_costs.py": Smoke("--hosts 2 --rounds 1", ("postgres",)),
