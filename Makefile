@@ -20,9 +20,10 @@ PYTEST_ARGS ?=
 # Both passes run on pytest-xdist workers: most tests wait (servers, workers, browsers) rather than
 # compute, so 4 workers pay off even on 2 cores. --dist load keeps each worker's tests in
 # collection order, which pytest-django's ordering needs (tests/README.md: what runs in parallel,
-# what stays serial, why).
+# what stays serial, why); --maxschedchunk 1 hands out that order (longest first, tests/conftest.py)
+# one test at a time as workers finish, so that they end together.
 PYTEST_WORKERS ?= 4
-XDIST := -n $(PYTEST_WORKERS) --dist load
+XDIST := -n $(PYTEST_WORKERS) --dist load --maxschedchunk 1
 
 ifdef PORT
 export PORT

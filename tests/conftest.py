@@ -77,7 +77,7 @@ def database_vendor() -> str:
     return "postgresql" if "postgresql" in engine else engine.rsplit(".", 1)[-1]
 
 
-# --- parallel runs (make test: pytest -n 4 --dist load) ----------------------------
+# --- parallel runs (make test: pytest -n 4 --dist load --maxschedchunk 1) ---------
 
 def uses_database(item: pytest.Item) -> bool:
     if item.get_closest_marker("django_db") or item.get_closest_marker("postgres"):
@@ -123,13 +123,14 @@ ENGINE_PATHS = (
 def pytest_configure(config: pytest.Config) -> None:
     # A test module moved or renamed must not leave its tier silently: the PostgreSQL pass once lost
     # half its tests when tests/fleet/ was split into folders.
-    missing = [path for path in (*SLOW_PATHS, *ENGINE_PATHS) if not (TESTS / path).exists()]
+    missing = [path for path in (*SLOW_PATHS, *ENGINE_PATHS, *LONGEST_PATHS) if not (TESTS / path).exists()]
     if missing:
         raise pytest.UsageError(f"tests/conftest.py names test paths that do not exist: {', '.join(missing)}")
     # Registered beside the rules that set them (--strict-markers); pyproject.toml has the others.
     for marker in ("slow: not in `make test-fast` (SLOW_PATHS, `services` tests, or by hand)",
                    "engine: run again on PostgreSQL (ENGINE_PATHS, `postgres` tests, or by hand)"):
         config.addinivalue_line("markers", marker)
+    config.pluginmanager.register(LongestFirst(), "gpuadmin-longest-first")
 
 
 def in_paths(item: pytest.Item, paths: tuple[str, ...]) -> bool:
@@ -156,6 +157,56 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+# --- parallel runs: the longest first ------------------------------------------------------
+
+# The longest tests (30-80 s each under coverage on 2 cores: a whole stack, the benchmarks' smoke runs)
+# go first of their phase, then the rest of the slow tier, then the fast tier: the workers then end on
+# short tests together instead of one of them running `make demo` alone at the end.
+LONGEST_PATHS = (
+    "benchmarks/test_smoke.py", "browser/test_demo.py", "browser/test_kill_flow.py",
+    "browser/test_every_page.py", "run/test_make_run.py", "integration/test_several_agents.py",
+    "integration/test_faults.py", "test_db_router.py", "broker/test_filesystem.py",
+)
+
+
+def django_phase(item: pytest.Item) -> int:
+    """pytest-django's order: 0 plain `db` tests, 1 transactional ones (their flush empties the tables
+    the migrations filled, so no `db` test may follow one in a process), 2 tests without the database."""
+    from django.test import TestCase, TransactionTestCase
+    from pytest_django.fixtures import validate_django_db
+
+    cls = getattr(item, "cls", None)
+    if cls and issubclass(cls, TransactionTestCase):
+        return 0 if issubclass(cls, TestCase) else 1
+    marker = item.get_closest_marker("django_db")
+    transaction, reset_sequences, *_ = validate_django_db(marker) if marker else (False, False)
+    fixtures = set(getattr(item, "fixturenames", ()))
+    if transaction or reset_sequences or fixtures & {"transactional_db", "live_server"}:
+        return 1
+    return 0 if marker or "db" in fixtures else 2
+
+
+class LongestFirst:
+    """Reorders within pytest-django's phases (after its own sort), never across them.
+
+    `--dist load --maxschedchunk 1` (Makefile) hands each worker the next test of this order as it
+    finishes one, so every worker runs its tests in this order too: phases stay in order per worker.
+    """
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        phases = [django_phase(item) for item in items]
+        # pytest's own grouping by parametrized fixtures (Playwright's browser_name) may have moved tests
+        # without the database; those that use it must still be in pytest-django's order.
+        in_database = [phase for phase in phases if phase != 2]
+        if in_database != sorted(in_database):  # pytest-django sorts by another rule now
+            raise pytest.UsageError("tests/conftest.py's django_phase no longer agrees with pytest-django's "
+                                    "order; update it before reordering the tests")
+        ranks = [(phase, 0 if in_paths(item, LONGEST_PATHS) else 1 if item.get_closest_marker("slow") else 2)
+                 for item, phase in zip(items, phases, strict=True)]
+        items[:] = [items[i] for i in sorted(range(len(items)), key=ranks.__getitem__)]  # stable
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
