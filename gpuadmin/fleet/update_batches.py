@@ -108,14 +108,14 @@ class UpdateBatcher:
             message.ack()
             return
         try:
-            if expired(message):
-                logger.info("dropped an expired snapshot update (expired at %s)", message.headers["expires"])
-                message.ack()
-                return
-            args = message.decode()[0]
-            signed = args[0]
+            is_expired = expired(message)
+            signed = None if is_expired else message.decode()[0][0]
         except Exception as error:  # not task protocol 2's [args, kwargs, embed] with the message first
             logger.error("dropped a snapshot update that is not a task message: %s", str(error)[:200])
+            message.ack()
+            return
+        if is_expired:
+            logger.info("dropped an expired snapshot update (expired at %s)", message.headers["expires"])
             message.ack()
             return
         self.held.append((message, signed))
