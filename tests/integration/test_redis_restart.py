@@ -5,6 +5,10 @@ What made central deaf (a flaky test_faults run): at concurrency 1 one task runs
 already fetched, waiting for the pool process; Redis stops; the waiting one's ack fails ("Couldn't
 ack"), kombu never gives its prefetch credit back, and with no BRPOP pending kombu drops the dead
 socket without a word: no "Connection to broker lost", no reconnect, never a message again.
+
+The worker consumes one queue, a host's, as an agent's worker does: a worker that consumes `central`
+also takes snapshot updates with a consumer of its own (gpuadmin/fleet/update_batches.py), whose
+pending BRPOP sees Redis go at once, unless its credit is all taken too; the guard covers both.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import pytest
 import redis
 from kombu import Connection
 
-from gpuadmin.celery import CENTRAL_QUEUE, STALLED_CONSUMER_LOG, app
+from gpuadmin.celery import STALLED_CONSUMER_LOG, app, host_queue
 from tests import services as servers
 from tests.integration.held_tasks import HOLD, NOTE
 from tests.integration.helpers import Worker, wait_until
@@ -29,15 +33,16 @@ from tests.services import stop_process_group
 pytestmark = pytest.mark.services
 
 HOLD_SECONDS = 1.5
+HELD_QUEUE = host_queue("redis-restart")
 
 
 @pytest.fixture
 def held_worker(tmp_path: Path, own_redis: servers.RedisServer) -> Iterator[Worker]:  # noqa: F811
-    """Central's worker, concurrency 1 as in the tests, with tests.integration.held_tasks loaded."""
+    """A worker of one host queue, concurrency 1 as in the tests, with tests.integration.held_tasks loaded."""
     env = {key: value for key, value in os.environ.items() if key != "DATABASE_URL"}
     env.update(REDIS_URL=own_redis.url, GPUADMIN_HOST_NAME="central-redis-restart")
     argv = [sys.executable, "-m", "celery", "-A", "tests.integration.held_tasks", "worker",
-            "-Q", CENTRAL_QUEUE, "-n", "central-restart@%h", "--concurrency", "1", "--loglevel", "INFO",
+            "-Q", HELD_QUEUE, "-n", "central-restart@%h", "--concurrency", "1", "--loglevel", "INFO",
             "--without-gossip", "--without-mingle", "--without-heartbeat"]
     worker = Worker("central", argv, env, tmp_path / "central.log")
     try:
@@ -54,7 +59,7 @@ def test_a_worker_whose_ack_failed_while_redis_was_down_consumes_again_once_redi
 
     def send(name: str, *args: object) -> None:
         with Connection(own_redis.url) as broker:
-            app.send_task(name, args=list(args), connection=broker, queue=CENTRAL_QUEUE)
+            app.send_task(name, args=list(args), connection=broker, queue=HELD_QUEUE)
 
     def noted() -> list[str]:
         return notes.read_text().split() if notes.exists() else []
@@ -64,7 +69,7 @@ def test_a_worker_whose_ack_failed_while_redis_was_down_consumes_again_once_redi
     # The first runs and the second is fetched from Redis, waiting for the pool process.
     queued = redis.Redis.from_url(own_redis.url)
     wait_until("the first task running, the second fetched",
-               lambda: started.exists() and queued.llen(CENTRAL_QUEUE) == 0, [held_worker])
+               lambda: started.exists() and queued.llen(HELD_QUEUE) == 0, [held_worker])
     queued.close()
 
     own_redis.stop()
