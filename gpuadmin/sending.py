@@ -7,6 +7,7 @@ loading the agent, and the agent sends its snapshot without loading ingest.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
@@ -22,17 +23,28 @@ def probe_expiry_seconds() -> int:
     return settings.GPUADMIN_PROBE_INTERVAL_SECONDS
 
 
-def request_probe(host_name: str, *, full: bool = False) -> None:
+def request_probe(host_name: str, *, full: bool = False, producer: Any = None) -> None:
     """Ask a host's agent for a snapshot now: the one way anything sends ``probe_host``.
 
     Sent by name to the host's own queue, expiring after one probe interval.
     Central's scheduler and "probe now" (``gpuadmin.fleet.probes``) and the
     agent's own start-up probe all come through here. No database: the agent calls it.
     ``full``: a full snapshot, not an update (central could not apply the host's update).
+    ``producer``: one to publish with (``request_probes``), else one is taken from the pool.
     """
     # Only when asked: a probe request stays what older agents read.
     extra: dict[str, Any] = {"kwargs": {"full": True}} if full else {}
+    if producer is not None:
+        extra["producer"] = producer
     app.send_task(PROBE_HOST, queue=host_queue(host_name), expires=probe_expiry_seconds(), **extra)
+
+
+def request_probes(host_names: Iterable[str]) -> None:
+    """``request_probe`` for each host, through one producer: a round of probes for the whole fleet
+    (every interval, one per host) takes the pool's producer once, not once per host."""
+    with app.producer_or_acquire() as producer:
+        for host_name in host_names:
+            request_probe(host_name, producer=producer)
 
 
 def snapshot_expiry_seconds() -> float:

@@ -15,7 +15,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from gpuadmin.fleet.models import Host
-from gpuadmin.sending import probe_expiry_seconds, request_probe
+from gpuadmin.sending import probe_expiry_seconds, request_probe, request_probes
 
 # A host offline this long is probably down or gone: probe it once a minute only.
 LONG_OFFLINE_AFTER = timedelta(hours=1)
@@ -83,8 +83,7 @@ def send_due_probes(now: datetime | None = None) -> list[str]:
         )
         if _probe_due(host, now)
     ]
-    for _, name in due:
-        request_probe(name)
+    request_probes(name for _, name in due)
     if due:
         Host.objects.filter(pk__in=[pk for pk, _ in due]).update(last_probe_sent_at=now)
     return [name for _, name in due]

@@ -43,6 +43,9 @@ def test_every_host_gets_a_probe_on_its_own_queue_that_expires_after_one_interva
         assert send_due_probes(at(0)) == ["gpu01", "gpu02"]
     assert probed(sent) == ["host.gpu01", "host.gpu02"]
     assert all(c["name"] == PROBE_HOST and c["expires"] == 7 for c in sent)
+    # One producer for the round (sending.request_probes): taking the pool's for each host cost as much
+    # again as the publish itself.
+    assert len({id(c["producer"]) for c in sent}) == 1 and sent[0]["producer"] is not None
     assert set(Host.objects.values_list("last_probe_sent_at", flat=True)) == {at(0)}
 
 
