@@ -347,7 +347,7 @@ def test_an_update_naming_a_gpu_the_base_lacks_asks_for_a_full_snapshot(agent: A
 
 
 def test_an_applied_update_is_signalled_inside_its_transaction(agent: Agent) -> None:
-    """``fleet.signals.snapshot_updates_storing``: what the usage ledger must follow between full snapshots."""
+    """``fleet.signals.snapshot_updates_storing``: what the usage ledger follows between full snapshots."""
     heard: list[dict[str, Any]] = []
 
     def receiver(sender: Any, **kwargs: Any) -> None:
