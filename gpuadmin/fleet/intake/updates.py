@@ -42,7 +42,7 @@ from gpuadmin.fleet.models import Gpu, Host, LatestSnapshot, ProcessLife, Snapsh
 from gpuadmin.fleet.process_tree import memory_total_bytes
 from gpuadmin.fleet.signals import UpdateStoring, snapshot_updates_storing
 from gpuadmin.fleet.storage.json_text import ValidatedJson
-from gpuadmin.fleet.storage.statements import AnyOf, PreparedQuery, RowInsert, RowUpdate, deferred, pipelined
+from gpuadmin.fleet.storage.statements import AnyOf, PreparedQuery, RowUpdate, deferred, pipelined
 from gpuadmin.fleet.taken_at import parse_taken_at
 from gpuadmin.sending import request_probe
 from gpuadmin.wire.signing import BadMessage, MessageKind, Opened, open_envelope
@@ -70,15 +70,14 @@ _HOST_UPDATE_FIELDS = ["last_seen_at", "last_snapshot_taken_at", "pids_in_use", 
 _UPDATE_HOST = RowUpdate(Host, "id", _HOST_UPDATE_FIELDS, deferrable=True)
 _STORED_GPUS = PreparedQuery(
     Gpu.objects.filter(AnyOf(Gpu, "host", key="hosts"), present=True).order_by()
-    .values_list("host", "pk", "uuid", "idle_since", "index", "name", "sampled_at",
+    .values_list("host", "pk", "uuid", "idle_since", "sampled_at",
                  *record.GPU_SAMPLED_FIELDS)
 )
-# Every GPU's figures in one statement: an upsert of rows that all exist (their index and name as
-# read), which changes only the figures and the last written sample (record.decide_gpu_samples).
+# Every GPU's figures, each row by its id as read: only the figures and the last written sample
+# (record.decide_gpu_samples) change.
 _GPU_FIGURES = ["memory_used_bytes", "memory_attributed_bytes", "utilization_percent", "updated_at",
                 "sampled_at", *record.GPU_SAMPLED_FIELDS]
-_GPU_FIGURES_UPSERT = RowInsert(Gpu, ["host", "uuid", "index", "name", "present", *_GPU_FIGURES],
-                                conflict=["host", "uuid"], update=_GPU_FIGURES, deferrable=True)
+_SET_GPU_FIGURES = RowUpdate(Gpu, "id", _GPU_FIGURES, deferrable=True)
 _LIVES_MEMORY = RowUpdate(ProcessLife, "id", ["last_gpu_memory_bytes", "peak_gpu_memory_bytes",
                                               "point_gpu_memory_bytes"], deferrable=True)
 
@@ -337,25 +336,24 @@ def _write(item: _Update, gpus: dict[str, _StoredGpu], *, received_at: datetime)
     host.last_error, host.last_error_at = "", None
     _UPDATE_HOST.run([(host.pk, *(getattr(host, name) for name in _HOST_UPDATE_FIELDS))])
     _UPDATE_LATEST.run([(host.pk, taken_at, received_at, update.sequence, ValidatedJson(item.opened.text))])
-    _GPU_FIGURES_UPSERT.run([
-        (host.pk, g.uuid, gpus[g.uuid].index, gpus[g.uuid].name, True, g.memory_used_bytes,
-         g.process_memory_bytes, g.utilization_percent, received_at, gpus[g.uuid].sampled_at,
-         *(gpus[g.uuid].sampled or ()))
+    _SET_GPU_FIGURES.run([
+        (gpus[g.uuid].pk, g.memory_used_bytes, g.process_memory_bytes, g.utilization_percent, received_at,
+         gpus[g.uuid].sampled_at, *(gpus[g.uuid].sampled or ()))
         for g in update.gpus
-    ], returning=False)
+    ])
     record.record_samples(host, gpus.values(), process_count=counts.total, taken_at=taken_at)
     record.update_idle_since(gpus, idle_input, attributed, taken_at=taken_at)
 
 
 class _StoredGpu:
-    """A GPU row as an update reads it (``record.GpuRow``, and what its upsert rewrites as it is)."""
+    """A GPU row as an update reads it (``record.GpuRow``)."""
 
-    __slots__ = ("idle_since", "index", "name", "pk", "sampled", "sampled_at", "uuid")
+    __slots__ = ("idle_since", "pk", "sampled", "sampled_at", "uuid")
 
     def __init__(self, row: tuple[Any, ...]) -> None:
-        """``row``: _STORED_GPUS's."""
-        self.pk, self.uuid, self.idle_since, self.index, self.name, self.sampled_at = row[:6]
-        self.sampled: record.Figures | None = row[6:]
+        """``row``: _STORED_GPUS's, less the host."""
+        self.pk, self.uuid, self.idle_since, self.sampled_at = row[:4]
+        self.sampled: record.Figures | None = row[4:]
 
 
 def _gpu_figures(g: GpuFigures) -> record.Figures:

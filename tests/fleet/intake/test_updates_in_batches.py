@@ -96,7 +96,9 @@ def stored() -> dict[str, Any]:
                                           if not f.primary_key])
         + rows(LifeUsage.objects, *[f.attname for f in LifeUsage._meta.concrete_fields
                                     if not f.primary_key and f.attname != "life_id"]),
-        "summaries": rows(HostSummary.objects, *[f.attname for f in HostSummary._meta.concrete_fields]),
+        # A summary's GPUs in the order the database aggregated them (the fleet page sorts them by index).
+        "summaries": [tuple(sorted(v) if isinstance(v, list) else v for v in row) for row in
+                      rows(HostSummary.objects, *[f.attname for f in HostSummary._meta.concrete_fields])],
         "refusals": rows(SnapshotRejection.objects, "host_name", "error"),
     }
 
