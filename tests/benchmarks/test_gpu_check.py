@@ -41,7 +41,7 @@ BLOCK_DJANGO = (
 
 def test_it_runs_from_a_source_copy_without_django() -> None:
     done = run_python(BLOCK_DJANGO, str(SCRIPT), "--backend", "simulated", "--holders-mib", "8",
-                      "--grace-seconds", "1", "--only", "torchrun-rank", "--only", "leader-exited")
+                      "--grace-seconds", "3", "--only", "torchrun-rank", "--only", "leader-exited")
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count(" PASS") == 2, done.stdout
 
@@ -53,7 +53,7 @@ WRONG_EXPECTATIONS = (
     "first = gpu_check.SCENARIOS[0]\n"
     "gpu_check.SCENARIOS[:] = [dataclasses.replace(first, orphaned=False),\n"
     "                          dataclasses.replace(first, exits_on='SIGKILL'), first]\n"
-    "sys.argv = ['gpu_check.py', '--backend', 'simulated', '--holders-mib', '8', '--grace-seconds', '1']\n"
+    "sys.argv = ['gpu_check.py', '--backend', 'simulated', '--holders-mib', '8', '--grace-seconds', '2']\n"
     "sys.exit(gpu_check.main())\n"
 )
 
