@@ -28,7 +28,7 @@ import re
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -127,7 +127,7 @@ def receive_snapshot_update(message: Any, *, received_at: datetime | None = None
             host = trust.admit(update.host, opened, received_at=received_at)
             if host is None:
                 return None  # awaiting acceptance: nothing of it is stored
-            (cannot,) = _apply([_Update(update, opened, host, taken_at)], received_at=received_at)
+            (cannot,) = _apply([_Locked(host, update, taken_at, opened.text)], received_at=received_at)
             if cannot is not None:
                 raise cannot
             return host
@@ -169,15 +169,13 @@ def receive_snapshot_updates(messages: Sequence[Any], *, done: Callable[[int], N
         batch.append(item)
     if batch:
         with transaction.atomic():
-            locked = _locked_hosts(batch)
-            admitted = [item for item in batch if item.host is not None]
-            outcomes = _apply(admitted, received_at=received_at)
-        applied = {item.index for item, cannot in zip(admitted, outcomes, strict=True) if cannot is None}
-        alone.extend(item.index for item in batch if item.index not in applied)
+            admitted = _lock_hosts(batch)
+            outcomes = _apply([locked for _, locked in admitted], received_at=received_at)
+        applied = {index for (index, _), cannot in zip(admitted, outcomes, strict=True) if cannot is None}
+        alone.extend(item.position for item in batch if item.position not in applied)
         for index in sorted(applied):
             done(index)
-        logger.debug("applied %d snapshot updates of %d together (%d hosts locked)", len(applied),
-                     len(messages), locked)
+        logger.debug("applied %d snapshot updates of %d together", len(applied), len(messages))
     for index in sorted(alone):
         try:
             receive_snapshot_update(messages[index], received_at=received_at)
@@ -187,15 +185,22 @@ def receive_snapshot_updates(messages: Sequence[Any], *, done: Callable[[int], N
         done(index)
 
 
-class _Update:
-    """One update to apply: decoded, its host's row once locked (``_locked_hosts``; None: not one an
-    update of this key may be applied to without ``trust.admit``)."""
+class _Update(NamedTuple):
+    """One message of a batch, opened and decoded; ``position``: its place in the batch."""
 
-    __slots__ = ("host", "index", "opened", "taken_at", "update")
+    position: int
+    update: SnapshotUpdate
+    opened: Opened
+    taken_at: datetime
 
-    def __init__(self, update: SnapshotUpdate, opened: Opened, host: Host | None, taken_at: datetime,
-                 index: int = 0) -> None:
-        self.update, self.opened, self.host, self.taken_at, self.index = update, opened, host, taken_at, index
+
+class _Locked(NamedTuple):
+    """An update and its host, whose row is locked and whose accepted key signed it: one to apply."""
+
+    host: Host
+    update: SnapshotUpdate
+    taken_at: datetime
+    text: str  # as signed: stored beside the document
 
 
 def _opened_update(message: Any, index: int, *, received_at: datetime) -> _Update | None:
@@ -206,7 +211,7 @@ def _opened_update(message: Any, index: int, *, received_at: datetime) -> _Updat
         update, taken_at = _decoded(opened, received_at=received_at)
     except (BadMessage, BadUpdate):
         return None
-    return _Update(update, opened, None, taken_at, index)
+    return _Update(index, update, opened, taken_at)
 
 
 def _decoded(opened: Opened, *, received_at: datetime) -> tuple[SnapshotUpdate, datetime]:
@@ -220,17 +225,17 @@ def _decoded(opened: Opened, *, received_at: datetime) -> tuple[SnapshotUpdate, 
     return update, min(taken_at, received_at)
 
 
-def _locked_hosts(batch: list[_Update]) -> int:
-    """Lock the batch's hosts' rows, in id order, and give each item its host when that host's accepted
-    key signed it (anything else, ``trust.admit``'s business, goes alone); how many were locked."""
+def _lock_hosts(batch: list[_Update]) -> list[tuple[int, _Locked]]:
+    """Lock the batch's hosts' rows, in id order; the items whose host's accepted key signed them, with
+    their hosts (anything else, ``trust.admit``'s business, goes alone)."""
     by_name = {item.update.host: item for item in batch}
-    rows = _LOCK_HOSTS.rows(names=sorted(by_name))
-    for row in rows:
+    admitted = []
+    for row in _LOCK_HOSTS.rows(names=sorted(by_name)):
         host = Host.from_db(Host.objects.db, trust.HOST_COLUMNS, row)
         item = by_name[host.name]
         if host.key_accepted and host.public_key == item.opened.public_key:
-            item.host = host
-    return len(rows)
+            admitted.append((item.position, _Locked(host, item.update, item.taken_at, item.opened.text)))
+    return admitted
 
 
 def ask_for_full_snapshot(host_name: str, *, received_at: datetime) -> bool:
@@ -245,18 +250,17 @@ def ask_for_full_snapshot(host_name: str, *, received_at: datetime) -> bool:
     return bool(asked)
 
 
-def _apply(items: list[_Update], *, received_at: datetime) -> list[_CannotApply | None]:
+def _apply(items: list[_Locked], *, received_at: datetime) -> list[_CannotApply | None]:
     """Apply decoded updates, each to its host whose row the caller locked (one item per host); for
     each, None when applied or the _CannotApply that says why it does not fit (nothing of it written).
     What they read is read for all of them at once, and what they write written together."""
     if not items:
         return []
-    host_ids = [item.host.pk for item in items if item.host is not None]
+    host_ids = [item.host.pk for item in items]
     latest, stored_gpus = _read_stored(host_ids)
     outcomes: list[_CannotApply | None] = []
-    applied: list[tuple[_Update, dict[str, _StoredGpu]]] = []
+    applied: list[tuple[_Locked, dict[str, _StoredGpu]]] = []
     for item in items:
-        assert item.host is not None
         gpus = {row[1]: _StoredGpu(row) for row in stored_gpus[item.host.pk]}
         try:
             _check(item, latest.get(item.host.pk), gpus)
@@ -272,11 +276,9 @@ def _apply(items: list[_Update], *, received_at: datetime) -> list[_CannotApply 
                     _write(item, gpus, received_at=received_at)
                 _record_process_memory([item for item, _ in applied])
                 snapshot_updates_storing.send(sender=Host, updates=[
-                    UpdateStoring(item.host, item.update, item.taken_at) for item, _ in applied
-                    if item.host is not None])
+                    UpdateStoring(item.host, item.update, item.taken_at) for item, _ in applied])
             # What the fleet page reads, after the rows it is computed from are written.
-            summary.refresh_host_summaries([item.host.pk for item, _ in applied if item.host is not None],
-                                           now=received_at)
+            summary.refresh_host_summaries([item.host.pk for item, _ in applied], now=received_at)
     return outcomes
 
 
@@ -292,10 +294,9 @@ def _read_stored(host_ids: list[int]) -> tuple[dict[int, tuple[str, int]], dict[
     return latest, stored_gpus
 
 
-def _check(item: _Update, latest: tuple[str, int] | None, gpus: dict[str, _StoredGpu]) -> None:
+def _check(item: _Locked, latest: tuple[str, int] | None, gpus: dict[str, _StoredGpu]) -> None:
     """Raise _CannotApply when the update does not fit its host's stored latest snapshot."""
     update, host = item.update, item.host
-    assert host is not None
     if latest is None or latest[0] != update.base:
         raise _CannotApply(f"update of an unknown base {update.base[:20]}... (not the latest full snapshot)",
                            ask_full=True)
@@ -315,11 +316,10 @@ def _check(item: _Update, latest: tuple[str, int] | None, gpus: dict[str, _Store
                            ask_full=True)
 
 
-def _write(item: _Update, gpus: dict[str, _StoredGpu], *, received_at: datetime) -> None:
+def _write(item: _Locked, gpus: dict[str, _StoredGpu], *, received_at: datetime) -> None:
     """An update that fits: the host's facts and GPU rows, its raw samples where due, the GPUs' idle
     time and the update beside the document (inside ``deferred()``: written with the batch's)."""
     host, update, taken_at = item.host, item.update, item.taken_at
-    assert host is not None
     attributed = {g.uuid: g.process_memory_bytes for g in update.gpus}
     # What update_idle_since reads of a snapshot's GPUs.
     idle_input = {"gpus": [{"uuid": g.uuid, "utilization_percent": g.utilization_percent}
@@ -335,7 +335,7 @@ def _write(item: _Update, gpus: dict[str, _StoredGpu], *, received_at: datetime)
     host.zombie_count = counts.zombies
     host.last_error, host.last_error_at = "", None
     _UPDATE_HOST.run([(host.pk, *(getattr(host, name) for name in _HOST_UPDATE_FIELDS))])
-    _UPDATE_LATEST.run([(host.pk, taken_at, received_at, update.sequence, ValidatedJson(item.opened.text))])
+    _UPDATE_LATEST.run([(host.pk, taken_at, received_at, update.sequence, ValidatedJson(item.text))])
     _SET_GPU_FIGURES.run([
         (gpus[g.uuid].pk, g.memory_used_bytes, g.process_memory_bytes, g.utilization_percent, received_at,
          gpus[g.uuid].sampled_at, *(gpus[g.uuid].sampled or ()))
@@ -366,19 +366,19 @@ def _gpu_figures(g: GpuFigures) -> record.Figures:
             health.power_draw_milliwatts, health.power_limit_milliwatts)
 
 
-def _record_process_memory(items: list[_Update]) -> None:
+def _record_process_memory(items: list[_Locked]) -> None:
     """The named processes' memory on their open lives: a point when it moved past the step from the
     life's last point (as a full snapshot would write it); processes without a life are not history's.
     One read for every host's (inside ``deferred()``: the writes go with the batch's)."""
     wanted: dict[tuple[int, str, int, int], int] = {}
     for item in items:
-        if item.host is not None and item.update.processes:
+        if item.update.processes:
             for p in item.update.processes:
                 key = (item.host.pk, item.host.boot_id, p.pid, p.start_time_ticks)
                 wanted[key] = memory_total_bytes(p.gpu_memory_bytes)
     if not wanted:
         return
-    taken_at = {item.host.pk: item.taken_at for item in items if item.host is not None}
+    taken_at = {item.host.pk: item.taken_at for item in items}
     host_ids = sorted({key[0] for key in wanted})
     pids = sorted({key[2] for key in wanted})
     step = settings.GPUADMIN_HISTORY_PROCESS_STEP_BYTES
