@@ -32,6 +32,10 @@ from gpuadmin.sending import send_snapshot_update
 from gpuadmin.wire.task_names import INGEST_SNAPSHOT, INGEST_SNAPSHOT_UPDATE
 from tests.fleet.helpers import stored_with_updates
 
+# A flush closes Django's old connections, as a worker does between tasks: after a test that left this
+# process's connection open, that touches the database.
+pytestmark = pytest.mark.django_db
+
 
 class Timer:
     """The event loop's timer, run by the test: ``run()`` calls what is due, in order."""
