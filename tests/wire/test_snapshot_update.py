@@ -4,6 +4,7 @@ checking decoder say the same, and the base with an update laid over it reads as
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
 
 import jsonschema
@@ -116,5 +117,8 @@ def test_the_base_with_its_update_laid_over_reads_as_the_host_now() -> None:
     assert shown["processes"][1]["gpu_memory_bytes"] == {G0: GiB}
     # Ages move on with the clock; nothing else of a process changes.
     elapsed = [p["elapsed_seconds"] for p in shown["processes"]]
-    seconds = float(now["taken_at"][17:-1]) - float(base()["taken_at"][17:-1])
+    # The age as a time difference, as overlay takes it: two floats parsed from the text and subtracted
+    # rounded the other way at a half hundredth, now and then.
+    taken = [datetime.fromisoformat(document["taken_at"]) for document in (base(), now)]
+    seconds = (taken[1] - taken[0]).total_seconds()
     assert elapsed == [round(60.0 + seconds, 2), round(30.0 + seconds, 2)]
