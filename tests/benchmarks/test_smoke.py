@@ -134,10 +134,12 @@ def require(needs: tuple[str, ...]) -> None:
 
 def script_env() -> dict[str, str]:
     # As from a shell: none of the test worker's settings (tests/environment.py: its data dir, the
-    # central key its agents pin), database or broker; each script makes its own.
+    # central key its agents pin), database or broker; each script makes its own. Nor coverage's
+    # (COVERAGE_PROCESS_CONFIG, which starts it in every subprocess): the scripts run at volume what
+    # the tests cover, and its tracer's cost is a tax on every run (tests/README.md: the figures).
     drop = {"DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE"}
     return {key: value for key, value in os.environ.items()
-            if key not in drop and not key.startswith("GPUADMIN_")}
+            if key not in drop and not key.startswith(("GPUADMIN_", "COVERAGE_"))}
 
 
 def test_every_script_has_a_smoke_run() -> None:
