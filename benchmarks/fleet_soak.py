@@ -43,6 +43,11 @@ line's digest once; ``--exact-agents`` computes both every probe. What central r
 either way. The senders share the machine with central: their CPU (printed) is what a real fleet's
 agents spend on their own hosts, and at 10,000 hosts on two cores it competes with central's.
 
+``--backlog``: the senders queue every round as fast as they can (each message taken at its slot on the
+fleet's clock, so the full-snapshot timers fire as often) while central's worker and its pool are stopped
+(SIGSTOP), with no beat; then the worker goes on and the drain is measured. A fleet's rate fills every
+batch that way, which the senders cannot send live beside central on a small machine.
+
 Exit status 1 when the queue did not drain within ``--drain-seconds`` after the last round, a sender or
 publish failed, a message was refused or expired in the queue, or the backlog passed ``--max-backlog``
 messages or redis-server ``--max-broker-mib`` (the senders are then stopped: a fleet that ingest cannot
@@ -53,17 +58,20 @@ message, ingest and database) is printed, not enforced: it moves with the machin
                                     [--pool prefork|solo] [--senders 2] [--gpus 8] [--processes 200]
                                     [--job-change-percent 1] [--sample-seconds 10] [--drain-seconds 600]
                                     [--max-backlog 50000] [--max-broker-mib 2048] [--repeats 20]
-                                    [--no-scheduler] [--skip-pages] [--exact-agents] [--no-wait]
+                                    [--no-scheduler] [--backlog] [--skip-pages] [--exact-agents]
+                                    [--no-wait]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import multiprocessing
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -85,9 +93,9 @@ from tests.services import postgres_server, redis_server  # noqa: E402
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 READY_TIMEOUT_SECONDS = 120
 CPU_PER_MESSAGE_REQUIRED_MS = 1.5  # issue 36: ingest and database, averaged over the run
-# A backend reports its statistics at most once a second while busy, within 10 s once idle: a count
-# that held for 12 s has them all.
-STATS_SETTLE_SECONDS, STATS_STEADY_POLLS, STATS_SETTLE_POLLS = 2.0, 6, 30
+# A backend reports its statistics at most once a second while busy, within 10 s once idle, and as it
+# exits: once central's have gone, a count that held for a poll has them all.
+STATS_POLL_SECONDS, STATS_SETTLE_TIMEOUT_SECONDS = 0.5, 60
 # The change model (see the docstring).
 ZOMBIE_HOST_EVERY, ZOMBIE_HOST_OFFSET = 50, 7
 LEAK_HOST_EVERY, LEAK_HOST_OFFSET = 50, 13
@@ -99,6 +107,8 @@ ZOMBIE_PARENT_PID = 33_000
 WARM_UP_BACKLOG, WARM_UP_CHECK_EVERY = 200, 20
 # Enrolment fails when no first full snapshot was stored for this long.
 WARM_UP_STALL_SECONDS = 180
+# --backlog: the messages' expiry, in probe intervals (a day of 10 s intervals).
+BACKLOG_OFFLINE_AFTER_INTERVALS = 8640
 # Sender counters, one array per sender: what it sent, what it saw, how late it ran.
 FULL, UPDATE, FULL_ASKS, PROBES, LAG_MS, ERRORS, ROUND, CPU_MS = range(8)
 FIELDS = 8
@@ -149,6 +159,13 @@ class Central:
     beat: subprocess.Popen[Any] | None
     postmaster: int
     own_backend: int
+
+    def stop(self) -> None:
+        """Stop the workers and beat (idempotent: ``run`` stops them again on the way out)."""
+        for worker in self.workers:
+            processes.stop(worker, grace_seconds=30)
+        if self.beat is not None:
+            processes.stop(self.beat)
 
     def sample(self) -> CpuSample:
         return CpuSample(worker=sum(tree_cpu_seconds(w.pid) for w in self.workers),
@@ -257,11 +274,13 @@ class SenderPlan:
     job_change_percent: float
     exact_agents: bool
     state_dir: Path
+    backlog: bool  # --backlog: the rounds sent as fast as they can be, on the fleet's clock
 
 
 def run_sender(plan: SenderPlan, counters: Any, start: Any, stop: Any) -> None:
     """One sender process: the first full snapshot of each of its hosts at once, then, once ``start``
-    holds the clock's start, ``rounds`` rounds paced by the wall clock."""
+    holds the clock's start, ``rounds`` rounds paced by the wall clock (``--backlog``: not paced, each
+    message taken at its slot on the fleet's clock)."""
     try:
         _send(plan, counters, start, stop)
     except (KeyboardInterrupt, SystemExit):
@@ -373,6 +392,11 @@ def _send(plan: SenderPlan, counters: Any, start: Any, stop: Any) -> None:
             maybe_change_job(host.name, changes[host.name], round_number, plan.job_change_percent)
             slot = began + (round_number - 1) * plan.interval_seconds + (
                 plan.interval_seconds * host.index / plan.fleet_size)
+            if plan.backlog:
+                if stop.is_set():
+                    return
+                send(host, round_number, slot - began, slot)
+                continue
             wait = slot - time.time()
             if wait > 0 and stop.wait(wait):
                 return
@@ -479,16 +503,24 @@ class Soak:
         return SnapshotRejection.objects.count()
 
     def settled_stored(self) -> int:
-        """``stored()`` once the backends' statistics stop moving (the last ones come when they idle)."""
-        last, steady = self.stored(), 0
-        for _ in range(STATS_SETTLE_POLLS):
-            time.sleep(STATS_SETTLE_SECONDS)
+        """``stored()`` once central's processes were stopped (``Central.stop``): when no other backend
+        is left and the count held for a poll (an exiting backend reports just after it leaves
+        pg_stat_activity)."""
+        from django.db import connection
+
+        deadline, last = time.monotonic() + STATS_SETTLE_TIMEOUT_SECONDS, -1
+        while time.monotonic() < deadline:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' "
+                               "AND pid <> pg_backend_pid()")
+                others = int(cursor.fetchone()[0])
             now = self.stored()
-            steady = steady + 1 if now == last else 0
-            if steady == STATS_STEADY_POLLS:
-                break
+            if not others and now == last:
+                return now
             last = now
-        return last
+            time.sleep(STATS_POLL_SECONDS)
+        raise RuntimeError(f"central's database connections were still open {STATS_SETTLE_TIMEOUT_SECONDS} s "
+                           "after its processes stopped")
 
     def check_senders(self) -> None:
         for sender, counter in zip(self.senders, self.counters, strict=True):
@@ -521,6 +553,13 @@ def soak(args: argparse.Namespace, work: Path) -> int:
         return run(args, work, env, database, broker_server)
 
 
+def signal_groups(spawned: list[subprocess.Popen[Any]], signum: int) -> None:
+    """``signum`` to each spawned process's group: a worker's main process and its pool."""
+    for process in spawned:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signum)
+
+
 def run(args: argparse.Namespace, work: Path, env: dict[str, str], database: Any, broker_server: Any) -> int:
     import redis
     from django.conf import settings
@@ -535,9 +574,14 @@ def run(args: argparse.Namespace, work: Path, env: dict[str, str], database: Any
     rounds = max(1, round(args.minutes * 60 / args.interval_seconds))
     print(f"== {args.hosts} hosts x {args.gpus} GPUs, {args.processes} processes each, every "
           f"{args.interval_seconds:g} s for {rounds} rounds; central: {args.workers} {args.pool} worker "
-          f"processes{'' if args.no_scheduler else ' and beat'}; {args.senders} senders; "
+          f"processes{'' if args.no_scheduler or args.backlog else ' and beat'}; {args.senders} senders; "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; full snapshot at least every "
-          f"{settings.GPUADMIN_FULL_SNAPSHOT_SECONDS} s ==", flush=True)
+          f"{settings.GPUADMIN_FULL_SNAPSHOT_SECONDS} s"
+          f"{'; every round queued, then drained' if args.backlog else ''} ==", flush=True)
+    if args.backlog:
+        # Every message waits in the queue while the rest are sent: none may expire meanwhile
+        # (sending.snapshot_expiry_seconds, in the senders forked from this process).
+        settings.GPUADMIN_OFFLINE_AFTER_INTERVALS = BACKLOG_OFFLINE_AFTER_INTERVALS
     # As deploy/gpuadmin-worker.service starts it: one worker, a prefork pool; or (--pool solo) as many
     # workers as processes, each running its tasks itself.
     common = ["-Q", "central", "--loglevel", "INFO", "--without-gossip", "--without-mingle"]
@@ -547,7 +591,8 @@ def run(args: argparse.Namespace, work: Path, env: dict[str, str], database: Any
         starts = [["worker", "-n", f"central{n}@%h", "--pool", "solo", *common] for n in range(args.workers)]
     worker_logs = [work / f"worker{n}.log" for n in range(len(starts))]
     workers = [celery(argv, env, log) for argv, log in zip(starts, worker_logs, strict=True)]
-    beat = None if args.no_scheduler else celery(["beat", "--loglevel", "INFO"], env, work / "beat.log")
+    beat = None if args.no_scheduler or args.backlog else celery(["beat", "--loglevel", "INFO"], env,
+                                                                 work / "beat.log")
     senders: list[Any] = []
     context = multiprocessing.get_context("fork")
     stop = context.Event()
@@ -568,7 +613,7 @@ def run(args: argparse.Namespace, work: Path, env: dict[str, str], database: Any
         counters = [context.Array("q", FIELDS) for _ in range(args.senders)]
         for n in range(args.senders):
             plan = SenderPlan(hosts[n::args.senders], len(hosts), args.interval_seconds, rounds,
-                              args.job_change_percent, args.exact_agents, states)
+                              args.job_change_percent, args.exact_agents, states, args.backlog)
             senders.append(context.Process(target=run_sender, args=(plan, counters[n], start, stop)))
         for sender in senders:
             sender.start()
@@ -586,6 +631,7 @@ def run(args: argparse.Namespace, work: Path, env: dict[str, str], database: Any
         for sender in senders:
             sender.join(timeout=30)
         shutil.rmtree(states, ignore_errors=True)
+        signal_groups(workers, signal.SIGCONT)  # one stopped by --backlog's fill would not hear SIGTERM
         for worker in workers:
             processes.stop(worker, grace_seconds=30)
         if beat is not None:
@@ -643,6 +689,33 @@ def sample_rounds(soak: Soak, central: Central, clock: float, *, sent_before: li
     return run
 
 
+def fill_backlog(soak: Soak, central: Central, sent_before: list[int]) -> None:
+    """``--backlog``: every round sent while central's worker is stopped (SIGSTOP, its pool with it); the
+    caller then lets it go and measures the drain. A fleet's rate fills each batch, as these two cores
+    cannot send it live beside central (the senders' CPU is the agents')."""
+    signal_groups(central.workers, signal.SIGSTOP)
+    began = time.monotonic()
+    soak.start.value = time.time()
+    while any(sender.is_alive() for sender in soak.senders):
+        soak.check_senders()
+        time.sleep(0.5)
+    soak.check_senders()
+    sent = [a - b for a, b in zip(soak.sent(), sent_before, strict=True)]
+    print(f"backlog: {sent[FULL] + sent[UPDATE]} messages ({sent[FULL]} full snapshots, {sent[UPDATE]} "
+          f"updates) queued in {time.monotonic() - began:.0f} s while central's worker was stopped; "
+          "draining now", flush=True)
+
+
+def how_it_ended(drained_at: float | None, *, backlog: bool, elapsed: float, last_round_at: float) -> str:
+    if drained_at is None:
+        return "the queue did not drain"
+    if backlog:
+        return f"the backlog drained in {elapsed:.0f} s"
+    if drained_at >= last_round_at:
+        return f"the queue drained {drained_at - last_round_at:.0f} s after the last round's end"
+    return "the queue drained after the senders were stopped"
+
+
 def measure(soak: Soak, central: Central) -> int:
     """The rounds, a line every ``--sample-seconds``, then the figures over the whole run."""
     from django.db.models import Count
@@ -655,16 +728,23 @@ def measure(soak: Soak, central: Central) -> int:
     # Before the clock each host sent one message, its first full snapshot, which wrote its latest row.
     sent_before, stored_before = soak.sent(), len(soak.hosts)
     rejections_before = soak.refused()
+    if args.backlog:
+        fill_backlog(soak, central, sent_before)
     cpu_before, clock_began = central.sample(), timezone.now()
     clock = time.time()
-    soak.start.value = clock
+    if args.backlog:
+        signal_groups(central.workers, signal.SIGCONT)
+    else:
+        soak.start.value = clock
     print(f"{'t s':>6}{'sent full/s':>12}{'update/s':>10}{'ingested/s':>11}{'backlog':>9}{'lag s':>7}"
           f"{'worker ms':>10}{'DB ms':>7}  (CPU per message ingested in the window)", flush=True)
+    # The windows count from the statistics as they stand (the enrolment's may not all be in yet).
     run = sample_rounds(soak, central, clock, sent_before=sent_before,
-                        done_before=stored_before + rejections_before, cpu_before=cpu_before)
+                        done_before=soak.stored() + rejections_before, cpu_before=cpu_before)
     drained_at, interrupted, gave_up = run.drained_at, run.interrupted, run.gave_up
     last_round_at = clock + soak.rounds * args.interval_seconds
-    cpu_after = central.sample()
+    cpu_after, left_queued = central.sample(), soak.queued()
+    central.stop()  # measured: its backends now report their last statistics as they exit
     soak.stop.set()
     for sender in soak.senders:
         sender.join(timeout=30)
@@ -672,8 +752,10 @@ def measure(soak: Soak, central: Central) -> int:
     sent_total = sent[FULL] + sent[UPDATE]
     stored = soak.settled_stored() - stored_before
     elapsed = (drained_at or time.time()) - clock
-    # The rounds' span: all of them, or as far as an interruption let them go.
-    run_seconds = min(soak.rounds * args.interval_seconds, elapsed)
+    # The rounds' span: all of them, or as far as an interruption let them go (--backlog: the fleet's
+    # time they cover, all sent before the clock).
+    run_seconds = soak.rounds * args.interval_seconds if args.backlog else min(
+        soak.rounds * args.interval_seconds, elapsed)
     refused = dict(SnapshotRejection.objects.order_by().filter(received_at__gte=clock_began)
                    .values_list("message_kind")
                    .annotate(n=Count("id")).values_list("message_kind", "n"))
@@ -683,12 +765,7 @@ def measure(soak: Soak, central: Central) -> int:
     last_round = datetime.fromtimestamp(clock + run_seconds - args.interval_seconds, UTC)
     current = LatestSnapshot.objects.filter(received_at__gte=last_round).count()
     errors = soak.worker_errors()
-    if drained_at is None:
-        ending = "the queue did not drain"
-    elif drained_at >= last_round_at:
-        ending = f"the queue drained {drained_at - last_round_at:.0f} s after the last round's end"
-    else:
-        ending = "the queue drained after the senders were stopped"
+    ending = how_it_ended(drained_at, backlog=args.backlog, elapsed=elapsed, last_round_at=last_round_at)
     print(f"\nrun: {soak.rounds} rounds of {args.interval_seconds:g} s planned, {run_seconds:.0f} s of them "
           f"sent; {ending}; the backlog's peak {run.peak_backlog} (at a sample); load average "
           f"{os.getloadavg()[0]:.1f}")
@@ -698,7 +775,7 @@ def measure(soak: Soak, central: Central) -> int:
           f"the senders' largest lag behind a host's slot {sent[LAG_MS] / 1000:.1f} s")
     print(f"ingested: {stored} stored ({stored / elapsed:.1f}/s from the first round to the end of the "
           f"drain), {refused_count} refused {refused or ''}, {sent_total - stored - refused_count} neither "
-          f"(expired in the queue, or left there: {soak.queued()}); worker log errors {len(errors)}; "
+          f"(expired in the queue, or left there: {left_queued}); worker log errors {len(errors)}; "
           f"hosts whose latest message arrived in the last round {current} of {len(soak.hosts)}")
     print(f"asks for a full snapshot: hosts asked {asked}; probe requests the senders took {sent[PROBES]}, "
           f"{sent[FULL_ASKS]} of them asking for a full snapshot")
@@ -786,6 +863,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="how long after the last round the queue may take to drain")
     parser.add_argument("--repeats", type=int, default=20, help="timed requests per page (after 2 warm-ups)")
     parser.add_argument("--no-scheduler", action="store_true", help="run no beat (no probe requests)")
+    parser.add_argument("--backlog", action="store_true",
+                        help="send every round while central's worker is stopped, then time the drain "
+                             "(no beat)")
     parser.add_argument("--skip-pages", action="store_true")
     parser.add_argument("--exact-agents", action="store_true",
                         help="senders compute each probe's shape digest, as agents do (more sender CPU)")
