@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 import multiprocessing
 import os
@@ -291,6 +292,20 @@ def run_sender(plan: SenderPlan, counters: Any, start: Any, stop: Any) -> None:
         raise
 
 
+def rephase_full_timers(plan: SenderPlan, began: float, period: float) -> None:
+    """Each host's full-snapshot timer at its phase of the period as the rounds begin: an enrolment of
+    thousands of hosts takes minutes, and timers phased at their first snapshots would bring more of
+    them due in the first rounds than a fleet in its steady state has (the agent's state file,
+    ``snapshot_choice``'s: its ``full_at``)."""
+    for host in plan.hosts:
+        path = plan.state_dir / f"{host.name}.json"
+        state = json.loads(path.read_text())
+        if "full_at" not in state:
+            raise RuntimeError(f"{path} has no full_at: snapshot_choice's state changed, and this with it")
+        state["full_at"] = began - period * host.index / plan.fleet_size
+        path.write_text(json.dumps(state))
+
+
 def remembered_cmdline_digest(digest: Any) -> Any:
     """``synthetic.cmdline_sha256`` remembered per command line: a fleet's hosts run a few hundred."""
     known: dict[tuple[str, ...], str] = {}
@@ -386,6 +401,7 @@ def _send(plan: SenderPlan, counters: Any, start: Any, stop: Any) -> None:
     if not drain_probes_while(lambda: start.value == 0.0):
         return
     began = start.value
+    rephase_full_timers(plan, began, period)
     for round_number in range(1, plan.rounds + 1):
         take_probe_requests()
         for host in plan.hosts:
