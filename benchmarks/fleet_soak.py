@@ -71,6 +71,7 @@ import logging
 import multiprocessing
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -78,6 +79,7 @@ import sys
 import tempfile
 import time
 import traceback
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -772,9 +774,12 @@ def measure(soak: Soak, central: Central) -> int:
     # time they cover, all sent before the clock).
     run_seconds = soak.rounds * args.interval_seconds if args.backlog else min(
         soak.rounds * args.interval_seconds, elapsed)
-    refused = dict(SnapshotRejection.objects.order_by().filter(received_at__gte=clock_began)
-                   .values_list("message_kind")
-                   .annotate(n=Count("id")).values_list("message_kind", "n"))
+    refusals = SnapshotRejection.objects.order_by().filter(received_at__gte=clock_began)
+    refused = dict(refusals.values_list("message_kind").annotate(n=Count("id"))
+                   .values_list("message_kind", "n"))
+    # Why, by the reason's words before its particulars (digests, numbers).
+    reasons = Counter(re.split(r"[0-9]", error, maxsplit=1)[0][:60] for error in refusals.values_list(
+        "error", flat=True))
     refused_count = soak.refused() - rejections_before
     messages = stored + refused_count  # what the worker did work for
     asked = Host.objects.filter(full_snapshot_requested_at__gte=clock_began).count()
@@ -819,6 +824,8 @@ def measure(soak: Soak, central: Central) -> int:
               "of the history tables, partitions and indexes included, over hosts x the rounds' span: raw "
               "samples and points before rollups and pruning; a short run's own mix of full snapshots and "
               "changes, and a small one over-counts the pages its tables were just given)")
+    for reason, count in reasons.most_common(5):
+        print(f"  refused {count}: {reason}...")
     for line in errors[:10]:
         print(f"  worker: {line}")
     if not args.skip_pages and not interrupted:
