@@ -18,6 +18,11 @@ back to the broker. What ``UpdateBatcher`` does with each message:
 - the rest are held and applied together once ``BATCH_MAX`` are held or ``BATCH_WAIT_SECONDS`` after
   the first, on the worker's event loop. A worker without one (the embedded filesystem broker has
   none: ``make run``) applies each as it comes;
+- an update whose base (its full snapshot, in ``central``, taken by the pool) is not stored yet waits
+  for it: kept unacknowledged, given again with every batch after and at least every
+  ``BASE_RETRY_SECONDS``, for up to one probe interval; then it is refused, and the host asked for a
+  full snapshot, as before. A backlog drains the two queues at their own pace: without the wait, most
+  hosts whose full snapshot was queued behind others had the next update refused;
 - a ``DatabaseError`` keeps those not done in hand and tries again after growing pauses (the ingest
   tasks' backoff); any other error is logged and the batch's messages not done are acknowledged, as a
   failed task's would be.
@@ -26,12 +31,14 @@ back to the broker. What ``UpdateBatcher`` does with each message:
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from celery import bootsteps
 from celery.utils.time import get_exponential_backoff_interval, maybe_iso8601
+from django.conf import settings
 from django.db import DatabaseError, close_old_connections
 from kombu import Consumer
 from kombu.message import Message
@@ -49,6 +56,8 @@ BATCH_WAIT_SECONDS = 0.1
 # the next one filling meanwhile.
 PREFETCH_BATCHES = 2
 FLUSH_LOG = "applied a batch of %d snapshot updates"
+# How often updates waiting for their base are given again when no batch comes meanwhile.
+BASE_RETRY_SECONDS = 1.0
 
 
 class Cancellable(Protocol):
@@ -57,7 +66,7 @@ class Cancellable(Protocol):
 
 # schedule(seconds, function): call function once, later, in the consumer's own thread.
 Schedule = Callable[[float, Callable[[], None]], Cancellable]
-Apply = Callable[..., None]  # receive_snapshot_updates(messages, *, done)
+Apply = Callable[..., None]  # receive_snapshot_updates(messages, *, done, wait)
 
 
 def retry_pause_seconds(failures: int) -> float:
@@ -88,13 +97,20 @@ class UpdateBatcher:
 
     def __init__(self, *, schedule: Schedule, batching: bool = True, batch_max: int = BATCH_MAX,
                  wait_seconds: float = BATCH_WAIT_SECONDS, apply: Apply = receive_snapshot_updates,
-                 broker_errors: tuple[type[BaseException], ...] = ()) -> None:
+                 broker_errors: tuple[type[BaseException], ...] = (),
+                 base_wait_seconds: float | None = None) -> None:
         self.schedule, self.batching, self.apply = schedule, batching, apply
         self.batch_max, self.wait_seconds, self.broker_errors = batch_max, wait_seconds, broker_errors
+        self.base_wait_seconds = (float(settings.GPUADMIN_PROBE_INTERVAL_SECONDS) if base_wait_seconds is None
+                                  else base_wait_seconds)
         self.held: list[tuple[Message, Any]] = []  # (message, its signed body), in the order received
+        self.waiting: list[tuple[Message, Any]] = []  # updates waiting for their base, oldest first
+        # By delivery tag (kombu's stubs allow None): when each began to wait, on the monotonic clock.
+        self._waiting_since: dict[Any, float] = {}
         self.failures = 0  # DatabaseErrors in a row
         self._flush_timer: Cancellable | None = None
         self._retry_timer: Cancellable | None = None
+        self._base_timer: Cancellable | None = None
 
     @property
     def waiting_for_database(self) -> bool:
@@ -135,6 +151,12 @@ class UpdateBatcher:
         self._retry_timer = None
         self.flush()
 
+    def _base_due(self) -> None:
+        self._base_timer = None
+        self.held[:0], self.waiting = self.waiting, []
+        if not self.waiting_for_database:
+            self.flush()
+
     def flush(self) -> None:
         """Apply what is held, ``batch_max`` at a time, until nothing is held or the database fails."""
         self._cancel_flush_timer()
@@ -142,20 +164,33 @@ class UpdateBatcher:
             self._flush_one_batch()
 
     def _flush_one_batch(self) -> None:
+        # Those waiting for their base go first, before any later update of their hosts.
+        self.held[:0], self.waiting = self.waiting, []
         batch = self.held[:self.batch_max]
         fresh = [(message, signed) for message, signed in batch if not self._drop_if_expired(message)]
         if not fresh:
             del self.held[:len(batch)]
             return
         done = [False] * len(fresh)
+        waited: list[int] = []
+        now = time.monotonic()
 
         def mark_done(index: int) -> None:
             fresh[index][0].ack()
             done[index] = True
+            self._waiting_since.pop(fresh[index][0].delivery_tag, None)
+
+        def may_wait(index: int) -> bool:
+            tag = fresh[index][0].delivery_tag
+            if now - self._waiting_since.setdefault(tag, now) < self.base_wait_seconds:
+                waited.append(index)
+                return True
+            del self._waiting_since[tag]
+            return False
 
         close_old_connections()  # Django's rule for a connection kept between tasks (CONN_MAX_AGE)
         try:
-            self.apply([signed for _, signed in fresh], done=mark_done)
+            self.apply([signed for _, signed in fresh], done=mark_done, wait=may_wait)
         except self.broker_errors:
             # An ack failed: this channel's messages are the broker's again (restored when the channel
             # closes, or after the visibility timeout); those applied will be refused as replays.
@@ -175,17 +210,26 @@ class UpdateBatcher:
             for (message, _), is_done in zip(fresh, done, strict=True):
                 if not is_done:
                     message.ack()
+                    self._waiting_since.pop(message.delivery_tag, None)
+            waited.clear()
         finally:
             close_old_connections()
         del self.held[:len(batch)]
         self.failures = 0
-        logger.info(FLUSH_LOG, len(fresh))
+        self.waiting += [fresh[index] for index in waited]
+        if self.waiting and self._base_timer is None:
+            self._base_timer = self.schedule(BASE_RETRY_SECONDS, self._base_due)
+        if waited:
+            logger.info(FLUSH_LOG + "; %d wait for their base", len(fresh) - len(waited), len(waited))
+        else:
+            logger.info(FLUSH_LOG, len(fresh))
 
     def _drop_if_expired(self, message: Message) -> bool:
         if expired(message):
             logger.info("dropped a snapshot update that expired while held (expired at %s)",
                         message.headers.get("expires"))
             message.ack()
+            self._waiting_since.pop(message.delivery_tag, None)
             return True
         return False
 
@@ -204,11 +248,14 @@ class UpdateBatcher:
         try:
             self.flush()
         finally:
-            if self._retry_timer is not None:
-                self._retry_timer.cancel()
-                self._retry_timer = None
+            for timer in (self._retry_timer, self._base_timer):
+                if timer is not None:
+                    timer.cancel()
+            self._retry_timer = self._base_timer = None
             self._cancel_flush_timer()
             self.held.clear()
+            self.waiting.clear()  # unacknowledged: the broker gives them back
+            self._waiting_since.clear()
 
 
 def consumes_central(consume_from: dict[str, Any] | None, default_queue: str) -> bool:

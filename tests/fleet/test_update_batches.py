@@ -10,6 +10,7 @@ import logging
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ from gpuadmin.fleet import update_batches
 from gpuadmin.fleet.intake.updates import receive_snapshot_updates
 from gpuadmin.fleet.models import LatestSnapshot
 from gpuadmin.fleet.update_batches import (
+    BASE_RETRY_SECONDS,
     BATCH_WAIT_SECONDS,
     UpdateBatchConsumer,
     UpdateBatcher,
@@ -69,21 +71,25 @@ class Entry:
 
 class Recorded:
     """receive_snapshot_updates' contract, recorded: each message done; ``fail`` raises after ``done_first``
-    of the next call's messages are done."""
+    of the next call's messages are done; a message in ``no_base`` is offered to wait for its base, and
+    done (refused) when it may not."""
 
     def __init__(self) -> None:
         self.batches: list[list[Any]] = []
         self.fail: list[BaseException] = []
         self.done_first = 0
+        self.no_base: list[Any] = []
 
-    def __call__(self, messages: list[Any], *, done: Callable[[int], None]) -> None:
+    def __call__(self, messages: list[Any], *, done: Callable[[int], None],
+                 wait: Callable[[int], bool]) -> None:
         self.batches.append(list(messages))
         if self.fail:
             for index in range(self.done_first):
                 done(index)
             raise self.fail.pop(0)
-        for index in range(len(messages)):
-            done(index)
+        for index, message in enumerate(messages):
+            if message not in self.no_base or not wait(index):
+                done(index)
 
 
 class Broker:
@@ -270,6 +276,67 @@ def test_any_other_error_is_logged_and_the_batchs_updates_not_done_are_acknowled
     assert "ValueError: a bug" in caplog.text  # with its traceback
 
 
+def test_an_update_waiting_for_its_base_goes_first_in_each_batch_until_its_wait_is_over(
+    broker: Broker, timer: Timer, applied: Recorded, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger=update_batches.__name__)
+    clock = [1000.0]
+    monkeypatch.setattr(update_batches, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    batcher = UpdateBatcher(schedule=timer, batch_max=3, apply=applied, base_wait_seconds=10)
+    applied.no_base = [{"n": 1}]
+    for n in range(3):
+        broker.send({"n": n})
+    messages = broker.take(batcher)
+    timer.run()
+
+    # Kept, unacknowledged, offered again a second later unless a batch comes first.
+    assert acked(messages) == [True, False, True]
+    assert [body for _, body in batcher.waiting] == [{"n": 1}] and batcher.held == []
+    assert timer.pending == [BASE_RETRY_SECONDS]
+    assert "applied a batch of 2 snapshot updates; 1 wait for their base" in caplog.text
+
+    # A batch comes first: the waiting one goes ahead of it, before any later update of its host.
+    clock[0] += 0.5
+    broker.send({"n": 3})
+    messages += broker.take(batcher)
+    timer.run()
+    assert applied.batches[-1] == [{"n": 1}, {"n": 3}]
+    assert acked(messages) == [True, False, True, True]
+
+    # Its base came: given again by the timer alone, it is applied.
+    applied.no_base = []
+    clock[0] += 1
+    timer.run()
+    assert applied.batches[-1] == [{"n": 1}] and all(acked(messages))
+    assert batcher.waiting == [] and timer.pending == []
+
+    # Another whose base does not come within the wait: refused (done) once it is over.
+    applied.no_base = [{"n": 4}]
+    broker.send({"n": 4})
+    messages += broker.take(batcher)
+    timer.run()  # the batch's wait
+    assert not acked(messages)[-1]
+    clock[0] += 5
+    timer.run()  # given again after a second: still within the wait
+    assert not acked(messages)[-1] and timer.pending == [BASE_RETRY_SECONDS]
+    clock[0] += 5
+    timer.run()  # ten seconds after it first waited: no longer
+    assert all(acked(messages)) and batcher.waiting == [] and timer.pending == []
+    assert applied.batches[-3:] == [[{"n": 4}]] * 3
+
+
+def test_stopping_leaves_the_updates_waiting_for_their_base_unacknowledged(
+    broker: Broker, timer: Timer, applied: Recorded
+) -> None:
+    batcher = UpdateBatcher(schedule=timer, apply=applied, base_wait_seconds=10)
+    applied.no_base = [{"n": 0}]
+    broker.send({"n": 0})
+    messages = broker.take(batcher)
+    batcher.close()  # offered once more, still waiting: left for the broker to give back
+    assert not any(acked(messages)) and batcher.waiting == [] and timer.pending == []
+
+
 class BrokerGone(ConnectionError):
     pass
 
@@ -277,7 +344,7 @@ class BrokerGone(ConnectionError):
 def test_an_acknowledgement_the_broker_refuses_is_let_out_for_the_worker_to_reconnect(
     broker: Broker, timer: Timer
 ) -> None:
-    def ack_fails(messages: list[Any], *, done: Callable[[int], None]) -> None:
+    def ack_fails(messages: list[Any], *, done: Callable[[int], None], wait: Callable[[int], bool]) -> None:
         raise BrokerGone("connection reset")
 
     batcher = UpdateBatcher(schedule=timer, batch_max=2, apply=ack_fails, broker_errors=(BrokerGone,))
@@ -340,9 +407,9 @@ def test_signed_updates_are_applied_together_by_central_and_acknowledged_once_co
             broker.send(message)
     calls: list[int] = []
 
-    def counted(messages: list[Any], *, done: Callable[[int], None]) -> None:
+    def counted(messages: list[Any], *, done: Callable[[int], None], wait: Callable[[int], bool]) -> None:
         calls.append(len(messages))
-        receive_snapshot_updates(messages, done=done)
+        receive_snapshot_updates(messages, done=done, wait=wait)
 
     batcher = UpdateBatcher(schedule=timer, apply=counted)
     messages = broker.take(batcher)

@@ -91,10 +91,14 @@ class UpdateRefused(SnapshotRejected):
 
 
 class _CannotApply(Exception):
-    def __init__(self, reason: str, *, ask_full: bool) -> None:
+    """``base_may_come``: the update's base is not stored yet, and the update is newer than what is: its
+    base may still be on its way (full snapshots go to ``central``, updates to ``central.updates``)."""
+
+    def __init__(self, reason: str, *, ask_full: bool, base_may_come: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
         self.ask_full = ask_full
+        self.base_may_come = base_may_come
 
 
 def update_max_bytes() -> int:
@@ -144,11 +148,18 @@ def receive_snapshot_update(message: Any, *, received_at: datetime | None = None
 
 
 def receive_snapshot_updates(messages: Sequence[Any], *, done: Callable[[int], None],
-                             received_at: datetime | None = None) -> None:
+                             received_at: datetime | None = None,
+                             wait: Callable[[int], bool] | None = None) -> None:
     """Apply a batch of snapshot update messages as they came off the broker, each as
     ``receive_snapshot_update`` would (refused ones recorded the same way). ``done(i)`` is called for
     ``messages[i]`` once its outcome is committed, applied or refused; a ``DatabaseError`` raised
     leaves the rest to be given again.
+
+    ``wait(i)``: whether ``messages[i]``, an update newer than its host's latest snapshot but of a base
+    not stored yet, may wait for that base (its full snapshot, in the other queue, may not have been
+    ingested yet: a backlog drains both queues at their own pace). True: the caller keeps it and gives
+    it again later, and the host's later updates in the batch wait behind it; False (or no ``wait``): it
+    goes alone and is refused, and the host asked for a full snapshot.
 
     The common case, a signed update of an accepted host that applies, is applied for all of them in
     one transaction: the hosts' rows locked together (in id order, as another batch would), what the
@@ -159,24 +170,39 @@ def receive_snapshot_updates(messages: Sequence[Any], *, done: Callable[[int], N
     received_at = received_at or timezone.now()
     batch: list[_Update] = []
     alone: list[int] = []
-    hosts: set[str] = set()
+    batched: set[str] = set()
+    hosts: dict[int, str] = {}  # by position: the host each decoded message names
     for index, message in enumerate(messages):
         item = _opened_update(message, index, received_at=received_at)
-        if item is None or item.update.host in hosts:
+        if item is None:
             alone.append(index)
             continue
-        hosts.add(item.update.host)
-        batch.append(item)
+        if item.update.host in batched:
+            alone.append(index)
+        else:
+            batched.add(item.update.host)
+            batch.append(item)
+        hosts[index] = item.update.host
+    waiting: set[str] = set()  # hosts whose update waits for its base: their later ones wait behind it
     if batch:
         with transaction.atomic():
             admitted = _lock_hosts(batch)
             outcomes = _apply([locked for _, locked in admitted], received_at=received_at)
-        applied = {index for (index, _), cannot in zip(admitted, outcomes, strict=True) if cannot is None}
-        alone.extend(item.position for item in batch if item.position not in applied)
+        applied, waited = set(), set()
+        for (index, _), cannot in zip(admitted, outcomes, strict=True):
+            if cannot is None:
+                applied.add(index)
+            elif cannot.base_may_come and wait is not None and wait(index):
+                waited.add(index)  # neither done nor alone: the caller gives it again
+                waiting.add(hosts[index])
+        handled = applied | waited
+        alone.extend(item.position for item in batch if item.position not in handled)
         for index in sorted(applied):
             done(index)
         logger.debug("applied %d snapshot updates of %d together", len(applied), len(messages))
     for index in sorted(alone):
+        if wait is not None and hosts.get(index) in waiting and wait(index):
+            continue
         try:
             receive_snapshot_update(messages[index], received_at=received_at)
         except UpdateRefused as refused:
@@ -298,8 +324,9 @@ def _check(item: _Locked, latest: tuple[str, int] | None, gpus: dict[str, _Store
     """Raise _CannotApply when the update does not fit its host's stored latest snapshot."""
     update, host = item.update, item.host
     if latest is None or latest[0] != update.base:
+        newer = host.last_snapshot_taken_at is None or item.taken_at > host.last_snapshot_taken_at
         raise _CannotApply(f"update of an unknown base {update.base[:20]}... (not the latest full snapshot)",
-                           ask_full=True)
+                           ask_full=True, base_may_come=newer)
     applied = latest[1]
     if update.sequence <= applied:
         raise _CannotApply(f"update {update.sequence} of this base is replayed or late (update {applied} is "

@@ -168,3 +168,69 @@ def test_a_database_error_applies_none_of_the_batch_and_says_none_is_done(
     with connection.cursor() as cursor:
         cursor.execute(f"ALTER TABLE gone RENAME TO {table}")
     assert done == [] and stored() == before
+
+
+def agent_messages(host: synthetic.DemoHost, state_path: Path, numbers: range, *,
+                   full: bool = False) -> list[dict[str, Any]]:
+    """What ``host``'s agent sends at rounds ``numbers`` (10 s apart), keeping its state in ``state_path``:
+    the first a full snapshot when there is no state yet (or ``full``), the rest updates of it."""
+    return [choose(host.document(number, taken_at=at(10 * number)), host.key, state_path=state_path,
+                   now=at(10 * number).timestamp(), limits=LIMITS,
+                   full_requested=full and number == numbers[0]).message for number in numbers]
+
+
+def test_an_update_of_a_base_not_stored_yet_waits_for_it_and_the_hosts_later_ones_behind_it(
+    fleet: list[synthetic.DemoHost], tmp_path: Path,
+) -> None:
+    host = fleet[0]
+    base, *later = agent_messages(host, tmp_path / "agent.json", range(1, 4))  # a full snapshot, 2 updates
+    others = rounds(fleet[1:], tmp_path, 1, 2)
+    offered: list[int] = []
+    done: list[int] = []
+
+    def wait(index: int) -> bool:
+        offered.append(index)
+        return True
+
+    # The full snapshot is still in central's other queue: both updates wait, the second behind the first,
+    # and nothing is refused or asked for; the other hosts' updates are applied.
+    receive_snapshot_updates([*later, *others], done=done.append, received_at=at(35), wait=wait)
+    assert offered == [0, 1] and sorted(done) == list(range(2, 2 + len(others)))
+    assert not SnapshotRejection.objects.exists()
+    row = Host.objects.get(name=host.name)
+    assert row.full_snapshot_requested_at is None and row.last_snapshot_taken_at == at(0)
+
+    # Its base comes: given again, they are applied in order.
+    assert receive_snapshot(base, received_at=at(36)) is not None
+    done.clear()
+    receive_snapshot_updates(later, done=done.append, received_at=at(37), wait=wait)
+    assert done == [0, 1] and offered == [0, 1]
+    assert LatestSnapshot.objects.get(host__name=host.name).update_sequence == 2
+    assert not SnapshotRejection.objects.exists()
+
+
+def test_an_update_that_may_not_wait_longer_or_is_older_than_the_stored_snapshot_is_refused(
+    fleet: list[synthetic.DemoHost], tmp_path: Path,
+) -> None:
+    host = fleet[0]
+    _, update = agent_messages(host, tmp_path / "agent.json", range(1, 3))  # its base never arrives
+    offered: list[int] = []
+
+    def no_longer(index: int) -> bool:
+        offered.append(index)
+        return False
+
+    done: list[int] = []
+    receive_snapshot_updates([update], done=done.append, received_at=at(25), wait=no_longer)
+    assert offered == [0] and done == [0]
+    assert "unknown base" in SnapshotRejection.objects.get(host_name=host.name).error
+    assert Host.objects.get(name=host.name).full_snapshot_requested_at == at(25)
+
+    # A newer full snapshot is stored: an update of another base taken before it cannot be waiting for
+    # its base, which is older than what central has. Refused at once, never offered to wait.
+    newer, *_ = agent_messages(host, tmp_path / "restarted-agent.json", range(4, 5), full=True)
+    assert receive_snapshot(newer, received_at=at(41)) is not None
+    offered.clear()
+    receive_snapshot_updates([update], done=done.append, received_at=at(42), wait=no_longer)
+    assert offered == [] and done == [0, 0]
+    assert SnapshotRejection.objects.filter(host_name=host.name).count() == 2
