@@ -91,8 +91,8 @@ class UpdateRefused(SnapshotRejected):
 
 
 class _CannotApply(Exception):
-    """``base_may_come``: the update's base is not stored yet, and the update is newer than what is: its
-    base may still be on its way (full snapshots go to ``central``, updates to ``central.updates``)."""
+    """``base_may_come``: the update is newer than its host's latest snapshot, but of a base not stored:
+    the base may still be on its way (full snapshots go to ``central``, updates to ``central.updates``)."""
 
     def __init__(self, reason: str, *, ask_full: bool, base_may_come: bool = False) -> None:
         super().__init__(reason)
@@ -323,17 +323,18 @@ def _read_stored(host_ids: list[int]) -> tuple[dict[int, tuple[str, int]], dict[
 def _check(item: _Locked, latest: tuple[str, int] | None, gpus: dict[str, _StoredGpu]) -> None:
     """Raise _CannotApply when the update does not fit its host's stored latest snapshot."""
     update, host = item.update, item.host
-    if latest is None or latest[0] != update.base:
-        newer = host.last_snapshot_taken_at is None or item.taken_at > host.last_snapshot_taken_at
-        raise _CannotApply(f"update of an unknown base {update.base[:20]}... (not the latest full snapshot)",
-                           ask_full=True, base_may_come=newer)
-    applied = latest[1]
-    if update.sequence <= applied:
+    known_base = latest is not None and latest[0] == update.base
+    applied = latest[1] if latest is not None else 0
+    if known_base and update.sequence <= applied:
         raise _CannotApply(f"update {update.sequence} of this base is replayed or late (update {applied} is "
                            "applied)", ask_full=False)
+    # Superseded by a newer snapshot (a full one that overtook it, of another base): late, not a loss.
     if host.last_snapshot_taken_at is not None and item.taken_at <= host.last_snapshot_taken_at:
         raise _CannotApply(f"update taken at {update.taken_at} is not newer than the latest snapshot",
                            ask_full=False)
+    if not known_base:
+        raise _CannotApply(f"update of an unknown base {update.base[:20]}... (not the latest full snapshot)",
+                           ask_full=True, base_may_come=True)
     if update.sequence != applied + 1:
         raise _CannotApply(f"updates {applied + 1} to {update.sequence - 1} of this base are missing",
                            ask_full=True)

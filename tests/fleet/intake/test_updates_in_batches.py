@@ -226,11 +226,13 @@ def test_an_update_that_may_not_wait_longer_or_is_older_than_the_stored_snapshot
     assert "unknown base" in SnapshotRejection.objects.get(host_name=host.name).error
     assert Host.objects.get(name=host.name).full_snapshot_requested_at == at(25)
 
-    # A newer full snapshot is stored: an update of another base taken before it cannot be waiting for
-    # its base, which is older than what central has. Refused at once, never offered to wait.
+    # A newer full snapshot is stored: an update of another base taken before it was overtaken, and
+    # cannot be waiting for its base. Refused as late at once, never offered to wait, nothing asked.
     newer, *_ = agent_messages(host, tmp_path / "restarted-agent.json", range(4, 5), full=True)
     assert receive_snapshot(newer, received_at=at(41)) is not None
     offered.clear()
-    receive_snapshot_updates([update], done=done.append, received_at=at(42), wait=no_longer)
+    receive_snapshot_updates([update], done=done.append, received_at=at(62), wait=no_longer)
     assert offered == [] and done == [0, 0]
-    assert SnapshotRejection.objects.filter(host_name=host.name).count() == 2
+    late = SnapshotRejection.objects.filter(host_name=host.name).latest("pk")
+    assert "not newer than the latest snapshot" in late.error
+    assert Host.objects.get(name=host.name).full_snapshot_requested_at == at(25)
