@@ -153,19 +153,19 @@ class UpdateBatcher:
 
     def _base_due(self) -> None:
         self._base_timer = None
-        self.held[:0], self.waiting = self.waiting, []
         if not self.waiting_for_database:
             self.flush()
 
     def flush(self) -> None:
-        """Apply what is held, ``batch_max`` at a time, until nothing is held or the database fails."""
+        """Apply what is held, ``batch_max`` at a time, until nothing is held or the database fails. Those
+        waiting for their base go first, before any later update of their hosts, once per flush: those
+        that wait again are given again at the next."""
         self._cancel_flush_timer()
+        self.held[:0], self.waiting = self.waiting, []
         while self.held and not self.waiting_for_database:
             self._flush_one_batch()
 
     def _flush_one_batch(self) -> None:
-        # Those waiting for their base go first, before any later update of their hosts.
-        self.held[:0], self.waiting = self.waiting, []
         batch = self.held[:self.batch_max]
         fresh = [(message, signed) for message, signed in batch if not self._drop_if_expired(message)]
         if not fresh:

@@ -326,6 +326,25 @@ def test_an_update_waiting_for_its_base_goes_first_in_each_batch_until_its_wait_
     assert applied.batches[-3:] == [[{"n": 4}]] * 3
 
 
+def test_more_updates_waiting_than_a_batch_holds_are_offered_once_a_flush_and_the_rest_go_on(
+    broker: Broker, timer: Timer, applied: Recorded
+) -> None:
+    batcher = UpdateBatcher(schedule=timer, batch_max=2, apply=applied, base_wait_seconds=10)
+    applied.no_base = [{"n": 0}, {"n": 1}, {"n": 2}]
+    for n in range(5):
+        broker.send({"n": n})
+    messages = broker.take(batcher)
+    timer.run()
+    assert acked(messages) == [False, False, False, True, True]
+    assert [body for _, body in batcher.waiting] == [{"n": 0}, {"n": 1}, {"n": 2}]
+
+    broker.send({"n": 5})
+    messages += broker.take(batcher)
+    timer.run()  # the waiting ones first, once each; then the new one
+    assert applied.batches[-2:] == [[{"n": 0}, {"n": 1}], [{"n": 2}, {"n": 5}]]
+    assert acked(messages)[-1] and len(batcher.waiting) == 3
+
+
 def test_stopping_leaves_the_updates_waiting_for_their_base_unacknowledged(
     broker: Broker, timer: Timer, applied: Recorded
 ) -> None:
