@@ -1,5 +1,5 @@
 """What the Django benchmarks share: a quiet machine, a throwaway data
-directory, and Django set up on it.
+directory, Django set up on it, and a broker of their own where they need one.
 
 A test run on the same 2 CPUs would distort every figure, so a benchmark
 waits for other pytest processes to end (10 s polls, 10 minutes at most),
@@ -83,3 +83,15 @@ def setup_django(database_url: str | None = None) -> None:
 
     django.setup()
     call_command("migrate", verbosity=0, interactive=False)
+
+
+@contextlib.contextmanager
+def django_with_redis(prefix: str, *, wait: bool = True) -> Iterator[str]:
+    """A throwaway data directory, a redis-server of its own as the broker (REDIS_URL) and Django on
+    SQLite set up on them; yields the broker's URL."""
+    from tests import services
+
+    with throwaway_data_dir(prefix, wait=wait), services.redis_server() as redis:
+        os.environ["REDIS_URL"] = redis.url
+        setup_django()
+        yield redis.url

@@ -21,7 +21,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from benchmarks import processes  # noqa: E402
-from benchmarks.django_bench import setup_django, throwaway_data_dir  # noqa: E402
+from benchmarks.django_bench import django_with_redis  # noqa: E402
 
 
 def measure(args: argparse.Namespace) -> None:
@@ -62,12 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     processes.guard()
     print("command: python benchmarks/probe_requests.py " + " ".join(sys.argv[1:] if argv is None else argv))
-    from tests import services
-
-    with (throwaway_data_dir("gpuadmin-bench-probes-", wait=not args.no_wait),
-          services.redis_server() as redis):
-        os.environ["REDIS_URL"] = redis.url
-        setup_django()
+    with django_with_redis("gpuadmin-bench-probes-", wait=not args.no_wait):
         print(f"{args.hosts} hosts, {args.repeats} rounds each way, {os.cpu_count()} CPUs, "
               f"load average {os.getloadavg()[0]:.1f}")
         measure(args)

@@ -31,7 +31,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from benchmarks import processes  # noqa: E402
-from benchmarks.django_bench import setup_django, throwaway_data_dir  # noqa: E402
+from benchmarks.django_bench import django_with_redis  # noqa: E402
 
 STREAM, GROUP = "bench.updates", "central"
 DRAIN_TIMEOUT_SECONDS = 10
@@ -157,12 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     processes.guard()
     print("command: python benchmarks/update_consumption.py "
           + " ".join(sys.argv[1:] if argv is None else argv))
-    from tests import services
-
-    with (throwaway_data_dir("gpuadmin-bench-consume-", wait=not args.no_wait),
-          services.redis_server() as redis):
-        os.environ["REDIS_URL"] = redis.url
-        setup_django()
+    with django_with_redis("gpuadmin-bench-consume-", wait=not args.no_wait):
         print(f"{args.messages} messages of ~{args.bytes} bytes, {args.repeats} rounds each way, "
               f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
         measure(args)
