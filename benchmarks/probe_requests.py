@@ -1,9 +1,10 @@
 """Central's cost of asking hosts for probes (beat's ``schedule_probes``, every interval, one per host).
 
 A redis-server of its own (tests/services.py's ``redis_server``); ``--hosts`` probe requests sent by
-``gpuadmin.sending.request_probe`` one at a time (each takes the pool's producer), then the same through
-``request_probes`` (one producer for the round, what ``fleet.probes.send_due_probes`` sends with),
-side by side, ``--repeats`` times each. Prints the CPU milliseconds of this process per request (the
+``gpuadmin.sending.request_probe`` one at a time (each builds its message and takes the pool's
+producer), then the same through ``request_probes`` (what ``fleet.probes.send_due_probes`` sends with:
+the round's message built once, each host's copy published on one producer), side by side,
+``--repeats`` times each. Prints the CPU milliseconds of this process per request (the
 publish's own share included) and checks that every request reached its host's queue.
 
     python benchmarks/probe_requests.py [--hosts 2000] [--repeats 3] [--no-wait]
@@ -34,13 +35,14 @@ def measure(args: argparse.Namespace) -> None:
         for name in names:
             request_probe(name)
 
-    def one_producer() -> None:
+    def one_message() -> None:
         request_probes(names)
 
     request_probe("warm-up")
-    figures: dict[str, list[float]] = {"request_probe, one by one": [], "request_probes, one producer": []}
+    figures: dict[str, list[float]] = {"request_probe, one by one": [],
+                                       "request_probes, one message a round": []}
     for _ in range(args.repeats):
-        for label, send in zip(figures, (one_by_one, one_producer), strict=True):
+        for label, send in zip(figures, (one_by_one, one_message), strict=True):
             began = time.process_time()
             send()
             figures[label].append(1000 * (time.process_time() - began) / len(names))
@@ -49,9 +51,9 @@ def measure(args: argparse.Namespace) -> None:
         queued = [client.llen(host_queue(name)) for name in names]
     if queued != [2 * args.repeats] * len(names):
         raise SystemExit(f"probe requests lost: {sum(queued)} queued of {2 * args.repeats * len(names)}")
-    print(f"{'how':32}{'CPU ms per request (median, min-max)':>40}")
+    print(f"{'how':38}{'CPU ms per request (median, min-max)':>40}")
     for label, values in figures.items():
-        print(f"{label:32}{statistics.median(values):20.3f} ({min(values):.3f}-{max(values):.3f})")
+        print(f"{label:38}{statistics.median(values):20.3f} ({min(values):.3f}-{max(values):.3f})")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
+from kombu.utils.uuid import uuid
 
 from gpuadmin.celery import CENTRAL_QUEUE, CENTRAL_UPDATES_QUEUE, app, host_queue
 from gpuadmin.wire.task_names import INGEST_SNAPSHOT, INGEST_SNAPSHOT_UPDATE, PROBE_HOST
@@ -23,28 +24,41 @@ def probe_expiry_seconds() -> int:
     return settings.GPUADMIN_PROBE_INTERVAL_SECONDS
 
 
-def request_probe(host_name: str, *, full: bool = False, producer: Any = None) -> None:
+def request_probe(host_name: str, *, full: bool = False) -> None:
     """Ask a host's agent for a snapshot now: the one way anything sends ``probe_host``.
 
     Sent by name to the host's own queue, expiring after one probe interval.
     Central's scheduler and "probe now" (``gpuadmin.fleet.probes``) and the
     agent's own start-up probe all come through here. No database: the agent calls it.
     ``full``: a full snapshot, not an update (central could not apply the host's update).
-    ``producer``: one to publish with (``request_probes``), else one is taken from the pool.
     """
     # Only when asked: a probe request stays what older agents read.
     extra: dict[str, Any] = {"kwargs": {"full": True}} if full else {}
-    if producer is not None:
-        extra["producer"] = producer
     app.send_task(PROBE_HOST, queue=host_queue(host_name), expires=probe_expiry_seconds(), **extra)
 
 
 def request_probes(host_names: Iterable[str]) -> None:
-    """``request_probe`` for each host, through one producer: a round of probes for the whole fleet
-    (every interval, one per host) takes the pool's producer once, not once per host."""
+    """``request_probe`` for each host: a round of probes for the whole fleet (every interval, one per
+    host). The round's task message is built once (Celery's ``as_task_v2``: body, headers, expiry) and
+    each host's copy, with an id of its own, goes through Celery's own ``send_task_message`` (routing,
+    declaring, retrying), all on one producer: each agent receives what ``request_probe`` sends it
+    (tests/test_sending.py compares them). Building each message anew was most of a request's cost
+    (benchmarks/probe_requests.py has the two side by side)."""
+    expires = probe_expiry_seconds()
+    parent = app.current_worker_task  # as send_task traces it: under beat's schedule_probes
+    root_id = (parent.request.root_id or parent.request.id) if parent else None
+    template = app.amqp.as_task_v2(
+        "", PROBE_HOST, expires=expires, reply_to=app.thread_oid, root_id=root_id,
+        parent_id=parent.request.id if parent else None,
+        ignore_result=None)  # type: ignore[arg-type]  # what send_task writes when not told
     with app.producer_or_acquire() as producer:
         for host_name in host_names:
-            request_probe(host_name, producer=producer)
+            task_id = uuid()
+            message = template._replace(
+                headers={**template.headers, "id": task_id, "root_id": root_id or task_id},
+                properties={**template.properties, "correlation_id": task_id})
+            app.amqp.send_task_message(producer, PROBE_HOST, message, queue=host_queue(host_name),
+                                       expiration=expires)
 
 
 def snapshot_expiry_seconds() -> float:
