@@ -10,7 +10,12 @@ snapshot; the backend's whole CPU per snapshot (the rest is the protocol,
 parsing parameters, commits); and for each table updated, the share of its
 updates that stayed on their page (heap-only: no index touched).
 
-    python benchmarks/statement_costs.py [--hosts 100] [--rounds 5]
+``--updates``: the rounds are what each host's agent sends instead (``snapshot_choice``: an
+update of the steady round's full snapshot, figures moving as ``synthetic`` moves them), applied
+as central's batch consumer applies them (``receive_snapshot_updates``, a round a batch), and the
+figures are per update.
+
+    python benchmarks/statement_costs.py [--hosts 100] [--rounds 5] [--updates]
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import logging
 import os
 import sys
 import time
+from pathlib import Path
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
@@ -33,6 +39,7 @@ from benchmarks.fleet import (  # noqa: E402
     process_cpu_seconds,
     round_taken_at,
 )
+from benchmarks.snapshot_updates import signed_rounds  # noqa: E402
 
 SHOWN_STATEMENT_CHARS = 90
 
@@ -41,9 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--updates", action="store_true", help="rounds of snapshot updates, in batches")
     args = parser.parse_args(argv)
     processes.guard()
-    print(f"command: python benchmarks/statement_costs.py --hosts {args.hosts} --rounds {args.rounds}")
+    print(f"command: python benchmarks/statement_costs.py --hosts {args.hosts} --rounds {args.rounds}"
+          + (" --updates" if args.updates else ""))
     os.environ["GPUADMIN_PROBE_INTERVAL"] = "3600"  # no host goes offline meanwhile
     from tests import services
 
@@ -55,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
 
         from gpuadmin.fleet import synthetic
         from gpuadmin.fleet.intake.ingest import receive_snapshot
+        from gpuadmin.fleet.intake.updates import receive_snapshot_updates
 
         logging.disable(logging.WARNING)
         with connection.cursor() as cursor:
@@ -62,8 +72,14 @@ def main(argv: list[str] | None = None) -> int:
         hosts = synthetic.demo_hosts(settings.DATA_DIR, args.hosts)
         enrolled_at = enrol_in_the_past(hosts, rounds_to_come=args.rounds + 1)
         analyze_after_setup()
-        rounds = [[host.message(n, taken_at=round_taken_at(enrolled_at, n)) for host in hosts]
-                  for n in range(1, args.rounds + 2)]
+        if args.updates:
+            agents = Path(settings.DATA_DIR) / "agents"
+            steady = [m for _, m in signed_rounds(hosts, 1, 1, enrolled_at, agents, full=True)]
+            rounds = [steady, *([m for _, m in signed_rounds(hosts, n, 1, enrolled_at, agents, full=False)]
+                                for n in range(2, args.rounds + 2))]
+        else:
+            rounds = [[host.message(n, taken_at=round_taken_at(enrolled_at, n)) for host in hosts]
+                      for n in range(1, args.rounds + 2)]
         for message in rounds[0]:  # the steady state: every host's reads now go out with its lock
             receive_snapshot(message)
         with connection.cursor() as cursor:
@@ -73,22 +89,30 @@ def main(argv: list[str] | None = None) -> int:
         client_began, server_began = time.process_time(), process_cpu_seconds(server_pid)
         count = 0
         for messages in rounds[1:]:
+            if args.updates:
+                done: list[int] = []
+                receive_snapshot_updates(messages, done=done.append)
+                if len(done) != len(messages):
+                    raise SystemExit(f"{len(messages) - len(done)} updates of a round not done")
+                count += len(messages)
+                continue
             for message in messages:
                 receive_snapshot(message)
                 count += 1
         client_ms = 1000 * (time.process_time() - client_began) / count
         server_ms = 1000 * (process_cpu_seconds(server_pid) - server_began) / count
-        report(count, client_ms, server_ms)
+        report(count, client_ms, server_ms, "update" if args.updates else "snapshot")
     return 0
 
 
-def report(count: int, client_ms: float, server_ms: float) -> None:
+def report(count: int, client_ms: float, server_ms: float, kind: str) -> None:
     from django.db import connection
 
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT calls, total_plan_time + total_exec_time, rows, regexp_replace(query, '\\s+', ' ', 'g') "
             "FROM pg_stat_statements WHERE query LIKE '%%fleet_%%' OR query LIKE '%%kills_%%' "
+            "OR query LIKE '%%usage_%%' "
             "OR query IN ('BEGIN', 'COMMIT') ORDER BY 2 DESC"
         )
         statements = cursor.fetchall()
@@ -99,9 +123,9 @@ def report(count: int, client_ms: float, server_ms: float) -> None:
             "ORDER BY n_tup_upd DESC"
         )
         updated = cursor.fetchall()
-    print(f"{count} snapshots; CPU per snapshot: {client_ms:.2f} ms of this process, "
+    print(f"{count} {kind}s; CPU per {kind}: {client_ms:.2f} ms of this process, "
           f"{server_ms:.2f} ms of its PostgreSQL backend")
-    print(f"{'us/snapshot':>11} {'calls':>6} {'rows/call':>9}  statement")
+    print(f"{'us/' + kind:>11} {'calls':>6} {'rows/call':>9}  statement")
     total_ms = 0.0
     for calls, spent_ms, rows, query in statements:
         total_ms += spent_ms

@@ -180,6 +180,9 @@ class Cursor:
             self.devices, self.memory, self.digest = _decode_devices(devices), _decode_bytes(memory), digest
         self._holders: list[Holder] | None = None if self.stored else []
         self._pending: list[Settled] | None = None if self.stored else []
+        # Whether the holders' or pending lists (or the columns that change with them) were changed:
+        # read to look a holder up, as an update naming processes does, they are not written back.
+        self._lists_changed = False
         self._texts = holders
 
     def _load(self) -> None:
@@ -253,13 +256,14 @@ class Cursor:
         self._holders = [msgspec.structs.replace(h, clock_from=0, busy_from=0, idle_from=0, unmeasured_from=0)
                          for h in self.holders]
         self._pending = []
+        self._lists_changed = True
         self.memory = [(memory_bytes, 0) for memory_bytes, _ in self.memory]
         self.settled_at = charged_until
 
     def save(self) -> None:
         devices = _encode(self.devices).decode()
         memory = _encode(self.memory).decode()
-        if self._holders is None and self.stored:
+        if self.stored and not self._lists_changed:
             _STEADY_UPDATE.run([(self.host_id, self.taken_at, self.clock, devices, memory)])
             return
         day_start = datetime.combine(self.day, time(0), tzinfo=UTC)
@@ -407,6 +411,7 @@ def follow(cursor: Cursor, document: dict[str, Any], rows: Mapping[int, ProcessR
     _measure(devices, keys, measured)
     cursor.devices, cursor.memory, cursor.digest = devices, memory, digest
     cursor._holders = holders
+    cursor._lists_changed = True
 
 
 def _measured(document: dict[str, Any], keys: list[HolderKey]) -> list[int | None]:

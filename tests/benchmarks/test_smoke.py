@@ -70,7 +70,8 @@ SMOKE: dict[str, Smoke] = {
                                  "--no-wait"),
     # One pass of its loop (an RSS sample and a kill; the browser polls meanwhile), then the last sample.
     "soak.py": Smoke("--minutes 0.05 --kill-every 3 --sample-seconds 3 --browsers 1 --probe-interval 1"),
-    "statement_costs.py": Smoke("--hosts 2 --rounds 1", ("postgres",)),
+    # --updates: its steady round is full snapshots, so both paths run.
+    "statement_costs.py": Smoke("--hosts 2 --rounds 1 --updates", ("postgres",)),
     "update_consumption.py": Smoke("--messages 50 --repeats 1 --no-wait", ("redis",)),
     "validation_paths.py": Smoke("--repeats 1"),
 }

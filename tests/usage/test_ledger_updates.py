@@ -5,8 +5,10 @@ ingest paths."""
 from __future__ import annotations
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
-from gpuadmin.usage.models import LifeUsage
+from gpuadmin.usage.models import LifeUsage, UsageCursor
 from gpuadmin.wire.signing import MessageKind
 from tests.factories import GiB
 from tests.fleet.intake.test_updates import G0, G1, HOST, Agent, document
@@ -49,3 +51,20 @@ def test_an_update_before_any_full_snapshot_charged_is_ignored_by_the_ledger(set
     settings.GPUADMIN_USAGE_LEDGER = True  # the ledger turned on between a full snapshot and an update
     assert agent.send(document(10, big=12 * GiB)).kind is MessageKind.SNAPSHOT_UPDATE
     assert not LifeUsage.objects.exists()
+
+
+def test_an_update_naming_a_process_writes_its_memory_not_the_lists_it_only_read(settings, tmp_path) -> None:
+    settings.GPUADMIN_USAGE_FLUSH_SECONDS = 3600  # no settling between these snapshots
+    accept(HOST)
+    agent = Agent(tmp_path / "snapshot-choice.json")
+    agent.send(document(0))
+    before = UsageCursor.objects.get(host__name=HOST)
+    with CaptureQueriesContext(connection) as queries:
+        assert agent.send(document(10, big=12 * GiB)).kind is MessageKind.SNAPSHOT_UPDATE  # pid 101 named
+    after = UsageCursor.objects.get(host__name=HOST)
+    assert (after.holders, after.pending, after.holders_digest) == (before.holders, before.pending,
+                                                                   before.holders_digest)
+    assert after.holder_bytes != before.holder_bytes and after.clock_milliseconds == 10_000
+    writes = [q["sql"] for q in queries.captured_queries
+              if 'INSERT INTO "usage_usagecursor"' in q["sql"] or 'UPDATE "usage_usagecursor"' in q["sql"]]
+    assert len(writes) == 1 and "INSERT" not in writes[0] and '"holders"' not in writes[0], writes
