@@ -6,8 +6,9 @@ of an empty row when there is none and one UPDATE of correlated subqueries, whos
 waits for: inside ingest's pipeline they cost no round trip of their own. Everything that changes
 those calls it in the same transaction:
 
-- a full snapshot (``fleet.intake.ingest.ingest_document``) and a snapshot update
-  (``fleet.intake.updates``): GPU figures, orphans, the biggest holder, findings drawn;
+- a full snapshot (``fleet.intake.ingest.ingest_document``): GPU figures, orphans, the biggest holder,
+  findings drawn; a batch of snapshot updates (``fleet.intake.updates``) recomputes only what an update
+  can move (``refresh_updated_figures``: ``UPDATE_COLUMNS``, from the same expressions);
 - findings opened or closed outside ingest: the kills app's (``kills.services.findings``) and the
   rejected-messages finding (``fleet.intake.trust``).
 
@@ -83,17 +84,15 @@ def _of_outer_host(queryset: QuerySet[Any], value: Any, default: Any) -> Coalesc
     return Coalesce(Subquery(grouped.annotate(v=value).values("v")), default)
 
 
-def _summary_update() -> PreparedUpdate:
-    """The host's summary recomputed in one UPDATE of correlated subqueries: nothing read back, so it
-    rides in ingest's pipeline (``statements.pipelined``) without a round trip of its own."""
+def _summary_columns() -> dict[str, Any]:
+    """Each column of a summary as computed from the rows: the one home of what a summary says."""
     gpus = Gpu.objects.filter(present=True)
     live = ProcessLife.objects.filter(gone_at__isnull=True)
     open_findings = Finding.objects.open()
     worst = (open_findings.filter(host=OuterRef("host")).annotate(rank=_severity_rank())
              .order_by("rank", "first_seen_at", "kind", "key"))
     unattributed = Greatest(F("memory_used_bytes") - F("memory_attributed_bytes"), 0)
-    return PreparedUpdate(
-        HostSummary.objects.filter(AnyOf(HostSummary, "host", key="hosts")),
+    return dict(
         gpus=_of_outer_host(gpus, _JsonRows(JSONArray("index", "memory_total_bytes", "memory_used_bytes",
                                                       "memory_attributed_bytes", "utilization_percent")),
                             Value([], output_field=JSONField())),
@@ -118,6 +117,23 @@ def _summary_update() -> PreparedUpdate:
         **{f"findings_{severity.value}_count":
            _of_outer_host(open_findings.filter(severity=severity.value), Count("pk"), 0)
            for severity in Finding.Severity},
+    )
+
+
+# What a snapshot update can move: its GPUs' figures and its processes' memory. Which GPUs and processes
+# there are, their models and owners, and the findings change only with a full snapshot or outside ingest.
+UPDATE_COLUMNS = ("gpus", "free_gpu_count", "memory_used_bytes", "memory_unattributed_bytes",
+                  "top_holder_user")
+
+
+def _summary_update(columns: Sequence[str] | None = None) -> PreparedUpdate:
+    """The hosts' summaries recomputed in one UPDATE of correlated subqueries (``columns``: those only):
+    nothing read back, so it rides in ingest's pipeline (``statements.pipelined``) without a round trip
+    of its own."""
+    computed = _summary_columns()
+    return PreparedUpdate(
+        HostSummary.objects.filter(AnyOf(HostSummary, "host", key="hosts")),
+        **{name: computed[name] for name in (columns or computed)},
         updated_at=Param(HostSummary, "updated_at"),
     )
 
@@ -127,6 +143,7 @@ _EMPTY = {field.name: field.get_default() for field in HostSummary._meta.concret
           if not field.primary_key and field.name != "updated_at"}
 _SUMMARY_ROW = RowInsert(HostSummary, ["host", *_EMPTY, "updated_at"], conflict=["host"])
 _SUMMARY_UPDATE = _summary_update()
+_FIGURES_UPDATE = _summary_update(UPDATE_COLUMNS)
 
 
 def refresh_host_summary(host_id: int, *, now: datetime | None = None) -> None:
@@ -142,6 +159,15 @@ def refresh_host_summaries(host_ids: Sequence[int], *, now: datetime | None = No
     now = now or timezone.now()
     _SUMMARY_ROW.run([(host_id, *_EMPTY.values(), now) for host_id in host_ids], returning=False)
     _SUMMARY_UPDATE.run(hosts=host_ids, updated_at=now)
+
+
+def refresh_updated_figures(host_ids: Sequence[int], *, now: datetime) -> None:
+    """Recompute what snapshot updates can move (``UPDATE_COLUMNS``) of the hosts' summaries: one
+    statement, fewer subqueries than the whole row's. An update applies only on top of a full snapshot,
+    whose ingest wrote the whole summary; a host with none yet (stored before summaries existed) gets
+    it at its next full snapshot, or from ``fill_missing``."""
+    if host_ids:
+        _FIGURES_UPDATE.run(hosts=list(host_ids), updated_at=now)
 
 
 def fill_missing(*, now: datetime | None = None, limit: int = 1000) -> int:

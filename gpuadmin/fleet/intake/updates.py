@@ -9,7 +9,9 @@ size against ``GPUADMIN_SNAPSHOT_UPDATE_MAX_BYTES``, and only the host's accepte
   the next of that base's sequence, taken after the latest stored moment. A replayed or reordered one
   (a sequence already applied, or not newer) is refused; one that cannot be applied (an unknown base,
   a gap, a GPU the base does not have) is refused and the host is asked for a full snapshot
-  (``request_probe(full=True)``, at most once per probe interval);
+  (``request_probe(full=True)``, at most once per probe interval). In a batch, one of an unknown base
+  but newer than the latest snapshot may first wait for its base, still on its way in the other queue
+  (``receive_snapshot_updates``' ``wait``);
 - it is applied without reading the stored document: the host's facts and GPU rows, a raw history
   sample per GPU and for the host where one is due (``record.decide_gpu_samples``, the same rule as a
   full snapshot's), the GPUs' idle time, the memory of the processes it names (a
@@ -304,7 +306,7 @@ def _apply(items: list[_Locked], *, received_at: datetime) -> list[_CannotApply 
                 snapshot_updates_storing.send(sender=Host, updates=[
                     UpdateStoring(item.host, item.update, item.taken_at) for item, _ in applied])
             # What the fleet page reads, after the rows it is computed from are written.
-            summary.refresh_host_summaries([item.host.pk for item, _ in applied], now=received_at)
+            summary.refresh_updated_figures([item.host.pk for item, _ in applied], now=received_at)
     return outcomes
 
 

@@ -13,7 +13,7 @@ from django.db import DatabaseError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from gpuadmin.agent.snapshot_choice import Limits, choose
-from gpuadmin.fleet import synthetic
+from gpuadmin.fleet import summary, synthetic
 from gpuadmin.fleet.intake import updates
 from gpuadmin.fleet.intake.ingest import receive_snapshot
 from gpuadmin.fleet.intake.updates import receive_snapshot_update, receive_snapshot_updates
@@ -236,3 +236,23 @@ def test_an_update_that_may_not_wait_longer_or_is_older_than_the_stored_snapshot
     late = SnapshotRejection.objects.filter(host_name=host.name).latest("pk")
     assert "not newer than the latest snapshot" in late.error
     assert Host.objects.get(name=host.name).full_snapshot_requested_at == at(25)
+
+
+def test_after_updates_the_whole_summary_recomputed_says_what_their_figures_refresh_left(
+    fleet: list[synthetic.DemoHost], tmp_path: Path,
+) -> None:
+    messages = rounds(fleet, tmp_path, 1, 3)
+    fields = [f.attname for f in HostSummary._meta.concrete_fields if f.attname != "updated_at"]
+
+    def summaries() -> list[tuple[Any, ...]]:
+        return sorted(HostSummary.objects.values_list(*fields))
+
+    before = summaries()
+    for start in range(0, len(messages), HOSTS):  # rounds 2 and 3, a round a batch
+        receive_snapshot_updates(messages[start : start + HOSTS], done=lambda i: None,
+                                 received_at=at(10 * (start // HOSTS + 2) + 1))
+    assert set(LatestSnapshot.objects.values_list("update_sequence", flat=True)) == {2}
+    left = summaries()
+    assert left != before  # the figures moved
+    summary.refresh_host_summaries([host.pk for host in Host.objects.all()], now=at(60))
+    assert summaries() == left
