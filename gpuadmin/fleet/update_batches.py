@@ -105,7 +105,8 @@ class UpdateBatcher:
                                   else base_wait_seconds)
         self.held: list[tuple[Message, Any]] = []  # (message, its signed body), in the order received
         self.waiting: list[tuple[Message, Any]] = []  # updates waiting for their base, oldest first
-        # By delivery tag (kombu's stubs allow None): when each began to wait, on the monotonic clock.
+        # By delivery tag (kombu's stubs allow None): when each began to wait, on the monotonic clock;
+        # kept for those still held, forgotten after each batch for the rest.
         self._waiting_since: dict[Any, float] = {}
         self.failures = 0  # DatabaseErrors in a row
         self._flush_timer: Cancellable | None = None
@@ -178,14 +179,12 @@ class UpdateBatcher:
         def mark_done(index: int) -> None:
             fresh[index][0].ack()
             done[index] = True
-            self._waiting_since.pop(fresh[index][0].delivery_tag, None)
 
         def may_wait(index: int) -> bool:
-            tag = fresh[index][0].delivery_tag
-            if now - self._waiting_since.setdefault(tag, now) < self.base_wait_seconds:
+            since = self._waiting_since.setdefault(fresh[index][0].delivery_tag, now)
+            if now - since < self.base_wait_seconds:
                 waited.append(index)
                 return True
-            del self._waiting_since[tag]
             return False
 
         close_old_connections()  # Django's rule for a connection kept between tasks (CONN_MAX_AGE)
@@ -210,13 +209,15 @@ class UpdateBatcher:
             for (message, _), is_done in zip(fresh, done, strict=True):
                 if not is_done:
                     message.ack()
-                    self._waiting_since.pop(message.delivery_tag, None)
             waited.clear()
         finally:
             close_old_connections()
         del self.held[:len(batch)]
         self.failures = 0
         self.waiting += [fresh[index] for index in waited]
+        if self._waiting_since:  # forget those no longer held: done, dropped, or waited long enough
+            kept = {message.delivery_tag for message, _ in (*self.waiting, *self.held)}
+            self._waiting_since = {tag: t for tag, t in self._waiting_since.items() if tag in kept}
         if self.waiting and self._base_timer is None:
             self._base_timer = self.schedule(BASE_RETRY_SECONDS, self._base_due)
         if waited:
@@ -229,7 +230,6 @@ class UpdateBatcher:
             logger.info("dropped a snapshot update that expired while held (expired at %s)",
                         message.headers.get("expires"))
             message.ack()
-            self._waiting_since.pop(message.delivery_tag, None)
             return True
         return False
 
