@@ -185,23 +185,20 @@ def receive_snapshot_updates(messages: Sequence[Any], *, done: Callable[[int], N
             batched.add(item.update.host)
             batch.append(item)
         hosts[index] = item.update.host
-    waiting: set[str] = set()  # hosts whose update waits for its base: their later ones wait behind it
+    waited: set[int] = set()  # neither done nor alone: the caller gives them again
     if batch:
         with transaction.atomic():
             admitted = _lock_hosts(batch)
             outcomes = _apply([locked for _, locked in admitted], received_at=received_at)
-        applied, waited = set(), set()
-        for (index, _), cannot in zip(admitted, outcomes, strict=True):
-            if cannot is None:
-                applied.add(index)
-            elif cannot.base_may_come and wait is not None and wait(index):
-                waited.add(index)  # neither done nor alone: the caller gives it again
-                waiting.add(hosts[index])
+        applied = {index for (index, _), cannot in zip(admitted, outcomes, strict=True) if cannot is None}
+        waited = {index for (index, _), cannot in zip(admitted, outcomes, strict=True)
+                  if cannot is not None and cannot.base_may_come and wait is not None and wait(index)}
         handled = applied | waited
         alone.extend(item.position for item in batch if item.position not in handled)
         for index in sorted(applied):
             done(index)
         logger.debug("applied %d snapshot updates of %d together", len(applied), len(messages))
+    waiting = {hosts[index] for index in waited}  # their hosts' later updates wait behind them
     for index in sorted(alone):
         if wait is not None and hosts.get(index) in waiting and wait(index):
             continue
