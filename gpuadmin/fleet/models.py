@@ -681,8 +681,8 @@ class SnapshotRejection(models.Model):
 
 class HostSummary(models.Model):
     """What the fleet page's row and its filters read of one host, kept up to date where it changes
-    (``gpuadmin.fleet.summary.refresh_host_summary``): at every snapshot and update, and wherever a
-    finding opens or closes outside ingest. One small row per host, so that sorting, filtering and
+    (``gpuadmin.fleet.summary``): at every snapshot and batch of updates, and wherever a finding opens
+    or closes outside ingest. One small row per host, so that sorting, filtering and
     paging 10,000 hosts reads neither snapshots nor GPUs, process lives and findings per host.
 
     Online or offline is not stored: it is a matter of time (``Host.last_seen_at``).

@@ -1,10 +1,10 @@
 """One small row per host (``HostSummary``) that the fleet page, its filters and its attention strip read.
 
-``refresh_host_summary`` is the one writer: it recomputes a host's summary from what is stored (its
-present GPUs, its live process lives, its open findings) in two statements compiled once, an insert
-of an empty row when there is none and one UPDATE of correlated subqueries, whose answers nobody
-waits for: inside ingest's pipeline they cost no round trip of their own. Everything that changes
-those calls it in the same transaction:
+Only this module writes them: ``refresh_host_summaries`` recomputes hosts' summaries from what is
+stored (their present GPUs, live process lives, open findings) in two statements compiled once, an
+insert of an empty row when there is none and one UPDATE of correlated subqueries, whose answers
+nobody waits for: inside ingest's pipeline they cost no round trip of their own. Everything that
+changes those calls it in the same transaction:
 
 - a full snapshot (``fleet.intake.ingest.ingest_document``): GPU figures, orphans, the biggest holder,
   findings drawn; a batch of snapshot updates (``fleet.intake.updates``) recomputes only what an update
