@@ -68,7 +68,6 @@ message, ingest and database) is printed, not enforced: it moves with the machin
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import logging
 import multiprocessing
@@ -576,13 +575,6 @@ def soak(args: argparse.Namespace, work: Path) -> int:
         return run(args, work, env, database, broker_server)
 
 
-def signal_groups(spawned: list[subprocess.Popen[Any]], signum: int) -> None:
-    """``signum`` to each spawned process's group: a worker's main process and its pool."""
-    for process in spawned:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signum)
-
-
 def run(args: argparse.Namespace, work: Path, env: dict[str, str], database: Any, broker_server: Any) -> int:
     import redis
     from django.conf import settings
@@ -654,7 +646,6 @@ def run(args: argparse.Namespace, work: Path, env: dict[str, str], database: Any
         for sender in senders:
             sender.join(timeout=30)
         shutil.rmtree(states, ignore_errors=True)
-        signal_groups(workers, signal.SIGCONT)  # one stopped by --backlog's fill would not hear SIGTERM
         for worker in workers:
             processes.stop(worker, grace_seconds=30)
         if beat is not None:
@@ -716,7 +707,7 @@ def fill_backlog(soak: Soak, central: Central, sent_before: list[int]) -> None:
     """``--backlog``: every round sent while central's worker is stopped (SIGSTOP, its pool with it); the
     caller then lets it go and measures the drain. A fleet's rate fills each batch, as these two cores
     cannot send it live beside central (the senders' CPU is the agents')."""
-    signal_groups(central.workers, signal.SIGSTOP)
+    processes.signal_groups(central.workers, signal.SIGSTOP)
     began = time.monotonic()
     soak.start.value = time.time()
     while any(sender.is_alive() for sender in soak.senders):
@@ -756,7 +747,7 @@ def measure(soak: Soak, central: Central) -> int:
     cpu_before, clock_began = central.sample(), timezone.now()
     clock = time.time()
     if args.backlog:
-        signal_groups(central.workers, signal.SIGCONT)
+        processes.signal_groups(central.workers, signal.SIGCONT)
     else:
         soak.start.value = clock
     print(f"{'t s':>6}{'sent full/s':>12}{'update/s':>10}{'ingested/s':>11}{'backlog':>9}{'lag s':>7}"

@@ -79,6 +79,7 @@ def stop(process: subprocess.Popen[Any], *, first_signal: int = signal.SIGTERM,
     if process.poll() is None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(process.pid, first_signal)
+            os.killpg(process.pid, signal.SIGCONT)  # a stopped group (SIGSTOP) hears it once continued
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=grace_seconds)
     if _group_alive(process.pid):
@@ -90,6 +91,13 @@ def stop(process: subprocess.Popen[Any], *, first_signal: int = signal.SIGTERM,
     with contextlib.suppress(subprocess.TimeoutExpired):
         process.wait(timeout=KILL_WAIT_SECONDS)
     return process.returncode
+
+
+def signal_groups(spawned: Sequence[subprocess.Popen[Any]], signum: int) -> None:
+    """``signum`` to each spawned process's group: a worker's main process and its pool."""
+    for process in spawned:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signum)
 
 
 def stop_all(grace_seconds: float = GRACE_SECONDS) -> None:
