@@ -25,11 +25,13 @@ def probe_expiry_seconds() -> int:
 
 
 def request_probe(host_name: str, *, full: bool = False) -> None:
-    """Ask a host's agent for a snapshot now: the one way anything sends ``probe_host``.
+    """Ask a host's agent for a snapshot now: with ``request_probes``, the one way anything sends
+    ``probe_host``.
 
     Sent by name to the host's own queue, expiring after one probe interval.
-    Central's scheduler and "probe now" (``gpuadmin.fleet.probes``) and the
-    agent's own start-up probe all come through here. No database: the agent calls it.
+    "Probe now" (``gpuadmin.fleet.probes``), a full snapshot asked for and the agent's own start-up
+    probe come through here; central's scheduler asks a round at once (``request_probes``). No
+    database: the agent calls it.
     ``full``: a full snapshot, not an update (central could not apply the host's update).
     """
     # Only when asked: a probe request stays what older agents read.
