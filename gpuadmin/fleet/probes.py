@@ -1,9 +1,9 @@
 """Central's side of probing: which hosts are due a probe, and "probe now".
 
-Every probe leaves through ``gpuadmin.sending.request_probe`` (by name,
-to the host's own queue, expiring after one interval). What central adds is
-the bookkeeping: ``Host.last_probe_sent_at``, so that hosts offline for long
-are asked less often.
+Every probe leaves through ``gpuadmin.sending`` (``request_probe``, a round through
+``request_probes``: by name, to the host's own queue, expiring after one interval). What
+central adds is the bookkeeping: ``Host.last_probe_sent_at``, so that hosts offline for
+long are asked less often.
 """
 
 from __future__ import annotations
