@@ -1,17 +1,21 @@
-"""What taking snapshot updates off Redis costs central's worker per message, three ways side by side.
+"""What taking snapshot updates off Redis costs central's worker per message, four ways side by side.
 
 A redis-server of its own (tests/services.py's ``redis_server``). ``--messages`` snapshot updates of
 ``--bytes`` each are queued by ``gpuadmin.sending.send_snapshot_update`` (as agents send them; not
-timed), then taken off and decoded three ways, ``--repeats`` times each, timing this process's CPU:
+timed), then taken off and decoded four ways, ``--repeats`` times each, timing this process's CPU:
 
-- kombu, as ``fleet.update_batches.UpdateBatchConsumer`` takes them today: each message delivered by a
-  BRPOP of its own, recorded in kombu's unacknowledged set, acknowledged one by one (at least once);
+- kombu's consumer, as ``fleet.update_batches.UpdateBatchConsumer`` takes them where ``RedisTaker`` does
+  not serve (a key prefix, no event loop): each message delivered by a BRPOP of its own, recorded in
+  kombu's unacknowledged set, acknowledged one by one (at least once);
 - kombu without acknowledgement (``no_ack``: at most once, nothing recorded);
+- ``gpuadmin.broker.redis_taking.RedisTaker``, as ``UpdateBatchConsumer`` takes them on Redis: ``BATCH_MAX``
+  popped and recorded in kombu's unacknowledged set by one script, acknowledged together (at least once);
 - a Redis stream (XADD of the same bodies), read by a consumer group ``BATCH_MAX`` at a time and
   acknowledged with one XACK per batch (at least once: what is read stays pending until acknowledged).
 
-Checks that each way took every message once and left nothing queued or pending. The batches' own
-work (``receive_snapshot_updates``) is not here: ``snapshot_updates.py`` and ``fleet_soak.py`` have it.
+Also redis-server's own CPU per message taken (its ``INFO cpu``). Checks that each way took every
+message once and left nothing queued or pending. The batches' own work (``receive_snapshot_updates``)
+is not here: ``snapshot_updates.py`` and ``fleet_soak.py`` have it.
 
     python benchmarks/update_consumption.py [--messages 5000] [--bytes 1500] [--repeats 3] [--no-wait]
 """
@@ -79,6 +83,29 @@ def kombu_way(*, no_ack: bool) -> Callable[[Any, int], int]:
     return take
 
 
+def taker_way(connection: Any, count: int) -> int:
+    from gpuadmin.broker.redis_taking import RedisTaker
+    from gpuadmin.celery import CENTRAL_UPDATES_QUEUE
+    from gpuadmin.fleet.update_batches import BATCH_MAX
+
+    channel = connection.channel()
+    taker = RedisTaker(channel, CENTRAL_UPDATES_QUEUE)
+    done = 0
+    try:
+        while done < count:
+            taken = taker.take(BATCH_MAX)
+            if not taken:
+                raise SystemExit(f"the taker gave {done} of {count} messages")
+            for message in taken:
+                message.decode()
+                message.ack()
+            taker.send_acks()
+            done += len(taken)
+    finally:
+        channel.close()
+    return done
+
+
 def stream_way(connection: Any, count: int) -> int:
     from gpuadmin.fleet.update_batches import BATCH_MAX
 
@@ -107,6 +134,12 @@ def fill_stream(connection: Any, count: int, size_bytes: int) -> None:
     pipe.execute()
 
 
+def server_cpu_seconds(client: Any) -> float:
+    """redis-server's own CPU so far (its INFO), the broker's share of each way."""
+    cpu = client.info("cpu")
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+
+
 def left_behind(connection: Any) -> dict[str, int]:
     from gpuadmin.celery import CENTRAL_UPDATES_QUEUE
 
@@ -123,9 +156,11 @@ def measure(args: argparse.Namespace) -> None:
     ways: dict[str, Callable[[Any, int], int]] = {
         "kombu, acknowledged one by one": kombu_way(no_ack=False),
         "kombu, no acknowledgement": kombu_way(no_ack=True),
+        "RedisTaker, 200 taken and acknowledged at once": taker_way,
         "a stream, 200 read and acknowledged at once": stream_way,
     }
     figures: dict[str, list[float]] = {label: [] for label in ways}
+    server_figures: dict[str, list[float]] = {label: [] for label in ways}
     with app.connection_for_write() as connection:
         client = connection.default_channel.client
         client.xgroup_create(STREAM, GROUP, id="0", mkstream=True)
@@ -135,16 +170,19 @@ def measure(args: argparse.Namespace) -> None:
                     fill_stream(connection, args.messages, args.bytes)
                 else:
                     queue_updates(args.messages, args.bytes)
-                began = time.process_time()
+                began, server_began = time.process_time(), server_cpu_seconds(client)
                 taken = take(connection, args.messages)
                 figures[label].append(1000 * (time.process_time() - began) / args.messages)
+                server_seconds = server_cpu_seconds(client) - server_began
+                server_figures[label].append(1000 * server_seconds / args.messages)
                 left = left_behind(connection)
                 if taken != args.messages or left:
                     raise SystemExit(f"{label}: took {taken} of {args.messages}; left {left}")
             client.xtrim(STREAM, maxlen=0)
-    print(f"{'how':46}{'CPU ms per message (median, min-max)':>40}")
+    print(f"{'how':50}{'CPU ms per message (median, min-max)':>40}{'redis-server (median)':>24}")
     for label, values in figures.items():
-        print(f"{label:46}{statistics.median(values):20.3f} ({min(values):.3f}-{max(values):.3f})")
+        print(f"{label:50}{statistics.median(values):20.3f} ({min(values):.3f}-{max(values):.3f})"
+              f"{statistics.median(server_figures[label]):24.3f}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,11 +30,12 @@ back to the broker. What ``UpdateBatcher`` does with each message:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from celery import bootsteps
 from celery.utils.time import get_exponential_backoff_interval, maybe_iso8601
@@ -43,6 +44,7 @@ from django.db import DatabaseError, close_old_connections
 from kombu import Consumer
 from kombu.message import Message
 
+from gpuadmin.broker.redis_taking import RedisTaker, TakenMessage
 from gpuadmin.celery import CENTRAL_QUEUE, CENTRAL_UPDATES_QUEUE, app
 from gpuadmin.fleet.intake.updates import receive_snapshot_updates
 from gpuadmin.fleet.tasks import INGEST_RETRY_BACKOFF_MAX_SECONDS, INGEST_RETRY_BACKOFF_SECONDS
@@ -96,10 +98,11 @@ class UpdateBatcher:
     """
 
     def __init__(self, *, schedule: Schedule, batching: bool = True, batch_max: int = BATCH_MAX,
-                 wait_seconds: float = BATCH_WAIT_SECONDS, apply: Apply = receive_snapshot_updates,
+                 wait_seconds: float = BATCH_WAIT_SECONDS, apply: Apply | None = None,
                  broker_errors: tuple[type[BaseException], ...] = (),
                  base_wait_seconds: float | None = None) -> None:
-        self.schedule, self.batching, self.apply = schedule, batching, apply
+        self.schedule, self.batching = schedule, batching
+        self.apply = receive_snapshot_updates if apply is None else apply
         self.batch_max, self.wait_seconds, self.broker_errors = batch_max, wait_seconds, broker_errors
         self.base_wait_seconds = (float(settings.GPUADMIN_PROBE_INTERVAL_SECONDS) if base_wait_seconds is None
                                   else base_wait_seconds)
@@ -291,6 +294,8 @@ class UpdateBatchConsumer(bootsteps.ConsumerStep):
 
     def __init__(self, c: Any, **kwargs: Any) -> None:
         self.batcher: UpdateBatcher | None = None
+        self.taker: RedisTaker | None = None
+        self._take_entry: Any = None
         super().__init__(c, **kwargs)
 
     def include_if(self, c: Any) -> bool:
@@ -298,24 +303,62 @@ class UpdateBatchConsumer(bootsteps.ConsumerStep):
 
     def start(self, c: Any) -> None:
         connection = c.connection
-        self.batcher = UpdateBatcher(
-            schedule=self._scheduler(c), batching=c.hub is not None,
-            broker_errors=tuple(connection.connection_errors) + tuple(connection.channel_errors))
         channel = connection.channel()
-        self.consumers = [Consumer(channel, queues=[c.app.amqp.queues[CENTRAL_UPDATES_QUEUE]],
-                                   on_message=self.batcher.on_message, accept=["json"],
-                                   prefetch_count=PREFETCH_BATCHES * BATCH_MAX)]
-        for consumer in self.consumers:
-            consumer.consume()
-        logger.info("taking snapshot updates from %s in batches of up to %d%s", CENTRAL_UPDATES_QUEUE,
-                    BATCH_MAX, "" if c.hub is not None else " (one by one: no event loop)")
+        queue = c.app.amqp.queues[CENTRAL_UPDATES_QUEUE]
+        taking = c.hub is not None and RedisTaker.serves(channel)
+        taker = self.taker = RedisTaker(channel, queue.name) if taking else None
+        self.batcher = UpdateBatcher(
+            schedule=self._scheduler(c, then=taker.send_acks if taker else None), batching=c.hub is not None,
+            broker_errors=tuple(connection.connection_errors) + tuple(connection.channel_errors))
+        if taker is not None:
+            queue(channel).declare()  # kombu's restore finds the queue by its binding
+            self._take(c)
+            how = f"{BATCH_MAX} at a time off Redis"
+        else:
+            self.consumers = [Consumer(channel, queues=[queue], on_message=self.batcher.on_message,
+                                       accept=["json"], prefetch_count=PREFETCH_BATCHES * BATCH_MAX)]
+            for consumer in self.consumers:
+                consumer.consume()
+            how = "one by one: no event loop" if c.hub is None else "through kombu's consumer"
+        logger.info("taking snapshot updates from %s in batches of up to %d (%s)", CENTRAL_UPDATES_QUEUE,
+                    BATCH_MAX, how)
+
+    def _take(self, c: Any) -> None:
+        """Take what the broker holds, up to a batch and the prefetch's bound on messages in hand; again
+        at once after a full batch, else after the batches' wait. Not while the database is away: what
+        is queued stays in the broker."""
+        self._take_entry = None
+        batcher, taker = self.batcher, self.taker
+        if batcher is None or taker is None:
+            return
+        taken: list[TakenMessage] = []
+        try:
+            room = min(BATCH_MAX, PREFETCH_BATCHES * BATCH_MAX - len(taker.held))
+            if room > 0 and not batcher.waiting_for_database:
+                taken = taker.take(room)
+            for message in taken:
+                batcher.on_message(message)
+            taker.send_acks()
+        finally:  # an error is the event loop's to log, or Celery's reconnect (which calls stop)
+            if self.taker is taker:
+                self._take_entry = c.timer.call_after(0 if len(taken) == BATCH_MAX else BATCH_WAIT_SECONDS,
+                                                      self._take, (c,))
 
     @staticmethod
-    def _scheduler(c: Any) -> Schedule:
+    def _scheduler(c: Any, *, then: Callable[[], None] | None = None) -> Schedule:
         if c.hub is not None:
             # The event loop's own timer: what it runs runs in the loop, and a broker error raised
             # there reaches Celery's reconnect (see StalledConsumerGuard in gpuadmin/celery.py).
-            return c.timer.call_after
+            if then is None:
+                return c.timer.call_after
+            after = then
+
+            def schedule(seconds: float, function: Callable[[], None]) -> Cancellable:
+                def run() -> None:
+                    function()
+                    after()
+                return cast(Cancellable, c.timer.call_after(seconds, run))
+            return schedule
         return lambda seconds, function: _InLoop(c, seconds, function)
 
     def stop(self, c: Any) -> None:
@@ -328,14 +371,24 @@ class UpdateBatchConsumer(bootsteps.ConsumerStep):
 
     def _close_batcher(self) -> None:
         batcher, self.batcher = self.batcher, None
+        taker, self.taker = self.taker, None
+        if self._take_entry is not None:
+            self._take_entry.cancel()
+            self._take_entry = None
         if batcher is None:
             return
-        held = len(batcher.held)
+        held = len(batcher.held) + len(batcher.waiting)
         try:
             batcher.close()
+            if taker is not None:
+                taker.give_back()
         except Exception as error:  # stopping: what is left goes back to the broker unacknowledged
             logger.warning("stopped with up to %d snapshot updates not acknowledged (%s: %s)", held,
                            type(error).__name__, error)
+        finally:
+            if taker is not None:  # kombu's consumers' channels are closed by ConsumerStep; this one here
+                with contextlib.suppress(Exception):
+                    taker.channel.close()
 
 
 app.steps["consumer"].add(UpdateBatchConsumer)

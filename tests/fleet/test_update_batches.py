@@ -6,6 +6,8 @@ A real worker taking them from Redis: tests/integration/test_update_batches.py."
 
 from __future__ import annotations
 
+import base64
+import json
 import logging
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -14,6 +16,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import redis
 from django.db import OperationalError
 from kombu import Connection, Consumer
 from kombu.message import Message
@@ -33,6 +36,7 @@ from gpuadmin.fleet.update_batches import (
 from gpuadmin.sending import send_snapshot_update
 from gpuadmin.wire.task_names import INGEST_SNAPSHOT, INGEST_SNAPSHOT_UPDATE
 from tests.fleet.helpers import stored_with_updates
+from tests.services import RedisServer
 
 # A flush closes Django's old connections, as a worker does between tasks: after a test that left this
 # process's connection open, that touches the database.
@@ -412,6 +416,46 @@ def test_only_workers_that_consume_central_take_snapshot_updates(
 def test_the_consumer_step_is_one_of_every_workers_consumer_steps() -> None:
     assert UpdateBatchConsumer in app.steps["consumer"]
     assert "gpuadmin.fleet.update_batches" in app.conf.include
+
+
+class LoopTimer(Timer):
+    """The event loop's timer as the consumer step uses it: ``call_after(seconds, function, args)``."""
+
+    def call_after(self, seconds: float, function: Callable[..., None], args: tuple[Any, ...] = ()) -> Entry:
+        return self(seconds, lambda: function(*args))
+
+
+@pytest.mark.services
+def test_on_redis_the_step_takes_updates_many_at_a_time_and_gives_back_those_waiting_when_it_stops(
+    redis_server: RedisServer, applied: Recorded, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    client = redis.Redis.from_url(redis_server.url)
+    client.delete(CENTRAL_UPDATES_QUEUE, "unacked", "unacked_index")
+    monkeypatch.setattr(update_batches, "receive_snapshot_updates", applied)
+    caplog.set_level(logging.INFO, logger=update_batches.__name__)
+    applied.no_base = [{"n": 1}]
+    with Connection(redis_server.url) as connection:
+        for n in range(5):
+            app.send_task(INGEST_SNAPSHOT_UPDATE, args=[{"n": n}], queue=CENTRAL_UPDATES_QUEUE,
+                          connection=connection)
+        timer = LoopTimer()
+        worker = SimpleNamespace(connection=connection, hub=object(), timer=timer, app=app)
+        step = UpdateBatchConsumer(worker)
+        step.start(worker)  # takes what is queued at once, in one call
+        assert client.llen(CENTRAL_UPDATES_QUEUE) == 0 and client.hlen("unacked") == 5
+        assert "in batches of up to 200 (200 at a time off Redis)" in caplog.text
+
+        timer.run()  # the batch's wait is over: applied; the acknowledgements sent together after it
+        assert applied.batches == [[{"n": n} for n in range(5)]]
+        assert client.hlen("unacked") == 1  # the one waiting for its base
+        assert sorted(timer.pending) == [BATCH_WAIT_SECONDS, BASE_RETRY_SECONDS]  # the next take; the retry
+
+        step.stop(worker)  # offered once more, still waiting: back at the head of the queue
+        assert applied.batches[-1] == [{"n": 1}] and timer.pending == []
+        assert client.hlen("unacked") == 0 and client.zcard("unacked_index") == 0
+        [back] = client.lrange(CENTRAL_UPDATES_QUEUE, 0, -1)
+        assert json.loads(base64.b64decode(json.loads(back)["body"]))[0] == [{"n": 1}]
 
 
 # Committed, as in a worker: the batcher closes connections by Django's rule between batches.

@@ -93,7 +93,8 @@ def test_a_central_worker_applies_queued_snapshot_updates_in_batches_and_an_agen
     central = start_worker("central", CENTRAL_QUEUE, GPUADMIN_HOST_NAME=f"central-{agent_name}",
                            GPUADMIN_TASK_LOG_LEVEL="INFO", **central_database)
     workers = [agent, central]
-    assert f"taking snapshot updates from {CENTRAL_UPDATES_QUEUE} in batches" in central.log
+    taking = f"taking snapshot updates from {CENTRAL_UPDATES_QUEUE} in batches of up to 200"
+    assert f"{taking} (200 at a time off Redis)" in central.log
 
     def applied() -> bool:
         latest = LatestSnapshot.objects.filter(host__name__in=names)
