@@ -18,6 +18,20 @@ from tests import services
 REPO = Path(__file__).resolve().parents[1]
 MASTER = "gpuadmin-broker"
 SEND = "from gpuadmin.celery import app; app.send_task('gpuadmin.tests.sentinel_probe', queue='central')"
+# Central's worker takes snapshot updates through the same transport (gpuadmin/broker/redis_taking.py).
+TAKE = """
+from gpuadmin.broker.redis_taking import RedisTaker
+from gpuadmin.celery import app
+with app.connection_for_write() as connection:
+    channel = connection.channel()
+    assert RedisTaker.serves(channel)
+    taker = RedisTaker(channel, 'central')
+    taken = taker.take(5)
+    for message in taken:
+        message.ack()
+    taker.send_acks()
+    print('took', [message.headers['task'] for message in taken])
+"""
 
 
 def run(tmp_path: Path, script: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -34,7 +48,7 @@ def test_a_sentinel_url_without_the_master_s_name_is_refused(tmp_path: Path) -> 
 
 
 @pytest.mark.services
-def test_tasks_go_to_the_master_the_sentinel_names(tmp_path: Path) -> None:
+def test_tasks_go_to_and_are_taken_from_the_master_the_sentinel_names(tmp_path: Path) -> None:
     try:
         broker = services.redis_server()
         server = broker.__enter__()
@@ -53,7 +67,14 @@ def test_tasks_go_to_the_master_the_sentinel_names(tmp_path: Path) -> None:
         ran = run(tmp_path, SEND, REDIS_URL=f"sentinel://127.0.0.1:{port}",
                   GPUADMIN_REDIS_SENTINEL_MASTER=MASTER)
         assert ran.returncode == 0, ran.stderr[-4000:]
-        assert redis.Redis(port=server.port).llen("central") == 1
+        master = redis.Redis(port=server.port)
+        assert master.llen("central") == 1
+
+        took = run(tmp_path, TAKE, REDIS_URL=f"sentinel://127.0.0.1:{port}",
+                   GPUADMIN_REDIS_SENTINEL_MASTER=MASTER)
+        assert took.returncode == 0, took.stderr[-4000:]
+        assert "took ['gpuadmin.tests.sentinel_probe']" in took.stdout
+        assert (master.llen("central"), master.hlen("unacked")) == (0, 0)
     finally:
         if sentinel is not None:
             services.stop_process_group(sentinel)

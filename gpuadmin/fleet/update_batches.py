@@ -3,8 +3,11 @@
 At fleet scale nearly every message is a snapshot update (one per host every probe interval), and a
 Celery task per message costs the worker's main process more than applying it (a Request object,
 the pool's round trip, tracing). ``UpdateBatchConsumer``, a consumer bootstep, takes them from their
-own queue (``CENTRAL_UPDATES_QUEUE``) with a kombu consumer of its own and applies them through
-``intake.updates.receive_snapshot_updates``, many in one call, in the worker's main process.
+own queue (``CENTRAL_UPDATES_QUEUE``) and applies them through
+``intake.updates.receive_snapshot_updates``, many in one call, in the worker's main process. On Redis
+it takes up to a batch at a time, every ``BATCH_WAIT_SECONDS`` or at once after a full one
+(``gpuadmin.broker.redis_taking.RedisTaker``: a message at a time through kombu's consumer cost more
+than the rest of its way); elsewhere (the embedded broker, a key prefix) through a kombu consumer.
 
 It runs in every worker that consumes ``central`` (``-Q central``, ``make run``'s
 ``-Q central,host.<name>``), never in an agent-only worker (``-Q host.<name>``). The messages stay

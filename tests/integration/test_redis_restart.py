@@ -7,8 +7,8 @@ ack"), kombu never gives its prefetch credit back, and with no BRPOP pending kom
 socket without a word: no "Connection to broker lost", no reconnect, never a message again.
 
 The worker consumes one queue, a host's, as an agent's worker does: a worker that consumes `central`
-also takes snapshot updates with a consumer of its own (gpuadmin/fleet/update_batches.py), whose
-pending BRPOP sees Redis go at once, unless its credit is all taken too; the guard covers both.
+also takes snapshot updates off Redis itself (gpuadmin/fleet/update_batches.py), and finds Redis gone
+at its next take, a tenth of a second later (tests/integration/test_update_batches.py).
 """
 
 from __future__ import annotations

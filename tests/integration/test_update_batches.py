@@ -36,6 +36,7 @@ from tests.integration.helpers import (
     wait_until,
     write_gpus,
 )
+from tests.integration.test_faults import own_redis  # noqa: F401 - fixture
 from tests.services import RedisServer
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
@@ -115,3 +116,29 @@ def test_a_central_worker_applies_queued_snapshot_updates_in_batches_and_an_agen
     time.sleep(0.5)  # had it been run by a pool process, its line would be there by now
     assert not notes.exists()
     assert "Traceback" not in central.log, central.log
+
+
+def test_a_central_worker_takes_updates_again_once_redis_is_back(
+    start_worker: Callable[..., Worker], publish_to: Callable[[str], None], own_redis: RedisServer,
+    tmp_path: Path,
+) -> None:
+    # Its taker finds Redis gone at its next take (no BRPOP waits there): Celery's reconnect must follow.
+    first, second = stored_with_updates("gpu-batch-outage", tmp_path / "outage.json",
+                                        taken_at=datetime.now(UTC) - timedelta(minutes=5), count=2)
+    publish_to(own_redis.url)
+    central_database = {} if connection.vendor == "sqlite" else {"DATABASE_URL": database_url_for_workers()}
+    central = start_worker("central", CENTRAL_QUEUE, GPUADMIN_HOST_NAME="central-outage", REDIS_URL=own_redis.url,
+                           GPUADMIN_TASK_LOG_LEVEL="INFO", **central_database)
+
+    def sequence() -> int:
+        return LatestSnapshot.objects.get(host__name="gpu-batch-outage").update_sequence
+
+    send_snapshot_update(first)
+    wait_until("the first update applied", lambda: sequence() == 1, [central])
+    own_redis.stop()
+    wait_until("the worker to see Redis gone", lambda: "Connection to broker lost" in central.log, [central])
+    own_redis.start_again()
+    send_snapshot_update(second)
+    wait_until("the second update applied", lambda: sequence() == 2, [central])
+    assert central.process.poll() is None
+    assert "Error in timer" not in central.log, central.log  # the loop's, for an error it did not let out
