@@ -26,6 +26,7 @@ from django.db import connection
 from kombu import Connection
 
 from gpuadmin.celery import app
+from tests import services as servers
 from tests.services import RedisServer, free_port, stop_process_group
 
 REPO = Path(__file__).resolve().parents[2]
@@ -114,6 +115,16 @@ def start_worker(tmp_path: Path, redis_server: RedisServer) -> Iterator[Callable
             os.killpg(worker.process.pid, signal.SIGTERM)
     for worker in started:
         stop_process_group(worker.process)
+
+
+@pytest.fixture
+def own_redis() -> Iterator[servers.RedisServer]:
+    """A redis-server of this test alone, which it may stop and start again."""
+    try:
+        with servers.redis_server() as server:
+            yield server
+    except servers.ServiceMissing as missing:
+        servers.missing(str(missing))
 
 
 @pytest.fixture

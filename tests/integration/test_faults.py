@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -50,16 +50,6 @@ from tests.people import make_person
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
 PLAN = [{"signal": "SIGINT", "grace_seconds": 2}, {"signal": "SIGTERM", "grace_seconds": 3}]
-
-
-@pytest.fixture
-def own_redis() -> Iterator[servers.RedisServer]:
-    """A redis-server of this test alone, which it may stop and start again."""
-    try:
-        with servers.redis_server() as server:
-            yield server
-    except servers.ServiceMissing as missing:
-        servers.missing(str(missing))
 
 
 class Lab:

@@ -27,7 +27,6 @@ from gpuadmin.celery import STALLED_CONSUMER_LOG, app, host_queue
 from tests import services as servers
 from tests.integration.held_tasks import HOLD, NOTE
 from tests.integration.helpers import Worker, wait_until
-from tests.integration.test_faults import own_redis  # noqa: F401 - fixture
 from tests.services import stop_process_group
 
 pytestmark = pytest.mark.services
@@ -37,7 +36,7 @@ HELD_QUEUE = host_queue("redis-restart")
 
 
 @pytest.fixture
-def held_worker(tmp_path: Path, own_redis: servers.RedisServer) -> Iterator[Worker]:  # noqa: F811
+def held_worker(tmp_path: Path, own_redis: servers.RedisServer) -> Iterator[Worker]:
     """A worker of one host queue, concurrency 1 as in the tests, with tests.integration.held_tasks loaded."""
     env = {key: value for key, value in os.environ.items() if key != "DATABASE_URL"}
     env.update(REDIS_URL=own_redis.url, GPUADMIN_HOST_NAME="central-redis-restart")
@@ -53,7 +52,7 @@ def held_worker(tmp_path: Path, own_redis: servers.RedisServer) -> Iterator[Work
 
 
 def test_a_worker_whose_ack_failed_while_redis_was_down_consumes_again_once_redis_is_back(
-    held_worker: Worker, own_redis: servers.RedisServer, tmp_path: Path,  # noqa: F811
+    held_worker: Worker, own_redis: servers.RedisServer, tmp_path: Path,
 ) -> None:
     started, notes = tmp_path / "started", tmp_path / "notes"
 

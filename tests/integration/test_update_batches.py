@@ -36,7 +36,6 @@ from tests.integration.helpers import (
     wait_until,
     write_gpus,
 )
-from tests.integration.test_faults import own_redis  # noqa: F401 - fixture
 from tests.services import RedisServer
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
@@ -127,8 +126,8 @@ def test_a_central_worker_takes_updates_again_once_redis_is_back(
                                         taken_at=datetime.now(UTC) - timedelta(minutes=5), count=2)
     publish_to(own_redis.url)
     central_database = {} if connection.vendor == "sqlite" else {"DATABASE_URL": database_url_for_workers()}
-    central = start_worker("central", CENTRAL_QUEUE, GPUADMIN_HOST_NAME="central-outage", REDIS_URL=own_redis.url,
-                           GPUADMIN_TASK_LOG_LEVEL="INFO", **central_database)
+    central = start_worker("central", CENTRAL_QUEUE, GPUADMIN_HOST_NAME="central-outage",
+                           REDIS_URL=own_redis.url, GPUADMIN_TASK_LOG_LEVEL="INFO", **central_database)
 
     def sequence() -> int:
         return LatestSnapshot.objects.get(host__name="gpu-batch-outage").update_sequence
