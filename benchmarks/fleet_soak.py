@@ -114,6 +114,7 @@ WARM_UP_BACKLOG, WARM_UP_CHECK_EVERY = 200, 20
 WARM_UP_STALL_SECONDS = 180
 # What central says of an update overtaken by its host's next full snapshot (fleet.intake.updates).
 LATE_UPDATE = "is not newer than the latest snapshot"
+BATCH_LINE = re.compile(r"applied a batch of (\d+) snapshot updates(?:; (\d+) wait for their base)?")
 # --backlog: the messages' expiry, in probe intervals (a day of 10 s intervals).
 BACKLOG_OFFLINE_AFTER_INTERVALS = 8640
 # Sender counters, one array per sender: what it sent, what it saw, how late it ran.
@@ -552,6 +553,17 @@ class Soak:
     def senders_cpu_seconds(self) -> float:
         return sum(c[CPU_MS] for c in self.counters) / 1000
 
+    def update_offers(self) -> tuple[int, int, int]:
+        """From the workers' logs (update_batches.FLUSH_LOG): batches, updates done in them, and offers
+        of updates that waited for their base (each wait is one more offer of the same message)."""
+        batches = done = waited = 0
+        for log in self.worker_logs:
+            for found in BATCH_LINE.finditer(log.read_text(errors="replace")):
+                batches += 1
+                done += int(found.group(1))
+                waited += int(found.group(2) or 0)
+        return batches, done, waited
+
     def worker_errors(self) -> list[str]:
         return [line for log in self.worker_logs for line in log.read_text(errors="replace").splitlines()
                 if "ERROR" in line or "Traceback" in line or "CRITICAL" in line]
@@ -566,7 +578,9 @@ def soak(args: argparse.Namespace, work: Path) -> int:
         env.update({"DATABASE_URL": database.url, "REDIS_URL": broker_server.url,
                     "GPUADMIN_DATA_DIR": os.environ["GPUADMIN_DATA_DIR"],
                     "DJANGO_SETTINGS_MODULE": "gpuadmin.settings",
-                    "GPUADMIN_PROBE_INTERVAL": str(int(args.interval_seconds)), "PYTHONUNBUFFERED": "1"})
+                    "GPUADMIN_PROBE_INTERVAL": str(int(args.interval_seconds)), "PYTHONUNBUFFERED": "1",
+                    # A line per batch of updates (update_offers) and per task: a few hundred a second.
+                    "GPUADMIN_TASK_LOG_LEVEL": "INFO"})
         for name in ("GPUADMIN_FULL_SNAPSHOT_SECONDS", "GPUADMIN_SNAPSHOT_UPDATE_MAX_BYTES"):
             if name in os.environ:
                 env[name] = os.environ[name]
@@ -799,6 +813,10 @@ def measure(soak: Soak, central: Central) -> int:
           f"hosts whose latest message arrived in the last round {current} of {len(soak.hosts)}")
     print(f"asks for a full snapshot: hosts asked {asked}; probe requests the senders took {sent[PROBES]}, "
           f"{sent[FULL_ASKS]} of them asking for a full snapshot")
+    batches, done_in_batches, waits = soak.update_offers()
+    print(f"update batches: {batches}, {done_in_batches} updates done in them "
+          f"({done_in_batches / max(batches, 1):.0f} a batch); {waits} offers of updates that then waited "
+          "for their base again")
     worker_cpu = cpu_after.worker - cpu_before.worker
     main_cpu = cpu_after.worker_main - cpu_before.worker_main
     database_cpu = cpu_after.database - cpu_before.database

@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
@@ -58,8 +58,10 @@ class Timer:
     def pending(self) -> list[float]:
         return [e.seconds for e in self.entries if not e.cancelled]
 
-    def run(self) -> None:
-        entries, self.entries = self.entries, []
+    def run(self, only: float | None = None) -> None:
+        """Call what is pending (``only``: what was scheduled that many seconds ahead; the rest stays)."""
+        entries = [e for e in self.entries if only is None or e.seconds == only]
+        self.entries = [e for e in self.entries if e not in entries]
         for entry in entries:
             if not entry.cancelled:
                 entry.function()
@@ -76,24 +78,43 @@ class Entry:
 class Recorded:
     """receive_snapshot_updates' contract, recorded: each message done; ``fail`` raises after ``done_first``
     of the next call's messages are done; a message in ``no_base`` is offered to wait for its base, and
-    done (refused) when it may not."""
+    done (refused) when it may not; one of a host (its "host") in ``behind`` is offered to wait behind,
+    untried (not in ``tried``). What is offered to wait is kept as its ``opened`` form: the message
+    with ``"opened": True``, given again in its place."""
 
     def __init__(self) -> None:
         self.batches: list[list[Any]] = []
+        self.tried: list[Any] = []
         self.fail: list[BaseException] = []
         self.done_first = 0
         self.no_base: list[Any] = []
 
     def __call__(self, messages: list[Any], *, done: Callable[[int], None],
-                 wait: Callable[[int], bool]) -> None:
-        self.batches.append(list(messages))
+                 wait: Callable[[int, Any], bool], behind: Collection[str] = ()) -> None:
+        self.batches.append([unopened(m) for m in messages])
         if self.fail:
             for index in range(self.done_first):
                 done(index)
             raise self.fail.pop(0)
         for index, message in enumerate(messages):
-            if message not in self.no_base or not wait(index):
+            opened = Opened({**message, "opened": True})
+            if message.get("host") in behind and wait(index, opened):
+                continue
+            self.tried.append(unopened(message))
+            if unopened(message) not in self.no_base or not wait(index, opened):
                 done(index)
+
+
+class Opened(dict[str, Any]):
+    """A message as Recorded keeps it opened: its host where an ``OpenedUpdate`` has it."""
+
+    @property
+    def update(self) -> SimpleNamespace:
+        return SimpleNamespace(host=self.get("host"))
+
+
+def unopened(message: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in message.items() if key != "opened"}
 
 
 class Broker:
@@ -280,7 +301,7 @@ def test_any_other_error_is_logged_and_the_batchs_updates_not_done_are_acknowled
     assert "ValueError: a bug" in caplog.text  # with its traceback
 
 
-def test_an_update_waiting_for_its_base_goes_first_in_each_batch_until_its_wait_is_over(
+def test_an_update_waiting_for_its_base_is_given_again_each_second_until_its_wait_is_over(
     broker: Broker, timer: Timer, applied: Recorded, monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -288,36 +309,39 @@ def test_an_update_waiting_for_its_base_goes_first_in_each_batch_until_its_wait_
     clock = [1000.0]
     monkeypatch.setattr(update_batches, "time", SimpleNamespace(monotonic=lambda: clock[0]))
     batcher = UpdateBatcher(schedule=timer, batch_max=3, apply=applied, base_wait_seconds=10)
-    applied.no_base = [{"n": 1}]
+    applied.no_base = [{"n": 1, "host": "b"}]
     for n in range(3):
-        broker.send({"n": n})
+        broker.send({"n": n, "host": "aba"[n]})
     messages = broker.take(batcher)
     timer.run()
 
-    # Kept, unacknowledged, offered again a second later unless a batch comes first.
+    # Kept, unacknowledged and opened, given again a second later; not with the next batch.
     assert acked(messages) == [True, False, True]
-    assert [body for _, body in batcher.waiting] == [{"n": 1}] and batcher.held == []
-    assert timer.pending == [BASE_RETRY_SECONDS]
+    assert [body for _, body in batcher.waiting] == [{"n": 1, "host": "b", "opened": True}]
+    assert batcher.held == [] and timer.pending == [BASE_RETRY_SECONDS]
     assert "applied a batch of 2 snapshot updates; 1 wait for their base" in caplog.text
 
-    # A batch comes first: the waiting one goes ahead of it, before any later update of its host.
+    # A batch comes first: its host's update waits behind it, untried; the other host's is applied.
     clock[0] += 0.5
-    broker.send({"n": 3})
+    broker.send({"n": 3, "host": "b"})
+    broker.send({"n": 4, "host": "a"})
     messages += broker.take(batcher)
-    timer.run()
-    assert applied.batches[-1] == [{"n": 1}, {"n": 3}]
-    assert acked(messages) == [True, False, True, True]
+    timer.run(only=BATCH_WAIT_SECONDS)  # the batch's wait; not yet the waiting one's second
+    assert applied.batches[-1] == [{"n": 3, "host": "b"}, {"n": 4, "host": "a"}]
+    assert applied.tried[-1] == {"n": 4, "host": "a"}
+    assert acked(messages) == [True, False, True, False, True]
+    assert [body["n"] for _, body in batcher.waiting] == [1, 3] and timer.pending == [BASE_RETRY_SECONDS]
 
-    # Its base came: given again by the timer alone, it is applied.
+    # Its base came: given again by the timer, opened, oldest first, both are applied.
     applied.no_base = []
     clock[0] += 1
     timer.run()
-    assert applied.batches[-1] == [{"n": 1}] and all(acked(messages))
-    assert batcher.waiting == [] and timer.pending == []
+    assert applied.batches[-1] == [{"n": 1, "host": "b"}, {"n": 3, "host": "b"}]
+    assert all(acked(messages)) and batcher.waiting == [] and timer.pending == []
 
     # Another whose base does not come within the wait: refused (done) once it is over.
-    applied.no_base = [{"n": 4}]
-    broker.send({"n": 4})
+    applied.no_base = [{"n": 5, "host": "c"}]
+    broker.send({"n": 5, "host": "c"})
     messages += broker.take(batcher)
     timer.run()  # the batch's wait
     assert not acked(messages)[-1]
@@ -327,26 +351,52 @@ def test_an_update_waiting_for_its_base_goes_first_in_each_batch_until_its_wait_
     clock[0] += 5
     timer.run()  # ten seconds after it first waited: no longer
     assert all(acked(messages)) and batcher.waiting == [] and timer.pending == []
-    assert applied.batches[-3:] == [[{"n": 4}]] * 3
+    assert applied.batches[-3:] == [[{"n": 5, "host": "c"}]] * 3
 
 
-def test_more_updates_waiting_than_a_batch_holds_are_offered_once_a_flush_and_the_rest_go_on(
+def test_more_updates_waiting_than_a_batch_holds_are_given_again_a_batch_at_a_time(
     broker: Broker, timer: Timer, applied: Recorded
 ) -> None:
+    def update(n: int) -> dict[str, Any]:
+        return {"n": n, "host": f"gpu{n}"}
+
     batcher = UpdateBatcher(schedule=timer, batch_max=2, apply=applied, base_wait_seconds=10)
-    applied.no_base = [{"n": 0}, {"n": 1}, {"n": 2}]
+    applied.no_base = [update(0), update(1), update(2)]
     for n in range(5):
-        broker.send({"n": n})
+        broker.send(update(n))
     messages = broker.take(batcher)
     timer.run()
     assert acked(messages) == [False, False, False, True, True]
-    assert [body for _, body in batcher.waiting] == [{"n": 0}, {"n": 1}, {"n": 2}]
+    assert [body["n"] for _, body in batcher.waiting] == [0, 1, 2]
 
-    broker.send({"n": 5})
+    broker.send(update(5))
     messages += broker.take(batcher)
-    timer.run()  # the waiting ones first, once each; then the new one
-    assert applied.batches[-2:] == [[{"n": 0}, {"n": 1}], [{"n": 2}, {"n": 5}]]
-    assert acked(messages)[-1] and len(batcher.waiting) == 3
+    timer.run(only=BATCH_WAIT_SECONDS)  # the new one's batch, without those waiting
+    assert applied.batches[-1] == [update(5)] and acked(messages)[-1]
+    timer.run()  # their second: each given once, a batch at a time
+    assert applied.batches[-2:] == [[update(0), update(1)], [update(2)]]
+    assert len(batcher.waiting) == 3 and timer.pending == [BASE_RETRY_SECONDS]
+
+
+def test_updates_waiting_while_the_database_was_away_are_given_again_once_it_is_back(
+    broker: Broker, timer: Timer, applied: Recorded
+) -> None:
+    first, second = {"n": 0, "host": "gpu0"}, {"n": 1, "host": "gpu1"}
+    batcher = UpdateBatcher(schedule=timer, apply=applied, base_wait_seconds=10)
+    applied.no_base = [first]
+    broker.send(first)
+    messages = broker.take(batcher)
+    timer.run()
+    applied.fail = [OperationalError("down")]
+    broker.send(second)
+    messages += broker.take(batcher)
+    timer.run(only=BATCH_WAIT_SECONDS)  # the batch fails
+    timer.run(only=BASE_RETRY_SECONDS)  # the waiting one's second: the database is away, nothing done
+    assert batcher.waiting_for_database and len(batcher.waiting) == 1 and len(applied.batches) == 2
+    applied.no_base = []
+    timer.run()  # the retry: the waiting one first, then the one kept
+    assert applied.batches[-1] == [first, second]
+    assert all(acked(messages)) and batcher.waiting == [] and timer.pending == []
 
 
 def test_stopping_leaves_the_updates_waiting_for_their_base_unacknowledged(
@@ -367,7 +417,7 @@ class BrokerGone(ConnectionError):
 def test_an_acknowledgement_the_broker_refuses_is_let_out_for_the_worker_to_reconnect(
     broker: Broker, timer: Timer
 ) -> None:
-    def ack_fails(messages: list[Any], *, done: Callable[[int], None], wait: Callable[[int], bool]) -> None:
+    def ack_fails(messages: list[Any], **_: Any) -> None:
         raise BrokerGone("connection reset")
 
     batcher = UpdateBatcher(schedule=timer, batch_max=2, apply=ack_fails, broker_errors=(BrokerGone,))
@@ -470,9 +520,9 @@ def test_signed_updates_are_applied_together_by_central_and_acknowledged_once_co
             broker.send(message)
     calls: list[int] = []
 
-    def counted(messages: list[Any], *, done: Callable[[int], None], wait: Callable[[int], bool]) -> None:
+    def counted(messages: list[Any], **options: Any) -> None:
         calls.append(len(messages))
-        receive_snapshot_updates(messages, done=done, wait=wait)
+        receive_snapshot_updates(messages, **options)
 
     batcher = UpdateBatcher(schedule=timer, apply=counted)
     messages = broker.take(batcher)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any, NamedTuple
@@ -107,27 +107,24 @@ def update_max_bytes() -> int:
     return min(settings.GPUADMIN_SNAPSHOT_UPDATE_MAX_BYTES, settings.GPUADMIN_SNAPSHOT_MAX_BYTES)
 
 
+class OpenedUpdate(NamedTuple):
+    """A message this process opened and decoded (signature checked, text decoded, its moment): what
+    a caller keeps of an update that waits for its base, and gives again in the message's place."""
+
+    update: SnapshotUpdate
+    opened: Opened
+    taken_at: datetime
+
+
 def receive_snapshot_update(message: Any, *, received_at: datetime | None = None) -> Host | None:
-    """Apply a snapshot update message as it came off the broker; the host, or None while it awaits
-    acceptance. Raises ``UpdateRefused`` for anything not applied."""
+    """Apply a snapshot update message as it came off the broker (or as ``OpenedUpdate``); the host, or
+    None while it awaits acceptance. Raises ``UpdateRefused`` for anything not applied."""
     received_at = received_at or timezone.now()
-    claimed = _claimed_host_name(message)
-    try:
-        opened = open_envelope(message, MessageKind.SNAPSHOT_UPDATE, max_text_chars=update_max_bytes())
-    except BadMessage as error:
-        reason = f"snapshot update not signed by a host key: {error}"
-        trust.reject_message(_KIND, reason, host_name=claimed, size_bytes=_message_size(message),
-                             received_at=received_at)
-        raise UpdateRefused(reason, host_name=claimed) from None
+    if isinstance(message, OpenedUpdate):
+        update, opened, taken_at = message
+    else:
+        update, opened, taken_at = _opened(message, received_at=received_at)
     size_bytes = len(opened.text)
-    try:
-        update, taken_at = _decoded(opened, received_at=received_at)
-    except BadUpdate as error:
-        # Only the host's own key may put an error on its page.
-        on_host = bool(claimed) and trust.is_accepted_key(claimed, opened)
-        _record_refusal(str(error), host_name=claimed, size_bytes=size_bytes, received_at=received_at,
-                        on_host=on_host)
-        raise UpdateRefused(str(error), host_name=claimed) from None
     try:
         with transaction.atomic():
             host = trust.admit(update.host, opened, received_at=received_at)
@@ -149,19 +146,46 @@ def receive_snapshot_update(message: Any, *, received_at: datetime | None = None
         raise UpdateRefused(reason, host_name=update.host, full_requested=asked) from None
 
 
+def _opened(message: Any, *, received_at: datetime) -> OpenedUpdate:
+    """The message opened and decoded; ``UpdateRefused``, recorded, when it cannot be."""
+    claimed = _claimed_host_name(message)
+    try:
+        opened = open_envelope(message, MessageKind.SNAPSHOT_UPDATE, max_text_chars=update_max_bytes())
+    except BadMessage as error:
+        reason = f"snapshot update not signed by a host key: {error}"
+        trust.reject_message(_KIND, reason, host_name=claimed, size_bytes=_message_size(message),
+                             received_at=received_at)
+        raise UpdateRefused(reason, host_name=claimed) from None
+    try:
+        update, taken_at = _decoded(opened, received_at=received_at)
+    except BadUpdate as error:
+        # Only the host's own key may put an error on its page.
+        on_host = bool(claimed) and trust.is_accepted_key(claimed, opened)
+        _record_refusal(str(error), host_name=claimed, size_bytes=len(opened.text), received_at=received_at,
+                        on_host=on_host)
+        raise UpdateRefused(str(error), host_name=claimed) from None
+    return OpenedUpdate(update, opened, taken_at)
+
+
+# wait(i, opened): whether messages[i] may wait (the caller then keeps ``opened`` to give again).
+Wait = Callable[[int, OpenedUpdate], bool]
+
+
 def receive_snapshot_updates(messages: Sequence[Any], *, done: Callable[[int], None],
-                             received_at: datetime | None = None,
-                             wait: Callable[[int], bool] | None = None) -> None:
+                             received_at: datetime | None = None, wait: Wait | None = None,
+                             behind: Collection[str] = ()) -> None:
     """Apply a batch of snapshot update messages as they came off the broker, each as
     ``receive_snapshot_update`` would (refused ones recorded the same way). ``done(i)`` is called for
     ``messages[i]`` once its outcome is committed, applied or refused; a ``DatabaseError`` raised
     leaves the rest to be given again.
 
-    ``wait(i)``: whether ``messages[i]``, an update newer than its host's latest snapshot but of a base
-    not stored yet, may wait for that base (its full snapshot, in the other queue, may not have been
-    ingested yet: a backlog drains both queues at their own pace). True: the caller keeps it and gives
-    it again later, and the host's later updates in the batch wait behind it; False (or no ``wait``): it
-    goes alone and is refused, and the host asked for a full snapshot.
+    ``wait(i, opened)``: whether ``messages[i]``, an update newer than its host's latest snapshot but of
+    a base not stored yet, may wait for that base (its full snapshot, in the other queue, may not have
+    been ingested yet: a backlog drains both queues at their own pace). True: the caller keeps
+    ``opened`` and gives it again later in the message's place (not opened again), and the host's later
+    updates in the batch wait behind it; False (or no ``wait``): it goes alone and is refused, and the
+    host asked for a full snapshot. ``behind``: hosts of which the caller keeps an update waiting; their
+    updates here are offered to wait behind it before anything else.
 
     The common case, a signed update of an accepted host that applies, is applied for all of them in
     one transaction: the hosts' rows locked together (in id order, as another batch would), what the
@@ -174,25 +198,29 @@ def receive_snapshot_updates(messages: Sequence[Any], *, done: Callable[[int], N
     alone: list[int] = []
     batched: set[str] = set()
     hosts: dict[int, str] = {}  # by position: the host each decoded message names
+    items: dict[int, _Update] = {}
+    waited: set[int] = set()  # neither done nor alone: the caller gives them again
     for index, message in enumerate(messages):
         item = _opened_update(message, index, received_at=received_at)
         if item is None:
             alone.append(index)
             continue
-        if item.update.host in batched:
+        hosts[index], items[index] = item.update.host, item
+        if item.update.host in behind and wait is not None and wait(index, item.kept()):
+            waited.add(index)
+        elif item.update.host in batched:
             alone.append(index)
         else:
             batched.add(item.update.host)
             batch.append(item)
-        hosts[index] = item.update.host
-    waited: set[int] = set()  # neither done nor alone: the caller gives them again
     if batch:
         with transaction.atomic():
             admitted = _lock_hosts(batch)
             outcomes = _apply([locked for _, locked in admitted], received_at=received_at)
         applied = {index for (index, _), cannot in zip(admitted, outcomes, strict=True) if cannot is None}
-        waited = {index for (index, _), cannot in zip(admitted, outcomes, strict=True)
-                  if cannot is not None and cannot.base_may_come and wait is not None and wait(index)}
+        waited |= {index for (index, _), cannot in zip(admitted, outcomes, strict=True)
+                   if cannot is not None and cannot.base_may_come and wait is not None
+                   and wait(index, items[index].kept())}
         handled = applied | waited
         alone.extend(item.position for item in batch if item.position not in handled)
         for index in sorted(applied):
@@ -200,10 +228,11 @@ def receive_snapshot_updates(messages: Sequence[Any], *, done: Callable[[int], N
         logger.debug("applied %d snapshot updates of %d together", len(applied), len(messages))
     waiting = {hosts[index] for index in waited}  # their hosts' later updates wait behind them
     for index in sorted(alone):
-        if wait is not None and hosts.get(index) in waiting and wait(index):
+        if wait is not None and hosts.get(index) in waiting and wait(index, items[index].kept()):
             continue
         try:
-            receive_snapshot_update(messages[index], received_at=received_at)
+            receive_snapshot_update(items[index].kept() if index in items else messages[index],
+                                    received_at=received_at)
         except UpdateRefused as refused:
             logger.warning("refused a snapshot update from %s: %s", refused.host_name or "an unknown host",
                            refused)
@@ -218,6 +247,9 @@ class _Update(NamedTuple):
     opened: Opened
     taken_at: datetime
 
+    def kept(self) -> OpenedUpdate:
+        return OpenedUpdate(self.update, self.opened, self.taken_at)
+
 
 class _Locked(NamedTuple):
     """An update and its host, whose row is locked and whose accepted key signed it: one to apply."""
@@ -231,6 +263,8 @@ class _Locked(NamedTuple):
 def _opened_update(message: Any, index: int, *, received_at: datetime) -> _Update | None:
     """The message opened and decoded, or None when it fails a check made before the database (the
     message then goes alone, which records why)."""
+    if isinstance(message, OpenedUpdate):
+        return _Update(index, *message)
     try:
         opened = open_envelope(message, MessageKind.SNAPSHOT_UPDATE, max_text_chars=update_max_bytes())
         update, taken_at = _decoded(opened, received_at=received_at)

@@ -180,32 +180,43 @@ def agent_messages(host: synthetic.DemoHost, state_path: Path, numbers: range, *
 
 
 def test_an_update_of_a_base_not_stored_yet_waits_for_it_and_the_hosts_later_ones_behind_it(
-    fleet: list[synthetic.DemoHost], tmp_path: Path,
+    fleet: list[synthetic.DemoHost], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     host = fleet[0]
     base, *later = agent_messages(host, tmp_path / "agent.json", range(1, 4))  # a full snapshot, 2 updates
     others = rounds(fleet[1:], tmp_path, 1, 2)
-    offered: list[int] = []
+    kept: dict[int, updates.OpenedUpdate] = {}
     done: list[int] = []
 
-    def wait(index: int) -> bool:
-        offered.append(index)
+    def wait(index: int, opened: updates.OpenedUpdate) -> bool:
+        kept[index] = opened
         return True
 
     # The full snapshot is still in central's other queue: both updates wait, the second behind the first,
     # and nothing is refused or asked for; the other hosts' updates are applied.
     receive_snapshot_updates([*later, *others], done=done.append, received_at=at(35), wait=wait)
-    assert offered == [0, 1] and sorted(done) == list(range(2, 2 + len(others)))
+    assert sorted(kept) == [0, 1] and sorted(done) == list(range(2, 2 + len(others)))
+    assert [opened.update.sequence for opened in kept.values()] == [1, 2]
     assert not SnapshotRejection.objects.exists()
     row = Host.objects.get(name=host.name)
     assert row.full_snapshot_requested_at is None and row.last_snapshot_taken_at == at(0)
 
-    # Its base comes: given again, they are applied in order.
+    # Its base comes; then another of its updates, while the caller still keeps those: it waits behind
+    # them, untried (tried, it would be refused: updates 1 and 2 of its base are not applied yet).
     assert receive_snapshot(base, received_at=at(36)) is not None
+    [third] = agent_messages(host, tmp_path / "agent.json", range(4, 5))
+    kept_before = dict(kept)
     done.clear()
-    receive_snapshot_updates(later, done=done.append, received_at=at(37), wait=wait)
-    assert done == [0, 1] and offered == [0, 1]
-    assert LatestSnapshot.objects.get(host__name=host.name).update_sequence == 2
+    receive_snapshot_updates([third], done=done.append, received_at=at(45), wait=wait, behind={host.name})
+    assert done == [] and kept[0].update.sequence == 3
+    assert not SnapshotRejection.objects.exists()
+
+    # Given again as they were kept (not opened again), they are applied in order.
+    monkeypatch.setattr(updates, "open_envelope", None)  # a second opening would raise
+    receive_snapshot_updates([kept_before[0], kept_before[1], kept[0]], done=done.append, received_at=at(47),
+                             wait=wait)
+    assert done == [0, 1, 2]
+    assert LatestSnapshot.objects.get(host__name=host.name).update_sequence == 3
     assert not SnapshotRejection.objects.exists()
 
 
@@ -216,7 +227,7 @@ def test_an_update_that_may_not_wait_longer_or_is_older_than_the_stored_snapshot
     _, update = agent_messages(host, tmp_path / "agent.json", range(1, 3))  # its base never arrives
     offered: list[int] = []
 
-    def no_longer(index: int) -> bool:
+    def no_longer(index: int, opened: updates.OpenedUpdate) -> bool:
         offered.append(index)
         return False
 
