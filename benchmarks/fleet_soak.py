@@ -505,6 +505,7 @@ class Soak:
     start: Any  # multiprocessing.Value: the clock's start, 0 until then
     stop: Any  # multiprocessing.Event
     worker_logs: list[Path]
+    state_dir: Path  # the agents' state files (snapshot_choice's), one per host
 
     def sent(self) -> list[int]:
         return totals(self.counters)
@@ -572,6 +573,19 @@ class Soak:
                 done += int(found.group(1))
                 waited += int(found.group(2) or 0)
         return batches, done, waited
+
+    def hosts_current(self) -> int:
+        """Hosts whose latest stored message is the last their agent sent: its full snapshot and as many
+        updates of it as the agent's state file counts."""
+        from gpuadmin.fleet.models import LatestSnapshot
+
+        stored = {name: (base, sequence) for name, base, sequence in LatestSnapshot.objects.values_list(
+            "host__name", "base_digest", "update_sequence")}
+        current = 0
+        for path in self.state_dir.glob("*.json"):
+            state = json.loads(path.read_text())
+            current += stored.get(path.stem) == (state["base"], state["sequence"])
+        return current
 
     def worker_errors(self) -> list[str]:
         return [line for log in self.worker_logs for line in log.read_text(errors="replace").splitlines()
@@ -656,7 +670,7 @@ def run(args: argparse.Namespace, work: Path, env: dict[str, str], database: Any
         for sender in senders:
             sender.start()
         state = Soak(args, rounds, hosts, redis.Redis.from_url(broker_server.url), senders, counters, start,
-                     stop, worker_logs)
+                     stop, worker_logs, states)
         first = wait_for_first_snapshots(state)
         print(f"enrolment, first full snapshots through the broker and the worker: {len(hosts)} in "
               f"{first:.1f} s ({len(hosts) / first:.0f}/s)", flush=True)
@@ -758,7 +772,7 @@ def measure(soak: Soak, central: Central) -> int:
     from django.db.models import Count, Q
     from django.utils import timezone
 
-    from gpuadmin.fleet.models import Host, LatestSnapshot, SnapshotRejection
+    from gpuadmin.fleet.models import Host, SnapshotRejection
 
     args = soak.args
     history_before = history_bytes()
@@ -805,8 +819,7 @@ def measure(soak: Soak, central: Central) -> int:
     expected = refusals.filter(backlog_refusals).count() if args.backlog else 0
     messages = stored + refused_count  # what the worker did work for
     asked = Host.objects.filter(full_snapshot_requested_at__gte=clock_began).count()
-    last_round = datetime.fromtimestamp(clock + run_seconds - args.interval_seconds, UTC)
-    current = LatestSnapshot.objects.filter(received_at__gte=last_round).count()
+    current = soak.hosts_current()
     errors = soak.worker_errors()
     ending = how_it_ended(drained_at, backlog=args.backlog, elapsed=elapsed, last_round_at=last_round_at)
     print(f"\nrun: {soak.rounds} rounds of {args.interval_seconds:g} s planned, {run_seconds:.0f} s of them "
@@ -819,7 +832,7 @@ def measure(soak: Soak, central: Central) -> int:
     print(f"ingested: {stored} stored ({stored / elapsed:.1f}/s from the first round to the end of the "
           f"drain), {refused_count} refused {refused or ''}, {sent_total - stored - refused_count} neither "
           f"(expired in the queue, or left there: {left_queued}); worker log errors {len(errors)}; "
-          f"hosts whose latest message arrived in the last round {current} of {len(soak.hosts)}")
+          f"hosts whose latest stored message is the last their agent sent {current} of {len(soak.hosts)}")
     print(f"asks for a full snapshot: hosts asked {asked}; probe requests the senders took {sent[PROBES]}, "
           f"{sent[FULL_ASKS]} of them asking for a full snapshot")
     batches, done_in_batches, waits = soak.update_offers()
