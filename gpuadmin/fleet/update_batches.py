@@ -26,8 +26,8 @@ back to the broker. What ``UpdateBatcher`` does with each message:
   ``BASE_RETRY_SECONDS``, for up to one probe interval; then it is refused, and the host asked for a
   full snapshot, as before. Its host's later updates wait behind it, untried. A backlog drains the two
   queues at their own pace: without the wait, most hosts whose full snapshot was queued behind others
-  had the next update refused; given again with every batch, the waiting were offered nearly as
-  often as the updates came (22,704 offers for 28,739 updates in ``fleet_soak.py --backlog``);
+  had the next update refused; given again with every batch, each was opened and checked again
+  several times a second;
 - a ``DatabaseError`` keeps those not done in hand and tries again after growing pauses (the ingest
   tasks' backoff); any other error is logged and the batch's messages not done are acknowledged, as a
   failed task's would be.
