@@ -23,11 +23,12 @@ back to the broker. What ``UpdateBatcher`` does with each message:
   none: ``make run``) applies each as it comes;
 - an update whose base (its full snapshot, in ``central``, taken by the pool) is not stored yet waits
   for it: kept unacknowledged (its signature checked once: kept opened), given again every
-  ``BASE_RETRY_SECONDS``, for up to one probe interval; then it is refused, and the host asked for a
-  full snapshot, as before. Its host's later updates wait behind it, untried. A backlog drains the two
-  queues at their own pace: without the wait, most hosts whose full snapshot was queued behind others
-  had the next update refused; given again with every batch, each was opened and checked again
-  several times a second;
+  ``BASE_RETRY_SECONDS``, for up to one probe interval, or ``BASE_WAIT_QUEUED_INTERVALS`` while
+  ``central`` still holds messages (a backlog draining: its base may be among them); then it is
+  refused, and the host asked for a full snapshot, as before. Its host's later updates wait behind it,
+  untried. A backlog drains the two queues at their own pace: without the wait, most hosts whose full
+  snapshot was queued behind others had the next update refused; given again with every batch, each
+  was opened and checked again several times a second;
 - a ``DatabaseError`` keeps those not done in hand and tries again after growing pauses (the ingest
   tasks' backoff); any other error is logged and the batch's messages not done are acknowledged, as a
   failed task's would be.
@@ -65,6 +66,8 @@ PREFETCH_BATCHES = 2
 FLUSH_LOG = "applied a batch of %d snapshot updates"
 # How often updates waiting for their base are given again.
 BASE_RETRY_SECONDS = 1.0
+# How long an update may wait for its base while `central` still holds messages, in probe intervals.
+BASE_WAIT_QUEUED_INTERVALS = 6
 # Updates waiting for their base that a consumer taking off Redis keeps at most, beside the prefetch's.
 WAITING_MAX = 10 * BATCH_MAX
 
@@ -107,12 +110,14 @@ class UpdateBatcher:
     def __init__(self, *, schedule: Schedule, batching: bool = True, batch_max: int = BATCH_MAX,
                  wait_seconds: float = BATCH_WAIT_SECONDS, apply: Apply | None = None,
                  broker_errors: tuple[type[BaseException], ...] = (),
-                 base_wait_seconds: float | None = None) -> None:
+                 base_wait_seconds: float | None = None, central_queued: Callable[[], bool] | None = None
+                 ) -> None:
         self.schedule, self.batching = schedule, batching
         self.apply = receive_snapshot_updates if apply is None else apply
         self.batch_max, self.wait_seconds, self.broker_errors = batch_max, wait_seconds, broker_errors
         self.base_wait_seconds = (float(settings.GPUADMIN_PROBE_INTERVAL_SECONDS) if base_wait_seconds is None
                                   else base_wait_seconds)
+        self.central_queued = central_queued  # whether `central` holds messages (None: not known)
         self.held: list[tuple[Message, Any]] = []  # (message, its signed body), in the order received
         self.waiting: list[tuple[Message, OpenedUpdate]] = []  # waiting for their base, oldest first
         # By delivery tag (kombu's stubs allow None): when each began to wait, on the monotonic clock;
@@ -193,12 +198,13 @@ class UpdateBatcher:
             fresh[index][0].ack()
             done[index] = True
 
+        queued: list[bool] = []  # whether `central` holds messages: asked at most once a batch
+
         def may_wait(index: int, opened: OpenedUpdate) -> bool:
-            since = self._waiting_since.setdefault(fresh[index][0].delivery_tag, now)
-            if now - since < self.base_wait_seconds:
-                waited[index] = opened
-                return True
-            return False
+            if not self._may_wait(fresh[index][0].delivery_tag, now, queued):
+                return False
+            waited[index] = opened
+            return True
 
         close_old_connections()  # Django's rule for a connection kept between tasks (CONN_MAX_AGE)
         try:
@@ -238,6 +244,18 @@ class UpdateBatcher:
             logger.info(FLUSH_LOG + "; %d wait for their base", len(fresh) - len(waited), len(waited))
         else:
             logger.info(FLUSH_LOG, len(fresh))
+
+    def _may_wait(self, tag: Any, now: float, queued: list[bool]) -> bool:
+        """Whether the update of delivery tag ``tag`` may wait for its base (again): for a probe interval
+        from its first wait, longer while ``central`` holds messages (asked once: ``queued``)."""
+        waited_seconds = now - self._waiting_since.setdefault(tag, now)
+        if waited_seconds < self.base_wait_seconds:
+            return True
+        if waited_seconds >= BASE_WAIT_QUEUED_INTERVALS * self.base_wait_seconds:
+            return False
+        if not queued:
+            queued.append(self.central_queued is not None and self.central_queued())
+        return queued[0]
 
     def _drop_if_expired(self, message: Message) -> bool:
         if expired(message):
@@ -320,7 +338,8 @@ class UpdateBatchConsumer(bootsteps.ConsumerStep):
         taker = self.taker = RedisTaker(channel, queue.name) if taking else None
         self.batcher = UpdateBatcher(
             schedule=self._scheduler(c, then=taker.send_acks if taker else None), batching=c.hub is not None,
-            broker_errors=tuple(connection.connection_errors) + tuple(connection.channel_errors))
+            broker_errors=tuple(connection.connection_errors) + tuple(connection.channel_errors),
+            central_queued=lambda: bool(channel.queue_declare(queue=CENTRAL_QUEUE).message_count))
         if taker is not None:
             queue(channel).declare()  # kombu's restore finds the queue by its binding
             self._take(c)

@@ -354,6 +354,49 @@ def test_an_update_waiting_for_its_base_is_given_again_each_second_until_its_wai
     assert applied.batches[-3:] == [[{"n": 5, "host": "c"}]] * 3
 
 
+def test_an_update_waits_longer_for_its_base_while_central_still_holds_messages(
+    broker: Broker, timer: Timer, applied: Recorded, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr(update_batches, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    asked: list[bool] = []
+    central_holds = [True]
+
+    def central_queued() -> bool:
+        asked.append(central_holds[0])
+        return central_holds[0]
+
+    batcher = UpdateBatcher(schedule=timer, apply=applied, base_wait_seconds=10, central_queued=central_queued)
+    waiting = [{"n": n, "host": f"gpu{n}"} for n in range(2)]
+    applied.no_base = list(waiting)
+    for update in waiting:
+        broker.send(update)
+    messages = broker.take(batcher)
+    timer.run()
+    assert asked == []  # within a probe interval: the broker is not asked
+
+    clock[0] += 30  # past the interval, within BASE_WAIT_QUEUED_INTERVALS of them
+    timer.run()
+    assert asked == [True] and not any(acked(messages)) and len(batcher.waiting) == 2  # asked once
+
+    central_holds[0] = False  # central drained: its base is not coming
+    clock[0] += 1
+    timer.run()
+    assert asked == [True, False] and all(acked(messages)) and batcher.waiting == []
+
+    # However long central stays busy, an update waits BASE_WAIT_QUEUED_INTERVALS intervals at most.
+    central_holds[0] = True
+    broker.send(waiting[0])
+    messages = broker.take(batcher)
+    timer.run()
+    clock[0] += 10 * update_batches.BASE_WAIT_QUEUED_INTERVALS - 1
+    timer.run()
+    assert not any(acked(messages))
+    clock[0] += 1
+    timer.run()
+    assert all(acked(messages)) and batcher.waiting == []
+
+
 def test_more_updates_waiting_than_a_batch_holds_are_given_again_a_batch_at_a_time(
     broker: Broker, timer: Timer, applied: Recorded
 ) -> None:
@@ -481,7 +524,7 @@ def test_on_redis_the_step_takes_updates_many_at_a_time_and_gives_back_those_wai
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     client = redis.Redis.from_url(redis_server.url)
-    client.delete(CENTRAL_UPDATES_QUEUE, "unacked", "unacked_index")
+    client.delete(CENTRAL_UPDATES_QUEUE, CENTRAL_QUEUE, "unacked", "unacked_index")
     monkeypatch.setattr(update_batches, "receive_snapshot_updates", applied)
     caplog.set_level(logging.INFO, logger=update_batches.__name__)
     applied.no_base = [{"n": 1}]
@@ -500,6 +543,12 @@ def test_on_redis_the_step_takes_updates_many_at_a_time_and_gives_back_those_wai
         assert applied.batches == [[{"n": n} for n in range(5)]]
         assert client.hlen("unacked") == 1  # the one waiting for its base
         assert sorted(timer.pending) == [BATCH_WAIT_SECONDS, BASE_RETRY_SECONDS]  # the next take; the retry
+
+        assert step.batcher is not None and step.batcher.central_queued is not None
+        assert not step.batcher.central_queued()  # an update's base may come while central holds messages
+        app.send_task(INGEST_SNAPSHOT, args=[{}], queue=CENTRAL_QUEUE, connection=connection)
+        assert step.batcher.central_queued()
+        client.delete(CENTRAL_QUEUE)
 
         step.stop(worker)  # offered once more, still waiting: back at the head of the queue
         assert applied.batches[-1] == [{"n": 1}] and timer.pending == []
