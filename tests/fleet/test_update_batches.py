@@ -366,7 +366,8 @@ def test_an_update_waits_longer_for_its_base_while_central_still_holds_messages(
         asked.append(central_holds[0])
         return central_holds[0]
 
-    batcher = UpdateBatcher(schedule=timer, apply=applied, base_wait_seconds=10, central_queued=central_queued)
+    batcher = UpdateBatcher(schedule=timer, apply=applied, base_wait_seconds=10,
+                            central_queued=central_queued)
     waiting = [{"n": n, "host": f"gpu{n}"} for n in range(2)]
     applied.no_base = list(waiting)
     for update in waiting:
