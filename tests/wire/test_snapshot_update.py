@@ -4,7 +4,7 @@ checking decoder say the same, and the base with an update laid over it reads as
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import jsonschema
@@ -28,8 +28,12 @@ G0 = "GPU-sim-0000"
 MiB = 2**20
 
 
+# Fixed, not now: two calls of base() a few microseconds apart once rounded a process's age apart.
+BASE_TAKEN_AT = datetime(2026, 12, 2, 12, 0, 0, 250_000, tzinfo=UTC)
+
+
 def base() -> dict[str, Any]:
-    return snapshot("gpu-wire", pids_in_use=300, processes=[
+    return snapshot("gpu-wire", pids_in_use=300, taken_at=BASE_TAKEN_AT, processes=[
         proc(101, gpu_memory={G0: 10 * GiB}, reasons=["gpu"], elapsed_seconds=60.0),
         proc(102, gpu_memory={G0: GiB}, reasons=["gpu"], elapsed_seconds=30.0),
     ], gpus=[{**gpu(0, used=12 * GiB, utilization_percent=40),
@@ -115,10 +119,5 @@ def test_the_base_with_its_update_laid_over_reads_as_the_host_now() -> None:
     assert shown["gpus"][0]["health"] == {**base()["gpus"][0]["health"], "temperature_celsius": 80}
     assert shown["processes"][0]["gpu_memory_bytes"] == {G0: 11 * GiB}
     assert shown["processes"][1]["gpu_memory_bytes"] == {G0: GiB}
-    # Ages move on with the clock; nothing else of a process changes.
-    elapsed = [p["elapsed_seconds"] for p in shown["processes"]]
-    # The age as a time difference, as overlay takes it: two floats parsed from the text and subtracted
-    # rounded the other way at a half hundredth, now and then.
-    taken = [datetime.fromisoformat(document["taken_at"]) for document in (base(), now)]
-    seconds = (taken[1] - taken[0]).total_seconds()
-    assert elapsed == [round(60.0 + seconds, 2), round(30.0 + seconds, 2)]
+    # Ages move on with the clock (29.75 s from the base's 12:00:00.25); nothing else of a process changes.
+    assert [p["elapsed_seconds"] for p in shown["processes"]] == [89.75, 59.75]
