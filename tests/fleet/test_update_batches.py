@@ -558,6 +558,37 @@ def test_on_redis_the_step_takes_updates_many_at_a_time_and_gives_back_those_wai
         assert json.loads(base64.b64decode(json.loads(back)["body"]))[0] == [{"n": 1}]
 
 
+@pytest.mark.services
+def test_on_redis_updates_waiting_for_their_base_are_bounded_and_the_rest_stay_in_the_broker(
+    redis_server: RedisServer, applied: Recorded, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    client = redis.Redis.from_url(redis_server.url)
+    client.delete(CENTRAL_UPDATES_QUEUE, CENTRAL_QUEUE, "unacked", "unacked_index")
+    monkeypatch.setattr(update_batches, "receive_snapshot_updates", applied)
+    monkeypatch.setattr(update_batches, "WAITING_MAX", 2)
+    updates = [{"n": n, "host": f"gpu{n}"} for n in range(5)]
+    applied.no_base = list(updates)
+    with Connection(redis_server.url) as connection:
+        for update in updates:
+            app.send_task(INGEST_SNAPSHOT_UPDATE, args=[update], queue=CENTRAL_UPDATES_QUEUE,
+                          connection=connection)
+        timer = LoopTimer()
+        worker = SimpleNamespace(connection=connection, hub=object(), timer=timer, app=app)
+        step = UpdateBatchConsumer(worker)
+        step.start(worker)  # room for two that may wait
+        timer.run(only=BATCH_WAIT_SECONDS)  # they wait; the next take finds no room
+        assert step.batcher is not None and len(step.batcher.waiting) == 2
+        assert client.llen(CENTRAL_UPDATES_QUEUE) == 3 and client.hlen("unacked") == 2
+
+        applied.no_base = []  # their bases came: given again, applied; the rest taken (two at most a take)
+        timer.run(only=BASE_RETRY_SECONDS)
+        for _ in range(4):
+            timer.run(only=BATCH_WAIT_SECONDS)
+        assert sorted(m["n"] for batch in applied.batches for m in batch if m not in updates[:2]) == [2, 3, 4]
+        assert client.llen(CENTRAL_UPDATES_QUEUE) == 0 and client.hlen("unacked") == 0
+        step.stop(worker)
+
+
 # Committed, as in a worker: the batcher closes connections by Django's rule between batches.
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_signed_updates_are_applied_together_by_central_and_acknowledged_once_committed(
