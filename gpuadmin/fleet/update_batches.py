@@ -22,7 +22,8 @@ back to the broker. What ``UpdateBatcher`` does with each message:
   the first, on the worker's event loop. A worker without one (the embedded filesystem broker has
   none: ``make run``) applies each as it comes;
 - an update whose base (its full snapshot, in ``central``, taken by the pool) is not stored yet waits
-  for it: kept unacknowledged (its signature checked once: kept opened), given again every
+  for it, and one after a gap for the updates before it (another central worker may hold them): kept
+  unacknowledged (its signature checked once: kept opened), given again every
   ``BASE_RETRY_SECONDS``, for up to one probe interval, or ``BASE_WAIT_QUEUED_INTERVALS`` while
   ``central`` still holds messages (a backlog draining: its base may be among them); then it is
   refused, and the host asked for a full snapshot, as before. Its host's later updates wait behind it,

@@ -10,7 +10,8 @@ size against ``GPUADMIN_SNAPSHOT_UPDATE_MAX_BYTES``, and only the host's accepte
   (a sequence already applied, or not newer) is refused; one that cannot be applied (an unknown base,
   a gap, a GPU the base does not have) is refused and the host is asked for a full snapshot
   (``request_probe(full=True)``, at most once per probe interval). In a batch, one of an unknown base
-  but newer than the latest snapshot may first wait for its base, still on its way in the other queue
+  but newer than the latest snapshot may first wait for its base, still on its way in the other queue,
+  and one after a gap for the updates before it, which another worker may hold
   (``receive_snapshot_updates``' ``wait``);
 - it is applied without reading the stored document: the host's facts and GPU rows, a raw history
   sample per GPU and for the host where one is due (``record.decide_gpu_samples``, the same rule as a
@@ -93,14 +94,16 @@ class UpdateRefused(SnapshotRejected):
 
 
 class _CannotApply(Exception):
-    """``base_may_come``: the update is newer than its host's latest snapshot, but of a base not stored:
-    the base may still be on its way (full snapshots go to ``central``, updates to ``central.updates``)."""
+    """``may_come``: what the update needs may still be on its way. Its base, when it is newer than the
+    host's latest snapshot but of a base not stored (full snapshots go to ``central``, updates to
+    ``central.updates``); or the updates before it, when some of its base's are not applied yet (another
+    worker taking ``central.updates`` may hold them)."""
 
-    def __init__(self, reason: str, *, ask_full: bool, base_may_come: bool = False) -> None:
+    def __init__(self, reason: str, *, ask_full: bool, may_come: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
         self.ask_full = ask_full
-        self.base_may_come = base_may_come
+        self.may_come = may_come
 
 
 def update_max_bytes() -> int:
@@ -181,7 +184,9 @@ def receive_snapshot_updates(messages: Sequence[Any], *, done: Callable[[int], N
 
     ``wait(i, opened)``: whether ``messages[i]``, an update newer than its host's latest snapshot but of
     a base not stored yet, may wait for that base (its full snapshot, in the other queue, may not have
-    been ingested yet: a backlog drains both queues at their own pace). True: the caller keeps
+    been ingested yet: a backlog drains both queues at their own pace), or one of a stored base whose
+    earlier updates are not applied yet may wait for them (another worker taking ``central.updates``
+    may hold them: several central workers take it). True: the caller keeps
     ``opened`` and gives it again later in the message's place (not opened again), and the host's later
     updates in the batch wait behind it; False (or no ``wait``): it goes alone and is refused, and the
     host asked for a full snapshot. ``behind``: hosts of which the caller keeps an update waiting; their
@@ -219,7 +224,7 @@ def receive_snapshot_updates(messages: Sequence[Any], *, done: Callable[[int], N
             outcomes = _apply([locked for _, locked in admitted], received_at=received_at)
         applied = {index for (index, _), cannot in zip(admitted, outcomes, strict=True) if cannot is None}
         waited |= {index for (index, _), cannot in zip(admitted, outcomes, strict=True)
-                   if cannot is not None and cannot.base_may_come and wait is not None
+                   if cannot is not None and cannot.may_come and wait is not None
                    and wait(index, items[index].kept())}
         handled = applied | waited
         alone.extend(item.position for item in batch if item.position not in handled)
@@ -367,10 +372,10 @@ def _check(item: _Locked, latest: tuple[str, int] | None, gpus: dict[str, _Store
                            ask_full=False)
     if not known_base:
         raise _CannotApply(f"update of an unknown base {update.base[:20]}... (not the latest full snapshot)",
-                           ask_full=True, base_may_come=True)
+                           ask_full=True, may_come=True)
     if update.sequence != applied + 1:
         raise _CannotApply(f"updates {applied + 1} to {update.sequence - 1} of this base are missing",
-                           ask_full=True)
+                           ask_full=True, may_come=True)
     unknown = [g.uuid for g in update.gpus if g.uuid not in gpus]
     if unknown:
         raise _CannotApply(f"update names GPU {unknown[0][:40]!r}, which the latest snapshot does not have",

@@ -220,6 +220,33 @@ def test_an_update_of_a_base_not_stored_yet_waits_for_it_and_the_hosts_later_one
     assert not SnapshotRejection.objects.exists()
 
 
+def test_an_update_whose_earlier_ones_another_worker_holds_waits_for_them(
+    fleet: list[synthetic.DemoHost], tmp_path: Path,
+) -> None:
+    host = fleet[0]
+    # A full snapshot and two updates of it.
+    base, first, second = agent_messages(host, tmp_path / "agent.json", range(1, 4))
+    assert receive_snapshot(base, received_at=at(11)) is not None
+    kept: dict[int, updates.OpenedUpdate] = {}
+
+    def wait(index: int, opened: updates.OpenedUpdate) -> bool:
+        kept[index] = opened
+        return True
+
+    # The second comes first (the first is in another worker's batch): it waits; nothing refused or asked.
+    done: list[int] = []
+    receive_snapshot_updates([second], done=done.append, received_at=at(35), wait=wait)
+    assert done == [] and kept[0].update.sequence == 2
+    assert not SnapshotRejection.objects.exists()
+    assert Host.objects.get(name=host.name).full_snapshot_requested_at is None
+
+    # The other worker applies the first; given again, the second applies after it.
+    receive_snapshot_updates([first], done=done.append, received_at=at(36))
+    receive_snapshot_updates([kept[0]], done=done.append, received_at=at(37), wait=wait)
+    assert done == [0, 0] and LatestSnapshot.objects.get(host__name=host.name).update_sequence == 2
+    assert not SnapshotRejection.objects.exists()
+
+
 def test_an_update_that_may_not_wait_longer_or_is_older_than_the_stored_snapshot_is_refused(
     fleet: list[synthetic.DemoHost], tmp_path: Path,
 ) -> None:
