@@ -24,7 +24,7 @@ from django.db import connection
 
 from gpuadmin.celery import CENTRAL_QUEUE, CENTRAL_UPDATES_QUEUE, app, host_queue
 from gpuadmin.data_dir import prepare_data_dir
-from gpuadmin.fleet.models import LatestSnapshot
+from gpuadmin.fleet.models import LatestSnapshot, SnapshotRejection
 from gpuadmin.sending import send_snapshot_update
 from gpuadmin.wire.task_names import INGEST_SNAPSHOT_UPDATE
 from tests.fleet.helpers import stored_with_updates
@@ -141,3 +141,34 @@ def test_a_central_worker_takes_updates_again_once_redis_is_back(
     wait_until("the second update applied", lambda: sequence() == 2, [central])
     assert central.process.poll() is None
     assert "Error in timer" not in central.log, central.log  # the loop's, for an error it did not let out
+
+
+def test_two_central_workers_apply_every_update_whichever_takes_it(
+    start_worker: Callable[..., Worker], publish_to: Callable[[str], None], redis_server: RedisServer,
+    tmp_path: Path,
+) -> None:
+    # Each takes what is queued when it looks: a host's update can reach one worker before its earlier
+    # one, in the other's batch, is applied. It waits for it, where it was refused as a gap.
+    broker = redis.Redis.from_url(redis_server.url)
+    broker.delete(CENTRAL_UPDATES_QUEUE, CENTRAL_QUEUE, "unacked", "unacked_index")
+    taken_at = datetime.now(UTC) - timedelta(minutes=5)
+    names = [f"gpu-two-{n:02d}" for n in range(30)]
+    updates = {name: stored_with_updates(name, tmp_path / f"{name}.json", taken_at=taken_at, count=6)
+               for name in names}
+    publish_to(redis_server.url)
+    central_database = {} if connection.vendor == "sqlite" else {"DATABASE_URL": database_url_for_workers()}
+    workers = [start_worker(f"central-{side}", CENTRAL_QUEUE, GPUADMIN_HOST_NAME=f"central-two-{side}",
+                            GPUADMIN_TASK_LOG_LEVEL="INFO", **central_database) for side in "ab"]
+    for round_number in range(6):
+        for name in names:
+            send_snapshot_update(updates[name][round_number])
+
+    def applied() -> bool:
+        latest = LatestSnapshot.objects.filter(host__name__in=names)
+        return sorted(latest.values_list("update_sequence", flat=True)) == [6] * len(names)
+
+    wait_until("every update applied", applied, workers)
+    assert not SnapshotRejection.objects.filter(host_name__in=names).exists()
+    taken = [sum(int(size) for size in BATCH_LINE.findall(worker.log)) for worker in workers]
+    assert sum(taken) == 6 * len(names), taken
+    assert all("Traceback" not in worker.log for worker in workers)
