@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import pytest
 import redis
@@ -51,19 +51,36 @@ def unacknowledged_updates(broker: redis.Redis) -> list[str]:
     return [tag.decode() for tag, entry in entries.items() if json.loads(entry)[2] == CENTRAL_UPDATES_QUEUE]
 
 
+def emptied_broker(url: str) -> redis.Redis:
+    """The session's redis-server, without the queues of central: a worker an earlier test killed may
+    have left messages there, taken and never acknowledged in kombu's bookkeeping."""
+    broker = redis.Redis.from_url(url)
+    broker.delete(CENTRAL_UPDATES_QUEUE, CENTRAL_QUEUE, "unacked", "unacked_index")
+    return broker
+
+
+def hosts_with_updates(prefix: str, hosts: int, count: int,
+                       tmp_path: Path) -> dict[str, list[dict[str, Any]]]:
+    """``hosts`` hosts, each with its full snapshot (5 minutes ago) stored and ``count`` updates to send."""
+    taken_at = datetime.now(UTC) - timedelta(minutes=5)
+    return {name: stored_with_updates(name, tmp_path / f"{name}.json", taken_at=taken_at, count=count)
+            for name in (f"{prefix}-{n:02d}" for n in range(hosts))}
+
+
+def central_database() -> dict[str, str]:
+    """The workers' DATABASE_URL: this test's database (SQLite's file is found without one)."""
+    return {} if connection.vendor == "sqlite" else {"DATABASE_URL": database_url_for_workers()}
+
+
 def test_a_central_worker_applies_queued_snapshot_updates_in_batches_and_an_agent_leaves_them(
     start_worker: Callable[..., Worker], publish_to: Callable[[str], None], redis_server: RedisServer,
     tmp_path: Path,
 ) -> None:
-    broker = redis.Redis.from_url(redis_server.url)
-    # The session's redis-server served earlier tests: a worker they killed may have left messages taken
-    # and never acknowledged in kombu's bookkeeping.
-    broker.delete(CENTRAL_UPDATES_QUEUE, CENTRAL_QUEUE, "unacked", "unacked_index")
-    taken_at = datetime.now(UTC) - timedelta(minutes=5)
-    names = [f"gpu-batch-{n:02d}" for n in range(HOSTS)]
-    updates = {name: stored_with_updates(name, tmp_path / f"{name}.json", taken_at=taken_at,
-                                         count=UPDATES_PER_HOST) for name in names}
-    [late] = stored_with_updates("gpu-batch-late", tmp_path / "late.json", taken_at=taken_at)
+    broker = emptied_broker(redis_server.url)
+    updates = hosts_with_updates("gpu-batch", HOSTS, UPDATES_PER_HOST, tmp_path)
+    names = list(updates)
+    [late] = stored_with_updates("gpu-batch-late", tmp_path / "late.json",
+                                 taken_at=datetime.now(UTC) - timedelta(minutes=5))
     publish_to(redis_server.url)
     for round_number in range(UPDATES_PER_HOST):  # as agents send them: a round of every host, then the next
         for name in names:
@@ -89,9 +106,8 @@ def test_a_central_worker_applies_queued_snapshot_updates_in_batches_and_an_agen
     assert broker.llen(CENTRAL_UPDATES_QUEUE) == queued
     assert "snapshot updates" not in agent.log, agent.log
 
-    central_database = {} if connection.vendor == "sqlite" else {"DATABASE_URL": database_url_for_workers()}
     central = start_worker("central", CENTRAL_QUEUE, GPUADMIN_HOST_NAME=f"central-{agent_name}",
-                           GPUADMIN_TASK_LOG_LEVEL="INFO", **central_database)
+                           GPUADMIN_TASK_LOG_LEVEL="INFO", **central_database())
     workers = [agent, central]
     taking = f"taking snapshot updates from {CENTRAL_UPDATES_QUEUE} in batches of up to 200"
     assert f"{taking} (200 at a time off Redis)" in central.log
@@ -125,9 +141,8 @@ def test_a_central_worker_takes_updates_again_once_redis_is_back(
     first, second = stored_with_updates("gpu-batch-outage", tmp_path / "outage.json",
                                         taken_at=datetime.now(UTC) - timedelta(minutes=5), count=2)
     publish_to(own_redis.url)
-    central_database = {} if connection.vendor == "sqlite" else {"DATABASE_URL": database_url_for_workers()}
     central = start_worker("central", CENTRAL_QUEUE, GPUADMIN_HOST_NAME="central-outage",
-                           REDIS_URL=own_redis.url, GPUADMIN_TASK_LOG_LEVEL="INFO", **central_database)
+                           REDIS_URL=own_redis.url, GPUADMIN_TASK_LOG_LEVEL="INFO", **central_database())
 
     def sequence() -> int:
         return LatestSnapshot.objects.get(host__name="gpu-batch-outage").update_sequence
@@ -149,16 +164,12 @@ def test_two_central_workers_apply_every_update_whichever_takes_it(
 ) -> None:
     # Each takes what is queued when it looks: a host's update can reach one worker before its earlier
     # one, in the other's batch, is applied. It waits for it, where it was refused as a gap.
-    broker = redis.Redis.from_url(redis_server.url)
-    broker.delete(CENTRAL_UPDATES_QUEUE, CENTRAL_QUEUE, "unacked", "unacked_index")
-    taken_at = datetime.now(UTC) - timedelta(minutes=5)
-    names = [f"gpu-two-{n:02d}" for n in range(30)]
-    updates = {name: stored_with_updates(name, tmp_path / f"{name}.json", taken_at=taken_at, count=6)
-               for name in names}
+    emptied_broker(redis_server.url)
+    updates = hosts_with_updates("gpu-two", 30, 6, tmp_path)
+    names = list(updates)
     publish_to(redis_server.url)
-    central_database = {} if connection.vendor == "sqlite" else {"DATABASE_URL": database_url_for_workers()}
     workers = [start_worker(f"central-{side}", CENTRAL_QUEUE, GPUADMIN_HOST_NAME=f"central-two-{side}",
-                            GPUADMIN_TASK_LOG_LEVEL="INFO", **central_database) for side in "ab"]
+                            GPUADMIN_TASK_LOG_LEVEL="INFO", **central_database()) for side in "ab"]
     for round_number in range(6):
         for name in names:
             send_snapshot_update(updates[name][round_number])
