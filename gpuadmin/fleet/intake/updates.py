@@ -199,61 +199,46 @@ def receive_snapshot_updates(messages: Sequence[Any], *, done: Callable[[int], N
     accepted, an update that does not apply, a second one of a host in the batch) then goes through
     ``receive_snapshot_update`` alone, in the batch's order: one home for every refusal."""
     received_at = received_at or timezone.now()
-    batch: list[_Update] = []
+    items: dict[int, OpenedUpdate] = {}  # by position: each message that opened
+    batch: dict[str, int] = {}  # by host: the position of its one update in the common case
     alone: list[int] = []
-    batched: set[str] = set()
-    hosts: dict[int, str] = {}  # by position: the host each decoded message names
-    items: dict[int, _Update] = {}
     waited: set[int] = set()  # neither done nor alone: the caller gives them again
     for index, message in enumerate(messages):
-        item = _opened_update(message, index, received_at=received_at)
+        item = _opened_update(message, received_at=received_at)
         if item is None:
             alone.append(index)
             continue
-        hosts[index], items[index] = item.update.host, item
-        if item.update.host in behind and wait is not None and wait(index, item.kept()):
+        items[index] = item
+        if item.update.host in behind and wait is not None and wait(index, item):
             waited.add(index)
-        elif item.update.host in batched:
+        elif item.update.host in batch:
             alone.append(index)
         else:
-            batched.add(item.update.host)
-            batch.append(item)
+            batch[item.update.host] = index
     if batch:
         with transaction.atomic():
-            admitted = _lock_hosts(batch)
+            admitted = _lock_hosts({host: (index, items[index]) for host, index in batch.items()})
             outcomes = _apply([locked for _, locked in admitted], received_at=received_at)
         applied = {index for (index, _), cannot in zip(admitted, outcomes, strict=True) if cannot is None}
         waited |= {index for (index, _), cannot in zip(admitted, outcomes, strict=True)
                    if cannot is not None and cannot.may_come and wait is not None
-                   and wait(index, items[index].kept())}
+                   and wait(index, items[index])}
         handled = applied | waited
-        alone.extend(item.position for item in batch if item.position not in handled)
+        alone.extend(index for index in batch.values() if index not in handled)
         for index in sorted(applied):
             done(index)
         logger.debug("applied %d snapshot updates of %d together", len(applied), len(messages))
-    waiting = {hosts[index] for index in waited}  # their hosts' later updates wait behind them
+    waiting = {items[index].update.host for index in waited}  # their hosts' later updates wait behind them
     for index in sorted(alone):
-        if wait is not None and hosts.get(index) in waiting and wait(index, items[index].kept()):
+        item = items.get(index)
+        if wait is not None and item is not None and item.update.host in waiting and wait(index, item):
             continue
         try:
-            receive_snapshot_update(items[index].kept() if index in items else messages[index],
-                                    received_at=received_at)
+            receive_snapshot_update(messages[index] if item is None else item, received_at=received_at)
         except UpdateRefused as refused:
             logger.warning("refused a snapshot update from %s: %s", refused.host_name or "an unknown host",
                            refused)
         done(index)
-
-
-class _Update(NamedTuple):
-    """One message of a batch, opened and decoded; ``position``: its place in the batch."""
-
-    position: int
-    update: SnapshotUpdate
-    opened: Opened
-    taken_at: datetime
-
-    def kept(self) -> OpenedUpdate:
-        return OpenedUpdate(self.update, self.opened, self.taken_at)
 
 
 class _Locked(NamedTuple):
@@ -265,17 +250,17 @@ class _Locked(NamedTuple):
     text: str  # as signed: stored beside the document
 
 
-def _opened_update(message: Any, index: int, *, received_at: datetime) -> _Update | None:
-    """The message opened and decoded, or None when it fails a check made before the database (the
-    message then goes alone, which records why)."""
+def _opened_update(message: Any, *, received_at: datetime) -> OpenedUpdate | None:
+    """The message opened and decoded (as given, when it is already), or None when it fails a check
+    made before the database (the message then goes alone, which records why)."""
     if isinstance(message, OpenedUpdate):
-        return _Update(index, *message)
+        return message
     try:
         opened = open_envelope(message, MessageKind.SNAPSHOT_UPDATE, max_text_chars=update_max_bytes())
         update, taken_at = _decoded(opened, received_at=received_at)
     except (BadMessage, BadUpdate):
         return None
-    return _Update(index, update, opened, taken_at)
+    return OpenedUpdate(update, opened, taken_at)
 
 
 def _decoded(opened: Opened, *, received_at: datetime) -> tuple[SnapshotUpdate, datetime]:
@@ -289,16 +274,15 @@ def _decoded(opened: Opened, *, received_at: datetime) -> tuple[SnapshotUpdate, 
     return update, min(taken_at, received_at)
 
 
-def _lock_hosts(batch: list[_Update]) -> list[tuple[int, _Locked]]:
-    """Lock the batch's hosts' rows, in id order; the items whose host's accepted key signed them, with
-    their hosts (anything else, ``trust.admit``'s business, goes alone)."""
-    by_name = {item.update.host: item for item in batch}
+def _lock_hosts(by_name: dict[str, tuple[int, OpenedUpdate]]) -> list[tuple[int, _Locked]]:
+    """Lock the hosts' rows, in id order; the positions of the updates (by host name) whose host's
+    accepted key signed them, with their hosts (anything else, ``trust.admit``'s business, goes alone)."""
     admitted = []
     for row in _LOCK_HOSTS.rows(names=sorted(by_name)):
         host = Host.from_db(Host.objects.db, trust.HOST_COLUMNS, row)
-        item = by_name[host.name]
+        index, item = by_name[host.name]
         if host.key_accepted and host.public_key == item.opened.public_key:
-            admitted.append((item.position, _Locked(host, item.update, item.taken_at, item.opened.text)))
+            admitted.append((index, _Locked(host, item.update, item.taken_at, item.opened.text)))
     return admitted
 
 
