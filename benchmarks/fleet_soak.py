@@ -50,9 +50,10 @@ fleet's clock, so the full-snapshot timers fire as often) while central's worker
 (SIGSTOP), with no beat; then the worker goes on and the drain is measured. A fleet's rate fills every
 batch that way, which the senders cannot send live beside central on a small machine. The two queues
 then drain at their own pace: an update whose full snapshot is still queued waits for it
-(``fleet.update_batches``, up to a probe interval; then it is refused and its host asked for a full
-snapshot, and the host's next update of that base is refused as a gap), and one that its host's next
-full snapshot overtook is refused as late; neither fails a run with ``--backlog``.
+(``fleet.update_batches``: up to six probe intervals while ``central`` holds messages; then it is
+refused and its host asked for a full snapshot, and the host's next update of that base, after its own
+wait, as a gap), and one that its host's next full snapshot overtook is refused as late; none of these
+fails a run with ``--backlog``.
 
 Exit status 1 when the queue did not drain within ``--drain-seconds`` after the last round, a sender or
 publish failed, a message was refused or expired in the queue, or the backlog passed ``--max-backlog``
