@@ -23,13 +23,14 @@ back to the broker. What ``UpdateBatcher`` does with each message:
   none: ``make run``) applies each as it comes;
 - an update whose base (its full snapshot, in ``central``, taken by the pool) is not stored yet waits
   for it, and one after a gap for the updates before it (another central worker may hold them): kept
-  unacknowledged (its signature checked once: kept opened), given again every
-  ``BASE_RETRY_SECONDS``, for up to one probe interval, or ``BASE_WAIT_QUEUED_INTERVALS`` while
+  unacknowledged (its signature checked once: kept opened), looked at again every
+  ``BASE_RETRY_SECONDS`` (one read for all waiting: ``intake.updates.still_to_come``) and given again
+  once what it waits for came, for up to one probe interval, or ``BASE_WAIT_QUEUED_INTERVALS`` while
   ``central`` still holds messages (a backlog draining: its base may be among them); then it is
   refused, and the host asked for a full snapshot, as before. Its host's later updates wait behind it,
   untried. A backlog drains the two queues at their own pace: without the wait, most hosts whose full
-  snapshot was queued behind others had the next update refused; given again with every batch, each
-  was opened and checked again several times a second;
+  snapshot was queued behind others had the next update refused; given again with every batch, or
+  every second, each was locked and checked again and again;
 - a ``DatabaseError`` keeps those not done in hand and tries again after growing pauses (the ingest
   tasks' backoff); any other error is logged and the batch's messages not done are acknowledged, as a
   failed task's would be.
@@ -53,7 +54,7 @@ from kombu.message import Message
 
 from gpuadmin.broker.redis_taking import RedisTaker, TakenMessage
 from gpuadmin.celery import CENTRAL_QUEUE, CENTRAL_UPDATES_QUEUE, app
-from gpuadmin.fleet.intake.updates import OpenedUpdate, receive_snapshot_updates
+from gpuadmin.fleet.intake.updates import OpenedUpdate, receive_snapshot_updates, still_to_come
 from gpuadmin.fleet.tasks import INGEST_RETRY_BACKOFF_MAX_SECONDS, INGEST_RETRY_BACKOFF_SECONDS
 from gpuadmin.wire.task_names import INGEST_SNAPSHOT_UPDATE
 
@@ -80,6 +81,7 @@ class Cancellable(Protocol):
 # schedule(seconds, function): call function once, later, in the consumer's own thread.
 Schedule = Callable[[float, Callable[[], None]], Cancellable]
 Apply = Callable[..., None]  # receive_snapshot_updates(messages, *, done, wait, behind)
+StillToCome = Callable[[list[OpenedUpdate]], list[bool]]  # intake.updates.still_to_come
 
 
 def retry_pause_seconds(failures: int) -> float:
@@ -111,10 +113,11 @@ class UpdateBatcher:
     def __init__(self, *, schedule: Schedule, batching: bool = True, batch_max: int = BATCH_MAX,
                  wait_seconds: float = BATCH_WAIT_SECONDS, apply: Apply | None = None,
                  broker_errors: tuple[type[BaseException], ...] = (),
-                 base_wait_seconds: float | None = None, central_queued: Callable[[], bool] | None = None
-                 ) -> None:
+                 base_wait_seconds: float | None = None, central_queued: Callable[[], bool] | None = None,
+                 to_come: StillToCome | None = None) -> None:
         self.schedule, self.batching = schedule, batching
         self.apply = receive_snapshot_updates if apply is None else apply
+        self.to_come = still_to_come if to_come is None else to_come
         self.batch_max, self.wait_seconds, self.broker_errors = batch_max, wait_seconds, broker_errors
         self.base_wait_seconds = (float(settings.GPUADMIN_PROBE_INTERVAL_SECONDS) if base_wait_seconds is None
                                   else base_wait_seconds)
@@ -174,9 +177,40 @@ class UpdateBatcher:
             self.offer_waiting()
 
     def offer_waiting(self) -> None:
-        """Give those waiting for their base again, first, then what is held."""
-        self.held[:0], self.waiting = self.waiting, []
+        """Give again, first, the waiting updates of hosts whose wait can end (what the oldest waits for
+        came, or it may wait no longer), then what is held. The rest wait on, not offered: at a
+        backlog's size, offering every one each second cost more than the updates applied."""
+        waiting, self.waiting = self.waiting, []
+        waiting_on = self._still_waiting_hosts(waiting)
+        self.waiting = [item for item in waiting if item[1].update.host in waiting_on]
+        self.held[:0] = [item for item in waiting if item[1].update.host not in waiting_on]
         self.flush()
+        if self.waiting and self._base_timer is None:
+            self._base_timer = self.schedule(BASE_RETRY_SECONDS, self._base_due)
+
+    def _still_waiting_hosts(self, waiting: list[tuple[Message, OpenedUpdate]]) -> set[str]:
+        """The hosts whose oldest waiting update waits on: what it waits for is still to come
+        (``still_to_come``, one read for all) and it may wait longer. A host's later ones go with it."""
+        if not waiting or self.waiting_for_database:
+            return set()
+        close_old_connections()
+        try:
+            to_come = self.to_come([opened for _, opened in waiting])
+        except DatabaseError:
+            return set()  # all offered: the batch meets the error, and waits for the database as it does
+        finally:
+            close_old_connections()
+        now = time.monotonic()
+        queued: list[bool] = []
+        seen: set[str] = set()
+        waiting_on: set[str] = set()
+        for (message, opened), comes in zip(waiting, to_come, strict=True):
+            host = opened.update.host
+            if host not in seen:
+                seen.add(host)
+                if comes and self._may_wait(message.delivery_tag, now, queued):
+                    waiting_on.add(host)
+        return waiting_on
 
     def flush(self) -> None:
         """Apply what is held, ``batch_max`` at a time, until nothing is held or the database fails.

@@ -80,7 +80,8 @@ class Recorded:
     of the next call's messages are done; a message in ``no_base`` is offered to wait for its base, and
     done (refused) when it may not; one of a host (its "host") in ``behind`` is offered to wait behind,
     untried (not in ``tried``). What is offered to wait is kept as its ``opened`` form: the message
-    with ``"opened": True``, given again in its place."""
+    with ``"opened": True``, given again in its place. ``to_come`` is ``still_to_come``'s contract: what
+    waits for its base still does while it is in ``no_base`` (each call's updates in ``looked``)."""
 
     def __init__(self) -> None:
         self.batches: list[list[Any]] = []
@@ -88,6 +89,14 @@ class Recorded:
         self.fail: list[BaseException] = []
         self.done_first = 0
         self.no_base: list[Any] = []
+        self.looked: list[list[Any]] = []
+
+    def batcher(self, timer: Timer, **options: Any) -> UpdateBatcher:
+        return UpdateBatcher(schedule=timer, apply=self, to_come=self.to_come, **options)
+
+    def to_come(self, waiting: list[Any]) -> list[bool]:
+        self.looked.append([unopened(opened) for opened in waiting])
+        return [unopened(opened) in self.no_base for opened in waiting]
 
     def __call__(self, messages: list[Any], *, done: Callable[[int], None],
                  wait: Callable[[int, Any], bool], behind: Collection[str] = ()) -> None:
@@ -184,7 +193,7 @@ def acked(messages: list[Message]) -> list[bool]:
 def test_updates_are_applied_together_when_a_batch_is_full_or_its_wait_is_over(
     broker: Broker, timer: Timer, applied: Recorded
 ) -> None:
-    batcher = UpdateBatcher(schedule=timer, batch_max=3, apply=applied)
+    batcher = applied.batcher(timer, batch_max=3)
     for n in range(7):
         broker.send({"n": n})
     messages = broker.take(batcher)
@@ -200,7 +209,7 @@ def test_updates_are_applied_together_when_a_batch_is_full_or_its_wait_is_over(
 def test_without_an_event_loop_each_update_is_applied_as_it_comes(
     broker: Broker, timer: Timer, applied: Recorded
 ) -> None:
-    batcher = UpdateBatcher(schedule=timer, batching=False, apply=applied)
+    batcher = applied.batcher(timer, batching=False)
     for n in range(3):
         broker.send({"n": n})
     messages = broker.take(batcher)
@@ -211,7 +220,7 @@ def test_without_an_event_loop_each_update_is_applied_as_it_comes(
 def test_another_tasks_message_is_acknowledged_and_never_run_an_expired_update_dropped(
     broker: Broker, timer: Timer, applied: Recorded, caplog: pytest.LogCaptureFixture
 ) -> None:
-    batcher = UpdateBatcher(schedule=timer, batching=False, apply=applied)
+    batcher = applied.batcher(timer, batching=False)
     broker.send({"snapshot": 1}, name=INGEST_SNAPSHOT)
     broker.send({"n": "late"}, expires=datetime.now(UTC) - timedelta(seconds=1))
     broker.send({"n": "fresh"}, expires=datetime.now(UTC) + timedelta(seconds=60))
@@ -232,7 +241,7 @@ def test_a_message_that_is_not_a_task_message_is_dropped_with_an_error(
         producer.publish([[{"n": 1}], {}, {}], routing_key=CENTRAL_UPDATES_QUEUE,
                          exchange=broker.queue.exchange, serializer="json",
                          headers={"task": INGEST_SNAPSHOT_UPDATE, "expires": "next tuesday"})
-    batcher = UpdateBatcher(schedule=timer, batching=False, apply=applied)
+    batcher = applied.batcher(timer, batching=False)
     messages = broker.take(batcher)
     assert applied.batches == [] and all(acked(messages)) and len(messages) == 2
     assert caplog.text.count("not a task message") == 2
@@ -241,7 +250,7 @@ def test_a_message_that_is_not_a_task_message_is_dropped_with_an_error(
 def test_a_database_error_keeps_the_updates_not_done_and_tries_again_after_growing_pauses(
     broker: Broker, timer: Timer, applied: Recorded, caplog: pytest.LogCaptureFixture
 ) -> None:
-    batcher = UpdateBatcher(schedule=timer, batch_max=3, apply=applied)
+    batcher = applied.batcher(timer, batch_max=3)
     applied.fail = [OperationalError("database is locked"), OperationalError("still locked")]
     applied.done_first = 1
     for n in range(3):
@@ -274,7 +283,7 @@ def test_a_database_error_keeps_the_updates_not_done_and_tries_again_after_growi
 def test_an_update_that_expires_while_the_database_is_away_is_dropped(
     broker: Broker, timer: Timer, applied: Recorded, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    batcher = UpdateBatcher(schedule=timer, batching=False, apply=applied)
+    batcher = applied.batcher(timer, batching=False)
     applied.fail = [OperationalError("down")]
     broker.send({"n": 0}, expires=datetime.now(UTC) + timedelta(seconds=30))
     messages = broker.take(batcher)
@@ -290,7 +299,7 @@ def test_an_update_that_expires_while_the_database_is_away_is_dropped(
 def test_any_other_error_is_logged_and_the_batchs_updates_not_done_are_acknowledged(
     broker: Broker, timer: Timer, applied: Recorded, caplog: pytest.LogCaptureFixture
 ) -> None:
-    batcher = UpdateBatcher(schedule=timer, batch_max=2, apply=applied)
+    batcher = applied.batcher(timer, batch_max=2)
     applied.fail = [ValueError("a bug")]
     applied.done_first = 1
     for n in range(2):
@@ -301,25 +310,28 @@ def test_any_other_error_is_logged_and_the_batchs_updates_not_done_are_acknowled
     assert "ValueError: a bug" in caplog.text  # with its traceback
 
 
-def test_an_update_waiting_for_its_base_is_given_again_each_second_until_its_wait_is_over(
+def test_a_waiting_update_is_looked_at_each_second_and_given_again_once_its_base_came_or_its_wait_is_over(
     broker: Broker, timer: Timer, applied: Recorded, monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger=update_batches.__name__)
     clock = [1000.0]
     monkeypatch.setattr(update_batches, "time", SimpleNamespace(monotonic=lambda: clock[0]))
-    batcher = UpdateBatcher(schedule=timer, batch_max=3, apply=applied, base_wait_seconds=10)
+    batcher = applied.batcher(timer, batch_max=3, base_wait_seconds=10)
     applied.no_base = [{"n": 1, "host": "b"}]
     for n in range(3):
         broker.send({"n": n, "host": "aba"[n]})
-    messages = broker.take(batcher)
-    timer.run()
+    messages = broker.take(batcher)  # a full batch: applied at once
 
-    # Kept, unacknowledged and opened, given again a second later; not with the next batch.
+    # Kept, unacknowledged and opened, looked at again a second later: its base has not come, so it is
+    # not given again.
     assert acked(messages) == [True, False, True]
     assert [body for _, body in batcher.waiting] == [{"n": 1, "host": "b", "opened": True}]
     assert batcher.held == [] and timer.pending == [BASE_RETRY_SECONDS]
     assert "applied a batch of 2 snapshot updates; 1 wait for their base" in caplog.text
+    timer.run()
+    assert applied.looked == [[{"n": 1, "host": "b"}]] and len(applied.batches) == 1
+    assert timer.pending == [BASE_RETRY_SECONDS]
 
     # A batch comes first: its host's update waits behind it, untried; the other host's is applied.
     clock[0] += 0.5
@@ -332,26 +344,36 @@ def test_an_update_waiting_for_its_base_is_given_again_each_second_until_its_wai
     assert acked(messages) == [True, False, True, False, True]
     assert [body["n"] for _, body in batcher.waiting] == [1, 3] and timer.pending == [BASE_RETRY_SECONDS]
 
-    # Its base came: given again by the timer, opened, oldest first, both are applied.
+    # Its second: both looked at in one read; its base has not come, so neither is given again.
+    clock[0] += 1
+    batches = len(applied.batches)
+    timer.run()
+    assert applied.looked[-1] == [{"n": 1, "host": "b"}, {"n": 3, "host": "b"}]
+    assert len(applied.batches) == batches and timer.pending == [BASE_RETRY_SECONDS]
+    assert [body["n"] for _, body in batcher.waiting] == [1, 3]
+
+    # Its base came: given again as opened, oldest first, both are applied.
     applied.no_base = []
     clock[0] += 1
     timer.run()
     assert applied.batches[-1] == [{"n": 1, "host": "b"}, {"n": 3, "host": "b"}]
     assert all(acked(messages)) and batcher.waiting == [] and timer.pending == []
 
-    # Another whose base does not come within the wait: refused (done) once it is over.
+    # Another whose base does not come within the wait: looked at, not given again, until the wait is
+    # over; then given once more, and refused (done).
     applied.no_base = [{"n": 5, "host": "c"}]
     broker.send({"n": 5, "host": "c"})
     messages += broker.take(batcher)
     timer.run()  # the batch's wait
     assert not acked(messages)[-1]
     clock[0] += 5
-    timer.run()  # given again after a second: still within the wait
+    timer.run()  # looked at after a second: still within the wait
     assert not acked(messages)[-1] and timer.pending == [BASE_RETRY_SECONDS]
+    assert applied.batches[-1] == [{"n": 5, "host": "c"}] and len(applied.looked) == 4
     clock[0] += 5
     timer.run()  # ten seconds after it first waited: no longer
     assert all(acked(messages)) and batcher.waiting == [] and timer.pending == []
-    assert applied.batches[-3:] == [[{"n": 5, "host": "c"}]] * 3
+    assert applied.batches[-2:] == [[{"n": 5, "host": "c"}]] * 2 and len(applied.looked) == 5
 
 
 def test_an_update_waits_longer_for_its_base_while_central_still_holds_messages(
@@ -366,7 +388,7 @@ def test_an_update_waits_longer_for_its_base_while_central_still_holds_messages(
         asked.append(central_holds[0])
         return central_holds[0]
 
-    batcher = UpdateBatcher(schedule=timer, apply=applied, base_wait_seconds=10,
+    batcher = applied.batcher(timer, base_wait_seconds=10,
                             central_queued=central_queued)
     waiting = [{"n": n, "host": f"gpu{n}"} for n in range(2)]
     applied.no_base = list(waiting)
@@ -380,10 +402,10 @@ def test_an_update_waits_longer_for_its_base_while_central_still_holds_messages(
     timer.run()
     assert asked == [True] and not any(acked(messages)) and len(batcher.waiting) == 2  # asked once
 
-    central_holds[0] = False  # central drained: its base is not coming
+    central_holds[0] = False  # central drained: its base is not coming; given again, they are refused
     clock[0] += 1
     timer.run()
-    assert asked == [True, False] and all(acked(messages)) and batcher.waiting == []
+    assert asked[:2] == [True, False] and all(acked(messages)) and batcher.waiting == []
 
     # However long central stays busy, an update waits BASE_WAIT_QUEUED_INTERVALS intervals at most.
     central_holds[0] = True
@@ -398,35 +420,38 @@ def test_an_update_waits_longer_for_its_base_while_central_still_holds_messages(
     assert all(acked(messages)) and batcher.waiting == []
 
 
-def test_more_updates_waiting_than_a_batch_holds_are_given_again_a_batch_at_a_time(
+def test_waiting_updates_whose_bases_came_are_given_again_a_batch_at_a_time_and_the_rest_wait_on(
     broker: Broker, timer: Timer, applied: Recorded
 ) -> None:
     def update(n: int) -> dict[str, Any]:
         return {"n": n, "host": f"gpu{n}"}
 
-    batcher = UpdateBatcher(schedule=timer, batch_max=2, apply=applied, base_wait_seconds=10)
-    applied.no_base = [update(0), update(1), update(2)]
+    batcher = applied.batcher(timer, batch_max=2, base_wait_seconds=10)
+    applied.no_base = [update(0), update(1), update(2), update(3)]
     for n in range(5):
         broker.send(update(n))
     messages = broker.take(batcher)
     timer.run()
-    assert acked(messages) == [False, False, False, True, True]
-    assert [body["n"] for _, body in batcher.waiting] == [0, 1, 2]
+    assert acked(messages) == [False, False, False, False, True]
+    assert [body["n"] for _, body in batcher.waiting] == [0, 1, 2, 3]
 
     broker.send(update(5))
     messages += broker.take(batcher)
     timer.run(only=BATCH_WAIT_SECONDS)  # the new one's batch, without those waiting
     assert applied.batches[-1] == [update(5)] and acked(messages)[-1]
-    timer.run()  # their second: each given once, a batch at a time
-    assert applied.batches[-2:] == [[update(0), update(1)], [update(2)]]
-    assert len(batcher.waiting) == 3 and timer.pending == [BASE_RETRY_SECONDS]
+    applied.no_base = [update(1)]
+    timer.run()  # their second: those whose bases came given once, a batch at a time
+    assert applied.looked[-1] == [update(n) for n in range(4)]
+    assert applied.batches[-2:] == [[update(0), update(2)], [update(3)]]
+    assert acked(messages) == [True, False, True, True, True, True]
+    assert [body["n"] for _, body in batcher.waiting] == [1] and timer.pending == [BASE_RETRY_SECONDS]
 
 
 def test_updates_waiting_while_the_database_was_away_are_given_again_once_it_is_back(
     broker: Broker, timer: Timer, applied: Recorded
 ) -> None:
     first, second = {"n": 0, "host": "gpu0"}, {"n": 1, "host": "gpu1"}
-    batcher = UpdateBatcher(schedule=timer, apply=applied, base_wait_seconds=10)
+    batcher = applied.batcher(timer, base_wait_seconds=10)
     applied.no_base = [first]
     broker.send(first)
     messages = broker.take(batcher)
@@ -443,15 +468,35 @@ def test_updates_waiting_while_the_database_was_away_are_given_again_once_it_is_
     assert all(acked(messages)) and batcher.waiting == [] and timer.pending == []
 
 
-def test_stopping_leaves_the_updates_waiting_for_their_base_unacknowledged(
+def test_when_the_read_of_what_they_wait_for_fails_those_waiting_are_given_again(
     broker: Broker, timer: Timer, applied: Recorded
 ) -> None:
-    batcher = UpdateBatcher(schedule=timer, apply=applied, base_wait_seconds=10)
+    batcher = applied.batcher(timer, base_wait_seconds=10)
     applied.no_base = [{"n": 0}]
     broker.send({"n": 0})
     messages = broker.take(batcher)
-    batcher.close()  # offered once more, still waiting: left for the broker to give back
+    timer.run()  # it waits
+
+    def database_away(waiting: list[Any]) -> list[bool]:
+        raise OperationalError("down")
+
+    batcher.to_come = database_away
+    applied.no_base = []
+    timer.run()  # given again: the batch is the database's judge (and its retry, had it failed)
+    assert applied.batches[-1] == [{"n": 0}] and all(acked(messages)) and batcher.waiting == []
+
+
+def test_stopping_leaves_the_updates_waiting_for_their_base_unacknowledged(
+    broker: Broker, timer: Timer, applied: Recorded
+) -> None:
+    batcher = applied.batcher(timer, base_wait_seconds=10)
+    applied.no_base = [{"n": 0}]
+    broker.send({"n": 0})
+    messages = broker.take(batcher)
+    timer.run(only=BATCH_WAIT_SECONDS)  # it waits for its base
+    batcher.close()  # looked at once more, still waiting: left for the broker to give back
     assert not any(acked(messages)) and batcher.waiting == [] and timer.pending == []
+    assert applied.looked == [[{"n": 0}]] and len(applied.batches) == 1
 
 
 class BrokerGone(ConnectionError):
@@ -475,13 +520,13 @@ def test_an_acknowledgement_the_broker_refuses_is_let_out_for_the_worker_to_reco
 def test_stopping_applies_what_is_held_unless_the_database_is_away(
     broker: Broker, timer: Timer, applied: Recorded
 ) -> None:
-    batcher = UpdateBatcher(schedule=timer, apply=applied)
+    batcher = applied.batcher(timer)
     broker.send({"n": 0})
     messages = broker.take(batcher)
     batcher.close()
     assert applied.batches == [[{"n": 0}]] and all(acked(messages)) and timer.pending == []
 
-    batcher = UpdateBatcher(schedule=timer, batching=False, apply=applied)
+    batcher = applied.batcher(timer, batching=False)
     applied.fail = [OperationalError("down")]
     broker.send({"n": 1})
     messages = broker.take(batcher)
@@ -527,6 +572,7 @@ def test_on_redis_the_step_takes_updates_many_at_a_time_and_gives_back_those_wai
     client = redis.Redis.from_url(redis_server.url)
     client.delete(CENTRAL_UPDATES_QUEUE, CENTRAL_QUEUE, "unacked", "unacked_index")
     monkeypatch.setattr(update_batches, "receive_snapshot_updates", applied)
+    monkeypatch.setattr(update_batches, "still_to_come", applied.to_come)
     caplog.set_level(logging.INFO, logger=update_batches.__name__)
     applied.no_base = [{"n": 1}]
     with Connection(redis_server.url) as connection:
@@ -551,8 +597,8 @@ def test_on_redis_the_step_takes_updates_many_at_a_time_and_gives_back_those_wai
         assert step.batcher.central_queued()
         client.delete(CENTRAL_QUEUE)
 
-        step.stop(worker)  # offered once more, still waiting: back at the head of the queue
-        assert applied.batches[-1] == [{"n": 1}] and timer.pending == []
+        step.stop(worker)  # looked at once more, still waiting: back at the head of the queue
+        assert applied.looked[-1] == [{"n": 1}] and len(applied.batches) == 1 and timer.pending == []
         assert client.hlen("unacked") == 0 and client.zcard("unacked_index") == 0
         [back] = client.lrange(CENTRAL_UPDATES_QUEUE, 0, -1)
         assert json.loads(base64.b64decode(json.loads(back)["body"]))[0] == [{"n": 1}]
@@ -565,6 +611,7 @@ def test_on_redis_updates_waiting_for_their_base_are_bounded_and_the_rest_stay_i
     client = redis.Redis.from_url(redis_server.url)
     client.delete(CENTRAL_UPDATES_QUEUE, CENTRAL_QUEUE, "unacked", "unacked_index")
     monkeypatch.setattr(update_batches, "receive_snapshot_updates", applied)
+    monkeypatch.setattr(update_batches, "still_to_come", applied.to_come)
     monkeypatch.setattr(update_batches, "WAITING_MAX", 2)
     updates = [{"n": n, "host": f"gpu{n}"} for n in range(5)]
     applied.no_base = list(updates)

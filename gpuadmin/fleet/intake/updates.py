@@ -65,6 +65,12 @@ _LATEST = PreparedQuery(
     LatestSnapshot.objects.filter(AnyOf(LatestSnapshot, "host", key="hosts")).order_by()
     .values_list("host", "base_digest", "update_sequence")
 )
+# What an update waiting for its base or the updates before it waits on (``still_to_come``).
+_WAITED_ON = PreparedQuery(
+    Host.objects.filter(AnyOf(Host, "name", key="names")).order_by()
+    .values_list("name", "last_snapshot_taken_at", "latest_snapshot__base_digest",
+                 "latest_snapshot__update_sequence")
+)
 _UPDATE_LATEST = RowUpdate(LatestSnapshot, "host", ["taken_at", "received_at", "update_sequence", "update"],
                            deferrable=True)
 _HOST_UPDATE_FIELDS = ["last_seen_at", "last_snapshot_taken_at", "pids_in_use", "process_count",
@@ -344,26 +350,54 @@ def _read_stored(host_ids: list[int]) -> tuple[dict[int, tuple[str, int]], dict[
 
 def _check(item: _Locked, latest: tuple[str, int] | None, gpus: dict[str, _StoredGpu]) -> None:
     """Raise _CannotApply when the update does not fit its host's stored latest snapshot."""
-    update, host = item.update, item.host
-    known_base = latest is not None and latest[0] == update.base
-    applied = latest[1] if latest is not None else 0
-    if known_base and update.sequence <= applied:
-        raise _CannotApply(f"update {update.sequence} of this base is replayed or late (update {applied} is "
-                           "applied)", ask_full=False)
-    # Superseded by a newer snapshot (a full one that overtook it, of another base): late, not a loss.
-    if host.last_snapshot_taken_at is not None and item.taken_at <= host.last_snapshot_taken_at:
-        raise _CannotApply(f"update taken at {update.taken_at} is not newer than the latest snapshot",
-                           ask_full=False)
-    if not known_base:
-        raise _CannotApply(f"update of an unknown base {update.base[:20]}... (not the latest full snapshot)",
-                           ask_full=True, may_come=True)
-    if update.sequence != applied + 1:
-        raise _CannotApply(f"updates {applied + 1} to {update.sequence - 1} of this base are missing",
-                           ask_full=True, may_come=True)
-    unknown = [g.uuid for g in update.gpus if g.uuid not in gpus]
+    cannot = _unfit(item.update, item.taken_at, item.host.last_snapshot_taken_at, latest)
+    if cannot is not None:
+        raise cannot
+    unknown = [g.uuid for g in item.update.gpus if g.uuid not in gpus]
     if unknown:
         raise _CannotApply(f"update names GPU {unknown[0][:40]!r}, which the latest snapshot does not have",
                            ask_full=True)
+
+
+def _unfit(update: SnapshotUpdate, taken_at: datetime, last_snapshot_taken_at: datetime | None,
+           latest: tuple[str, int] | None) -> _CannotApply | None:
+    """Why the update does not follow the host's latest snapshot (``latest``: its base digest and last
+    applied update; None before the first), or None when it is the next."""
+    known_base = latest is not None and latest[0] == update.base
+    applied = latest[1] if latest is not None else 0
+    if known_base and update.sequence <= applied:
+        return _CannotApply(f"update {update.sequence} of this base is replayed or late (update {applied} is "
+                            "applied)", ask_full=False)
+    # Superseded by a newer snapshot (a full one that overtook it, of another base): late, not a loss.
+    if last_snapshot_taken_at is not None and taken_at <= last_snapshot_taken_at:
+        return _CannotApply(f"update taken at {update.taken_at} is not newer than the latest snapshot",
+                            ask_full=False)
+    if not known_base:
+        return _CannotApply(f"update of an unknown base {update.base[:20]}... (not the latest full snapshot)",
+                            ask_full=True, may_come=True)
+    if update.sequence != applied + 1:
+        return _CannotApply(f"updates {applied + 1} to {update.sequence - 1} of this base are missing",
+                            ask_full=True, may_come=True)
+    return None
+
+
+def still_to_come(items: Sequence[OpenedUpdate]) -> list[bool]:
+    """For each update that waits (``wait``), whether what it waits for is still to come: its base not
+    stored while it is newer than the latest snapshot, or the updates before it not applied; as the
+    hosts' rows say now, read for all at once without a lock. False: given again now, it is decided
+    (applied or refused). A read that is already stale costs an offer or a second's wait, never a
+    wrong outcome: the locked check decides."""
+    if not items:
+        return []
+    stored = {name: (last_taken_at, None if base is None else (base, sequence))
+              for name, last_taken_at, base, sequence
+              in _WAITED_ON.rows(names=sorted({item.update.host for item in items}))}
+    to_come = []
+    for item in items:
+        host = stored.get(item.update.host)
+        cannot = None if host is None else _unfit(item.update, item.taken_at, *host)
+        to_come.append(cannot is not None and cannot.may_come)
+    return to_come
 
 
 def _write(item: _Locked, gpus: dict[str, _StoredGpu], *, received_at: datetime) -> None:

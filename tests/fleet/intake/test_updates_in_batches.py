@@ -197,6 +197,7 @@ def test_an_update_of_a_base_not_stored_yet_waits_for_it_and_the_hosts_later_one
     receive_snapshot_updates([*later, *others], done=done.append, received_at=at(35), wait=wait)
     assert sorted(kept) == [0, 1] and sorted(done) == list(range(2, 2 + len(others)))
     assert [opened.update.sequence for opened in kept.values()] == [1, 2]
+    assert updates.still_to_come([kept[0], kept[1]]) == [True, True]  # looked at, not given again
     assert not SnapshotRejection.objects.exists()
     row = Host.objects.get(name=host.name)
     assert row.full_snapshot_requested_at is None and row.last_snapshot_taken_at == at(0)
@@ -204,6 +205,8 @@ def test_an_update_of_a_base_not_stored_yet_waits_for_it_and_the_hosts_later_one
     # Its base comes; then another of its updates, while the caller still keeps those: it waits behind
     # them, untried (tried, it would be refused: updates 1 and 2 of its base are not applied yet).
     assert receive_snapshot(base, received_at=at(36)) is not None
+    # The first can now be decided; the second still waits for it.
+    assert updates.still_to_come([kept[0], kept[1]]) == [False, True]
     [third] = agent_messages(host, tmp_path / "agent.json", range(4, 5))
     kept_before = dict(kept)
     done.clear()
@@ -239,9 +242,11 @@ def test_an_update_whose_earlier_ones_another_worker_holds_waits_for_them(
     assert done == [] and kept[0].update.sequence == 2
     assert not SnapshotRejection.objects.exists()
     assert Host.objects.get(name=host.name).full_snapshot_requested_at is None
+    assert updates.still_to_come([kept[0]]) == [True]
 
     # The other worker applies the first; given again, the second applies after it.
     receive_snapshot_updates([first], done=done.append, received_at=at(36))
+    assert updates.still_to_come([kept[0]]) == [False]
     receive_snapshot_updates([kept[0]], done=done.append, received_at=at(37), wait=wait)
     assert done == [0, 0] and LatestSnapshot.objects.get(host__name=host.name).update_sequence == 2
     assert not SnapshotRejection.objects.exists()
@@ -253,9 +258,11 @@ def test_an_update_that_may_not_wait_longer_or_is_older_than_the_stored_snapshot
     host = fleet[0]
     _, update = agent_messages(host, tmp_path / "agent.json", range(1, 3))  # its base never arrives
     offered: list[int] = []
+    opened_forms: list[updates.OpenedUpdate] = []
 
     def no_longer(index: int, opened: updates.OpenedUpdate) -> bool:
         offered.append(index)
+        opened_forms.append(opened)
         return False
 
     done: list[int] = []
@@ -267,7 +274,9 @@ def test_an_update_that_may_not_wait_longer_or_is_older_than_the_stored_snapshot
     # A newer full snapshot is stored: an update of another base taken before it was overtaken, and
     # cannot be waiting for its base. Refused as late at once, never offered to wait, nothing asked.
     newer, *_ = agent_messages(host, tmp_path / "restarted-agent.json", range(4, 5), full=True)
+    assert updates.still_to_come(opened_forms) == [True]  # its base may still come
     assert receive_snapshot(newer, received_at=at(41)) is not None
+    assert updates.still_to_come(opened_forms) == [False]  # overtaken: decided at once
     offered.clear()
     receive_snapshot_updates([update], done=done.append, received_at=at(62), wait=no_longer)
     assert offered == [] and done == [0, 0]
