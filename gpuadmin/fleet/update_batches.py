@@ -66,12 +66,16 @@ BATCH_WAIT_SECONDS = 0.1
 # the next one filling meanwhile.
 PREFETCH_BATCHES = 2
 FLUSH_LOG = "applied a batch of %d snapshot updates"
-# How often updates waiting for their base are given again.
+# How often updates waiting for their base are looked at again.
 BASE_RETRY_SECONDS = 1.0
 # How long an update may wait for its base while `central` still holds messages, in probe intervals.
 BASE_WAIT_QUEUED_INTERVALS = 6
 # Updates waiting for their base that a consumer taking off Redis keeps at most, beside the prefetch's.
-WAITING_MAX = 10 * BATCH_MAX
+# While it keeps this many it takes no more: the full snapshots, taken one at a time from `central`,
+# are behind the updates, and the worker's turns go to them. Most updates of a backlog apply on an
+# older base, so the updates' queue would otherwise run ever further ahead of the full snapshots',
+# until the waits ran out (2,000 a worker: a minute behind, and thousands refused).
+WAITING_MAX = 2 * BATCH_MAX
 
 
 class Cancellable(Protocol):
