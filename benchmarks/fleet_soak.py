@@ -589,8 +589,19 @@ class Soak:
         return current
 
     def worker_errors(self) -> list[str]:
-        return [line for log in self.worker_logs for line in log.read_text(errors="replace").splitlines()
-                if "ERROR" in line or "Traceback" in line or "CRITICAL" in line]
+        """The workers' error lines; a traceback as the line before it, then its last line (the error)."""
+        errors = []
+        for log in self.worker_logs:
+            lines = log.read_text(errors="replace").splitlines()
+            for number, line in enumerate(lines):
+                if "ERROR" in line or "CRITICAL" in line:
+                    errors.append(line)
+                elif line.startswith("Traceback"):
+                    end = next((n for n in range(number + 1, len(lines)) if not lines[n].startswith(" ")),
+                               len(lines) - 1)
+                    before = lines[number - 1] if number else ""
+                    errors.append(f"{before[:300]} / Traceback ... {lines[end][:300]}")
+        return errors
 
 
 # --- the run ----------------------------------------------------------------------------------------

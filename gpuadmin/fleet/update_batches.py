@@ -184,8 +184,8 @@ class UpdateBatcher:
         """Give again, first, the waiting updates of hosts whose wait can end (what the oldest waits for
         came, or it may wait no longer), then what is held. The rest wait on, not offered: at a
         backlog's size, offering every one each second cost more than the updates applied."""
-        waiting, self.waiting = self.waiting, []
-        waiting_on = self._still_waiting_hosts(waiting)
+        waiting = self.waiting
+        waiting_on = self._still_waiting_hosts(waiting)  # an error raised there loses none of them
         self.waiting = [item for item in waiting if item[1].update.host in waiting_on]
         self.held[:0] = [item for item in waiting if item[1].update.host not in waiting_on]
         self.flush()
