@@ -13,18 +13,9 @@ SQLite has no such setting: nothing is done there.
 
 from django.db import migrations
 
+from gpuadmin.fleet.storage.page_room import set_fillfactor
+
 FILLFACTOR = 80
-
-
-def _set_fillfactor(value):
-    def run(apps, schema_editor):
-        if schema_editor.connection.vendor != "postgresql":
-            return
-        table = schema_editor.quote_name(apps.get_model("fleet", "ProcessLife")._meta.db_table)
-        setting = f"SET (fillfactor = {value})" if value else "RESET (fillfactor)"
-        schema_editor.execute(f"ALTER TABLE {table} {setting}", params=None)
-
-    return run
 
 
 class Migration(migrations.Migration):
@@ -34,5 +25,6 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.RunPython(_set_fillfactor(FILLFACTOR), _set_fillfactor(None), elidable=False),
+        migrations.RunPython(set_fillfactor("fleet", ["ProcessLife"], FILLFACTOR),
+                             set_fillfactor("fleet", ["ProcessLife"], None), elidable=False),
     ]

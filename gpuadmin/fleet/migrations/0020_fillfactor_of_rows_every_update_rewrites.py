@@ -1,0 +1,21 @@
+"""Room on the pages of the rows every snapshot update rewrites: a host's, its GPUs', its latest
+snapshot's and its summary's (``fleet.storage.page_room``; the usage cursor's in usage 0003)."""
+
+from django.db import migrations
+
+from gpuadmin.fleet.storage.page_room import set_fillfactor
+
+MODELS = ["Host", "Gpu", "LatestSnapshot", "HostSummary"]
+FILLFACTOR = 70
+
+
+class Migration(migrations.Migration):
+
+    dependencies = [
+        ("fleet", "0019_history_sampled_figures"),
+    ]
+
+    operations = [
+        migrations.RunPython(set_fillfactor("fleet", MODELS, FILLFACTOR), set_fillfactor("fleet", MODELS, None),
+                             elidable=False),
+    ]

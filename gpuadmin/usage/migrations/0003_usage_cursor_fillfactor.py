@@ -1,0 +1,21 @@
+"""Room on the usage cursors' pages: every snapshot and update rewrites its host's
+(``fleet.storage.page_room``, as fleet 0020)."""
+
+from django.db import migrations
+
+from gpuadmin.fleet.storage.page_room import set_fillfactor
+
+FILLFACTOR = 70
+
+
+class Migration(migrations.Migration):
+
+    dependencies = [
+        ("usage", "0002_busy_measured_or_estimated"),
+        ("fleet", "0020_fillfactor_of_rows_every_update_rewrites"),
+    ]
+
+    operations = [
+        migrations.RunPython(set_fillfactor("usage", ["UsageCursor"], FILLFACTOR),
+                             set_fillfactor("usage", ["UsageCursor"], None), elidable=False),
+    ]
