@@ -468,14 +468,21 @@ def test_updates_waiting_while_the_database_was_away_are_given_again_once_it_is_
     assert all(acked(messages)) and batcher.waiting == [] and timer.pending == []
 
 
-def test_when_the_read_of_what_they_wait_for_fails_those_waiting_are_given_again(
-    broker: Broker, timer: Timer, applied: Recorded
-) -> None:
+def one_waiting(broker: Broker, timer: Timer, applied: Recorded) -> tuple[UpdateBatcher, list[Message]]:
+    """A batcher keeping one update, ``{"n": 0}``, waiting for its base; the messages taken."""
     batcher = applied.batcher(timer, base_wait_seconds=10)
     applied.no_base = [{"n": 0}]
     broker.send({"n": 0})
     messages = broker.take(batcher)
-    timer.run()  # it waits
+    timer.run(only=BATCH_WAIT_SECONDS)  # it waits for its base
+    assert len(batcher.waiting) == 1
+    return batcher, messages
+
+
+def test_when_the_read_of_what_they_wait_for_fails_those_waiting_are_given_again(
+    broker: Broker, timer: Timer, applied: Recorded
+) -> None:
+    batcher, messages = one_waiting(broker, timer, applied)
 
     def database_away(waiting: list[Any]) -> list[bool]:
         raise OperationalError("down")
@@ -489,11 +496,7 @@ def test_when_the_read_of_what_they_wait_for_fails_those_waiting_are_given_again
 def test_stopping_leaves_the_updates_waiting_for_their_base_unacknowledged(
     broker: Broker, timer: Timer, applied: Recorded
 ) -> None:
-    batcher = applied.batcher(timer, base_wait_seconds=10)
-    applied.no_base = [{"n": 0}]
-    broker.send({"n": 0})
-    messages = broker.take(batcher)
-    timer.run(only=BATCH_WAIT_SECONDS)  # it waits for its base
+    batcher, messages = one_waiting(broker, timer, applied)
     batcher.close()  # looked at once more, still waiting: left for the broker to give back
     assert not any(acked(messages)) and batcher.waiting == [] and timer.pending == []
     assert applied.looked == [[{"n": 0}]] and len(applied.batches) == 1

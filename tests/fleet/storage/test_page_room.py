@@ -1,5 +1,6 @@
-"""Room kept on the pages of the rows every snapshot update rewrites (fleet.storage.page_room, fleet
-migration 0020, usage 0003) on PostgreSQL, and taken back cleanly; nothing on SQLite."""
+"""Room kept on pages (fleet.storage.page_room): ProcessLife's since fleet migration 0010, the rows every
+snapshot update rewrites since fleet 0020 and usage 0003; on PostgreSQL, taken back cleanly; nothing on
+SQLite."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from gpuadmin.usage.models import UsageCursor
 
 REWRITTEN = [Host, Gpu, LatestSnapshot, HostSummary, UsageCursor]
 BEFORE = [("fleet", "0019_history_sampled_figures"), ("usage", "0002_busy_measured_or_estimated")]
+BEFORE_LIVES = [("fleet", "0009_process_life_description_digest")]
 
 # Migrating runs outside a test transaction; serialized_rollback gives later tests back the rows
 # migrations made, which the flush empties.
@@ -43,17 +45,31 @@ def test_on_postgresql_the_rows_updates_rewrite_keep_room_and_going_back_gives_i
     assert [_options(model) for model in REWRITTEN] == [["fillfactor=70"]] * len(REWRITTEN)
 
 
-def test_the_migrations_leave_the_columns_as_they_were_both_ways() -> None:
-    # SQLite has no fillfactor: there, this is all they may do (nothing).
-    def columns() -> list[list[object]]:
-        with connection.cursor() as cursor:
-            return [connection.introspection.get_table_description(cursor, model._meta.db_table)
-                    for model in REWRITTEN]
-
-    before = columns()
+@pytest.mark.postgres
+def test_going_back_before_0010_gives_up_the_lives_room_and_coming_forward_keeps_it_again() -> None:
     try:
-        _migrate(BEFORE)
-        assert columns() == before
+        _migrate(BEFORE_LIVES)
+        assert _options(ProcessLife) == []
     finally:
         _migrate()
-    assert columns() == before
+    assert _options(ProcessLife) == ["fillfactor=80"]
+
+
+def _columns(models: list[type]) -> list[list[object]]:
+    with connection.cursor() as cursor:
+        return [connection.introspection.get_table_description(cursor, model._meta.db_table)
+                for model in models]
+
+
+def test_the_migrations_leave_the_columns_as_they_were_both_ways() -> None:
+    # SQLite has no fillfactor: there, this is all they may do (nothing). Back before 0010, later
+    # migrations undo columns of their own: there, only the way back is compared.
+    models = [*REWRITTEN, ProcessLife]
+    before = _columns(models)
+    try:
+        _migrate(BEFORE)
+        assert _columns(models) == before
+        _migrate(BEFORE_LIVES)
+    finally:
+        _migrate()
+    assert _columns(models) == before
