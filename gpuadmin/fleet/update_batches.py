@@ -74,7 +74,7 @@ BASE_WAIT_QUEUED_INTERVALS = 6
 # While it keeps this many it takes no more: the full snapshots, taken one at a time from `central`,
 # are behind the updates, and the worker's turns go to them. Most updates of a backlog apply on an
 # older base, so the updates' queue would otherwise run ever further ahead of the full snapshots',
-# until the waits ran out (2,000 a worker: a minute behind, and thousands refused).
+# until the waits ran out and the updates that waited were refused.
 WAITING_MAX = 2 * BATCH_MAX
 
 
@@ -189,6 +189,9 @@ class UpdateBatcher:
         self.waiting = [item for item in waiting if item[1].update.host in waiting_on]
         self.held[:0] = [item for item in waiting if item[1].update.host not in waiting_on]
         self.flush()
+        self._look_again_later()
+
+    def _look_again_later(self) -> None:
         if self.waiting and self._base_timer is None:
             self._base_timer = self.schedule(BASE_RETRY_SECONDS, self._base_due)
 
@@ -206,15 +209,11 @@ class UpdateBatcher:
             close_old_connections()
         now = time.monotonic()
         queued: list[bool] = []
-        seen: set[str] = set()
-        waiting_on: set[str] = set()
+        waits: dict[str, bool] = {}  # by host: whether its oldest waits on
         for (message, opened), comes in zip(waiting, to_come, strict=True):
-            host = opened.update.host
-            if host not in seen:
-                seen.add(host)
-                if comes and self._may_wait(message.delivery_tag, now, queued):
-                    waiting_on.add(host)
-        return waiting_on
+            if opened.update.host not in waits:
+                waits[opened.update.host] = comes and self._may_wait(message.delivery_tag, now, queued)
+        return {host for host, waits_on in waits.items() if waits_on}
 
     def flush(self) -> None:
         """Apply what is held, ``batch_max`` at a time, until nothing is held or the database fails.
@@ -277,8 +276,7 @@ class UpdateBatcher:
         if self._waiting_since:  # forget those no longer held: done, dropped, or waited long enough
             kept = {message.delivery_tag for message, _ in (*self.waiting, *self.held)}
             self._waiting_since = {tag: t for tag, t in self._waiting_since.items() if tag in kept}
-        if self.waiting and self._base_timer is None:
-            self._base_timer = self.schedule(BASE_RETRY_SECONDS, self._base_due)
+        self._look_again_later()
         if waited:
             logger.info(FLUSH_LOG + "; %d wait for their base", len(fresh) - len(waited), len(waited))
         else:
