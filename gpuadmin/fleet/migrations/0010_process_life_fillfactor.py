@@ -13,7 +13,7 @@ SQLite has no such setting: nothing is done there.
 
 from django.db import migrations
 
-from gpuadmin.fleet.storage.page_room import set_fillfactor
+from gpuadmin.fleet.storage.page_room import keep_room
 
 FILLFACTOR = 80
 
@@ -25,6 +25,5 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.RunPython(set_fillfactor("fleet", ["ProcessLife"], FILLFACTOR),
-                             set_fillfactor("fleet", ["ProcessLife"], None), elidable=False),
+        keep_room("fleet", ["ProcessLife"], FILLFACTOR),
     ]

@@ -3,7 +3,7 @@ snapshot's and its summary's (``fleet.storage.page_room``; the usage cursor's in
 
 from django.db import migrations
 
-from gpuadmin.fleet.storage.page_room import set_fillfactor
+from gpuadmin.fleet.storage.page_room import keep_room
 
 MODELS = ["Host", "Gpu", "LatestSnapshot", "HostSummary"]
 FILLFACTOR = 70
@@ -16,6 +16,5 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.RunPython(set_fillfactor("fleet", MODELS, FILLFACTOR), set_fillfactor("fleet", MODELS, None),
-                             elidable=False),
+        keep_room("fleet", MODELS, FILLFACTOR),
     ]

@@ -11,12 +11,18 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from django.db import migrations
 
-def set_fillfactor(app_label: str, model_names: Sequence[str],
-                   percent: int | None) -> Callable[[Any, Any], None]:
-    """A ``RunPython`` function that fills the models' tables' pages up to ``percent`` (None: the
-    default, full pages). Pages written before keep their fill until rewritten."""
 
+def keep_room(app_label: str, model_names: Sequence[str], percent: int) -> migrations.RunPython:
+    """A migration's operation that fills the models' tables' pages up to ``percent``, and back to full
+    pages when it is undone. Pages written before keep their fill until rewritten."""
+    return migrations.RunPython(_set_fillfactor(app_label, model_names, percent),
+                                _set_fillfactor(app_label, model_names, None), elidable=False)
+
+
+def _set_fillfactor(app_label: str, model_names: Sequence[str],
+                    percent: int | None) -> Callable[[Any, Any], None]:
     def run(apps: Any, schema_editor: Any) -> None:
         if schema_editor.connection.vendor != "postgresql":
             return

@@ -3,7 +3,7 @@
 
 from django.db import migrations
 
-from gpuadmin.fleet.storage.page_room import set_fillfactor
+from gpuadmin.fleet.storage.page_room import keep_room
 
 FILLFACTOR = 70
 
@@ -16,6 +16,5 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.RunPython(set_fillfactor("usage", ["UsageCursor"], FILLFACTOR),
-                             set_fillfactor("usage", ["UsageCursor"], None), elidable=False),
+        keep_room("usage", ["UsageCursor"], FILLFACTOR),
     ]
