@@ -66,7 +66,7 @@ message, ingest and database) is printed, not enforced: it moves with the machin
                                     [--job-change-percent 1] [--sample-seconds 10] [--drain-seconds 600]
                                     [--max-backlog 50000] [--max-broker-mib 2048] [--repeats 20]
                                     [--no-scheduler] [--backlog] [--skip-pages] [--exact-agents]
-                                    [--no-wait]
+                                    [--postgres-setting NAME=VALUE ...] [--no-wait]
 """
 
 from __future__ import annotations
@@ -608,7 +608,7 @@ class Soak:
 
 
 def soak(args: argparse.Namespace, work: Path) -> int:
-    with postgres_server() as database, redis_server() as broker_server:
+    with postgres_server(args.postgres_setting) as database, redis_server() as broker_server:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUADMIN_", "COVERAGE_"))}
         env.update({"DATABASE_URL": database.url, "REDIS_URL": broker_server.url,
                     "GPUADMIN_DATA_DIR": os.environ["GPUADMIN_DATA_DIR"],
@@ -944,6 +944,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-pages", action="store_true")
     parser.add_argument("--exact-agents", action="store_true",
                         help="senders compute each probe's shape digest, as agents do (more sender CPU)")
+    parser.add_argument("--postgres-setting", action="append", default=[], metavar="NAME=VALUE",
+                        help="a setting for the benchmark's PostgreSQL, as a deployment would tune it")
     parser.add_argument("--no-wait", action="store_true", help="do not wait for running pytest processes")
     args = parser.parse_args(argv)
     processes.guard()

@@ -4,7 +4,7 @@ A text column on every database, not PostgreSQL's ``jsonb``: nothing queries
 inside the latest document in SQL (every reader loads it whole into Python),
 and it is rewritten by every accepted snapshot. jsonb makes the server parse
 and rebuild ~125 KB on each write; text is stored as it comes, compressed with
-lz4 where the server has it (migration 0008, ``server_has_lz4``): of jsonb, text
+lz4 where the server has it (migration 0008, ``fleet.storage.compression``): of jsonb, text
 and lz4 text, the cheapest to rewrite at every snapshot.
 
 Reads give the parsed document, as a ``JSONField`` does. Writes take either a
@@ -68,18 +68,3 @@ class JsonTextField(models.TextField):
         # As JSONField: a serializer (dumpdata) writes the document itself, not its text in a string.
         return self.value_from_object(obj)
 
-
-def server_has_lz4(connection: BaseDatabaseWrapper) -> bool:
-    """Whether the database can compress a column with lz4 (PostgreSQL 14+ built with lz4).
-
-    The server lists lz4 among default_toast_compression's values only when it
-    was built with it; before 14 the setting does not exist.
-    """
-    if connection.vendor != "postgresql":
-        return False
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT 'lz4' = ANY(enumvals) FROM pg_settings WHERE name = 'default_toast_compression'"
-        )
-        row = cursor.fetchone()
-    return bool(row and row[0])

@@ -11,7 +11,8 @@ from django.core import serializers
 from django.db import IntegrityError, connection, transaction
 
 from gpuadmin.fleet.models import Host, LatestSnapshot
-from gpuadmin.fleet.storage.json_text import ValidatedJson, server_has_lz4
+from gpuadmin.fleet.storage.compression import server_has_lz4
+from gpuadmin.fleet.storage.json_text import ValidatedJson
 from tests.factories import proc, snapshot
 from tests.fleet.helpers import HOSTILE_CMDLINE, T0, at
 
