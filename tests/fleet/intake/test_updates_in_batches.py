@@ -303,3 +303,20 @@ def test_after_updates_the_whole_summary_recomputed_says_what_their_figures_refr
     assert left != before  # the figures moved
     summary.refresh_host_summaries([host.pk for host in Host.objects.all()], now=at(60))
     assert summaries() == left
+
+
+def test_the_lives_an_update_names_are_read_by_their_identity_alone(fleet: list[synthetic.DemoHost]) -> None:
+    # The hosts run the same pids: no other host's life with a named pid is read, nor a life of another
+    # boot, nor one already over. More identities than one SQLite statement takes (200).
+    columns = ("id", "host_id", "boot_id", "pid", "start_time_ticks")
+    lives = list(ProcessLife.objects.filter(gone_at__isnull=True).order_by("id").values_list(*columns))
+    assert len(lives) > 200 and len({life[3] for life in lives}) < len(lives)
+    over = lives[0]
+    ProcessLife.objects.filter(pk=over[0]).update(gone_at=at(5))
+    host_id, boot_id, pid, start = lives[1][1:]
+    elsewhere = [(host_id, "another-boot", pid, start), (host_id + 1000, boot_id, pid, start)]
+    asked = [life[1:] for life in lives] + elsewhere
+
+    found = updates._open_lives(asked)
+
+    assert sorted(row[:5] for row in found) == lives[1:]
