@@ -67,4 +67,3 @@ class JsonTextField(models.TextField):
     def value_to_string(self, obj: Model) -> Any:
         # As JSONField: a serializer (dumpdata) writes the document itself, not its text in a string.
         return self.value_from_object(obj)
-
