@@ -110,7 +110,7 @@ ENGINE_PATHS = (
     "fleet/intake/test_ingest.py", "fleet/intake/test_ingest_writes.py", "fleet/intake/test_trust.py",
     "fleet/intake/test_updates.py", "fleet/intake/test_updates_in_batches.py",
     "fleet/storage/test_json_text.py", "fleet/storage/test_statements.py",
-    "fleet/storage/test_page_room.py", "fleet/storage/test_compression.py",
+    "fleet/storage/test_table_settings.py",
     "fleet/test_latest_document_migration.py",
     "fleet/test_querysets.py",
     "kills/test_concurrent_approvals.py", "kills/test_decisions.py", "kills/test_dispatch.py",

@@ -13,7 +13,7 @@ SQLite has no such setting: nothing is done there.
 
 from django.db import migrations
 
-from gpuadmin.fleet.storage.page_room import keep_room
+from gpuadmin.fleet.storage.table_settings import keep_room
 
 FILLFACTOR = 80
 

@@ -1,9 +1,9 @@
 """LZ4 for the latest snapshot's update, rewritten by every update, as for its document since 0008
-(``fleet.storage.compression``; the usage cursor's in usage 0004)."""
+(``fleet.storage.table_settings``; the usage cursor's in usage 0004)."""
 
 from django.db import migrations
 
-from gpuadmin.fleet.storage.compression import compress_with_lz4
+from gpuadmin.fleet.storage.table_settings import compress_with_lz4
 
 COLUMNS = {"LatestSnapshot": ["update"]}
 

@@ -2,8 +2,8 @@
 
 ``statements``: ingest's fixed statements, their SQL written once per process (prepared
 queries, updates and multi-row inserts, pipelined reads). ``json_text``: the latest snapshot
-document kept as JSON text in a text column, not ``jsonb``. ``page_room``: room kept on the pages
-of rows rewritten at every snapshot (PostgreSQL's fillfactor, set by migrations). ``compression``:
-LZ4 for the large values they rewrite (set by migrations). No rules about hosts live here: only how
-rows are written and read.
+document kept as JSON text in a text column, not ``jsonb``. ``table_settings``: how
+PostgreSQL keeps the tables rewritten at every snapshot, set by migrations (room on their pages,
+LZ4 for their large values). No rules about hosts live here: only how rows are written and
+read.
 """

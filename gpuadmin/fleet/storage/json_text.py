@@ -4,7 +4,7 @@ A text column on every database, not PostgreSQL's ``jsonb``: nothing queries
 inside the latest document in SQL (every reader loads it whole into Python),
 and it is rewritten by every accepted snapshot. jsonb makes the server parse
 and rebuild ~125 KB on each write; text is stored as it comes, compressed with
-lz4 where the server has it (migration 0008, ``fleet.storage.compression``): of jsonb, text
+lz4 where the server has it (migration 0008, ``fleet.storage.table_settings``): of jsonb, text
 and lz4 text, the cheapest to rewrite at every snapshot.
 
 Reads give the parsed document, as a ``JSONField`` does. Writes take either a

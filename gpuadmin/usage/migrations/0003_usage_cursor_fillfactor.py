@@ -1,9 +1,9 @@
 """Room on the usage cursors' pages: every snapshot and update rewrites its host's
-(``fleet.storage.page_room``, as fleet 0020)."""
+(``fleet.storage.table_settings``, as fleet 0020)."""
 
 from django.db import migrations
 
-from gpuadmin.fleet.storage.page_room import keep_room
+from gpuadmin.fleet.storage.table_settings import keep_room
 
 FILLFACTOR = 70
 

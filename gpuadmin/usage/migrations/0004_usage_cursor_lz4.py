@@ -1,9 +1,9 @@
 """LZ4 for the usage cursor's lists, rewritten by the snapshots and updates that move them
-(``fleet.storage.compression``, as fleet 0021)."""
+(``fleet.storage.table_settings``, as fleet 0021)."""
 
 from django.db import migrations
 
-from gpuadmin.fleet.storage.compression import compress_with_lz4
+from gpuadmin.fleet.storage.table_settings import compress_with_lz4
 
 COLUMNS = {"UsageCursor": ["devices", "holder_bytes", "holders", "pending"]}
 

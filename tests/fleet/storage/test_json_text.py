@@ -11,8 +11,8 @@ from django.core import serializers
 from django.db import IntegrityError, connection, transaction
 
 from gpuadmin.fleet.models import Host, LatestSnapshot
-from gpuadmin.fleet.storage.compression import server_has_lz4
 from gpuadmin.fleet.storage.json_text import ValidatedJson
+from gpuadmin.fleet.storage.table_settings import server_has_lz4
 from tests.factories import proc, snapshot
 from tests.fleet.helpers import HOSTILE_CMDLINE, T0, at
 
