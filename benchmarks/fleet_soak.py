@@ -72,6 +72,7 @@ message, ingest and database) is printed, not enforced: it moves with the machin
 from __future__ import annotations
 
 import argparse
+import bisect
 import functools
 import json
 import logging
@@ -88,6 +89,7 @@ import tempfile
 import time
 import traceback
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -118,6 +120,8 @@ ZOMBIE_PARENT_PID = 33_000
 WARM_UP_BACKLOG, WARM_UP_CHECK_EVERY = 200, 20
 # Enrolment fails when no first full snapshot was stored for this long.
 WARM_UP_STALL_SECONDS = 180
+# --replay: how often the pacer moves what is due to central's queues.
+PACER_TICK_SECONDS = 0.05
 # What central says of an update overtaken by its host's next full snapshot (fleet.intake.updates).
 LATE_UPDATE = "is not newer than the latest snapshot"
 # What --backlog's two queues draining at their own pace may refuse (gpuadmin/fleet/intake/updates.py's
@@ -292,13 +296,32 @@ class SenderPlan:
     job_change_percent: float
     exact_agents: bool
     state_dir: Path
-    backlog: bool  # --backlog: the rounds sent as fast as they can be, on the fleet's clock
+    unpaced: bool  # --backlog, --replay: the rounds sent as fast as they can be, on the fleet's clock
+    # --replay: the broker database this sender queues its rounds in, and where it writes their slots
+    staging_url: str | None = None
+    slots_path: Path | None = None
+
+
+def take_probe_requests(broker: Any, queues: list[str], counters: Any) -> set[str]:
+    """Take what central sent to these hosts' queues, as their agents would (counted); the queues of
+    those asked for a full snapshot."""
+    pipe = broker.pipeline(transaction=False)
+    for queue in queues:
+        pipe.lpop(queue, 1000)
+    asked = set()
+    for queue, taken in zip(queues, pipe.execute(), strict=True):
+        for raw in taken or ():
+            counters[PROBES] += 1
+            if b"'full': True" in raw:
+                counters[FULL_ASKS] += 1
+                asked.add(queue)
+    return asked
 
 
 def run_sender(plan: SenderPlan, counters: Any, start: Any, stop: Any) -> None:
     """One sender process: the first full snapshot of each of its hosts at once, then, once ``start``
-    holds the clock's start, ``rounds`` rounds paced by the wall clock (``--backlog``: not paced, each
-    message taken at its slot on the fleet's clock)."""
+    holds the clock's start, ``rounds`` rounds paced by the wall clock (``--backlog``, ``--replay``: not
+    paced, each message taken at its slot on the fleet's clock)."""
     try:
         _send(plan, counters, start, stop)
     except (KeyboardInterrupt, SystemExit):
@@ -343,7 +366,8 @@ def _send(plan: SenderPlan, counters: Any, start: Any, stop: Any) -> None:
 
     from gpuadmin.agent import snapshot_choice
     from gpuadmin.agent.probing import update_limits
-    from gpuadmin.celery import CENTRAL_QUEUE, host_queue
+    from gpuadmin.celery import CENTRAL_QUEUE, CENTRAL_UPDATES_QUEUE, host_queue
+    from gpuadmin.celery import app as current_app
     from gpuadmin.fleet import synthetic
     from gpuadmin.sending import send_snapshot, send_snapshot_update
     from gpuadmin.wire.signing import MessageKind
@@ -367,9 +391,14 @@ def _send(plan: SenderPlan, counters: Any, start: Any, stop: Any) -> None:
         synthetic.cmdline_sha256 = remembered_cmdline_digest(synthetic.cmdline_sha256)
     full_asked: set[str] = set()
 
-    def send(host: Any, round_number: int, seconds: float, now: float) -> None:
+    # --replay: each round's message's second on the fleet's clock, by queue, in the order queued.
+    slots: dict[str, list[float]] = {CENTRAL_QUEUE: [], CENTRAL_UPDATES_QUEUE: []}
+
+    def send(host: Any, round_number: int, seconds: float, now: float, *, taken_at: float | None = None) \
+            -> None:
         change = changes[host.name]
-        document = host.document(round_number, taken_at=datetime.now(UTC))
+        moment = datetime.fromtimestamp(time.time() if taken_at is None else taken_at, UTC)
+        document = host.document(round_number, taken_at=moment)
         apply_changes(document, host.index, change, round_number=round_number, seconds=seconds)
         current[0] = (host.name, change.shape_key(zombie_count(host.index, seconds)))
         choice = snapshot_choice.choose(document, host.key, state_path=plan.state_dir / f"{host.name}.json",
@@ -381,24 +410,21 @@ def _send(plan: SenderPlan, counters: Any, start: Any, stop: Any) -> None:
         else:
             send_snapshot(choice.message)
             counters[FULL] += 1
+        if round_number:  # the enrolment's are not replayed
+            queue = CENTRAL_UPDATES_QUEUE if choice.kind is MessageKind.SNAPSHOT_UPDATE else CENTRAL_QUEUE
+            slots[queue].append(seconds)
 
-    def take_probe_requests() -> None:
-        pipe = broker.pipeline(transaction=False)
-        for host in plan.hosts:
-            pipe.lpop(host_queue(host.name), 1000)
-        for host, taken in zip(plan.hosts, pipe.execute(), strict=True):
-            for raw in taken or ():
-                counters[PROBES] += 1
-                if b"'full': True" in raw:
-                    counters[FULL_ASKS] += 1
-                    full_asked.add(host.name)
+    names = {host_queue(host.name): host.name for host in plan.hosts}
+
+    def take_probe_requests_for_agents() -> None:
+        full_asked.update(names[queue] for queue in take_probe_requests(broker, list(names), counters))
 
     def drain_probes_while(waiting: Any) -> bool:
         """Take the probe requests every interval while ``waiting()``; False when stopped meanwhile."""
         taken_at = 0.0
         while waiting():
             if time.monotonic() - taken_at >= plan.interval_seconds:
-                take_probe_requests()
+                take_probe_requests_for_agents()
                 taken_at = time.monotonic()
             if stop.wait(0.05):
                 return False
@@ -419,16 +445,34 @@ def _send(plan: SenderPlan, counters: Any, start: Any, stop: Any) -> None:
         return
     began = start.value
     rephase_full_timers(plan, began, period)
+    if plan.staging_url is not None:
+        # The rounds go to this sender's own broker database, the pacer's to replay (the enrolment's
+        # full snapshots went to central's): Celery's pools are made again on the next send, from the
+        # new URL, as they are in a forked child (app.close() leaves its producers' pool).
+        current_app.conf.update(broker_url=plan.staging_url)
+        current_app._after_fork()
+    _send_rounds(plan, began, send=send, take_probe_requests=take_probe_requests_for_agents, changes=changes,
+                 counters=counters, stop=stop)
+    if plan.slots_path is not None:
+        plan.slots_path.write_text(json.dumps(slots))
+
+
+def _send_rounds(plan: SenderPlan, began: float, *, send: Callable[..., None],
+                 take_probe_requests: Callable[[], None], changes: dict[str, HostChange], counters: Any,
+                 stop: Any) -> None:
+    """The rounds from the clock's start ``began``: ``send(host, round, seconds, now, taken_at=...)`` each
+    host at its slot; its probe requests taken before each round (--replay: the pacer's)."""
     for round_number in range(1, plan.rounds + 1):
-        take_probe_requests()
+        if plan.staging_url is None:
+            take_probe_requests()
         for host in plan.hosts:
             maybe_change_job(host.name, changes[host.name], round_number, plan.job_change_percent)
             slot = began + (round_number - 1) * plan.interval_seconds + (
                 plan.interval_seconds * host.index / plan.fleet_size)
-            if plan.backlog:
+            if plan.unpaced:
                 if stop.is_set():
                     return
-                send(host, round_number, slot - began, slot)
+                send(host, round_number, slot - began, slot, taken_at=slot)
                 continue
             wait = slot - time.time()
             if wait > 0 and stop.wait(wait):
@@ -438,6 +482,86 @@ def _send(plan: SenderPlan, counters: Any, start: Any, stop: Any) -> None:
             counters[LAG_MS] = max(counters[LAG_MS], int(1000 * max(0.0, time.time() - slot)))
             send(host, round_number, time.time() - began, time.time())
         counters[ROUND] = round_number
+        counters[CPU_MS] = int(1000 * time.process_time())
+
+
+# --- the replay -------------------------------------------------------------------------------------
+
+
+@dataclass
+class PacerPlan:
+    """--replay: what the senders queued in their own broker databases, moved to central's at its slots."""
+
+    broker_url: str  # central's
+    staging_urls: list[str]  # one per sender
+    slots_paths: list[Path]  # one per sender: SenderPlan.slots_path
+    host_queues: list[str]  # the hosts' probe-request queues, taken as their agents would
+    interval_seconds: float
+
+
+class Stream:
+    """One sender's queued messages of one queue, and their seconds on the fleet's clock in that order."""
+
+    def __init__(self, staging: Any, queue: str, seconds: list[float]) -> None:
+        self.staging, self.queue, self.seconds = staging, queue, seconds
+        self.moved = 0
+
+    def due(self, now_seconds: float) -> int:
+        """How many are due by ``now_seconds`` and not moved yet."""
+        return bisect.bisect_right(self.seconds, now_seconds) - self.moved
+
+    def __len__(self) -> int:
+        return len(self.seconds)
+
+
+def run_pacer(plan: PacerPlan, counters: Any, start: Any, stop: Any) -> None:
+    """Once ``start`` holds the clock's start, every ``PACER_TICK_SECONDS`` move the messages due by then
+    from the senders' databases to central's queues (oldest first, each queue's order kept), and take
+    the hosts' probe requests every interval; ends once all are moved."""
+    try:
+        _pace(plan, counters, start, stop)
+    except (KeyboardInterrupt, SystemExit):
+        pass
+    except BaseException:
+        counters[ERRORS] += 1
+        traceback.print_exc()
+        raise
+
+
+def _pace(plan: PacerPlan, counters: Any, start: Any, stop: Any) -> None:
+    import redis
+
+    from gpuadmin.celery import CENTRAL_QUEUE
+
+    central = redis.Redis.from_url(plan.broker_url)
+    while start.value == 0.0:  # the senders are done by then, their slots written
+        if stop.wait(PACER_TICK_SECONDS):
+            return
+    streams = []
+    for url, path in zip(plan.staging_urls, plan.slots_paths, strict=True):
+        staging = redis.Redis.from_url(url)
+        for queue, seconds in json.loads(path.read_text()).items():
+            if int(staging.llen(queue)) != len(seconds):
+                raise RuntimeError(f"{url} holds {staging.llen(queue)} messages in {queue}, its sender "
+                                   f"wrote {len(seconds)} slots")
+            streams.append(Stream(staging, queue, seconds))
+    kind = {CENTRAL_QUEUE: FULL}
+    began, probes_taken_at = start.value, 0.0
+    while any(stream.moved < len(stream) for stream in streams):
+        if stop.wait(PACER_TICK_SECONDS):
+            return
+        now_seconds = time.time() - began
+        for stream in streams:
+            due = stream.due(now_seconds)
+            if due > 0:
+                moved = stream.staging.rpop(stream.queue, due)  # the oldest, oldest first
+                central.lpush(stream.queue, *moved)  # the oldest in first: the worker takes from the right
+                stream.moved += len(moved)
+                counters[kind.get(stream.queue, UPDATE)] += len(moved)
+        counters[LAG_MS] = max(counters[LAG_MS], int(1000 * (time.time() - began - now_seconds)))
+        if time.monotonic() - probes_taken_at >= plan.interval_seconds:
+            take_probe_requests(central, plan.host_queues, counters)
+            probes_taken_at = time.monotonic()
         counters[CPU_MS] = int(1000 * time.process_time())
 
 
@@ -507,6 +631,9 @@ class Soak:
     stop: Any  # multiprocessing.Event
     worker_logs: list[Path]
     state_dir: Path  # the agents' state files (snapshot_choice's), one per host
+    # --replay: the pacer (process, counters, start), which takes the senders' place once they are done
+    pacer: tuple[Any, Any, Any] | None = None
+    agents_cpu_seconds: float | None = None  # --replay: the senders', once the pacer took their place
 
     def sent(self) -> list[int]:
         return totals(self.counters)
@@ -562,6 +689,7 @@ class Soak:
                 raise RuntimeError(f"a sender failed (exit status {sender.exitcode})")
 
     def senders_cpu_seconds(self) -> float:
+        """The senders' CPU (the agents' work); with --replay, once it began, the pacer's."""
         return sum(c[CPU_MS] for c in self.counters) / 1000
 
     def update_offers(self) -> tuple[int, int, int]:
@@ -640,9 +768,8 @@ def run(args: argparse.Namespace, work: Path, env: dict[str, str], database: Any
           f"{args.interval_seconds:g} s for {rounds} rounds; central: {args.workers} {args.pool} worker "
           f"processes{'' if args.no_scheduler or args.backlog else ' and beat'}; {args.senders} senders; "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; full snapshot at least every "
-          f"{settings.GPUADMIN_FULL_SNAPSHOT_SECONDS} s"
-          f"{'; every round queued, then drained' if args.backlog else ''} ==", flush=True)
-    if args.backlog:
+          f"{settings.GPUADMIN_FULL_SNAPSHOT_SECONDS} s{MODES[mode(args)]} ==", flush=True)
+    if args.backlog or args.replay:
         # Every message waits in the queue while the rest are sent: none may expire meanwhile
         # (sending.snapshot_expiry_seconds, in the senders forked from this process).
         settings.GPUADMIN_OFFLINE_AFTER_INTERVALS = BACKLOG_OFFLINE_AFTER_INTERVALS
@@ -655,9 +782,16 @@ def run(args: argparse.Namespace, work: Path, env: dict[str, str], database: Any
         starts = [["worker", "-n", f"central{n}@%h", "--pool", "solo", *common] for n in range(args.workers)]
     worker_logs = [work / f"worker{n}.log" for n in range(len(starts))]
     workers = [celery(argv, env, log) for argv, log in zip(starts, worker_logs, strict=True)]
-    beat = None if args.no_scheduler or args.backlog else celery(["beat", "--loglevel", "INFO"], env,
-                                                                 work / "beat.log")
+    beats: list[subprocess.Popen[Any]] = []
+
+    def start_beat() -> subprocess.Popen[Any]:
+        beats.append(celery(["beat", "--loglevel", "INFO"], env, work / "beat.log"))
+        return beats[-1]
+
+    # --replay starts it with the replay: its probe requests are the pacer's to take.
+    beat = None if args.no_scheduler or args.backlog or args.replay else start_beat()
     senders: list[Any] = []
+    forked: list[Any] = []  # the senders and the pacer, stopped on the way out
     context = multiprocessing.get_context("fork")
     stop = context.Event()
     state_root = Path("/dev/shm") if Path("/dev/shm").is_dir() else work
@@ -675,29 +809,43 @@ def run(args: argparse.Namespace, work: Path, env: dict[str, str], database: Any
         connections.close_all()  # the senders are forked: none may share this process's connection
         start = context.Value("d", 0.0)
         counters = [context.Array("q", FIELDS) for _ in range(args.senders)]
+        # --replay: each sender's rounds queued in a broker database of its own (1, 2, ...; central's is 0)
+        staging = [f"{broker_server.url.rsplit('/', 1)[0]}/{n + 1}" for n in range(args.senders)]
+        slots = [work / f"replay-slots-{n}.json" for n in range(args.senders)]
         for n in range(args.senders):
             plan = SenderPlan(hosts[n::args.senders], len(hosts), args.interval_seconds, rounds,
-                              args.job_change_percent, args.exact_agents, states, args.backlog)
+                              args.job_change_percent, args.exact_agents, states, args.backlog or args.replay,
+                              *((staging[n], slots[n]) if args.replay else ()))
             senders.append(context.Process(target=run_sender, args=(plan, counters[n], start, stop)))
-        for sender in senders:
-            sender.start()
-        state = Soak(args, rounds, hosts, redis.Redis.from_url(broker_server.url), senders, counters, start,
-                     stop, worker_logs, states)
+        pacer = None
+        if args.replay:
+            from gpuadmin.celery import host_queue
+
+            pacer_plan = PacerPlan(broker_server.url, staging, slots, [host_queue(h.name) for h in hosts],
+                                   args.interval_seconds)
+            pacer_counters, pacer_start = context.Array("q", FIELDS), context.Value("d", 0.0)
+            pacer = (context.Process(target=run_pacer, args=(pacer_plan, pacer_counters, pacer_start, stop)),
+                     pacer_counters, pacer_start)
+        forked += [*senders, *([pacer[0]] if pacer else [])]
+        for process in forked:
+            process.start()
+        state = Soak(args, rounds, hosts, redis.Redis.from_url(broker_server.url), list(senders), counters,
+                     start, stop, worker_logs, states, pacer)
         first = wait_for_first_snapshots(state)
         print(f"enrolment, first full snapshots through the broker and the worker: {len(hosts)} in "
               f"{first:.1f} s ({len(hosts) / first:.0f}/s)", flush=True)
         with connection.cursor() as cursor:
             cursor.execute("ANALYZE")  # as autovacuum would soon after: the tables have just filled
         central = Central(workers, beat, postmaster_pid(database), database_server_pid() or 0)
-        return measure(state, central)
+        return measure(state, central, start_beat=None if args.no_scheduler else start_beat)
     finally:
         stop.set()
-        for sender in senders:
-            sender.join(timeout=30)
+        for process in forked:
+            process.join(timeout=30)
         shutil.rmtree(states, ignore_errors=True)
         for worker in workers:
             processes.stop(worker, grace_seconds=30)
-        if beat is not None:
+        for beat in beats:
             processes.stop(beat)
 
 
@@ -769,6 +917,40 @@ def fill_backlog(soak: Soak, central: Central, sent_before: list[int]) -> None:
           "draining now", flush=True)
 
 
+def fill_staging(soak: Soak, sent_before: list[int]) -> None:
+    """``--replay``: every round queued in the senders' own broker databases (central's worker idle,
+    nothing reaching it)."""
+    began = time.monotonic()
+    soak.start.value = time.time()
+    while any(sender.is_alive() for sender in soak.senders):
+        soak.check_senders()
+        time.sleep(0.5)
+    soak.check_senders()
+    sent = [a - b for a, b in zip(soak.sent(), sent_before, strict=True)]
+    print(f"replay: {sent[FULL] + sent[UPDATE]} messages ({sent[FULL]} full snapshots, {sent[UPDATE]} "
+          f"updates) queued aside in {time.monotonic() - began:.0f} s; now sent to central at the fleet's "
+          "pace", flush=True)
+
+
+def begin_replay(soak: Soak, central: Central, start_beat: Callable[[], Any] | None) -> None:
+    """The pacer in the senders' place (what was sent is what it moved; the senders' CPU kept apart) and,
+    unless --no-scheduler, central's beat started; the caller starts the clock (``soak.start``)."""
+    assert soak.pacer is not None
+    soak.agents_cpu_seconds = soak.senders_cpu_seconds()
+    process, counters, start = soak.pacer
+    soak.senders, soak.counters, soak.start = [process], [counters], start
+    if start_beat is not None:
+        central.beat = start_beat()
+
+
+def mode(args: argparse.Namespace) -> str:
+    return "backlog" if args.backlog else "replay" if args.replay else "live"
+
+
+MODES = {"live": "", "backlog": "; every round queued, then drained",
+         "replay": "; every round queued aside, then sent at the fleet's pace"}
+
+
 def how_it_ended(drained_at: float | None, *, backlog: bool, elapsed: float, last_round_at: float) -> str:
     if drained_at is None:
         return "the queue did not drain"
@@ -779,7 +961,7 @@ def how_it_ended(drained_at: float | None, *, backlog: bool, elapsed: float, las
     return "the queue drained after the senders were stopped"
 
 
-def measure(soak: Soak, central: Central) -> int:
+def measure(soak: Soak, central: Central, *, start_beat: Callable[[], Any] | None = None) -> int:
     """The rounds, a line every ``--sample-seconds``, then the figures over the whole run."""
     from django.db.models import Count, Q
     from django.utils import timezone
@@ -793,6 +975,10 @@ def measure(soak: Soak, central: Central) -> int:
     rejections_before = soak.refused()
     if args.backlog:
         fill_backlog(soak, central, sent_before)
+    elif args.replay:
+        fill_staging(soak, sent_before)
+        begin_replay(soak, central, start_beat)
+        sent_before = soak.sent()
     cpu_before, clock_began = central.sample(), timezone.now()
     clock = time.time()
     if args.backlog:
@@ -863,11 +1049,12 @@ def measure(soak: Soak, central: Central) -> int:
           f"PostgreSQL {per_message_ms(database_cpu, messages)}, "
           f"together {per_message_ms(both, messages)} "
           f"(issue 36: < {CPU_PER_MESSAGE_REQUIRED_MS} ms: {verdict})")
-    senders_cpu = soak.senders_cpu_seconds()
+    senders_cpu = soak.senders_cpu_seconds() if soak.agents_cpu_seconds is None else soak.agents_cpu_seconds
+    pacer = "" if soak.agents_cpu_seconds is None else f"; the pacer {soak.senders_cpu_seconds():.1f}"
     print(f"CPU seconds over the run: central worker {worker_cpu:.1f}, PostgreSQL {database_cpu:.1f}, beat "
           f"{cpu_after.beat - cpu_before.beat:.1f}; the senders (the agents' work, not central's) "
           f"{senders_cpu:.1f} in all, {per_message_ms(senders_cpu, sent_total + len(soak.hosts))} ms per "
-          "message sent")
+          f"message sent{pacer}")
     history_after = history_bytes()
     if history_before is not None and history_after is not None:
         host_days = len(soak.hosts) * run_seconds / 86400
@@ -938,9 +1125,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="how long after the last round the queue may take to drain")
     parser.add_argument("--repeats", type=int, default=20, help="timed requests per page (after 2 warm-ups)")
     parser.add_argument("--no-scheduler", action="store_true", help="run no beat (no probe requests)")
-    parser.add_argument("--backlog", action="store_true",
-                        help="send every round while central's worker is stopped, then time the drain "
-                             "(no beat)")
+    how = parser.add_mutually_exclusive_group()
+    how.add_argument("--backlog", action="store_true",
+                     help="send every round while central's worker is stopped, then time the drain (no beat)")
+    how.add_argument("--replay", action="store_true",
+                     help="queue every round aside first, then send them to central at the fleet's pace")
     parser.add_argument("--skip-pages", action="store_true")
     parser.add_argument("--exact-agents", action="store_true",
                         help="senders compute each probe's shape digest, as agents do (more sender CPU)")

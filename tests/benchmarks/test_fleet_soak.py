@@ -1,0 +1,51 @@
+"""benchmarks/fleet_soak.py's --replay: every queued message reaches central at its slot, none twice or lost."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import pytest
+
+from benchmarks.fleet_soak import Stream
+from tests.benchmarks.test_smoke import BENCHMARKS, RUN_TIMEOUT_SECONDS, require, script_env
+from tests.run.helpers import SupervisedRun
+
+
+def test_a_stream_is_due_by_its_slots_less_what_was_moved() -> None:
+    stream = Stream(None, "central.updates", [0.0, 0.5, 0.5, 2.0])
+    assert stream.due(-0.1) == 0
+    assert stream.due(0.5) == 3  # slots are due at their second, not after it
+    stream.moved = 3
+    assert stream.due(1.9) == 0
+    assert stream.due(2.0) == 1
+    assert len(stream) == 4
+
+
+@pytest.mark.services
+def test_replay_sends_every_queued_message_to_central_at_the_fleets_pace() -> None:
+    require(("postgres", "redis"))
+    args = ("--replay --hosts 6 --minutes 0.1 --interval-seconds 2 --gpus 1 --processes 20 --sample-seconds 2 "
+            "--senders 2 --skip-pages --no-wait").split()
+    run = SupervisedRun([sys.executable, str(BENCHMARKS / "fleet_soak.py"), *args], script_env()).start()
+    try:
+        status, leftovers = run.finish(RUN_TIMEOUT_SECONDS)
+    finally:
+        run.kill_everything(set())
+    output = run.output
+    assert status == 0, output[-6000:]
+    assert leftovers == [], f"left processes behind: {leftovers}\n{output[-3000:]}"
+    queued = re.search(r"replay: (\d+) messages \((\d+) full snapshots, (\d+) updates\) queued aside", output)
+    sent = re.search(r"\nsent: (\d+) \(.*?\): (\d+) full snapshots .*?, (\d+) updates", output)
+    stored = re.search(r"\ningested: (\d+) stored", output)
+    assert queued and sent and stored, output[-3000:]
+    # 3 rounds of 6 hosts: what the senders queued aside is what the pacer sent and central stored.
+    assert int(queued[1]) == 18
+    assert queued.groups() == sent.groups()
+    assert int(stored[1]) == 18
+    assert "the pacer" in output
+    # Sent over the rounds' 6 s, not at once: the first window saw some of them, not all.
+    first_window = re.search(r"\n\s+\d+\s+([\d.]+)\s+([\d.]+)\s+[\d.]+\s+\d+", output)
+    assert first_window, output[-3000:]
+    first_sent = 2 * (float(first_window[1]) + float(first_window[2]))
+    assert 0 < first_sent <= 12, output[-3000:]
