@@ -55,6 +55,16 @@ refused and its host asked for a full snapshot, and the host's next update of th
 wait, as a gap), and one that its host's next full snapshot overtook is refused as late; none of these
 fails a run with ``--backlog``.
 
+``--replay``: the fleet's rate live, which the senders cannot produce beside central on a small machine.
+The senders first queue every round as fast as they can (on the fleet's clock, as ``--backlog``), each
+into a broker database of its own (1, 2, ...: central's is 0, where nothing reaches it meanwhile),
+writing down each message's slot; then a pacer process moves each message to central's queue at its
+slot (``PACER_TICK_SECONDS``), both queues in step as agents send them, while central runs as deployed,
+its beat started with the replay (the pacer takes the probe requests, as the agents would; a full
+snapshot asked for is not sent: the rounds are already made). The windows' "sent" is what the pacer
+moved, the CPU it and the senders spent is printed apart, and a run is judged as a live one (no refusal
+expected).
+
 Exit status 1 when the queue did not drain within ``--drain-seconds`` after the last round, a sender or
 publish failed, a message was refused or expired in the queue, or the backlog passed ``--max-backlog``
 messages or redis-server ``--max-broker-mib`` (the senders are then stopped: a fleet that ingest cannot
@@ -66,7 +76,8 @@ message, ingest and database) is printed, not enforced: it moves with the machin
                                     [--job-change-percent 1] [--sample-seconds 10] [--drain-seconds 600]
                                     [--max-backlog 50000] [--max-broker-mib 2048] [--repeats 20]
                                     [--no-scheduler] [--backlog] [--skip-pages] [--exact-agents]
-                                    [--postgres-setting NAME=VALUE ...] [--no-wait]
+                                    [--postgres-setting NAME=VALUE ...] [--no-wait] [--replay]
+                                    [--logs DIR]
 """
 
 from __future__ import annotations
@@ -847,6 +858,15 @@ def run(args: argparse.Namespace, work: Path, env: dict[str, str], database: Any
             processes.stop(worker, grace_seconds=30)
         for beat in beats:
             processes.stop(beat)
+        keep_logs(work, args.logs)
+
+
+def keep_logs(work: Path, into: Path | None) -> None:
+    """--logs: the workers' and beat's logs copied out of the run's folder, which goes."""
+    if into is not None:
+        into.mkdir(parents=True, exist_ok=True)
+        for log in work.glob("*.log"):
+            shutil.copy(log, into)
 
 
 @dataclass
@@ -1136,6 +1156,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--postgres-setting", action="append", default=[], metavar="NAME=VALUE",
                         help="a setting for the benchmark's PostgreSQL, as a deployment would tune it")
     parser.add_argument("--no-wait", action="store_true", help="do not wait for running pytest processes")
+    parser.add_argument("--logs", type=Path, metavar="DIR", help="keep the workers' and beat's logs there")
     args = parser.parse_args(argv)
     processes.guard()
     print("command: python benchmarks/fleet_soak.py " + " ".join(sys.argv[1:] if argv is None else argv))
