@@ -461,7 +461,7 @@ def _send(plan: SenderPlan, counters: Any, start: Any, stop: Any) -> None:
         # full snapshots went to central's): Celery's pools are made again on the next send, from the
         # new URL, as they are in a forked child (app.close() leaves its producers' pool).
         current_app.conf.update(broker_url=plan.staging_url)
-        current_app._after_fork()
+        current_app._after_fork()  # type: ignore[attr-defined]  # private to Celery: not in its stubs
     _send_rounds(plan, began, send=send, take_probe_requests=take_probe_requests_for_agents, changes=changes,
                  counters=counters, stop=stop)
     if plan.slots_path is not None:
