@@ -1,4 +1,4 @@
-"""benchmarks/fleet_soak.py's --replay: every queued message reaches central at its slot, none twice or lost."""
+"""benchmarks/fleet_soak.py --replay: each queued message reaches central at its slot, none twice or lost."""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ def test_a_stream_is_due_by_its_slots_less_what_was_moved() -> None:
 @pytest.mark.services
 def test_replay_sends_every_queued_message_to_central_at_the_fleets_pace() -> None:
     require(("postgres", "redis"))
-    args = ("--replay --hosts 6 --minutes 0.1 --interval-seconds 2 --gpus 1 --processes 20 --sample-seconds 2 "
-            "--senders 2 --skip-pages --no-wait").split()
+    args = ["--replay", "--hosts", "6", "--minutes", "0.1", "--interval-seconds", "2", "--gpus", "1",
+            "--processes", "20", "--sample-seconds", "2", "--senders", "2", "--skip-pages", "--no-wait"]
     run = SupervisedRun([sys.executable, str(BENCHMARKS / "fleet_soak.py"), *args], script_env()).start()
     try:
         status, leftovers = run.finish(RUN_TIMEOUT_SECONDS)
