@@ -920,36 +920,34 @@ def sample_rounds(soak: Soak, central: Central, clock: float, *, sent_before: li
     return run
 
 
+def queue_every_round(soak: Soak, sent_before: list[int]) -> tuple[list[int], float]:
+    """``--backlog``, ``--replay``: the senders' clock started, and waited for until they queued every
+    round; what they sent, and in how many seconds."""
+    began = time.monotonic()
+    soak.start.value = time.time()
+    while any(sender.is_alive() for sender in soak.senders):
+        soak.check_senders()
+        time.sleep(0.5)
+    soak.check_senders()
+    return [a - b for a, b in zip(soak.sent(), sent_before, strict=True)], time.monotonic() - began
+
+
 def fill_backlog(soak: Soak, central: Central, sent_before: list[int]) -> None:
     """``--backlog``: every round sent while central's worker is stopped (SIGSTOP, its pool with it); the
     caller then lets it go and measures the drain. A fleet's rate fills each batch, as these two cores
     cannot send it live beside central (the senders' CPU is the agents')."""
     processes.signal_groups(central.workers, signal.SIGSTOP)
-    began = time.monotonic()
-    soak.start.value = time.time()
-    while any(sender.is_alive() for sender in soak.senders):
-        soak.check_senders()
-        time.sleep(0.5)
-    soak.check_senders()
-    sent = [a - b for a, b in zip(soak.sent(), sent_before, strict=True)]
+    sent, seconds = queue_every_round(soak, sent_before)
     print(f"backlog: {sent[FULL] + sent[UPDATE]} messages ({sent[FULL]} full snapshots, {sent[UPDATE]} "
-          f"updates) queued in {time.monotonic() - began:.0f} s while central's worker was stopped; "
-          "draining now", flush=True)
+          f"updates) queued in {seconds:.0f} s while central's worker was stopped; draining now", flush=True)
 
 
 def fill_staging(soak: Soak, sent_before: list[int]) -> None:
     """``--replay``: every round queued in the senders' own broker databases (central's worker idle,
     nothing reaching it)."""
-    began = time.monotonic()
-    soak.start.value = time.time()
-    while any(sender.is_alive() for sender in soak.senders):
-        soak.check_senders()
-        time.sleep(0.5)
-    soak.check_senders()
-    sent = [a - b for a, b in zip(soak.sent(), sent_before, strict=True)]
+    sent, seconds = queue_every_round(soak, sent_before)
     print(f"replay: {sent[FULL] + sent[UPDATE]} messages ({sent[FULL]} full snapshots, {sent[UPDATE]} "
-          f"updates) queued aside in {time.monotonic() - began:.0f} s; now sent to central at the fleet's "
-          "pace", flush=True)
+          f"updates) queued aside in {seconds:.0f} s; now sent to central at the fleet's pace", flush=True)
 
 
 def begin_replay(soak: Soak, central: Central, start_beat: Callable[[], Any] | None) -> None:
