@@ -483,7 +483,9 @@ def _send_rounds(plan: SenderPlan, began: float, *, send: Callable[..., None],
             if plan.unpaced:
                 if stop.is_set():
                     return
-                send(host, round_number, slot - began, slot, taken_at=slot)
+                # Taken at its slot, never after now: central refuses a moment ahead of its clock, which
+                # rounds made faster than the fleet's clock would otherwise carry.
+                send(host, round_number, slot - began, slot, taken_at=min(slot, time.time()))
                 continue
             wait = slot - time.time()
             if wait > 0 and stop.wait(wait):

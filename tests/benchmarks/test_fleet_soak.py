@@ -22,19 +22,34 @@ def test_a_stream_is_due_by_its_slots_less_what_was_moved() -> None:
     assert len(stream) == 4
 
 
-@pytest.mark.services
-def test_replay_sends_every_queued_message_to_central_at_the_fleets_pace() -> None:
+# 3 rounds of 6 hosts, made faster than the fleet's clock (the messages must not be dated ahead of it).
+TINY = ["--hosts", "6", "--minutes", "0.1", "--interval-seconds", "2", "--gpus", "1", "--processes", "20",
+        "--sample-seconds", "2", "--senders", "2", "--skip-pages", "--no-wait"]
+
+
+def soak_output(*args: str) -> str:
     require(("postgres", "redis"))
-    args = ["--replay", "--hosts", "6", "--minutes", "0.1", "--interval-seconds", "2", "--gpus", "1",
-            "--processes", "20", "--sample-seconds", "2", "--senders", "2", "--skip-pages", "--no-wait"]
-    run = SupervisedRun([sys.executable, str(BENCHMARKS / "fleet_soak.py"), *args], script_env()).start()
+    argv = [sys.executable, str(BENCHMARKS / "fleet_soak.py"), *args, *TINY]
+    run = SupervisedRun(argv, script_env()).start()
     try:
         status, leftovers = run.finish(RUN_TIMEOUT_SECONDS)
     finally:
         run.kill_everything(set())
-    output = run.output
-    assert status == 0, output[-6000:]
-    assert leftovers == [], f"left processes behind: {leftovers}\n{output[-3000:]}"
+    assert status == 0, run.output[-6000:]
+    assert leftovers == [], f"left processes behind: {leftovers}\n{run.output[-3000:]}"
+    return run.output
+
+
+@pytest.mark.services
+def test_a_backlog_queued_faster_than_the_fleets_clock_is_stored_whole() -> None:
+    output = soak_output("--backlog")
+    assert re.search(r"\ningested: 18 stored .*?, 0 refused", output), output[-3000:]
+    assert "hosts whose latest stored message is the last their agent sent 6 of 6" in output
+
+
+@pytest.mark.services
+def test_replay_sends_every_queued_message_to_central_at_the_fleets_pace() -> None:
+    output = soak_output("--replay")
     queued = re.search(r"replay: (\d+) messages \((\d+) full snapshots, (\d+) updates\) queued aside", output)
     sent = re.search(r"\nsent: (\d+) \(.*?\): (\d+) full snapshots .*?, (\d+) updates", output)
     stored = re.search(r"\ningested: (\d+) stored", output)
