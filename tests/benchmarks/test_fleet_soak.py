@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import re
-import sys
 
 import pytest
 
 from benchmarks.fleet_soak import Stream
-from tests.benchmarks.test_smoke import BENCHMARKS, RUN_TIMEOUT_SECONDS, require, script_env
-from tests.run.helpers import SupervisedRun
+from tests.benchmarks.test_smoke import require, run_script
 
 
 def test_a_stream_is_due_by_its_slots_less_what_was_moved() -> None:
@@ -29,15 +27,7 @@ TINY = ["--hosts", "6", "--minutes", "0.1", "--interval-seconds", "2", "--gpus",
 
 def soak_output(*args: str) -> str:
     require(("postgres", "redis"))
-    argv = [sys.executable, str(BENCHMARKS / "fleet_soak.py"), *args, *TINY]
-    run = SupervisedRun(argv, script_env()).start()
-    try:
-        status, leftovers = run.finish(RUN_TIMEOUT_SECONDS)
-    finally:
-        run.kill_everything(set())
-    assert status == 0, run.output[-6000:]
-    assert leftovers == [], f"left processes behind: {leftovers}\n{run.output[-3000:]}"
-    return run.output
+    return run_script("fleet_soak.py", [*args, *TINY])
 
 
 @pytest.mark.services

@@ -149,11 +149,8 @@ def test_every_script_has_a_smoke_run() -> None:
     assert scripts == set(SMOKE), "a script in benchmarks/ without its smoke run here, or the reverse"
 
 
-@pytest.mark.parametrize("script", sorted(SMOKE))
-def test_script_runs_and_leaves_nothing(script: str, tmp_path: Path) -> None:
-    smoke = SMOKE[script]
-    require(smoke.needs)
-    args = smoke.args.replace("{tmp}", str(tmp_path)).split()
+def run_script(script: str, args: list[str]) -> str:
+    """Run ``benchmarks/<script>`` under the harness; its output, once it exited 0 and left nothing."""
     run = SupervisedRun([sys.executable, str(BENCHMARKS / script), *args], script_env()).start()
     try:
         status, leftovers = run.finish(RUN_TIMEOUT_SECONDS)
@@ -161,6 +158,14 @@ def test_script_runs_and_leaves_nothing(script: str, tmp_path: Path) -> None:
         run.kill_everything(set())
     assert status == 0, run.output[-6000:]
     assert leftovers == [], f"{script} left processes behind: {leftovers}\n{run.output[-3000:]}"
+    return run.output
+
+
+@pytest.mark.parametrize("script", sorted(SMOKE))
+def test_script_runs_and_leaves_nothing(script: str, tmp_path: Path) -> None:
+    smoke = SMOKE[script]
+    require(smoke.needs)
+    run_script(script, smoke.args.replace("{tmp}", str(tmp_path)).split())
 
 
 # SIGTERM takes the same path as SIGINT (benchmarks/processes.py: SystemExit for KeyboardInterrupt, the
