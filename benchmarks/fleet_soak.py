@@ -426,9 +426,10 @@ def _send(plan: SenderPlan, counters: Any, start: Any, stop: Any) -> None:
             slots[queue].append(seconds)
 
     names = {host_queue(host.name): host.name for host in plan.hosts}
+    queues = list(names)
 
     def take_probe_requests_for_agents() -> None:
-        full_asked.update(names[queue] for queue in take_probe_requests(broker, list(names), counters))
+        full_asked.update(names[queue] for queue in take_probe_requests(broker, queues, counters))
 
     def drain_probes_while(waiting: Any) -> bool:
         """Take the probe requests every interval while ``waiting()``; False when stopped meanwhile."""
@@ -777,11 +778,13 @@ def run(args: argparse.Namespace, work: Path, env: dict[str, str], database: Any
 
     logging.disable(logging.WARNING)
     rounds = max(1, round(args.minutes * 60 / args.interval_seconds))
+    how = ("; every round queued, then drained" if args.backlog
+           else "; every round queued aside, then sent at the fleet's pace" if args.replay else "")
     print(f"== {args.hosts} hosts x {args.gpus} GPUs, {args.processes} processes each, every "
           f"{args.interval_seconds:g} s for {rounds} rounds; central: {args.workers} {args.pool} worker "
           f"processes{'' if args.no_scheduler or args.backlog else ' and beat'}; {args.senders} senders; "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; full snapshot at least every "
-          f"{settings.GPUADMIN_FULL_SNAPSHOT_SECONDS} s{MODES[mode(args)]} ==", flush=True)
+          f"{settings.GPUADMIN_FULL_SNAPSHOT_SECONDS} s{how} ==", flush=True)
     if args.backlog or args.replay:
         # Every message waits in the queue while the rest are sent: none may expire meanwhile
         # (sending.snapshot_expiry_seconds, in the senders forked from this process).
@@ -961,14 +964,6 @@ def begin_replay(soak: Soak, central: Central, start_beat: Callable[[], Any] | N
     soak.senders, soak.counters, soak.start = [process], [counters], start
     if start_beat is not None:
         central.beat = start_beat()
-
-
-def mode(args: argparse.Namespace) -> str:
-    return "backlog" if args.backlog else "replay" if args.replay else "live"
-
-
-MODES = {"live": "", "backlog": "; every round queued, then drained",
-         "replay": "; every round queued aside, then sent at the fleet's pace"}
 
 
 def how_it_ended(drained_at: float | None, *, backlog: bool, elapsed: float, last_round_at: float) -> str:
