@@ -187,6 +187,23 @@ class CpuSample:
 
 
 @dataclass
+class DatabaseActivity:
+    blocks_read: int  # from the kernel, not in shared buffers
+    blocks_hit: int
+    checkpoints: int
+    autovacuums: int  # autovacuum and autoanalyze runs, every table
+
+    def since(self, before: DatabaseActivity, messages: int) -> str:
+        """The window's columns: blocks read per message, the share found in shared buffers,
+        checkpoints and autovacuum runs."""
+        read, hit = self.blocks_read - before.blocks_read, self.blocks_hit - before.blocks_hit
+        per_message = f"{read / messages:.1f}" if messages else "-"
+        share = f"{100 * hit / (read + hit):.1f}" if read + hit else "-"
+        return (f"{per_message:>8}{share:>7}{self.checkpoints - before.checkpoints:>5}"
+                f"{self.autovacuums - before.autovacuums:>5}")
+
+
+@dataclass
 class Central:
     workers: list[subprocess.Popen[Any]]
     beat: subprocess.Popen[Any] | None
@@ -697,6 +714,22 @@ class Soak:
         raise RuntimeError(f"central's database connections were still open {STATS_SETTLE_TIMEOUT_SECONDS} s "
                            "after its processes stopped")
 
+    def database_activity(self) -> DatabaseActivity:
+        """What PostgreSQL did so far beyond the statements: pages read from outside its shared buffers,
+        checkpoints, autovacuum runs (whose CPU the database's figure includes)."""
+        from django.db import connection
+
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT blks_read, blks_hit FROM pg_stat_database "
+                           "WHERE datname = current_database()")
+            read, hit = cursor.fetchone()
+            cursor.execute("SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter")
+            (checkpoints,) = cursor.fetchone()
+            cursor.execute("SELECT coalesce(sum(autovacuum_count + autoanalyze_count), 0) "
+                           "FROM pg_stat_all_tables")
+            (autovacuums,) = cursor.fetchone()
+        return DatabaseActivity(int(read), int(hit), int(checkpoints), int(autovacuums))
+
     def check_senders(self) -> None:
         for sender, counter in zip(self.senders, self.counters, strict=True):
             if counter[ERRORS] or sender.exitcode not in (None, 0):
@@ -890,6 +923,7 @@ def sample_rounds(soak: Soak, central: Central, clock: float, *, sent_before: li
     (or ``--drain-seconds`` passed, or Ctrl+C)."""
     args = soak.args
     last_sent, last_done, last_cpu = sent_before, done_before, cpu_before
+    last_activity = soak.database_activity()
     last_round_at = clock + soak.rounds * args.interval_seconds
     run = Sampled()
     try:
@@ -897,13 +931,14 @@ def sample_rounds(soak: Soak, central: Central, clock: float, *, sent_before: li
             time.sleep(max(0.0, args.sample_seconds - (time.monotonic() - last_cpu.at)))
             soak.check_senders()
             sent, queued, cpu = soak.sent(), soak.queued(), central.sample()
-            done = soak.stored() + soak.refused()
+            done, activity = soak.stored() + soak.refused(), soak.database_activity()
             window, new = cpu.at - last_cpu.at, done - last_done
             print(f"{time.time() - clock:6.0f}{(sent[FULL] - last_sent[FULL]) / window:12.1f}"
                   f"{(sent[UPDATE] - last_sent[UPDATE]) / window:10.1f}{new / window:11.1f}{queued:9}"
                   f"{sent[LAG_MS] / 1000:7.1f}{per_message_ms(cpu.worker - last_cpu.worker, new):>10}"
-                  f"{per_message_ms(cpu.database - last_cpu.database, new):>7}", flush=True)
-            last_sent, last_done, last_cpu = sent, done, cpu
+                  f"{per_message_ms(cpu.database - last_cpu.database, new):>7}"
+                  f"{activity.since(last_activity, new)}", flush=True)
+            last_sent, last_done, last_cpu, last_activity = sent, done, cpu, activity
             run.peak_backlog = max(run.peak_backlog, queued)
             if not run.gave_up and over_limits(soak, queued):
                 # The shared machine's memory before the figures: a backlog that only grows would hold
@@ -1001,7 +1036,9 @@ def measure(soak: Soak, central: Central, *, start_beat: Callable[[], Any] | Non
     else:
         soak.start.value = clock
     print(f"{'t s':>6}{'sent full/s':>12}{'update/s':>10}{'ingested/s':>11}{'backlog':>9}{'lag s':>7}"
-          f"{'worker ms':>10}{'DB ms':>7}  (CPU per message ingested in the window)", flush=True)
+          f"{'worker ms':>10}{'DB ms':>7}{'reads':>8}{'hit %':>7}{'ckpt':>5}{'avac':>5}  (CPU per message "
+          "ingested in the window; PostgreSQL's blocks read from the kernel per message, the share found "
+          "in shared buffers, checkpoints and autovacuum runs)", flush=True)
     # The windows count from the statistics as they stand (the enrolment's may not all be in yet).
     run = sample_rounds(soak, central, clock, sent_before=sent_before,
                         done_before=soak.stored() + rejections_before, cpu_before=cpu_before)
