@@ -15,7 +15,6 @@ from typing import Any
 
 from celery import Celery, bootsteps, signals
 from celery.worker import state as worker_state
-from django.conf import settings
 from django.db import close_old_connections
 
 from gpuadmin.wire import task_names
@@ -53,14 +52,10 @@ def host_queue(host_name: str) -> str:
     return f"host.{host_name}"
 
 
-def beat_schedule(probe_interval_seconds: float) -> dict[str, dict]:
-    """Central's periodic tasks; each expires before its next run is due."""
+def beat_schedule() -> dict[str, dict]:
+    """Central's periodic tasks; each expires before its next run is due. Probes are not among them:
+    each agent keeps its own clock (``gpuadmin.agent.probing.ProbeClock``)."""
     return {
-        "schedule-probes": {
-            "task": task_names.SCHEDULE_PROBES,
-            "schedule": float(probe_interval_seconds),
-            "options": {"expires": probe_interval_seconds * EXPIRES_SHARE_OF_PERIOD},
-        },
         "sweep-kills": {
             "task": task_names.SWEEP_KILLS,
             "schedule": KILL_SWEEP_PERIOD_SECONDS,
@@ -131,7 +126,7 @@ app = Celery(
     # Central's tasks only: a worker that consumes a host's queue loads gpuadmin.agent.worker,
     # which registers the host side's tasks on this same app.
     include=[
-        "gpuadmin.fleet.tasks",  # central: ingest_snapshot, schedule_probes, maintain_history
+        "gpuadmin.fleet.tasks",  # central: ingest_snapshot, maintain_history
         "gpuadmin.fleet.update_batches",  # central: the consumer of central.updates (a bootstep)
         "gpuadmin.kills.tasks",  # central: record_kill_progress, sweep
         "gpuadmin.notify.tasks",  # central: kill_event, deliver, warn_expiring
@@ -142,7 +137,7 @@ app = Celery(
 )
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.conf.task_routes = (route_task,)
-app.conf.beat_schedule = beat_schedule(settings.GPUADMIN_PROBE_INTERVAL_SECONDS)
+app.conf.beat_schedule = beat_schedule()
 # Remote control off in every worker (central, agents, make run's): its broadcasts come through the
 # broker, which every GPU host can write to. With it on, a `shutdown` stopped central, `add_consumer
 # host.gpu2` made central take gpu2's kill orders, and `inspect conf` answered every setting, the

@@ -7,11 +7,9 @@ loading the agent, and the agent sends its snapshot without loading ingest.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
-from kombu.utils.uuid import uuid
 
 from gpuadmin.celery import CENTRAL_QUEUE, CENTRAL_UPDATES_QUEUE, app, host_queue
 from gpuadmin.wire.task_names import INGEST_SNAPSHOT, INGEST_SNAPSHOT_UPDATE, PROBE_HOST
@@ -25,42 +23,16 @@ def probe_expiry_seconds() -> int:
 
 
 def request_probe(host_name: str, *, full: bool = False) -> None:
-    """Ask a host's agent for a snapshot now: with ``request_probes``, the one way anything sends
-    ``probe_host``.
+    """Ask a host's agent for a snapshot now: the one way anything sends ``probe_host``.
 
-    Sent by name to the host's own queue, expiring after one probe interval.
-    "Probe now" (``gpuadmin.fleet.probes``), a full snapshot asked for and the agent's own start-up
-    probe come through here; central's scheduler asks a round at once (``request_probes``). No
-    database: the agent calls it.
+    Sent by name to the host's own queue, expiring after one probe interval. The agent's own clock
+    (``gpuadmin.agent.probing.ProbeClock``), "probe now" (``gpuadmin.fleet.probes``) and a full
+    snapshot asked for come through here. No database: the agent calls it.
     ``full``: a full snapshot, not an update (central could not apply the host's update).
     """
     # Only when asked: a probe request stays what older agents read.
     extra: dict[str, Any] = {"kwargs": {"full": True}} if full else {}
     app.send_task(PROBE_HOST, queue=host_queue(host_name), expires=probe_expiry_seconds(), **extra)
-
-
-def request_probes(host_names: Iterable[str]) -> None:
-    """``request_probe`` for each host: a round of probes for the whole fleet (every interval, one per
-    host). The round's task message is built once (Celery's ``as_task_v2``: body, headers, expiry) and
-    each host's copy, with an id of its own, goes through Celery's own ``send_task_message`` (routing,
-    declaring, retrying), all on one producer: each agent receives what ``request_probe`` sends it
-    (tests/test_sending.py compares them). Building each message anew was most of a request's cost
-    (benchmarks/probe_requests.py has the two side by side)."""
-    expires = probe_expiry_seconds()
-    parent = app.current_worker_task  # as send_task traces it: under beat's schedule_probes
-    root_id = (parent.request.root_id or parent.request.id) if parent else None
-    template = app.amqp.as_task_v2(
-        "", PROBE_HOST, expires=expires, reply_to=app.thread_oid, root_id=root_id,
-        parent_id=parent.request.id if parent else None,
-        ignore_result=None)  # type: ignore[arg-type]  # what send_task writes when not told
-    with app.producer_or_acquire() as producer:
-        for host_name in host_names:
-            task_id = uuid()
-            message = template._replace(
-                headers={**template.headers, "id": task_id, "root_id": root_id or task_id},
-                properties={**template.properties, "correlation_id": task_id})
-            app.amqp.send_task_message(producer, PROBE_HOST, message, queue=host_queue(host_name),
-                                       expiration=expires)
 
 
 def snapshot_expiry_seconds() -> float:

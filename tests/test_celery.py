@@ -19,11 +19,11 @@ def queue_of(task_name: str, **options: object) -> str:
     return app.amqp.router.route(options, task_name)["queue"].name
 
 
-@pytest.mark.parametrize("interval_seconds", [1, 10, 60])
-def test_every_periodic_task_expires_before_its_next_run(interval_seconds: int) -> None:
-    schedule = beat_schedule(interval_seconds)
+def test_every_periodic_task_expires_before_its_next_run() -> None:
+    schedule = beat_schedule()
+    # No probes among them: each agent keeps its own clock (tests/integration/test_agent_probe_clock.py).
     assert {entry["task"] for entry in schedule.values()} == {
-        "gpuadmin.fleet.schedule_probes", "gpuadmin.kills.sweep", "gpuadmin.fleet.maintain_history",
+        "gpuadmin.kills.sweep", "gpuadmin.fleet.maintain_history",
         "gpuadmin.notify.warn_expiring", "gpuadmin.audit.anchor", "gpuadmin.usage.maintain",
         "gpuadmin.usage.send_digest", "gpuadmin.fairuse.evaluate", "gpuadmin.notify.sync_people",
     }
@@ -31,16 +31,13 @@ def test_every_periodic_task_expires_before_its_next_run(interval_seconds: int) 
         assert 0 < entry["options"]["expires"] < entry["schedule"], entry
 
 
-def test_probes_are_scheduled_every_probe_interval() -> None:
-    from django.conf import settings
-
-    probes = app.conf.beat_schedule["schedule-probes"]
-    assert probes["schedule"] == settings.GPUADMIN_PROBE_INTERVAL_SECONDS
+def test_the_app_runs_that_schedule() -> None:
+    assert app.conf.beat_schedule == beat_schedule()
     assert app.conf.beat_schedule["sweep-kills"]["schedule"] == 5.0
 
 
 @pytest.mark.parametrize("task_name", [
-    "gpuadmin.fleet.ingest_snapshot", "gpuadmin.fleet.schedule_probes", "gpuadmin.fleet.maintain_history",
+    "gpuadmin.fleet.ingest_snapshot", "gpuadmin.fleet.maintain_history",
     "gpuadmin.kills.sweep", "gpuadmin.kills.record_kill_progress", "gpuadmin.audit.anchor",
 ])
 def test_central_tasks_go_to_the_central_queue_unless_told_otherwise(task_name: str) -> None:

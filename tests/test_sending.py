@@ -4,17 +4,19 @@ settings' embedded broker, read back with kombu. Workers taking them: tests/inte
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import UTC, datetime, timedelta
 
 from kombu.message import Message
 
-from gpuadmin.celery import app, host_queue
-from gpuadmin.sending import probe_expiry_seconds, request_probe, request_probes
-from gpuadmin.wire.task_names import PROBE_HOST
-
-# What differs between two messages of the same task by design: their ids, and the moment they expire.
-OWN = {"id", "root_id", "expires", "correlation_id", "delivery_tag", "delivery_info"}
+from gpuadmin.celery import CENTRAL_QUEUE, CENTRAL_UPDATES_QUEUE, app, host_queue
+from gpuadmin.sending import (
+    probe_expiry_seconds,
+    request_probe,
+    send_snapshot,
+    send_snapshot_update,
+    snapshot_expiry_seconds,
+)
+from gpuadmin.wire.task_names import INGEST_SNAPSHOT, INGEST_SNAPSHOT_UPDATE, PROBE_HOST
 
 
 def taken(queue_name: str) -> Message:
@@ -25,26 +27,32 @@ def taken(queue_name: str) -> Message:
         return message
 
 
-def alike(message: Message) -> dict[str, Any]:
-    return {"headers": {k: v for k, v in message.headers.items() if k not in OWN},
-            "properties": {k: v for k, v in message.properties.items() if k not in OWN},
-            "body": message.decode(), "content_type": message.content_type}
+def test_a_probe_request_goes_to_its_hosts_queue_expiring_within_one_interval() -> None:
+    name = f"gpu-ask-{uuid.uuid4().hex[:8]}"
+    request_probe(name)
+    plain = taken(host_queue(name))
+    request_probe(name, full=True)
+    full = taken(host_queue(name))
 
-
-def test_a_round_of_probe_requests_sends_each_host_what_request_probe_sends_it() -> None:
-    names = [f"gpu-round-{uuid.uuid4().hex[:8]}-{n}" for n in range(3)]
-    request_probe(names[0])
-    alone = taken(host_queue(names[0]))
-    request_probes(names)
-    round_ = [taken(host_queue(name)) for name in names]
-
-    assert alone.headers["task"] == PROBE_HOST and alone.decode() == [[], {}, {
-        "callbacks": None, "errbacks": None, "chain": None, "chord": None}]
-    assert [alike(message) for message in round_] == [alike(alone)] * 3
-    # Each its own id; expiring one interval after it was sent, as request_probe's does.
-    ids = [message.headers["id"] for message in round_]
-    assert len({*ids, alone.headers["id"]}) == 4
-    assert all(m.headers["root_id"] == m.properties["correlation_id"] == m.headers["id"] for m in round_)
+    assert plain.headers["task"] == full.headers["task"] == PROBE_HOST
+    embed = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
+    # Only an ask for a full snapshot says so: a plain request stays what older agents read.
+    assert (plain.decode(), full.decode()) == ([[], {}, embed], [[], {"full": True}, embed])
     interval = timedelta(seconds=probe_expiry_seconds())
-    expires = [datetime.fromisoformat(m.headers["expires"]) for m in (alone, *round_)]
-    assert max(expires) - min(expires) < interval
+    for message in (plain, full):
+        expires = datetime.fromisoformat(message.headers["expires"])
+        assert timedelta(0) < expires - datetime.now(expires.tzinfo) <= interval
+
+
+def test_snapshots_and_updates_go_to_centrals_two_queues_expiring_after_the_offline_window() -> None:
+    message = {"text": "{}", "signature": "x"}
+    send_snapshot(message)
+    send_snapshot_update(message)
+    snapshot, update = taken(CENTRAL_QUEUE), taken(CENTRAL_UPDATES_QUEUE)
+
+    assert (snapshot.headers["task"], update.headers["task"]) == (INGEST_SNAPSHOT, INGEST_SNAPSHOT_UPDATE)
+    assert snapshot.decode()[0] == update.decode()[0] == [message]
+    window = timedelta(seconds=snapshot_expiry_seconds())
+    for sent in (snapshot, update):
+        left = datetime.fromisoformat(sent.headers["expires"]) - datetime.now(UTC)
+        assert window - timedelta(seconds=30) < left <= window

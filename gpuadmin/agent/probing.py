@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from celery.signals import worker_ready
+from celery import bootsteps
 from django.conf import settings
 
 from gpuadmin.agent.snapshot_choice import Choice, Limits, choose
@@ -82,20 +82,53 @@ def probe_host(full: bool = False) -> int:
     return size_bytes
 
 
-@worker_ready.connect
-def probe_on_worker_start(sender: Any = None, **kwargs: Any) -> None:
-    """A new agent shows up at once instead of at central's next scheduled probe.
+class ProbeClock(bootsteps.StartStopStep):
+    """The agent's own probe clock: a probe as its consumer starts, then one every
+    ``GPUADMIN_PROBE_INTERVAL_SECONDS``.
 
-    The request goes through this host's own queue, so the probe runs in the
-    worker's pool like every other probe and the consumer is not held up.
+    The host decides when it is probed, not central: a central that falls behind (a scheduler's
+    round queued behind the snapshots it is ingesting) would otherwise ask for fewer, and the fleet
+    would go quiet, then all come back at once. Each request goes through this host's own queue
+    (``request_probe``), so the probe runs in the worker's pool like "probe now" and central's asks
+    for a full snapshot, and expires there after one interval when the pool is busy. The consumer
+    starts again after a lost broker: the host shows up at once when it comes back.
     """
-    consumer = sender
-    if getattr(consumer, "app", None) is not app:
-        return
-    own_queue = host_queue(settings.GPUADMIN_HOST_NAME)
-    consumed = {queue.name for queue in consumer.task_consumer.queues}
-    if own_queue not in consumed:
-        return  # a central-only worker: it has no host to probe
-    key = agent_signing_key()  # made now on the first start, and its fingerprint logged
-    logger.info("agent %s signs with key %s", settings.GPUADMIN_HOST_NAME, fingerprint(key))
-    request_probe(settings.GPUADMIN_HOST_NAME)
+
+    label = "probe clock"
+    requires = ("celery.worker.consumer.tasks:Tasks",)
+
+    def __init__(self, c: Any, **kwargs: Any) -> None:
+        self.timer_entry: Any = None
+        super().__init__(c, **kwargs)
+
+    def start(self, c: Any) -> None:
+        if c.app is not app:
+            return
+        host_name = settings.GPUADMIN_HOST_NAME
+        if host_queue(host_name) not in {queue.name for queue in c.task_consumer.queues}:
+            return  # a central-only worker: it has no host to probe
+        key = agent_signing_key()  # made now on the first start, and its fingerprint logged
+        logger.info("agent %s signs with key %s; probing every %s s", host_name, fingerprint(key),
+                    settings.GPUADMIN_PROBE_INTERVAL_SECONDS)
+        self.ask(host_name)
+        self.timer_entry = c.timer.call_repeatedly(settings.GPUADMIN_PROBE_INTERVAL_SECONDS, self.ask,
+                                                   (host_name,))
+
+    def stop(self, c: Any) -> None:
+        if self.timer_entry is not None:
+            self.timer_entry.cancel()
+            self.timer_entry = None
+
+    shutdown = stop
+
+    @staticmethod
+    def ask(host_name: str) -> None:
+        try:
+            request_probe(host_name)
+        except Exception:
+            # The broker away: the consumer notices it itself and starts again (and this clock with
+            # it); a missed tick is one probe fewer, never a stopped clock.
+            logger.exception("could not ask this host (%s) for its probe", host_name)
+
+
+app.steps["consumer"].add(ProbeClock)

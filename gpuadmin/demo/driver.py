@@ -18,7 +18,8 @@ GPU_FILE_EVERY_SECONDS = 1.0
 
 
 def drop_probe_requests(app: Any, queues: list[str]) -> None:
-    """Central asks the synthetic hosts for probes like any host; no agent consumes them, so they go here."""
+    """Central may ask a synthetic host for a probe like any host ("probe now", a host just accepted);
+    no agent consumes them, so they go here."""
     with app.connection_for_write() as connection:
         for queue in queues:
             connection.default_channel.queue_purge(queue)

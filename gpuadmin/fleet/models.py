@@ -108,8 +108,6 @@ class Host(models.Model):
     # The last rejected snapshot's error, shown on the host page until a good one arrives.
     last_error = models.TextField(blank=True)
     last_error_at = models.DateTimeField(null=True, blank=True)
-    # When central last sent this host a probe task: hosts offline for long are probed less often.
-    last_probe_sent_at = models.DateTimeField(null=True, blank=True)
     # The host's Ed25519 key (docs/security.md, gpuadmin/fleet/intake/trust.py): offered by its
     # first signed snapshot, trusted once an approver accepted it. Until then nothing it
     # sends is stored and no order is sent to it; afterwards only what this key signed counts.

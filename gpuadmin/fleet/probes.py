@@ -1,10 +1,9 @@
-"""Central's side of probing: which hosts are due a probe, and "probe now".
+"""Central's side of probing: "probe now".
 
-Every probe leaves through ``gpuadmin.sending`` (``request_probe``, a round through
-``request_probes``: by name, to the host's own queue, expiring after one interval). What
-central adds is the bookkeeping: ``Host.last_probe_sent_at``, so that hosts offline for
-long are asked less often; written only for them (and by "probe now"), as nothing else
-reads it.
+Each agent probes on its own clock (``gpuadmin.agent.probing.ProbeClock``); central asks only for
+more: "probe now" here, a full snapshot when it could not apply an update, and a host just
+accepted. Every ask leaves through ``gpuadmin.sending.request_probe``: by name, to the host's own
+queue, expiring after one interval.
 """
 
 from __future__ import annotations
@@ -16,11 +15,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from gpuadmin.fleet.models import Host
-from gpuadmin.sending import probe_expiry_seconds, request_probe, request_probes
-
-# A host offline this long is probably down or gone: probe it once a minute only.
-LONG_OFFLINE_AFTER = timedelta(hours=1)
-LONG_OFFLINE_PROBE_EVERY = timedelta(minutes=1)
+from gpuadmin.sending import request_probe
 
 
 class ProbeTooSoon(Exception):
@@ -53,7 +48,7 @@ def probe_now(host_name: str, *, now: datetime | None = None) -> None:
         raise Host.DoesNotExist(f"no host named {host_name!r}")
     previous = row["probe_now_sent_at"]
     taken = host.filter(Q(probe_now_sent_at__isnull=True) | Q(probe_now_sent_at__lte=now - interval)).update(
-        probe_now_sent_at=now, last_probe_sent_at=now
+        probe_now_sent_at=now
     )
     if not taken:
         sent_at = host.values_list("probe_now_sent_at", flat=True).first() or now
@@ -64,43 +59,3 @@ def probe_now(host_name: str, *, now: datetime | None = None) -> None:
         # Not sent: give the slot back so that the next press can try again.
         host.filter(probe_now_sent_at=now).update(probe_now_sent_at=previous)
         raise
-
-
-def send_due_probes(now: datetime | None = None) -> list[str]:
-    """Send a probe to every known host that is due one; return their names.
-
-    Hosts awaiting acceptance get none: anyone can make up their names, and
-    accepting one asks it for a snapshot at once (``fleet.intake.trust``).
-
-    Every host is due each interval, except hosts offline for more than
-    LONG_OFFLINE_AFTER, which are due once per LONG_OFFLINE_PROBE_EVERY (their
-    probes still expire, so an agent that comes back runs at most one). Only
-    theirs is recorded: a fleet's hosts are nearly all heard from, and writing
-    each one's row every interval (10,000 at a lab's size) took their row locks
-    from under ingest for nothing.
-    """
-    now = now or timezone.now()
-    due, recorded = [], []
-    hosts = Host.objects.fleet().only("pk", "name", "last_seen_at", "first_seen_at", "last_probe_sent_at")
-    for host in hosts:
-        long_offline = _long_offline(host, now)
-        if not long_offline or _long_offline_probe_due(host, now):
-            due.append(host.name)
-            if long_offline:
-                recorded.append(host.pk)
-    request_probes(due)
-    if recorded:
-        Host.objects.filter(pk__in=recorded).update(last_probe_sent_at=now)
-    return due
-
-
-def _long_offline(host: Host, now: datetime) -> bool:
-    return now - (host.last_seen_at or host.first_seen_at) > LONG_OFFLINE_AFTER
-
-
-def _long_offline_probe_due(host: Host, now: datetime) -> bool:
-    if host.last_probe_sent_at is None:
-        return True
-    # A little slack: beat's ticks are not exactly one interval apart.
-    slack = timedelta(seconds=probe_expiry_seconds() / 2)
-    return now - host.last_probe_sent_at >= LONG_OFFLINE_PROBE_EVERY - slack

@@ -19,12 +19,10 @@ from gpuadmin.fleet.intake import trust
 from gpuadmin.fleet.intake.ingest import receive_snapshot
 from gpuadmin.fleet.intake.updates import receive_snapshot_update
 from gpuadmin.fleet.intake.validation import SnapshotRejected
-from gpuadmin.fleet.probes import send_due_probes
 from gpuadmin.wire.task_names import (
     INGEST_SNAPSHOT,
     INGEST_SNAPSHOT_UPDATE,
     MAINTAIN_HISTORY,
-    SCHEDULE_PROBES,
 )
 
 logger = logging.getLogger(__name__)
@@ -72,12 +70,6 @@ def ingest_snapshot_update_task(self: Task, message: Any) -> str | None:
                        refused)
         return None
     return host.name if host is not None else None
-
-
-@app.task(name=SCHEDULE_PROBES, queue=CENTRAL_QUEUE)
-def schedule_probes() -> int:
-    """Send the probes that are due (run by beat every probe interval); return how many."""
-    return len(send_due_probes())
 
 
 @app.task(name=MAINTAIN_HISTORY, queue=CENTRAL_QUEUE)

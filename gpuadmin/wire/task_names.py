@@ -22,7 +22,6 @@ EXECUTE_KILL_ORDER = "gpuadmin.agent.execute_kill_order"
 # Central side: run by central workers (queue `central`), which have the database.
 INGEST_SNAPSHOT = "gpuadmin.fleet.ingest_snapshot"
 INGEST_SNAPSHOT_UPDATE = "gpuadmin.fleet.ingest_snapshot_update"  # what moved since a snapshot
-SCHEDULE_PROBES = "gpuadmin.fleet.schedule_probes"
 MAINTAIN_HISTORY = "gpuadmin.fleet.maintain_history"
 RECORD_KILL_PROGRESS = "gpuadmin.kills.record_kill_progress"
 SWEEP_KILLS = "gpuadmin.kills.sweep"

@@ -63,7 +63,6 @@ SMOKE: dict[str, Smoke] = {
     "mutation.py": Smoke("states --out {tmp}/mutation.json --workdir {tmp}/copies"),
     "nvml_check.py": Smoke(""),  # no GPU here: it says so and exits 0
     "pages.py": Smoke("--hosts 2 --big-holders 10 --repeats 1 --no-wait"),
-    "probe_requests.py": Smoke("--hosts 5 --repeats 1 --postgres --no-wait", ("postgres", "redis")),
     "probe_vs_manual.py": Smoke("--processes 40 --device-holders 2 --repeats 1"),
     "snapshot_budget.py": Smoke("--workers 5"),
     "snapshot_updates.py": Smoke("--hosts 3 --gpus 1 --processes 5 --rounds 1 --batch 2 --database sqlite "

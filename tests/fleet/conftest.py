@@ -30,19 +30,12 @@ def ingest() -> Callable[..., Host]:
 
 @pytest.fixture
 def sent(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
-    """Every task central sends, as {name, args, queue, expires}, instead of reaching a broker: through
-    ``send_task``, or a round of probe requests (``sending.request_probes``) message by message, with
-    its producer."""
+    """Every task central sends through ``send_task``, as {name, args, queue, expires}, instead of
+    reaching a broker."""
     calls: list[dict[str, Any]] = []
 
     def send_task(name: str, *args: Any, **options: Any) -> None:
         calls.append({"name": name, "args": args, **options})
 
-    def send_task_message(producer: Any, name: str, message: Any, *, queue: str, expiration: float,
-                          **_: Any) -> None:
-        calls.append({"name": name, "args": tuple(message.body[0]), "queue": queue, "expires": expiration,
-                      "producer": producer})
-
     monkeypatch.setattr(app, "send_task", send_task)
-    monkeypatch.setattr(app.amqp, "send_task_message", send_task_message)
     return calls

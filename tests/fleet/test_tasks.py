@@ -1,4 +1,4 @@
-"""The fleet's Celery tasks: ingest (rejections are final, database errors retry) and probe scheduling.
+"""The fleet's Celery tasks: ingest (rejections are final, database errors retry) and history's upkeep.
 
 The tasks are thin; what they call is tested on its own (test_ingest.py,
 test_probes.py). Here: their names, queues and retry policies.
@@ -7,7 +7,6 @@ test_probes.py). Here: their names, queues and retry policies.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -15,20 +14,11 @@ from django.db import OperationalError
 
 from gpuadmin.fleet import tasks
 from gpuadmin.fleet.models import Host, LatestSnapshot, SnapshotRejection
-from gpuadmin.fleet.tasks import INGEST_MAX_RETRIES, ingest_snapshot_task, schedule_probes
+from gpuadmin.fleet.tasks import INGEST_MAX_RETRIES, ingest_snapshot_task
 from tests.factories import proc, snapshot
-from tests.fleet.helpers import T0
 from tests.keys import accept, signed_snapshot
 
 pytestmark = pytest.mark.django_db
-
-
-def test_schedule_probes_task_sends_and_counts(sent: list[dict[str, Any]]) -> None:
-    now = datetime.now(T0.tzinfo)
-    Host.objects.create(name="gpu01", first_seen_at=now - timedelta(days=1), last_seen_at=now)
-    assert schedule_probes.apply().get() == 1
-    assert [c["queue"] for c in sent] == ["host.gpu01"]
-    assert schedule_probes.queue == "central"
 
 
 def test_ingest_task_stores_a_good_snapshot_signed_by_the_hosts_accepted_key() -> None:

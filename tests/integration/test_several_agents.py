@@ -1,7 +1,7 @@
 """Three real agents, one central, on PostgreSQL and a real redis-server.
 
 Central is a Celery worker on the `central` queue plus Celery beat (the
-probe schedule and the kill sweeper), both on this test's PostgreSQL
+kill sweeper; each agent probes on its own clock), both on this test's PostgreSQL
 database. Each agent is its own `python -m gpuadmin.agent` process with its
 own host name, data directory, signing key and simulated GPU file. On one
 machine the agents share a process table, so who acted is proved by the

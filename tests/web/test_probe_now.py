@@ -31,7 +31,7 @@ def test_probe_now_sends_a_probe_and_says_so(viewer_client):
     response = viewer_client.post(URL)
     assert response.status_code == 302
     assert response["Location"] == reverse("host_detail", kwargs={"name": "gpu01"})
-    assert Host.objects.get(name="gpu01").last_probe_sent_at is not None
+    assert Host.objects.get(name="gpu01").probe_now_sent_at is not None
     sent = set(queue.iterdir()) - before
     assert len(sent) == 1
     assert "gpu01" in next(iter(sent)).read_text()  # routed to the host's queue

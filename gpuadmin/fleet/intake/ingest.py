@@ -297,7 +297,7 @@ def _update_host(
     host.history_processes_kept_count = cap if mattering_count > cap else 0
     record.decide_host_sample(host, zombies=counts["zombies"], uninterruptible=counts["uninterruptible"],
                               pids_in_use=facts["pids_in_use"], pid_max=facts["pid_max"], taken_at=taken_at)
-    # Named fields only: the scheduler writes last_probe_sent_at on the same row concurrently.
+    # Named fields only: "probe now" writes probe_now_sent_at on the same row concurrently.
     _UPDATE_HOST.run(id=host.pk, **{name: getattr(host, name) for name in _HOST_SNAPSHOT_FIELDS})
 
 

@@ -366,7 +366,7 @@ def accept_host(name: str, *, actor: Any = None, actor_name: str = "", expected_
 
 
 def _probe_soon(host_name: str) -> None:
-    """Ask the new host for a snapshot now rather than at its next scheduled probe."""
+    """Ask the new host for a snapshot now rather than at its clock's next probe."""
     from gpuadmin.fleet.probes import probe_now
 
     try:
