@@ -4,7 +4,8 @@ Starts a throwaway PostgreSQL and redis-server (tests/services.py), central's wo
 (``celery -A gpuadmin worker -Q central --concurrency W``: the production app and tasks, a prefork pool
 of ``--workers`` processes; ``--pool solo``: ``--workers`` workers, each running its tasks in its own
 process, no pool) and, unless ``--no-scheduler``, central's beat (``celery -A gpuadmin
-beat``: probe requests to every host each interval, history upkeep every 5 minutes). Then:
+beat``: the kill sweeper, history upkeep every 5 minutes; probes are the agents' own, on their
+clocks, which the senders keep). Then:
 
 1. enrolment: every host's key accepted before it sends anything, as ``manage.py accept_host NAME
    --public-key KEY`` does (``trust.accept_host``, one audit event each), timed; then each host's
@@ -17,8 +18,9 @@ beat``: probe requests to every host each interval, history upkeep every 5 minut
    interval): the message chosen by ``gpuadmin.agent.snapshot_choice.choose`` (a full snapshot when
    the processes changed, when central asked for one, or on the timer; else a signed update),
    published by ``gpuadmin.sending`` exactly as the agent publishes it. Before each round a sender
-   takes its hosts' probe requests off their queues (what their agents would consume), and one
-   asking for a full snapshot makes the host's next message one;
+   takes central's probe requests for its hosts off their queues (what their agents would consume:
+   "probe now", an ask for a full snapshot), and one asking for a full snapshot makes the host's
+   next message one;
 3. the change model (this script, over ``gpuadmin.fleet.synthetic``'s hosts, whose figures already
    move a little each round): each round about ``--job-change-percent`` % of hosts start or end a
    job (one launcher and its workers vanish, or come back as new processes: a full snapshot); one host
@@ -837,7 +839,7 @@ def run(args: argparse.Namespace, work: Path, env: dict[str, str], database: Any
         beats.append(celery(["beat", "--loglevel", "INFO"], env, work / "beat.log"))
         return beats[-1]
 
-    # --replay starts it with the replay: its probe requests are the pacer's to take.
+    # --replay starts it with the replay, so that its periodic tasks run on the replay's clock.
     beat = None if args.no_scheduler or args.backlog or args.replay else start_beat()
     senders: list[Any] = []
     forked: list[Any] = []  # the senders and the pacer, stopped on the way out
@@ -1176,7 +1178,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--drain-seconds", type=float, default=600.0,
                         help="how long after the last round the queue may take to drain")
     parser.add_argument("--repeats", type=int, default=20, help="timed requests per page (after 2 warm-ups)")
-    parser.add_argument("--no-scheduler", action="store_true", help="run no beat (no probe requests)")
+    parser.add_argument("--no-scheduler", action="store_true", help="run no beat (no sweeps, no upkeep)")
     how = parser.add_mutually_exclusive_group()
     how.add_argument("--backlog", action="store_true",
                      help="send every round while central's worker is stopped, then time the drain (no beat)")
