@@ -14,7 +14,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from gpuadmin.audit.models import AuditEvent
+from gpuadmin.audit.models import Action, AuditEvent
 from gpuadmin.fleet.intake import trust
 from gpuadmin.fleet.intake.ingest import receive_snapshot
 from gpuadmin.fleet.intake.validation import SnapshotRejected
@@ -187,6 +187,20 @@ def test_an_offer_renewed_by_snapshots_does_not_expire_and_a_rekeyed_host_keeps_
     assert not host.public_key and not host.awaiting_acceptance
     assert LatestSnapshot.objects.filter(host=host).exists()
     assert Host.objects.get(name="renewed").awaiting_acceptance
+
+
+def test_an_agent_renewing_its_offer_every_interval_writes_one_audit_event(settings) -> None:
+    """An agent awaiting acceptance probes on its own clock: each snapshot renews the offer, and only
+    the first is an event in the audit log."""
+    key, now = generate_private_key(), timezone.now()
+    interval = timedelta(seconds=settings.GPUADMIN_PROBE_INTERVAL_SECONDS)
+    for tick in range(5):
+        offer("waiting", key=key, received_at=now + tick * interval)
+
+    assert AuditEvent.objects.filter(action=Action.HOST_KEY_OFFERED).count() == 1
+    host = Host.objects.get(name="waiting")
+    assert host.key_offered_at == now + 4 * interval
+    assert host.awaiting_acceptance and not LatestSnapshot.objects.filter(host=host).exists()
 
 
 def test_one_key_offers_one_host() -> None:
