@@ -29,9 +29,10 @@ def _migrate(target: list[tuple[str, str]] | None = None) -> None:
     executor.migrate(target or executor.loader.graph.leaf_nodes())
 
 
-def _columns(tables: list[str]) -> list[list[object]]:
+def _columns(tables: list[str], *, leaving_out: frozenset[str] = frozenset()) -> list[list[object]]:
     with connection.cursor() as cursor:
-        return [connection.introspection.get_table_description(cursor, table) for table in tables]
+        return [[column for column in connection.introspection.get_table_description(cursor, table)
+                 if column.name not in leaving_out] for table in tables]
 
 
 # --- room on the pages ------------------------------------------------------------------------------
@@ -39,6 +40,8 @@ def _columns(tables: list[str]) -> list[list[object]]:
 REWRITTEN = [Host, Gpu, LatestSnapshot, HostSummary, UsageCursor]
 BEFORE_ROOM = [("fleet", "0019_history_sampled_figures"), ("usage", "0002_busy_measured_or_estimated")]
 BEFORE_LIVES = [("fleet", "0009_process_life_description_digest")]
+# Columns that migrations after BEFORE_ROOM removed, back there while it is the state.
+REMOVED_AFTER_ROOM = frozenset({"last_probe_sent_at"})  # fleet 0022
 
 
 
@@ -79,7 +82,7 @@ def test_the_migrations_leave_the_columns_as_they_were_both_ways() -> None:
     before = _columns(tables)
     try:
         _migrate(BEFORE_ROOM)
-        assert _columns(tables) == before
+        assert _columns(tables, leaving_out=REMOVED_AFTER_ROOM) == before
         _migrate(BEFORE_LIVES)
     finally:
         _migrate()
