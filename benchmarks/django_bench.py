@@ -86,12 +86,12 @@ def setup_django(database_url: str | None = None) -> None:
 
 
 @contextlib.contextmanager
-def django_with_redis(prefix: str, *, wait: bool = True, database_url: str | None = None) -> Iterator[str]:
+def django_with_redis(prefix: str, *, wait: bool = True) -> Iterator[str]:
     """A throwaway data directory, a redis-server of its own as the broker (REDIS_URL) and Django on
-    SQLite (or ``database_url``) set up on them; yields the broker's URL."""
+    SQLite set up on them; yields the broker's URL."""
     from tests import services
 
     with throwaway_data_dir(prefix, wait=wait), services.redis_server() as redis:
         os.environ["REDIS_URL"] = redis.url
-        setup_django(database_url)
+        setup_django()
         yield redis.url
