@@ -3,7 +3,9 @@
 Celery's Django fixup closes the connection around every task unless told
 otherwise; each snapshot then started a PostgreSQL server process of its own.
 The test watches the worker's sessions in pg_stat_activity while it stores
-three snapshots no host signed (each a row in the rejection log: a write).
+three snapshots no host signed (each a row in the rejection log: a write). The worker names its
+sessions (application_name) so that sessions other tests left on the same database (a thread's
+connection not yet collected) are not counted as the worker's.
 """
 
 from __future__ import annotations
@@ -24,18 +26,22 @@ pytestmark = [pytest.mark.services, pytest.mark.postgres,
               pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
 
+WORKER_APPLICATION = "gpuadmin-test-central-worker"
+
+
 def worker_sessions() -> dict[int, str]:
-    """Other sessions on this test's database (the worker's), by server process id, with their state."""
+    """The worker's sessions on this test's database, by server process id, with their state."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT pid, state FROM pg_stat_activity "
-                       "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+                       "WHERE datname = current_database() AND application_name = %s", [WORKER_APPLICATION])
         return dict(cursor.fetchall())
 
 
 def test_a_central_worker_keeps_its_database_connection_from_one_task_to_the_next(
     start_worker: Callable[..., Worker], redis_server: RedisServer,
 ) -> None:
-    central = start_worker("central", CENTRAL_QUEUE, DATABASE_URL=database_url_for_workers(),
+    named_sessions = f"{database_url_for_workers()}?application_name={WORKER_APPLICATION}"
+    central = start_worker("central", CENTRAL_QUEUE, DATABASE_URL=named_sessions,
                            GPUADMIN_HOST_NAME="central-connections")
 
     def ingest(count: int) -> None:
