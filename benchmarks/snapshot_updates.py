@@ -22,12 +22,13 @@ and the raw sample rows they wrote per update. Raw samples are written when a fi
 step and at least every GPUADMIN_HISTORY_RAW_SECONDS (60): rounds that span less than that leave the
 heartbeat's rows out, so measure history with ``--rounds 6`` or more.
 
-``--profile N``: cProfile of the update rounds (the batched ones with ``--batch``) in CPU time (their
-CPU figures are then the profiler's), the N costliest functions by cumulative and by own time.
+``--profile N``: cProfile of the update rounds (the batched ones with ``--batch``; the full rounds
+with ``--profile-full``) in CPU time (their CPU figures are then the profiler's), the N costliest
+functions by cumulative and by own time.
 
     python benchmarks/snapshot_updates.py [--hosts 200] [--gpus 8] [--processes 200] [--rounds 3]
                                           [--database sqlite|postgresql|both] [--no-wait] [--profile N]
-                                          [--batch N]
+                                          [--profile-full] [--batch N]
 """
 
 from __future__ import annotations
@@ -101,11 +102,11 @@ def raw_sample_rows() -> int:
     return GpuSample.objects.count() + HostSample.objects.count()
 
 
-def receive_all(messages: list[tuple[str, dict[str, Any]]],
-                profiler: cProfile.Profile | None = None) -> dict[str, list[float]]:
+def receive_all(messages: list[tuple[str, dict[str, Any]]], profiler: cProfile.Profile | None = None,
+                profiled: str = "snapshot_update") -> dict[str, list[float]]:
     """Receive each message as its task would; per kind: [count, wall s, CPU s, server CPU s, bytes,
     median CPU s of one message] (the median: what the others' bursts on a shared machine move least).
-    ``profiler``: enabled around each update received."""
+    ``profiler``: enabled around each message of the ``profiled`` kind received."""
     from gpuadmin.fleet.intake.ingest import receive_snapshot
     from gpuadmin.fleet.intake.updates import receive_snapshot_update
     from gpuadmin.wire.signing import canonical_json
@@ -117,7 +118,7 @@ def receive_all(messages: list[tuple[str, dict[str, Any]]],
     for kind, message in messages:
         size = len(canonical_json(message))
         server_began = process_cpu_seconds(server)
-        profiling = profiler is not None and kind == "snapshot_update"
+        profiling = profiler is not None and kind == profiled
         began, cpu_began = time.perf_counter(), time.process_time()
         if profiling:
             profiler.enable()
@@ -212,20 +213,23 @@ def run_database(args: argparse.Namespace, vendor: str) -> None:
     print(f"{'phase':8}{'kind':17}{'messages':>9}{'per s':>11}{'CPU ms':>10}{'p50':>8}{'DB CPU ms':>10}"
           f"{'bytes':>12}")
     with tempfile.TemporaryDirectory(prefix="gpuadmin-agent-states-") as states:
-        full = signed_rounds(hosts, 1, args.rounds, enrolled_at, Path(states), full=True)
-        report("full", receive_all(full))
-        updates = signed_rounds(hosts, 1 + args.rounds, args.rounds, enrolled_at, Path(states), full=False)
-        before, rows_before = history_bytes(), raw_sample_rows()
         # CPU time, not wall: what is spent here, not the waits on the database server.
         profiler = cProfile.Profile(time.process_time) if args.profile else None
-        received = receive_all(updates, None if args.batch else profiler)
-        report("updates" if profiler is None or args.batch else "updates*", received)
+        full_profiler = profiler if args.profile_full else None
+        update_profiler = None if args.batch or args.profile_full else profiler
+        full = signed_rounds(hosts, 1, args.rounds, enrolled_at, Path(states), full=True)
+        report("full" if full_profiler is None else "full*", receive_all(full, full_profiler, "snapshot"))
+        updates = signed_rounds(hosts, 1 + args.rounds, args.rounds, enrolled_at, Path(states), full=False)
+        before, rows_before = history_bytes(), raw_sample_rows()
+        received = receive_all(updates, update_profiler)
+        report("updates" if update_profiler is None else "updates*", received)
         after, rows_after = history_bytes(), raw_sample_rows()
         if args.batch:
             batched = signed_rounds(hosts, 1 + 2 * args.rounds, args.rounds, enrolled_at, Path(states),
                                     full=False)
-            batch_figures = receive_batches(batched, args.batch, profiler)
-            report("batched" if profiler is None else "batched*", batch_figures)
+            batch_profiler = None if args.profile_full else profiler
+            batch_figures = receive_batches(batched, args.batch, batch_profiler)
+            report("batched" if batch_profiler is None else "batched*", batch_figures)
     if profiler is not None:
         print("* under the profiler")
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(args.profile)
@@ -257,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
                              "consumer takes them (receive_snapshot_updates)")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="profile the update rounds: the N costliest functions")
+    parser.add_argument("--profile-full", action="store_true",
+                        help="with --profile: profile the full rounds instead")
     args = parser.parse_args(argv)
     processes.guard()
     given = sys.argv[1:] if argv is None else argv

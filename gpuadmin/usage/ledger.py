@@ -30,8 +30,9 @@ host), and each holder only the totals it joined at; its figures are the differe
 measured figure (few: only where NVML gives one) keeps its own busy counter in its device's entry,
 with the estimated shares that went past it while measured, to take from the difference. A snapshot
 whose holders are the ones before (most of them) rewrites the device totals and the holders'
-memory, a few hundred bytes; the holders' list is read and rewritten only when one comes or goes,
-and when the cursor is *settled*: written to ``LifeUsage`` and ``UsageDay``, at most every
+memory, a few hundred bytes; an update finds the holders whose memory moved in the holders' *index*
+(their identities alone: a tenth of the list's bytes); the holders' list is read and rewritten only
+when one comes or goes, and when the cursor is *settled*: written to ``LifeUsage`` and ``UsageDay``, at most every
 ``GPUADMIN_USAGE_FLUSH_SECONDS`` and at each UTC midnight.
 """
 
@@ -86,6 +87,15 @@ class Holder(msgspec.Struct, array_like=True):
         return (self.boot_id, self.pid, self.start_time_ticks, self.device_uuid)
 
 
+class HolderIndex(msgspec.Struct, array_like=True):
+    """The holders' identities alone, in the holders' list's order, for an update to look a holder up
+    without reading that long list: the devices held, and per holder its pid, start ticks and device
+    (its place in ``devices``). The boot id is left out: every holder is one snapshot's."""
+
+    devices: list[str]
+    holders: list[tuple[int, int, int]]
+
+
 class Own(msgspec.Struct, array_like=True):
     """A holder's measured busy time on a device since the cursor was settled: its utilisation in the
     latest snapshot (None: none given there), the milliseconds busy by it, and the estimated shares
@@ -121,25 +131,26 @@ _encode = msgspec.json.Encoder().encode
 _decode_devices = msgspec.json.Decoder(dict[str, Device]).decode
 _decode_bytes = msgspec.json.Decoder(list[tuple[int, int]]).decode
 _decode_holders = msgspec.json.Decoder(list[Holder]).decode
+_decode_index = msgspec.json.Decoder(HolderIndex).decode
 _decode_pending = msgspec.json.Decoder(list[Settled]).decode
 
 _STEADY_COLUMNS = ["taken_at", "day_start", "settled_at", "clock_milliseconds", "devices", "holder_bytes",
                    "holders_digest"]
 _CURSOR = PreparedQuery(
     UsageCursor.objects.filter(host=Param(UsageCursor, "host")).values_list(*_STEADY_COLUMNS))
-# The holders' list and what is pending, read only when a snapshot needs them (Cursor._load), compiled
-# once: an update naming a process reads them, and the ORM's compiling was a third of its CPU.
+# The holders' list and what is pending, read only when needed whole (Cursor._load: a holder came or
+# went, or the cursor is settled), compiled once: the ORM's compiling was a third of an update's CPU.
 _HOLDERS = PreparedQuery(
     UsageCursor.objects.filter(host=Param(UsageCursor, "host")).values_list("holders", "pending"))
-# Updates' cursors, of any number of hosts: with the lists, which an update naming processes reads
-# (Cursor._load), in the same row.
+# Updates' cursors, of any number of hosts: with the holders' index, which an update naming processes
+# looks holders up in, in the same row.
 _UPDATED_CURSORS = PreparedQuery(
     UsageCursor.objects.filter(AnyOf(UsageCursor, "host", key="hosts")).order_by()
-    .values_list("host", *_STEADY_COLUMNS, "holders", "pending"))
+    .values_list("host", *_STEADY_COLUMNS, "holder_index"))
 # A cursor whose holders stayed: keyed by host, so a batch of hosts' updates write theirs together.
 _STEADY_UPDATE = RowUpdate(UsageCursor, "host", ["taken_at", "clock_milliseconds", "devices", "holder_bytes"],
                            deferrable=True)
-_ALL_COLUMNS = [*_STEADY_COLUMNS, "holders", "pending"]
+_ALL_COLUMNS = [*_STEADY_COLUMNS, "holders", "pending", "holder_index"]
 _CURSOR_UPSERT = RowInsert(UsageCursor, ["host", *_ALL_COLUMNS], conflict=["host"], update=_ALL_COLUMNS,
                            deferrable=True)
 
@@ -164,10 +175,8 @@ def gap_cap() -> timedelta:
 class Cursor:
     """A host's ``UsageCursor`` in memory: its small columns always, the holders' list when needed."""
 
-    def __init__(self, host_id: int, values: tuple[Any, ...] | None, now: datetime, *,
-                 holders: tuple[str, str] | None = None) -> None:
-        """``values``: the stored row's ``_STEADY_COLUMNS`` (None: none stored); ``holders``: its
-        holders' and pending lists' texts, when read with them."""
+    def __init__(self, host_id: int, values: tuple[Any, ...] | None, now: datetime) -> None:
+        """``values``: the stored row's ``_STEADY_COLUMNS`` (None: none stored)."""
         self.host_id = host_id
         self.stored = values is not None
         if values is None:
@@ -183,13 +192,10 @@ class Cursor:
         # Whether the holders' or pending lists (or the columns that change with them) were changed:
         # read to look a holder up, as an update naming processes does, they are not written back.
         self._lists_changed = False
-        self._texts = holders
 
     def _load(self) -> None:
         if self._holders is None or self._pending is None:
-            # The row self was read from, unless read with it.
-            texts = [self._texts] if self._texts is not None else _HOLDERS.rows(host=self.host_id)
-            ((holders, pending),) = texts
+            ((holders, pending),) = _HOLDERS.rows(host=self.host_id)  # the row self was read from
             self._holders, self._pending = _decode_holders(holders), _decode_pending(pending)
             for item in self._pending:
                 if len(item.counters) == len(COUNTER_FIELDS) - 1:
@@ -269,7 +275,14 @@ class Cursor:
         day_start = datetime.combine(self.day, time(0), tzinfo=UTC)
         _CURSOR_UPSERT.run([(self.host_id, self.taken_at, day_start, self.settled_at, self.clock, devices,
                              memory, self.digest, _encode(self.holders).decode(),
-                             _encode(self.pending).decode())], returning=False)
+                             _encode(self.pending).decode(), _encode(holder_index(self.holders)).decode())],
+                           returning=False)
+
+
+def holder_index(holders: Sequence[Holder]) -> HolderIndex:
+    devices: dict[str, int] = {}  # each device's place, in the order first held
+    rows = [(h.pid, h.start_time_ticks, devices.setdefault(h.device_uuid, len(devices))) for h in holders]
+    return HolderIndex(list(devices), rows)
 
 
 def _day(moment: datetime) -> date:
@@ -311,7 +324,7 @@ def record_updates(updates: Sequence[UpdateStoring]) -> None:
         values = stored.get(host.pk)
         if values is None:
             continue  # no full snapshot charged yet: an update has no holders to charge
-        cursor = Cursor(host.pk, values[:-2], taken_at, holders=values[-2:] if update.processes else None)
+        cursor = Cursor(host.pk, values[:-1], taken_at)
         if _charge_until(cursor, taken_at) is None:
             continue
         utilization = {gpu.uuid: gpu.utilization_percent for gpu in update.gpus}
@@ -320,23 +333,25 @@ def record_updates(updates: Sequence[UpdateStoring]) -> None:
                 device.utilization_percent = utilization[uuid]
         if update.processes:
             moved = {p.pid: (p.start_time_ticks, p.gpu_memory_bytes) for p in update.processes}
-            memory = cursor.memory
-            if len(memory) != len(cursor.holders):
+            # The index as stored: a settling just now rewrote the holders' list in the same order.
+            memory, index = cursor.memory, _decode_index(values[-1])
+            if len(memory) != len(index.holders):
                 raise ValueError(f"host {host.pk}'s usage cursor has {len(memory)} memory figures for "
-                                 f"{len(cursor.holders)} holders")
+                                 f"{len(index.holders)} holders")
             # A few processes moved among many holders: look each holder's pid up, rebuild only theirs.
-            for index, holder in enumerate(cursor.holders):
-                found = moved.get(holder.pid)
-                if found is not None and found[0] == holder.start_time_ticks:
-                    new = found[1].get(holder.device_uuid)
+            uuids = index.devices
+            for place, (pid, ticks, held) in enumerate(index.holders):
+                found = moved.get(pid)
+                if found is not None and found[0] == ticks:
+                    new = found[1].get(uuids[held])
                     if new is not None:
-                        memory[index] = (new, memory[index][1])
+                        memory[place] = (new, memory[place][1])
         cursor.taken_at = taken_at
         cursor.save()
 
 
 def _cursors(host_ids: list[int]) -> dict[int, tuple[Any, ...]]:
-    """The hosts' stored cursors: ``_STEADY_COLUMNS`` then the holders' and pending lists' texts."""
+    """The hosts' stored cursors: ``_STEADY_COLUMNS`` then the holders' index's text."""
     return {row[0]: row[1:] for row in _UPDATED_CURSORS.rows(hosts=host_ids)}
 
 

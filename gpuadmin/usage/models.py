@@ -121,6 +121,9 @@ class UsageCursor(models.Model):
     # JSON text: the holders, each with the running totals it joined at; and those gone since settled_at.
     holders = models.TextField()
     pending = models.TextField()
+    # JSON text: the holders' identities alone, in the same order (ledger.HolderIndex): what an update
+    # looks a holder up by, without reading the long list.
+    holder_index = models.TextField()
 
     def __str__(self) -> str:
         return f"usage cursor at {self.taken_at}"

@@ -62,9 +62,13 @@ def test_an_update_naming_a_process_writes_its_memory_not_the_lists_it_only_read
     with CaptureQueriesContext(connection) as queries:
         assert agent.send(document(10, big=12 * GiB)).kind is MessageKind.SNAPSHOT_UPDATE  # pid 101 named
     after = UsageCursor.objects.get(host__name=HOST)
-    assert (after.holders, after.pending, after.holders_digest) == (before.holders, before.pending,
-                                                                   before.holders_digest)
+    assert (after.holders, after.pending, after.holders_digest, after.holder_index) == (
+        before.holders, before.pending, before.holders_digest, before.holder_index)
     assert after.holder_bytes != before.holder_bytes and after.clock_milliseconds == 10_000
+    # pid 101 was looked up in the holders' index: the long list was not even read.
+    cursor_reads = [q["sql"] for q in queries.captured_queries if 'FROM "usage_usagecursor"' in q["sql"]]
+    assert len(cursor_reads) == 1 and '"holder_index"' in cursor_reads[0], cursor_reads
+    assert '"usage_usagecursor"."holders"' not in cursor_reads[0]
     writes = [q["sql"] for q in queries.captured_queries
               if 'INSERT INTO "usage_usagecursor"' in q["sql"] or 'UPDATE "usage_usagecursor"' in q["sql"]]
     assert len(writes) == 1 and "INSERT" not in writes[0] and '"holders"' not in writes[0], writes
