@@ -61,7 +61,11 @@ from gpuadmin.wire.task_names import INGEST_SNAPSHOT_UPDATE
 logger = logging.getLogger(__name__)
 
 BATCH_MAX = 200
-BATCH_WAIT_SECONDS = 0.1
+# An update waits up to this long for others to share its batch's fixed costs (a transaction, a dozen
+# statements, the hosts' locks), which a fleet of a thousand hosts otherwise spreads over a handful of
+# updates (benchmarks/README.md). Pages poll every few seconds and hosts probe every
+# GPUADMIN_PROBE_INTERVAL: neither sees the wait.
+BATCH_WAIT_SECONDS = 0.5
 # Messages the broker may hand this consumer before it acknowledges any: a batch being applied and
 # the next one filling meanwhile.
 PREFETCH_BATCHES = 2
