@@ -289,7 +289,7 @@ def test_an_update_that_expires_while_the_database_is_away_is_dropped(
     messages = broker.take(batcher)
     assert batcher.held and not any(acked(messages))
     later = datetime.now(UTC) + timedelta(seconds=60)
-    clock = type("Later", (), {"now": staticmethod(lambda tz: later)})
+    clock = type("Later", (datetime,), {"now": staticmethod(lambda tz: later)})
     monkeypatch.setattr(update_batches, "datetime", clock)
     timer.run()
     assert len(applied.batches) == 1  # nothing left to apply
