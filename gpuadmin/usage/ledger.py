@@ -32,8 +32,8 @@ with the estimated shares that went past it while measured, to take from the dif
 whose holders are the ones before (most of them) rewrites the device totals and the holders'
 memory, a few hundred bytes; an update finds the holders whose memory moved in the holders' *index*
 (their identities alone: a tenth of the list's bytes); the holders' list is read and rewritten only
-when one comes or goes, and when the cursor is *settled*: written to ``LifeUsage`` and ``UsageDay``, at most every
-``GPUADMIN_USAGE_FLUSH_SECONDS`` and at each UTC midnight.
+when one comes or goes, and when the cursor is *settled*: written to ``LifeUsage`` and ``UsageDay``,
+at most every ``GPUADMIN_USAGE_FLUSH_SECONDS`` and at each UTC midnight.
 """
 
 from __future__ import annotations
