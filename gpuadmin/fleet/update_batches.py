@@ -105,9 +105,9 @@ def expired(message: Message, *, now: datetime | None = None) -> bool:
     expires = message.headers.get("expires")
     if not expires:
         return False
-    # Celery writes datetime.isoformat(), which the standard library reads back: no need of Celery's
-    # maybe_iso8601 and its general ISO 8601 parser, once per update.
-    moment = expires if isinstance(expires, datetime) else datetime.fromisoformat(expires)
+    # Celery writes datetime.isoformat() (a message's headers are JSON: always text), which the standard
+    # library reads back: no need of Celery's maybe_iso8601 and its general ISO 8601 parser.
+    moment = datetime.fromisoformat(expires)
     if moment.tzinfo is None:  # Celery writes UTC
         moment = moment.replace(tzinfo=UTC)
     return moment <= (now or datetime.now(UTC))

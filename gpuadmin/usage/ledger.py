@@ -189,8 +189,8 @@ class Cursor:
             self.devices, self.memory, self.digest = _decode_devices(devices), _decode_bytes(memory), digest
         self._holders: list[Holder] | None = None if self.stored else []
         self._pending: list[Settled] | None = None if self.stored else []
-        # Whether the holders' or pending lists (or the columns that change with them) were changed:
-        # read to look a holder up, as an update naming processes does, they are not written back.
+        # Whether the holders' or pending lists (or the columns that change with them) were changed;
+        # if not, a save writes only the columns every snapshot moves (_STEADY_UPDATE).
         self._lists_changed = False
 
     def _load(self) -> None:
