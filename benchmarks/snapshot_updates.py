@@ -215,21 +215,25 @@ def run_database(args: argparse.Namespace, vendor: str) -> None:
     with tempfile.TemporaryDirectory(prefix="gpuadmin-agent-states-") as states:
         # CPU time, not wall: what is spent here, not the waits on the database server.
         profiler = cProfile.Profile(time.process_time) if args.profile else None
-        full_profiler = profiler if args.profile_full else None
-        update_profiler = None if args.batch or args.profile_full else profiler
+        profiled = "full" if args.profile_full else "batched" if args.batch else "updates"
+
+        def profiler_of(phase: str) -> cProfile.Profile | None:
+            return profiler if phase == profiled else None
+
+        def label(phase: str) -> str:
+            return phase if profiler_of(phase) is None else phase + "*"
+
         full = signed_rounds(hosts, 1, args.rounds, enrolled_at, Path(states), full=True)
-        report("full" if full_profiler is None else "full*", receive_all(full, full_profiler, "snapshot"))
+        report(label("full"), receive_all(full, profiler_of("full"), "snapshot"))
         updates = signed_rounds(hosts, 1 + args.rounds, args.rounds, enrolled_at, Path(states), full=False)
         before, rows_before = history_bytes(), raw_sample_rows()
-        received = receive_all(updates, update_profiler)
-        report("updates" if update_profiler is None else "updates*", received)
+        received = receive_all(updates, profiler_of("updates"))
+        report(label("updates"), received)
         after, rows_after = history_bytes(), raw_sample_rows()
         if args.batch:
             batched = signed_rounds(hosts, 1 + 2 * args.rounds, args.rounds, enrolled_at, Path(states),
                                     full=False)
-            batch_profiler = None if args.profile_full else profiler
-            batch_figures = receive_batches(batched, args.batch, batch_profiler)
-            report("batched" if batch_profiler is None else "batched*", batch_figures)
+            report(label("batched"), receive_batches(batched, args.batch, profiler_of("batched")))
     if profiler is not None:
         print("* under the profiler")
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(args.profile)
