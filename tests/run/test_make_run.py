@@ -21,7 +21,9 @@ import sys
 import textwrap
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -66,18 +68,30 @@ ENQUEUE_UPDATE = textwrap.dedent("""
     send_snapshot_update(update)
 """)
 WORKER = "worker (celery, with scheduler)"
+T = TypeVar("T")
+
+
+def poll(what: str, check: Callable[[], T | None], timeout_seconds: float, run: SupervisedRun) -> T:
+    """``check``'s answer once it gives one (not None), asked every 0.2 s; AssertionError with the run's
+    output when ``what`` did not happen within ``timeout_seconds``."""
+    deadline = time.monotonic() + timeout_seconds
+    while time.monotonic() < deadline:
+        found = check()
+        if found is not None:
+            return found
+        time.sleep(0.2)
+    raise AssertionError(f"{what} not within {timeout_seconds} s:\n{run.output}")
 
 
 def wait_for_hosts(env: dict[str, str], names: set[str], timeout_seconds: float, run: SupervisedRun,
                    *, known: set[str] = frozenset()) -> dict:
     """Hosts once each of ``names`` has a stored snapshot and each of ``known`` a row."""
-    deadline = time.monotonic() + timeout_seconds
-    while time.monotonic() < deadline:
+    def stored() -> dict | None:
         hosts = hosts_in(env)
-        if names <= {name for name, document in hosts.items() if document} and known <= set(hosts):
-            return hosts
-        time.sleep(0.2)
-    raise AssertionError(f"hosts {sorted(names)} not stored within {timeout_seconds} s:\n{run.output}")
+        done = names <= {name for name, document in hosts.items() if document} and known <= set(hosts)
+        return hosts if done else None
+
+    return poll(f"hosts {sorted(names)} stored", stored, timeout_seconds, run)
 
 
 def update_sequence_in(env: dict[str, str], host_name: str) -> int:
@@ -94,17 +108,6 @@ def update_sequence_in(env: dict[str, str], host_name: str) -> int:
     with sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=5) as connection:
         [(sequence,)] = connection.execute(query.replace("%s", "?"), (host_name,)).fetchall()
     return int(sequence)
-
-
-def wait_for_update(env: dict[str, str], host_name: str, sequence: int, timeout_seconds: float,
-                    run: SupervisedRun) -> None:
-    """Wait until the host's latest snapshot has its update ``sequence`` applied."""
-    deadline = time.monotonic() + timeout_seconds
-    while (found := update_sequence_in(env, host_name)) != sequence:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{host_name}'s update {sequence} not applied within {timeout_seconds} s "
-                                 f"(its latest: {found}):\n{run.output}")
-        time.sleep(0.2)
 
 
 def http_get(url: str) -> tuple[int, bytes]:
@@ -211,7 +214,8 @@ def test_make_run_serves_probes_and_leaves_nothing_behind_on_ctrl_c(
         subprocess.run([sys.executable, "-c", ENQUEUE_UPDATE], env=env, cwd=REPO, check=True, timeout=60)
         # Its update, not the run's own agent's (the restarted worker probes at once, and its agent, whose
         # last message was a full snapshot, may send an update too): read from the database.
-        wait_for_update(env, "update-host", 1, 60, run)
+        poll("update-host's update applied", lambda: update_sequence_in(env, "update-host") == 1 or None, 60,
+             run)
         assert "applied a batch of" in run.output
         status, body = http_get(f"http://127.0.0.1:{port}/healthz")
         assert (status, json.loads(body)["supervisor_restarts"]) == (200, 1)
