@@ -21,15 +21,17 @@ Each host remembers how far it is rolled up (``Host.history_rolled_up_until``,
 and ``Host.history_coarse_rolled_up_until`` for the coarse tier).
 Buckets before that are closed: a late snapshot taken in one is not stored
 (``ingest``), because its bucket's raw rows may be pruned already and rolling
-it up again would summarise the late sample alone. Each host is rolled up in
-its own transaction, so one host's data can never stop the others' history.
+it up again would summarise the late sample alone. Hosts at the same mark (a
+fleet's, once caught up) are rolled up together, a batch a transaction; a batch
+that fails is tried again a host at a time, so one host's data can never stop
+the others' history.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from operator import itemgetter
@@ -44,6 +46,7 @@ from django.utils import timezone
 from gpuadmin.fleet.history import partitions, record
 from gpuadmin.fleet.models import (
     Finding,
+    Gpu,
     GpuRollup,
     GpuRollupCoarse,
     GpuSample,
@@ -69,11 +72,13 @@ SETTLE_SECONDS = 60
 # catches up over a few runs instead of in one long one.
 MAX_BUCKETS_PER_HOST_PER_RUN = 288
 MAX_COARSE_BUCKETS_PER_HOST_PER_RUN = 48
+# Hosts rolled up together (as many GPUs' rows, 8 each, in one read and one upsert).
+HOSTS_PER_ROLL_UP_BATCH = 250
 # Rows deleted per statement, and statements per kind per run.
 PRUNE_BATCH_ROWS = 5000
 PRUNE_MAX_BATCHES = 20
 
-_GPU_ROLLUP_FIELDS = [
+GPU_ROLLUP_FIELDS = [
     "sample_count",
     "memory_used_min_mib",
     "memory_used_mean_mib",
@@ -91,7 +96,7 @@ _GPU_ROLLUP_FIELDS = [
     "power_limit_max_milliwatts",
 ]
 MiB = 1024**2
-_HOST_ROLLUP_FIELDS = [
+HOST_ROLLUP_FIELDS = [
     "sample_count",
     "zombies_min",
     "zombies_mean",
@@ -119,8 +124,8 @@ def _integer_column_bounds(
     return {name: ranges[kind] for name, kind in types.items() if kind in ranges}
 
 
-_GPU_ROLLUP_BOUNDS = _integer_column_bounds(GpuRollup, _GPU_ROLLUP_FIELDS)
-_HOST_ROLLUP_BOUNDS = _integer_column_bounds(HostRollup, _HOST_ROLLUP_FIELDS)
+_GPU_ROLLUP_BOUNDS = _integer_column_bounds(GpuRollup, GPU_ROLLUP_FIELDS)
+_HOST_ROLLUP_BOUNDS = _integer_column_bounds(HostRollup, HOST_ROLLUP_FIELDS)
 
 
 def _clamp_to_columns(rollup: models.Model, bounds: dict[str, tuple[int, int]]) -> None:
@@ -299,66 +304,125 @@ GPU_RAW_FIELDS = ("gpu_id", "taken_at", "memory_used_bytes", "memory_attributed_
 HOST_RAW_FIELDS = ("host_id", "taken_at", "zombie_count", "uninterruptible_count", "pids_in_use", "pid_max")
 
 
-def roll_up_host(host: Host, start: datetime, end: datetime) -> int:
-    """Upsert the rollups of the host's raw samples taken in [start, end); return how many buckets."""
-    gpu_rows = GpuSample.objects.filter(gpu__host=host, taken_at__gte=start, taken_at__lt=end).values_list(
-        *GPU_RAW_FIELDS
-    )
-    host_rows = HostSample.objects.filter(host=host, taken_at__gte=start, taken_at__lt=end).values_list(
-        *HOST_RAW_FIELDS
-    )
+def roll_up_hosts(host_ids: Sequence[int], start: datetime, end: datetime) -> int:
+    """Upsert the rollups of the hosts' raw samples taken in [start, end); return how many host buckets."""
+    gpu_rows = GpuSample.objects.filter(
+        gpu__host_id__in=host_ids, taken_at__gte=start, taken_at__lt=end
+    ).values_list(*GPU_RAW_FIELDS)
+    host_rows = HostSample.objects.filter(
+        host_id__in=host_ids, taken_at__gte=start, taken_at__lt=end
+    ).values_list(*HOST_RAW_FIELDS)
     gpus = gpu_rollups(gpu_rows)
     hosts = host_rollups(host_rows)
     with transaction.atomic():
         if gpus:
             GpuRollup.objects.bulk_create(
-                gpus, update_conflicts=True, unique_fields=["gpu", "bucket"], update_fields=_GPU_ROLLUP_FIELDS
+                gpus, update_conflicts=True, unique_fields=["gpu", "bucket"], update_fields=GPU_ROLLUP_FIELDS
             )
         if hosts:
             HostRollup.objects.bulk_create(
                 hosts,
                 update_conflicts=True,
                 unique_fields=["host", "bucket"],
-                update_fields=_HOST_ROLLUP_FIELDS,
+                update_fields=HOST_ROLLUP_FIELDS,
             )
     return len(hosts)
 
 
-def roll_up(now: datetime, *, max_buckets: int = MAX_BUCKETS_PER_HOST_PER_RUN) -> int:
-    """Roll up every host's complete buckets, at most ``max_buckets`` per host; return buckets written."""
-    complete_before = bucket_start(bucket_of(now - timedelta(seconds=SETTLE_SECONDS)))
-    written = 0
-    for host_id, name, stored in Host.objects.values_list("pk", "name", "history_rolled_up_until"):
-        # A host signs whatever it likes, so whatever its data makes fail must stop only its own
-        # history: its buckets are rolled back and tried again next run, and the other hosts go on.
-        try:
-            with transaction.atomic():
-                written += _roll_up_host_from(host_id, stored, complete_before, max_buckets=max_buckets)
-        except Exception:
-            logger.exception("history: rolling up %s failed; the other hosts go on", name)
-    return written
+@dataclass(frozen=True)
+class _Span:
+    """A stretch of buckets some hosts roll up alike: from the mark they share (None: never rolled up,
+    then ``start`` is their first sample's bucket) up to ``end``, where the mark moves."""
+
+    stored: datetime | None
+    start: datetime
+    end: datetime
 
 
-def _roll_up_host_from(
-    host_id: int, stored: datetime | None, complete_before: datetime, *, max_buckets: int
+def _in_batches(hosts: Sequence[tuple[int, str]], size: int) -> Iterator[list[tuple[int, str]]]:
+    for first in range(0, len(hosts), size):
+        yield list(hosts[first:first + size])
+
+
+def _roll_up_batch(
+    hosts: list[tuple[int, str]],
+    span: _Span,
+    roll: Callable[[Sequence[int], datetime, datetime], int],
+    mark: str,
+    failure: str,
 ) -> int:
-    """Roll up one host's complete buckets from ``stored`` on and move it past them; return buckets."""
-    until = stored
-    if until is None:
-        first = HostSample.objects.filter(host_id=host_id).aggregate(first=Min("taken_at"))["first"]
-        if first is None:
-            return 0
-        until = bucket_start(bucket_of(first))
-    end = min(complete_before, until + timedelta(seconds=BUCKET_SECONDS * max_buckets))
-    if end <= until:
+    """Roll ``hosts`` (pk, name) up over ``span`` with ``roll`` in one transaction and move their
+    ``mark`` to its end; return what ``roll`` wrote.
+
+    A host signs whatever it likes, so whatever its data makes fail must stop only its own history: a
+    batch that fails is rolled back and tried again a host at a time, and the one that fails alone is
+    tried again next run while the other hosts go on.
+    """
+    try:
+        with transaction.atomic():
+            written = roll([pk for pk, _ in hosts], span.start, span.end) if span.end > span.start else 0
+            # Only if no other run moved it meanwhile (a run held behind a slow worker may overlap the next).
+            unchanged = Q(**{f"{mark}__isnull": True}) if span.stored is None else Q(**{mark: span.stored})
+            Host.objects.filter(unchanged, pk__in=[pk for pk, _ in hosts]).update(**{mark: span.end})
+            return written
+    except Exception:
+        if len(hosts) > 1:
+            return sum(_roll_up_batch([host], span, roll, mark, failure) for host in hosts)
+        logger.exception(failure, hosts[0][1])
         return 0
-    written = roll_up_host(Host(pk=host_id), until, end)
-    # Only if no other run moved it meanwhile (a run held behind a slow worker may overlap the next).
-    unchanged = (
-        Q(history_rolled_up_until__isnull=True) if stored is None else Q(history_rolled_up_until=stored)
+
+
+def _roll_up_spans(
+    spans: dict[_Span, list[tuple[int, str]]],
+    roll: Callable[[Sequence[int], datetime, datetime], int],
+    mark: str,
+    failure: str,
+    hosts_per_batch: int,
+) -> int:
+    return sum(
+        _roll_up_batch(batch, span, roll, mark, failure)
+        for span, hosts in spans.items()
+        for batch in _in_batches(hosts, hosts_per_batch)
     )
-    Host.objects.filter(unchanged, pk=host_id).update(history_rolled_up_until=end)
-    return written
+
+
+def _firsts(model: type[models.Model], owner: str, value: str, host_ids: Sequence[int],
+            hosts_per_batch: int) -> dict[int, Any]:
+    """Each host's least ``value`` among its ``model`` rows (``owner``: the lookup to the host's pk);
+    hosts with none are left out."""
+    firsts: dict[int, Any] = {}
+    for first in range(0, len(host_ids), hosts_per_batch):
+        batch = host_ids[first:first + hosts_per_batch]
+        rows = (model._default_manager.filter(**{f"{owner}__in": batch}).values(owner)
+                .annotate(first=Min(value)).values_list(owner, "first"))
+        for host_id, least in rows:
+            firsts[host_id] = least if host_id not in firsts else min(firsts[host_id], least)
+    return firsts
+
+
+def roll_up(now: datetime, *, max_buckets: int = MAX_BUCKETS_PER_HOST_PER_RUN,
+            hosts_per_batch: int = HOSTS_PER_ROLL_UP_BATCH) -> int:
+    """Roll up every host's complete buckets, at most ``max_buckets`` per host; return buckets written.
+
+    Hosts rolled up to the same mark (a fleet's, once caught up) go ``hosts_per_batch`` at a time: a
+    few statements for a batch instead of for each host.
+    """
+    complete_before = bucket_start(bucket_of(now - timedelta(seconds=SETTLE_SECONDS)))
+    marks = list(Host.objects.values_list("pk", "name", "history_rolled_up_until"))
+    firsts = _firsts(HostSample, "host_id", "taken_at", [pk for pk, _, stored in marks if stored is None],
+                     hosts_per_batch)
+    spans: dict[_Span, list[tuple[int, str]]] = defaultdict(list)
+    for host_id, name, stored in marks:
+        start = stored
+        if start is None:
+            if host_id not in firsts:
+                continue  # no sample yet
+            start = bucket_start(bucket_of(firsts[host_id]))
+        end = min(complete_before, start + timedelta(seconds=BUCKET_SECONDS * max_buckets))
+        if end > start:
+            spans[_Span(stored, start, end)].append((host_id, name))
+    return _roll_up_spans(spans, roll_up_hosts, "history_rolled_up_until",
+                          "history: rolling up %s failed; the other hosts go on", hosts_per_batch)
 
 
 def is_rolled_up(host: Host, taken_at: datetime) -> bool:
@@ -391,10 +455,10 @@ def _coarse_plan(model: type[models.Model], field_names: Sequence[str]) -> list[
     return [(name, _how_combined(name), whole[name]) for name in field_names]
 
 
-_GPU_COARSE_PLAN = _coarse_plan(GpuRollupCoarse, _GPU_ROLLUP_FIELDS)
-_HOST_COARSE_PLAN = _coarse_plan(HostRollupCoarse, _HOST_ROLLUP_FIELDS)
-_GPU_COARSE_BOUNDS = _integer_column_bounds(GpuRollupCoarse, _GPU_ROLLUP_FIELDS)
-_HOST_COARSE_BOUNDS = _integer_column_bounds(HostRollupCoarse, _HOST_ROLLUP_FIELDS)
+_GPU_COARSE_PLAN = _coarse_plan(GpuRollupCoarse, GPU_ROLLUP_FIELDS)
+_HOST_COARSE_PLAN = _coarse_plan(HostRollupCoarse, HOST_ROLLUP_FIELDS)
+_GPU_COARSE_BOUNDS = _integer_column_bounds(GpuRollupCoarse, GPU_ROLLUP_FIELDS)
+_HOST_COARSE_BOUNDS = _integer_column_bounds(HostRollupCoarse, HOST_ROLLUP_FIELDS)
 # Each coarse model's owner column, how its columns combine, and their bounds (coarse_rollups).
 _Coarse = TypeVar("_Coarse", GpuRollupCoarse, HostRollupCoarse)
 _CoarsePlan = list[tuple[str, str, bool]]
@@ -430,7 +494,7 @@ def _combined(plan: list[tuple[str, str, bool]], members: list[Sequence[Any]]) -
 
 def coarse_rollups(model: type[_Coarse], rows: Iterable[Sequence[Any]]) -> list[_Coarse]:
     """30-minute rollups of 5-minute rollup rows ``(gpu_id or host_id, bucket, *fields)``, the fields
-    ``_GPU_ROLLUP_FIELDS`` or ``_HOST_ROLLUP_FIELDS`` as ``model`` is the GPUs' or the hosts' tier."""
+    ``GPU_ROLLUP_FIELDS`` or ``HOST_ROLLUP_FIELDS`` as ``model`` is the GPUs' or the hosts' tier."""
     key, plan, bounds = _COARSE_TIERS[model]
     grouped: dict[tuple[int, int], list[Sequence[Any]]] = defaultdict(list)
     for row in rows:
@@ -444,76 +508,73 @@ def coarse_rollups(model: type[_Coarse], rows: Iterable[Sequence[Any]]) -> list[
     return rollups
 
 
-def fine_rows(host_id: int, first: int, end: int) -> tuple[list[Sequence[Any]], list[Sequence[Any]]]:
-    """The host's 5-minute GPU and host rollup rows of buckets [first, end), as the coarse roll-up reads."""
+def fine_rows(
+    host_ids: Sequence[int], first: int, end: int
+) -> tuple[list[Sequence[Any]], list[Sequence[Any]]]:
+    """The hosts' 5-minute GPU and host rollup rows of buckets [first, end), as the coarse roll-up reads."""
     return (
-        list(GpuRollup.objects.filter(gpu__host_id=host_id, bucket__gte=first, bucket__lt=end)
-             .values_list("gpu_id", "bucket", *_GPU_ROLLUP_FIELDS)),
-        list(HostRollup.objects.filter(host_id=host_id, bucket__gte=first, bucket__lt=end)
-             .values_list("host_id", "bucket", *_HOST_ROLLUP_FIELDS)),
+        list(GpuRollup.objects.filter(gpu__host_id__in=host_ids, bucket__gte=first, bucket__lt=end)
+             .values_list("gpu_id", "bucket", *GPU_ROLLUP_FIELDS)),
+        list(HostRollup.objects.filter(host_id__in=host_ids, bucket__gte=first, bucket__lt=end)
+             .values_list("host_id", "bucket", *HOST_ROLLUP_FIELDS)),
     )
 
 
-def roll_up_coarse_host(host_id: int, start: datetime, end: datetime) -> int:
-    """Upsert the 30-minute rollups of the host's 5-minute rollups in [start, end) (whole half hours);
-    return how many 30-minute buckets."""
-    gpu_rows, host_rows = fine_rows(host_id, bucket_of(start), bucket_of(end))
+def roll_up_coarse_hosts(host_ids: Sequence[int], start: datetime, end: datetime) -> int:
+    """Upsert the 30-minute rollups of the hosts' 5-minute rollups in [start, end) (whole half hours);
+    return how many 30-minute host buckets (a host's half hour counts once, whatever its GPUs)."""
+    gpu_rows, host_rows = fine_rows(host_ids, bucket_of(start), bucket_of(end))
     gpus, hosts = coarse_rollups(GpuRollupCoarse, gpu_rows), coarse_rollups(HostRollupCoarse, host_rows)
     with transaction.atomic():
         if gpus:
             GpuRollupCoarse.objects.bulk_create(
                 gpus, update_conflicts=True, unique_fields=["gpu", "bucket"],
-                update_fields=["fine_bucket_count", *_GPU_ROLLUP_FIELDS])
+                update_fields=["fine_bucket_count", *GPU_ROLLUP_FIELDS])
         if hosts:
             HostRollupCoarse.objects.bulk_create(
                 hosts, update_conflicts=True, unique_fields=["host", "bucket"],
-                update_fields=["fine_bucket_count", *_HOST_ROLLUP_FIELDS])
-    return len({r.bucket for r in gpus} | {r.bucket for r in hosts})
+                update_fields=["fine_bucket_count", *HOST_ROLLUP_FIELDS])
+    host_of_gpu = dict(Gpu.objects.filter(pk__in={r.gpu_id for r in gpus}).values_list("pk", "host_id")) \
+        if gpus else {}
+    return len({(host_of_gpu[r.gpu_id], r.bucket) for r in gpus} | {(r.host_id, r.bucket) for r in hosts})
 
 
-def roll_up_coarse(now: datetime, *, max_buckets: int = MAX_COARSE_BUCKETS_PER_HOST_PER_RUN) -> int:
+def roll_up_coarse(now: datetime, *, max_buckets: int = MAX_COARSE_BUCKETS_PER_HOST_PER_RUN,
+                   hosts_per_batch: int = HOSTS_PER_ROLL_UP_BATCH) -> int:
     """Roll up every host's closed half hours of 5-minute rollups, at most ``max_buckets`` 30-minute
     buckets per host (a day: a central down for long catches up over runs); return buckets written.
 
     A half hour is closed once the 5-minute tier is rolled up past its end (``history_rolled_up_until``):
-    its 5-minute rollups are final then. Nothing before ``GPUADMIN_HISTORY_DAYS`` is rolled up.
+    its 5-minute rollups are final then. Nothing before ``GPUADMIN_HISTORY_DAYS`` is rolled up. Hosts
+    go in batches, as in ``roll_up``.
     """
     kept_from = coarse_bucket_start(coarse_bucket_of(history_kept_since(now)))
-    written = 0
-    for host_id, name, fine_until, stored in Host.objects.filter(history_rolled_up_until__isnull=False) \
-            .values_list("pk", "name", "history_rolled_up_until", "history_coarse_rolled_up_until"):
-        closed_before = coarse_bucket_start(coarse_bucket_of(fine_until))
-        if stored is not None and stored >= closed_before:
-            continue  # nothing closed since: no query for this host
-        try:
-            with transaction.atomic():
-                written += _roll_up_coarse_host_from(host_id, stored, closed_before, kept_from,
-                                                     max_buckets=max_buckets)
-        except Exception:
-            logger.exception("history: rolling up %s into 30-minute rollups failed; the other hosts go on",
-                             name)
-    return written
-
-
-def _roll_up_coarse_host_from(host_id: int, stored: datetime | None, closed_before: datetime,
-                              kept_from: datetime, *, max_buckets: int) -> int:
-    start = stored
-    if start is None:
-        firsts = [HostRollup.objects.filter(host_id=host_id).aggregate(first=Min("bucket"))["first"],
-                  GpuRollup.objects.filter(gpu__host_id=host_id).aggregate(first=Min("bucket"))["first"]]
-        known = [first for first in firsts if first is not None]
-        # None: nothing closed to roll up, and no 5-minute rollup can come before the 5-minute mark.
-        start = coarse_bucket_start(min(known) // FINE_PER_COARSE) if known else closed_before
-    start = max(start, kept_from)
-    end = min(closed_before, start + timedelta(seconds=COARSE_BUCKET_SECONDS * max_buckets))
-    if end < start or (end == start and stored is not None):
-        return 0
-    written = roll_up_coarse_host(host_id, start, end) if end > start else 0
-    # Only if no other run moved it meanwhile (as the 5-minute tier's).
-    unchanged = (Q(history_coarse_rolled_up_until__isnull=True) if stored is None
-                 else Q(history_coarse_rolled_up_until=stored))
-    Host.objects.filter(unchanged, pk=host_id).update(history_coarse_rolled_up_until=end)
-    return written
+    marks = [
+        (host_id, name, coarse_bucket_start(coarse_bucket_of(fine_until)), stored)
+        for host_id, name, fine_until, stored in Host.objects.filter(history_rolled_up_until__isnull=False)
+        .values_list("pk", "name", "history_rolled_up_until", "history_coarse_rolled_up_until")
+        # Nothing closed since: no query for this host.
+        if stored is None or stored < coarse_bucket_start(coarse_bucket_of(fine_until))
+    ]
+    never = [host_id for host_id, _, _, stored in marks if stored is None]
+    firsts = _firsts(HostRollup, "host_id", "bucket", never, hosts_per_batch)
+    for host_id, first in _firsts(GpuRollup, "gpu__host_id", "bucket", never, hosts_per_batch).items():
+        firsts[host_id] = min(first, firsts.get(host_id, first))
+    spans: dict[_Span, list[tuple[int, str]]] = defaultdict(list)
+    for host_id, name, closed_before, stored in marks:
+        start = stored
+        if start is None:
+            # None: nothing closed to roll up, and no 5-minute rollup can come before the 5-minute mark.
+            start = (coarse_bucket_start(firsts[host_id] // FINE_PER_COARSE) if host_id in firsts
+                     else closed_before)
+        start = max(start, kept_from)
+        end = min(closed_before, start + timedelta(seconds=COARSE_BUCKET_SECONDS * max_buckets))
+        # A host never rolled up gets its mark even with nothing to roll up.
+        if end > start or (end == start and stored is None):
+            spans[_Span(stored, start, end)].append((host_id, name))
+    return _roll_up_spans(spans, roll_up_coarse_hosts, "history_coarse_rolled_up_until",
+                          "history: rolling up %s into 30-minute rollups failed; the other hosts go on",
+                          hosts_per_batch)
 
 
 def five_minute_buckets_with_samples(host: Host, first: int, end: int) -> int:
@@ -640,17 +701,20 @@ def prune(
     raw_cutoff = raw_kept_since(now)
     cutoff = history_kept_since(now)
     batches = {"batch_rows": batch_rows, "max_batches": max_batches}
-    gpu_samples = host_samples = 0
-    for host_id, until in Host.objects.filter(history_rolled_up_until__isnull=False).values_list(
+    # Raw rows go only once rolled up, whatever their age: for the hosts rolled up past the raw keep
+    # (all, normally) in one statement per batch, the others one by one.
+    gpu_samples = _delete_in_batches(GpuSample.objects.filter(
+        taken_at__lt=raw_cutoff, gpu__host__history_rolled_up_until__gte=raw_cutoff), **batches)
+    host_samples = _delete_in_batches(HostSample.objects.filter(
+        taken_at__lt=raw_cutoff, host__history_rolled_up_until__gte=raw_cutoff), **batches)
+    for host_id, until in Host.objects.filter(history_rolled_up_until__lt=raw_cutoff).values_list(
         "pk", "history_rolled_up_until"
     ):
-        # Raw rows go only once rolled up, whatever their age.
-        keep_after = min(raw_cutoff, until)
         gpu_samples += _delete_in_batches(
-            GpuSample.objects.filter(gpu__host_id=host_id, taken_at__lt=keep_after), **batches
+            GpuSample.objects.filter(gpu__host_id=host_id, taken_at__lt=until), **batches
         )
         host_samples += _delete_in_batches(
-            HostSample.objects.filter(host_id=host_id, taken_at__lt=keep_after), **batches
+            HostSample.objects.filter(host_id=host_id, taken_at__lt=until), **batches
         )
     oldest_bucket = bucket_of(cutoff)
     gpu_rollups = _delete_in_batches(GpuRollup.objects.filter(bucket__lt=oldest_bucket), **batches)

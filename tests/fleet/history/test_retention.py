@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -16,9 +16,11 @@ from gpuadmin.fleet.intake.validation import INT32_MAX, SnapshotRejected
 from gpuadmin.fleet.models import (
     Finding,
     GpuRollup,
+    GpuRollupCoarse,
     GpuSample,
     Host,
     HostRollup,
+    HostRollupCoarse,
     HostSample,
     ProcessLife,
     ProcessPoint,
@@ -292,6 +294,42 @@ def test_a_bucket_with_more_samples_than_its_count_column_holds_is_rolled_up(
     assert HostRollup.objects.get().sample_count == 2**15 - 1  # a PositiveSmallIntegerField's largest
 
 
+def test_hosts_rolled_up_in_batches_get_what_each_gets_alone(ingest: Callable[..., Host]) -> None:
+    # gpu03 starts ten minutes later: at the first run its mark is unset, then behind the others'.
+    for seconds in range(0, 4200, 60):
+        for n, name in enumerate(["gpu01", "gpu02", "gpu03", "gpu04"]):
+            if name == "gpu03" and seconds < 600:
+                continue
+            used = (n + 1) * GiB + ((seconds * (n + 3)) % 700) * MiB
+            ingest(snapshot(name, processes=[proc(1000, gpu_memory={GPU0: used // 3})],
+                            gpus=[gpu(0, used=used, utilization_percent=(seconds // 60 * (n + 5)) % 101),
+                                  gpu(1, used=n * GiB)],
+                            taken_at=at(seconds), pids_in_use=500 + n * 7 + seconds // 60))
+
+    def history(hosts_per_batch: int) -> tuple[list[int], list[tuple[Any, ...]]]:
+        Host.objects.update(history_rolled_up_until=None, history_coarse_rolled_up_until=None)
+        for model in (GpuRollup, HostRollup, GpuRollupCoarse, HostRollupCoarse):
+            model.objects.all().delete()
+        written = []
+        for now in (at(660), at(1800 + 60), at(4200 + 60)):
+            written.append(retention.roll_up(now, hosts_per_batch=hosts_per_batch))
+            written.append(retention.roll_up_coarse(now, hosts_per_batch=hosts_per_batch))
+        gpu_fields = ["gpu__host__name", "gpu__uuid", "bucket", *retention.GPU_ROLLUP_FIELDS]
+        host_fields = ["host__name", "bucket", *retention.HOST_ROLLUP_FIELDS]
+        tiers = ((GpuRollup, gpu_fields), (HostRollup, host_fields), (GpuRollupCoarse, gpu_fields),
+                 (HostRollupCoarse, host_fields),
+                 (Host, ["name", "history_rolled_up_until", "history_coarse_rolled_up_until"]))
+        rows = [list(model.objects.values_list(*fields)) for model, fields in tiers]
+        return written, [sorted(tier) for tier in rows]
+
+    alone = history(hosts_per_batch=1)
+    # By run, 5-minute then 30-minute buckets: three hosts to 12:10 (gpu03's first sample is at 12:10),
+    # all to 12:30 (half past: one half hour each), all to 13:10 (one more, to 13:00).
+    assert alone[0] == [3 * 2, 0, 3 * 4 + 4, 3 + 1, 4 * 8, 4]
+    assert history(hosts_per_batch=2) == alone
+    assert history(hosts_per_batch=retention.HOSTS_PER_ROLL_UP_BATCH) == alone
+
+
 def test_a_host_whose_roll_up_fails_stops_neither_the_other_hosts_nor_pruning(
     ingest: Callable[..., Host],
     settings: Any,
@@ -302,17 +340,17 @@ def test_a_host_whose_roll_up_fails_stops_neither_the_other_hosts_nor_pruning(
     settings.GPUADMIN_HISTORY_FINE_DAYS = 4  # the 5-minute rollups read below are kept
     broken = ingest(snapshot("gpu01", gpus=[gpu(0, used=GiB)], taken_at=at(0)))
     ingest(snapshot("gpu02", gpus=[gpu(0, used=GiB)], taken_at=at(0)))
-    roll_up_host = retention.roll_up_host
+    roll_up_hosts = retention.roll_up_hosts
 
-    def failing_for_gpu01(host: Host, start: datetime, end: datetime) -> int:
-        written = roll_up_host(host, start, end)
-        if host.pk == broken.pk:
+    def failing_for_gpu01(host_ids: Sequence[int], start: datetime, end: datetime) -> int:
+        written = roll_up_hosts(host_ids, start, end)
+        if broken.pk in host_ids:
             # A real database error once its rollups are written: on PostgreSQL it spoils the transaction.
             with connection.cursor() as cursor:
                 cursor.execute("SELECT * FROM no_such_table")
         return written
 
-    monkeypatch.setattr(retention, "roll_up_host", failing_for_gpu01)
+    monkeypatch.setattr(retention, "roll_up_hosts", failing_for_gpu01)
     result = retention.maintain_history(at(0) + timedelta(days=3))
 
     assert result.buckets_rolled_up == 1
@@ -339,6 +377,21 @@ def test_raw_samples_go_after_the_raw_days_and_only_once_rolled_up(
     assert (pruned.gpu_samples, pruned.host_samples) == (120, 60)
     assert HostSample.objects.order_by("taken_at").first().taken_at == at(600)  # type: ignore[union-attr]
     assert GpuRollup.objects.count() == 8
+
+
+def test_a_host_rolled_up_short_of_the_raw_keep_loses_only_what_it_rolled_up(
+    twenty_minutes: Host, ingest: Callable[..., Host], settings: Any
+) -> None:
+    settings.GPUADMIN_HISTORY_RAW_DAYS = 2
+    other = ingest(snapshot("gpu02", taken_at=at(0)))
+    retention.roll_up(at(1260))  # both hosts to 12:20
+    # gpu01 back to 12:05, as if its last run had stopped there.
+    Host.objects.filter(pk=twenty_minutes.pk).update(history_rolled_up_until=at(300))
+    pruned = retention.prune(at(0) + timedelta(days=2, minutes=10))
+    # gpu01: its first five minutes, 30 snapshots; gpu02: its one snapshot (kept until 12:10).
+    assert pruned.host_samples == 30 + 1
+    assert HostSample.objects.order_by("taken_at").first().taken_at == at(300)  # type: ignore[union-attr]
+    assert not HostSample.objects.filter(host=other).exists()
 
 
 def test_rollups_lives_points_and_findings_go_after_the_history_days(
