@@ -20,7 +20,7 @@ buckets written; both ways must write the same rollups and marks (a digest of
 their rows). Then one ``retention.prune`` (nothing is past keeping: what finding
 that out costs).
 
-    python benchmarks/history_fleet.py [--hosts 2000] [--gpus 8] [--minutes 60] [--repeats 2] [--no-wait]
+    python benchmarks/history_fleet.py [--hosts 2000] [--gpus 8] [--minutes 60] [--repeats 3] [--no-wait]
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hosts", type=int, default=2000)
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--minutes", type=int, default=60, help="raw samples to roll up (whole half hours)")
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-wait", action="store_true", help="do not wait for running pytest processes")
     args = parser.parse_args(argv)
     if args.minutes < 30 or args.minutes % 30:
@@ -198,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"{case}: the two ways wrote different rollups or marks ({', '.join(sorted(written))})")
             failed = True
 
-    print("\nmedian seconds (client + PostgreSQL CPU)")
+    print("\nmedian seconds (client + PostgreSQL CPU; of an even count of runs, the slower middle one)")
     for case in ("catch-up", "steady"):
         each = {}
         for hosts_per_batch in (1, batch):

@@ -52,6 +52,7 @@ SMOKE: dict[str, Smoke] = {
     "fleet_soak.py": Smoke("--hosts 10 --minutes 0.1 --interval-seconds 3 --gpus 2 --processes 30 "
                            "--sample-seconds 3 --senders 1 --repeats 1 --no-wait", ("postgres", "redis")),
     "history.py": Smoke("--days 1 --gpus 1 --growth 1 --repeats 1 --no-wait", ("postgres",)),
+    "history_fleet.py": Smoke("--hosts 3 --gpus 1 --minutes 30 --repeats 1 --no-wait", ("postgres",)),
     # The other version is this tree: both sides run the same code.
     "ingest_side_by_side.py": Smoke(f"--base {REPO} --hosts 2 --rounds 1 --pairs 1", ("postgres",)),
     "ingest_instructions.py": Smoke(f"--base {REPO} --hosts 2 --processes 20 --warm 1 --rounds 1",

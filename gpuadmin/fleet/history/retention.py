@@ -58,6 +58,7 @@ from gpuadmin.fleet.models import (
     ProcessPoint,
     SnapshotRejection,
 )
+from gpuadmin.fleet.storage.statements import RowInsert
 
 logger = logging.getLogger(__name__)
 
@@ -304,6 +305,23 @@ GPU_RAW_FIELDS = ("gpu_id", "taken_at", "memory_used_bytes", "memory_attributed_
 HOST_RAW_FIELDS = ("host_id", "taken_at", "zombie_count", "uninterruptible_count", "pids_in_use", "pid_max")
 
 
+def _rollup_upsert(model: type[models.Model], fields: Sequence[str]) -> RowInsert:
+    owner = "gpu" if "gpu" in {f.name for f in model._meta.concrete_fields} else "host"
+    return RowInsert(model, [owner, "bucket", *fields], conflict=[owner, "bucket"], update=fields)
+
+
+_GPU_ROLLUP_UPSERT = _rollup_upsert(GpuRollup, GPU_ROLLUP_FIELDS)
+_HOST_ROLLUP_UPSERT = _rollup_upsert(HostRollup, HOST_ROLLUP_FIELDS)
+_GPU_COARSE_UPSERT = _rollup_upsert(GpuRollupCoarse, ["fine_bucket_count", *GPU_ROLLUP_FIELDS])
+_HOST_COARSE_UPSERT = _rollup_upsert(HostRollupCoarse, ["fine_bucket_count", *HOST_ROLLUP_FIELDS])
+
+
+def _upsert(statement: RowInsert, rollups: Sequence[models.Model]) -> None:
+    """Write ``rollups`` (one model's) through ``statement``, a row replacing the one of its bucket."""
+    values = [[getattr(rollup, field.attname) for field in statement.fields] for rollup in rollups]
+    statement.run(values, returning=False)
+
+
 def roll_up_hosts(host_ids: Sequence[int], start: datetime, end: datetime) -> int:
     """Upsert the rollups of the hosts' raw samples taken in [start, end); return how many host buckets."""
     gpu_rows = GpuSample.objects.filter(
@@ -312,20 +330,9 @@ def roll_up_hosts(host_ids: Sequence[int], start: datetime, end: datetime) -> in
     host_rows = HostSample.objects.filter(
         host_id__in=host_ids, taken_at__gte=start, taken_at__lt=end
     ).values_list(*HOST_RAW_FIELDS)
-    gpus = gpu_rollups(gpu_rows)
     hosts = host_rollups(host_rows)
-    with transaction.atomic():
-        if gpus:
-            GpuRollup.objects.bulk_create(
-                gpus, update_conflicts=True, unique_fields=["gpu", "bucket"], update_fields=GPU_ROLLUP_FIELDS
-            )
-        if hosts:
-            HostRollup.objects.bulk_create(
-                hosts,
-                update_conflicts=True,
-                unique_fields=["host", "bucket"],
-                update_fields=HOST_ROLLUP_FIELDS,
-            )
+    _upsert(_GPU_ROLLUP_UPSERT, gpu_rollups(gpu_rows))
+    _upsert(_HOST_ROLLUP_UPSERT, hosts)
     return len(hosts)
 
 
@@ -497,7 +504,9 @@ def coarse_rollups(model: type[_Coarse], rows: Iterable[Sequence[Any]]) -> list[
     ``GPU_ROLLUP_FIELDS`` or ``HOST_ROLLUP_FIELDS`` as ``model`` is the GPUs' or the hosts' tier."""
     key, plan, bounds = _COARSE_TIERS[model]
     grouped: dict[tuple[int, int], list[Sequence[Any]]] = defaultdict(list)
-    for row in rows:
+    # In time order, whatever order the rows came in: a float mean is a sum, and a sum's last bit
+    # depends on its order (the same rows give the same rollup, a host alone or in a batch).
+    for row in sorted(rows, key=itemgetter(0, 1)):
         grouped[(row[0], row[1] // FINE_PER_COARSE)].append(row[2:])
     rollups = []
     for (owner_id, bucket), members in grouped.items():
@@ -525,15 +534,8 @@ def roll_up_coarse_hosts(host_ids: Sequence[int], start: datetime, end: datetime
     return how many 30-minute host buckets (a host's half hour counts once, whatever its GPUs)."""
     gpu_rows, host_rows = fine_rows(host_ids, bucket_of(start), bucket_of(end))
     gpus, hosts = coarse_rollups(GpuRollupCoarse, gpu_rows), coarse_rollups(HostRollupCoarse, host_rows)
-    with transaction.atomic():
-        if gpus:
-            GpuRollupCoarse.objects.bulk_create(
-                gpus, update_conflicts=True, unique_fields=["gpu", "bucket"],
-                update_fields=["fine_bucket_count", *GPU_ROLLUP_FIELDS])
-        if hosts:
-            HostRollupCoarse.objects.bulk_create(
-                hosts, update_conflicts=True, unique_fields=["host", "bucket"],
-                update_fields=["fine_bucket_count", *HOST_ROLLUP_FIELDS])
+    _upsert(_GPU_COARSE_UPSERT, gpus)
+    _upsert(_HOST_COARSE_UPSERT, hosts)
     host_of_gpu = dict(Gpu.objects.filter(pk__in={r.gpu_id for r in gpus}).values_list("pk", "host_id")) \
         if gpus else {}
     return len({(host_of_gpu[r.gpu_id], r.bucket) for r in gpus} | {(r.host_id, r.bucket) for r in hosts})

@@ -42,8 +42,8 @@ from gpuadmin.fleet.storage.json_text import JsonTextField
 
 # Fields whose values the database drivers take as they are (DateTimeField, JSONField and JsonTextField,
 # a TextField, are adapted below).
-_PLAIN_FIELDS = (models.IntegerField, models.CharField, models.TextField, models.BooleanField,
-                 models.ForeignKey, models.DateTimeField, models.JSONField)
+_PLAIN_FIELDS = (models.IntegerField, models.FloatField, models.CharField, models.TextField,
+                 models.BooleanField, models.ForeignKey, models.DateTimeField, models.JSONField)
 
 
 # What a binary PreparedQuery may read: the same values in either form (a ForeignKey's is its id).

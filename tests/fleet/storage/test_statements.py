@@ -23,6 +23,7 @@ from gpuadmin.fleet.storage.statements import (
     deferred,
     pipelined,
 )
+from gpuadmin.usage.models import UsageDay
 from tests.fleet.helpers import at, counted_round_trips
 
 pytestmark = pytest.mark.django_db
@@ -177,9 +178,20 @@ def test_a_json_column_given_none_is_null_and_a_json_null_inside_a_value_stays()
     assert list(ProcessLife.objects.filter(owner__step=None).values_list("pid", flat=True)) == [2]
 
 
+def test_a_float_is_stored_exactly_as_given() -> None:
+    host = Host.objects.create(name="gpu01", first_seen_at=at(0))
+    means = [1 / 3, 2.0**-1074, 1e300, 0.1 + 0.2]
+    figures = [f.name for f in HostRollup._meta.fields if f.name.endswith(("_min", "_max", "_mean"))]
+    fields = ["host", "bucket", "sample_count", *figures]  # pid_max among them
+    rows = [[host.pk, bucket, 1, *(mean if name.endswith("_mean") else 0 for name in fields[3:])]
+            for bucket, mean in enumerate(means)]
+    RowInsert(HostRollup, fields).run(rows)
+    assert list(HostRollup.objects.order_by("bucket").values_list("zombies_mean", flat=True)) == means
+
+
 def test_only_plain_values_are_passed_as_they_are_and_every_required_column_is_set() -> None:
-    with pytest.raises(TypeError, match="zombies_mean"):
-        RowInsert(HostRollup, ["host", "zombies_mean"])
+    with pytest.raises(TypeError, match=r"day \(DateField\)"):
+        RowInsert(UsageDay, ["host", "day"])
     with pytest.raises(TypeError, match=r"fleet\.Gpu must set memory_attributed_bytes, present, updated_at"):
         RowInsert(Gpu, ["host", "uuid", "index", "name"])
     with pytest.raises(TypeError, match=r"fleet\.Host\.gpus is not a column"):
