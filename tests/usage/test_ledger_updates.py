@@ -4,13 +4,15 @@ ingest paths."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from gpuadmin.usage.models import LifeUsage, UsageCursor
 from gpuadmin.wire.signing import MessageKind
-from tests.factories import GiB
+from tests.factories import GiB, proc
 from tests.fleet.intake.test_updates import G0, G1, HOST, Agent, document
 from tests.keys import accept
 
@@ -72,3 +74,27 @@ def test_an_update_naming_a_process_writes_its_memory_not_the_lists_it_only_read
     writes = [q["sql"] for q in queries.captured_queries
               if 'INSERT INTO "usage_usagecursor"' in q["sql"] or 'UPDATE "usage_usagecursor"' in q["sql"]]
     assert len(writes) == 1 and "INSERT" not in writes[0] and '"holders"' not in writes[0], writes
+
+
+def test_an_update_finds_each_moved_holder_among_many_whatever_order_the_agent_listed_them(
+    settings, tmp_path
+) -> None:
+    settings.GPUADMIN_PROBE_INTERVAL_SECONDS = 10
+    settings.GPUADMIN_USAGE_FLUSH_SECONDS = 0
+
+    def holders(*, p900: int, p7_on_g1: int) -> list[dict[str, Any]]:
+        # Listed by falling pid; pid 7 holds on both GPUs.
+        return [proc(pid, gpu_memory=memory, device_files=["/dev/nvidia0"], reasons=["gpu"])
+                for pid, memory in ((900, {G0: p900}), (500, {G0: GiB}), (300, {G0: GiB}),
+                                    (7, {G0: GiB, G1: p7_on_g1}))]
+
+    accept(HOST)
+    agent = Agent(tmp_path / "snapshot-choice.json")
+    agent.send(document(0, extra=holders(p900=GiB, p7_on_g1=GiB)))
+    moved = holders(p900=3 * GiB, p7_on_g1=5 * GiB)
+    assert agent.send(document(10, extra=moved)).kind is MessageKind.SNAPSHOT_UPDATE
+    agent.send(document(20, extra=moved), full=True)
+    # 10 s at the first figure, 10 s at the update's.
+    assert life(900, G0)[1] == 10 * (1 + 3) * GiB
+    assert life(7, G1)[1] == 10 * (1 + 5) * GiB
+    assert life(7, G0)[1] == life(500, G0)[1] == life(300, G0)[1] == 20 * GiB
