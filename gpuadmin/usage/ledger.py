@@ -40,10 +40,8 @@ from __future__ import annotations
 
 import hashlib
 import heapq
-from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from datetime import UTC, date, datetime, time, timedelta
-from operator import itemgetter
 from typing import Any
 
 import msgspec
@@ -89,14 +87,10 @@ class Holder(msgspec.Struct, array_like=True):
         return (self.boot_id, self.pid, self.start_time_ticks, self.device_uuid)
 
 
-_PID = itemgetter(0)
-
-
 class HolderIndex(msgspec.Struct, array_like=True):
     """The holders' identities alone, in the holders' list's order, for an update to look a holder up
     without reading that long list: the devices held, and per holder its pid, start ticks and device
-    (its place in ``devices``). The boot id is left out: every holder is one snapshot's, so identity
-    order is pid order, and a pid is found by bisection."""
+    (its place in ``devices``). The boot id is left out: every holder is one snapshot's."""
 
     devices: list[str]
     holders: list[tuple[int, int, int]]
@@ -344,17 +338,14 @@ def record_updates(updates: Sequence[UpdateStoring]) -> None:
             if len(memory) != len(index.holders):
                 raise ValueError(f"host {host.pk}'s usage cursor has {len(memory)} memory figures for "
                                  f"{len(index.holders)} holders")
-            # A few processes moved among many holders: find each in the index (in identity order, so by
-            # pid: one boot id), rebuild only theirs.
-            uuids, holders = index.devices, index.holders
-            for pid, (ticks, moved_bytes) in moved.items():
-                place = bisect_left(holders, pid, key=_PID)
-                while place < len(holders) and holders[place][0] == pid:
-                    _, held_ticks, held = holders[place]
-                    new = moved_bytes.get(uuids[held])
-                    if held_ticks == ticks and new is not None:
+            # A few processes moved among many holders: look each holder's pid up, rebuild only theirs.
+            uuids = index.devices
+            for place, (pid, ticks, held) in enumerate(index.holders):
+                found = moved.get(pid)
+                if found is not None and found[0] == ticks:
+                    new = found[1].get(uuids[held])
+                    if new is not None:
                         memory[place] = (new, memory[place][1])
-                    place += 1
         cursor.taken_at = taken_at
         cursor.save()
 
