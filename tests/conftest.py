@@ -105,6 +105,7 @@ SLOW_PATHS = (
 ENGINE_PATHS = (
     "audit/test_append_only.py", "audit/test_anchors.py", "audit/test_chain.py",
     "audit/test_verify_command.py",
+    "fairuse/test_services.py",
     "fleet/findings/test_sync.py",
     "fleet/history/test_record.py", "fleet/history/test_retention.py", "fleet/history/test_series.py",
     "fleet/intake/test_ingest.py", "fleet/intake/test_ingest_writes.py", "fleet/intake/test_trust.py",
@@ -116,7 +117,7 @@ ENGINE_PATHS = (
     "kills/test_concurrent_approvals.py", "kills/test_decisions.py", "kills/test_dispatch.py",
     "kills/test_memory_released.py", "kills/test_service_contract.py",
     "web/test_fleet_page.py",
-    "usage/test_ledger.py",
+    "usage/test_ledger.py", "usage/test_ledger_updates.py",
     "integration/test_snapshot_flow.py",
 )
 
