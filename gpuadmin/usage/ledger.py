@@ -46,7 +46,7 @@ from typing import Any
 
 import msgspec
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 
 from gpuadmin.fleet.models import Host
 from gpuadmin.fleet.process_tree import ProcessRow, owner_label
@@ -153,6 +153,18 @@ _STEADY_UPDATE = RowUpdate(UsageCursor, "host", ["taken_at", "clock_milliseconds
 _ALL_COLUMNS = [*_STEADY_COLUMNS, "holders", "pending", "holder_index"]
 _CURSOR_UPSERT = RowInsert(UsageCursor, ["host", *_ALL_COLUMNS], conflict=["host"], update=_ALL_COLUMNS,
                            deferrable=True)
+
+
+# Settled figures, added to what each life and day has so far: one statement each per settling, its text
+# the same for any number of rows (the SQL of a VALUES list of each length was parsed anew every time).
+_LIFE_KEY = ["host", "boot_id", "pid", "start_time_ticks", "device_uuid"]
+_LIFE_ADD = RowInsert(LifeUsage, [*_LIFE_KEY, "device_model", "user", "uid", "owner_label", "first_at",
+                                  "last_at", *COUNTER_FIELDS],
+                      conflict=_LIFE_KEY, update=["device_model", "user", "uid", "owner_label", "last_at"],
+                      add=COUNTER_FIELDS)
+_DAY_KEY = ["host", "day", "user", "owner_label", "device_model"]
+_DAY_ADD = RowInsert(UsageDay, [*_DAY_KEY, "uid", "owner_kind", "owner_uid", *COUNTER_FIELDS],
+                     conflict=_DAY_KEY, update=["uid", "owner_kind", "owner_uid"], add=COUNTER_FIELDS)
 
 
 def on_snapshot_storing(sender: Any, *, host: Host, document: dict[str, Any], rows: Mapping[int, ProcessRow],
@@ -506,33 +518,10 @@ def _holder(boot_id: str, row: ProcessRow, device_uuid: str, model: str, *, join
                   device.idle, device.unmeasured)
 
 
-def _upsert(table: str, key: list[str], values: list[str], rows: list[tuple[Any, ...]]) -> None:
-    """INSERT ... VALUES (...), (...) ON CONFLICT (key) DO UPDATE adding the counters (SQLite and
-    PostgreSQL alike): one statement per batch of rows, not one per row."""
-    if not rows:
-        return
-    quote = connection.ops.quote_name
-    columns = [*key, *values, *COUNTER_FIELDS]
-    sets = [f"{quote(c)} = {quote(table)}.{quote(c)} + excluded.{quote(c)}" for c in COUNTER_FIELDS]
-    sets += [f"{quote(c)} = excluded.{quote(c)}" for c in values if c != "first_at"]
-    one = f"({', '.join(['%s'] * len(columns))})"
-    per_batch = max(1, (connection.features.max_query_params or 65535) // len(columns))
-    with connection.cursor() as cursor:
-        for start in range(0, len(rows), per_batch):
-            batch = rows[start : start + per_batch]
-            # Names from the models, quoted; every value is a parameter.
-            cursor.execute(
-                f"INSERT INTO {quote(table)} ({', '.join(map(quote, columns))}) "  # noqa: S608
-                f"VALUES {', '.join([one] * len(batch))} "
-                f"ON CONFLICT ({', '.join(map(quote, key))}) DO UPDATE SET {', '.join(sets)}",
-                [value for row in batch for value in row])
-
-
 def write(host_id: int, day: date, items: list[Settled]) -> None:
     """Add ``items``, of ``day``, to ``LifeUsage`` (each life and device) and ``UsageDay``."""
     if not items:
         return
-    ops = connection.ops
     days: dict[tuple[str, str, str], list[Any]] = {}
     lives: dict[HolderKey, list[Any]] = {}
     for item in items:
@@ -549,17 +538,11 @@ def write(host_id: int, day: date, items: list[Settled]) -> None:
         else:
             life[1], life[2] = max(life[1], item.last_at), [a + b for a, b in zip(life[2], item.counters,
                                                                                      strict=True)]
-    _upsert(LifeUsage._meta.db_table, ["host_id", "boot_id", "pid", "start_time_ticks", "device_uuid"],
-            ["device_model", "user", "uid", "owner_label", "first_at", "last_at"], [
-                (host_id, h.boot_id, h.pid, h.start_time_ticks, h.device_uuid, h.device_model, h.user, h.uid,
-                 h.owner_label, ops.adapt_datetimefield_value(h.first_at),
-                 ops.adapt_datetimefield_value(last), *counters)
-                for h, last, counters in lives.values()])
-    day_value = ops.adapt_datefield_value(day)
-    _upsert(UsageDay._meta.db_table, ["host_id", "day", "user", "owner_label", "device_model"],
-            ["uid", "owner_kind", "owner_uid"], [
-                (host_id, day_value, user, label, model, h.uid, h.owner_kind, h.owner_uid, *counters)
-                for (user, label, model), (h, counters) in days.items()])
+    _LIFE_ADD.run([(host_id, h.boot_id, h.pid, h.start_time_ticks, h.device_uuid, h.device_model, h.user,
+                    h.uid, h.owner_label, h.first_at, last, *counters)
+                   for h, last, counters in lives.values()], returning=False)
+    _DAY_ADD.run([(host_id, day, user, label, model, h.uid, h.owner_kind, h.owner_uid, *counters)
+                  for (user, label, model), (h, counters) in days.items()], returning=False)
 
 
 def flush_all(cursors: Any = None) -> int:

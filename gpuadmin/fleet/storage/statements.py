@@ -40,10 +40,10 @@ from django.db.models.sql.subqueries import UpdateQuery
 
 from gpuadmin.fleet.storage.json_text import JsonTextField
 
-# Fields whose values the database drivers take as they are (DateTimeField, JSONField and JsonTextField,
-# a TextField, are adapted below).
+# Fields whose values the database drivers take as they are (DateField and DateTimeField, JSONField and
+# JsonTextField, a TextField, are adapted below).
 _PLAIN_FIELDS = (models.IntegerField, models.FloatField, models.CharField, models.TextField,
-                 models.BooleanField, models.ForeignKey, models.DateTimeField, models.JSONField)
+                 models.BooleanField, models.ForeignKey, models.DateField, models.JSONField)
 
 
 # What a binary PreparedQuery may read: the same values in either form (a ForeignKey's is its id).
@@ -250,6 +250,8 @@ class _Rows:
                 raise TypeError(f"{type(self).__name__} cannot pass {field.name} ({kind}) as it is")
         self.deferrable = deferrable
         self._times = [n for n, field in enumerate(self.fields) if isinstance(field, models.DateTimeField)]
+        self._dates = [n for n, field in enumerate(self.fields)
+                       if isinstance(field, models.DateField) and n not in self._times]
         self._json: dict[int, models.JSONField[Any]] = {
             n: field for n, field in enumerate(self.fields) if isinstance(field, models.JSONField)
         }
@@ -294,17 +296,21 @@ class _Rows:
         for start in range(0, len(rows), per_batch):
             params: list[Any] = []
             for row in rows[start : start + per_batch]:
-                params.extend(self._adapted(row, connection.ops.adapt_datetimefield_value, prepare_json))
+                params.extend(self._adapted(row, connection.ops.adapt_datetimefield_value,
+                                            connection.ops.adapt_datefield_value, prepare_json))
             yield params
 
-    def _adapted(self, row: Sequence[Any], time: Callable[[Any], Any],
+    def _adapted(self, row: Sequence[Any], time: Callable[[Any], Any], day: Callable[[Any], Any],
                  document: Callable[[models.JSONField[Any], Any], Any]) -> list[Any]:
-        """``row`` with each time given to ``time`` and each JSON value to ``document`` (with its field);
-        None stays None."""
+        """``row`` with each time given to ``time``, each date to ``day`` and each JSON value to
+        ``document`` (with its field); None stays None."""
         values = self._with_document_texts(row)
         for n in self._times:
             if values[n] is not None:
                 values[n] = time(values[n])
+        for n in self._dates:
+            if values[n] is not None:
+                values[n] = day(values[n])
         for n, field in self._json.items():
             if values[n] is not None:
                 values[n] = document(field, values[n])
@@ -336,14 +342,16 @@ class _Rows:
 
 class RowInsert(_Rows):
     """``INSERT INTO <model> (<fields>) VALUES ...``, optionally an upsert on ``conflict`` that sets
-    ``update`` from the new row, returning the ``returning`` fields of each row where the database can.
+    ``update`` from the new row and adds the new row's ``add`` to the stored row's (counters), returning
+    the ``returning`` fields of each row where the database can.
 
     Fields are named as on the model; a foreign key's value is the id. Every column that cannot be
     NULL must be given: model defaults are Django's, not the table's.
     """
 
     def __init__(self, model: type[models.Model], fields: Sequence[str], *, conflict: Sequence[str] = (),
-                 update: Sequence[str] = (), returning: Sequence[str] = (), deferrable: bool = False) -> None:
+                 update: Sequence[str] = (), add: Sequence[str] = (), returning: Sequence[str] = (),
+                 deferrable: bool = False) -> None:
         super().__init__(model, fields, deferrable=deferrable and not returning)
         meta = model._meta
         # Django fills model defaults in Python, not in the table: a column left out is NULL.
@@ -354,6 +362,7 @@ class RowInsert(_Rows):
             raise TypeError(f"RowInsert into {meta.label} must set {', '.join(left_out)} (not nullable)")
         self._conflict = [_column(model, name) for name in conflict]
         self._update = [_column(model, name) for name in update]
+        self._add = [_column(model, name) for name in add]
         self._returning = [_column(model, name) for name in returning]
 
     def run(self, rows: Sequence[Sequence[Any]], *, returning: bool = True) -> list[tuple[Any, ...]] | None:
@@ -393,8 +402,11 @@ class RowInsert(_Rows):
         sql = f"INSERT INTO {name(self.model._meta.db_table)} ({columns}) {rows}"
         if self._conflict:
             sql += f" ON CONFLICT ({', '.join(name(f.column) for f in self._conflict)})"
-            if self._update:
-                sets = ", ".join(f"{name(f.column)} = EXCLUDED.{name(f.column)}" for f in self._update)
+            if self._update or self._add:
+                table = name(self.model._meta.db_table)
+                sets = ", ".join([*(f"{name(f.column)} = EXCLUDED.{name(f.column)}" for f in self._update),
+                                  *(f"{name(f.column)} = {table}.{name(f.column)} + EXCLUDED.{name(f.column)}"
+                                    for f in self._add)])
                 sql += f" DO UPDATE SET {sets}"
             else:
                 sql += " DO NOTHING"

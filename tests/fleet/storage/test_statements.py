@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from contextlib import nullcontext
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta, timezone
 
 import pytest
+from axes.models import AccessAttempt
 from django.db import IntegrityError, connection, transaction
 from django.db.models import TextField
 from django.db.models.functions import Cast
@@ -23,7 +24,7 @@ from gpuadmin.fleet.storage.statements import (
     deferred,
     pipelined,
 )
-from gpuadmin.usage.models import UsageDay
+from gpuadmin.usage.models import COUNTER_FIELDS, UsageDay
 from tests.fleet.helpers import at, counted_round_trips
 
 pytestmark = pytest.mark.django_db
@@ -189,9 +190,24 @@ def test_a_float_is_stored_exactly_as_given() -> None:
     assert list(HostRollup.objects.order_by("bucket").values_list("zombies_mean", flat=True)) == means
 
 
+def test_an_upsert_adds_the_counters_it_is_told_to_add_and_stores_dates() -> None:
+    host = Host.objects.create(name="gpu01", first_seen_at=at(0))
+    key = ["host", "day", "user", "owner_label", "device_model"]
+    add = RowInsert(UsageDay, [*key, "uid", "owner_kind", *COUNTER_FIELDS], conflict=key, update=["uid"],
+                    add=COUNTER_FIELDS)
+    day = date(2026, 12, 2)
+    counters = list(range(1, len(COUNTER_FIELDS) + 1))
+    add.run([(host.pk, day, "alice", "", "H100", 1000, "", *counters),
+             (host.pk, day, "bob", "", "H100", 1001, "", *counters)])
+    add.run([(host.pk, day, "alice", "", "H100", 2000, "", *(10 * n for n in counters))])
+    stored = {row[1]: row for row in UsageDay.objects.values_list("day", "user", "uid", *COUNTER_FIELDS)}
+    assert stored == {"alice": (day, "alice", 2000, *(11 * n for n in counters)),
+                      "bob": (day, "bob", 1001, *counters)}
+
+
 def test_only_plain_values_are_passed_as_they_are_and_every_required_column_is_set() -> None:
-    with pytest.raises(TypeError, match=r"day \(DateField\)"):
-        RowInsert(UsageDay, ["host", "day"])
+    with pytest.raises(TypeError, match=r"ip_address \(GenericIPAddressField\)"):
+        RowInsert(AccessAttempt, ["ip_address"])
     with pytest.raises(TypeError, match=r"fleet\.Gpu must set memory_attributed_bytes, present, updated_at"):
         RowInsert(Gpu, ["host", "uuid", "index", "name"])
     with pytest.raises(TypeError, match=r"fleet\.Host\.gpus is not a column"):
