@@ -147,6 +147,14 @@ _HOLDERS = PreparedQuery(
 _UPDATED_CURSORS = PreparedQuery(
     UsageCursor.objects.filter(AnyOf(UsageCursor, "host", key="hosts")).order_by()
     .values_list("host", *_STEADY_COLUMNS, "holder_index"))
+# flush_all's: a batch of hosts locked in id order, and their cursors.
+_LOCK_HOSTS = PreparedQuery(Host.objects.filter(AnyOf(Host, "id", key="hosts")).select_for_update()
+                            .order_by("pk").values_list("pk"))
+_BATCH_CURSORS = PreparedQuery(
+    UsageCursor.objects.filter(AnyOf(UsageCursor, "host", key="hosts")).order_by("host")
+    .values_list("host", *_STEADY_COLUMNS))
+FLUSH_HOSTS_PER_BATCH = 100
+_NOTHING_PENDING = "[]"
 # A cursor whose holders stayed: keyed by host, so a batch of hosts' updates write theirs together.
 _STEADY_UPDATE = RowUpdate(UsageCursor, "host", ["taken_at", "clock_milliseconds", "devices", "holder_bytes"],
                            deferrable=True)
@@ -545,22 +553,24 @@ def write(host_id: int, day: date, items: list[Settled]) -> None:
                   for (user, label, model), (h, counters) in days.items()], returning=False)
 
 
-def flush_all(cursors: Any = None) -> int:
+def flush_all(cursors: Any = None, *, hosts_per_batch: int = FLUSH_HOSTS_PER_BATCH) -> int:
     """Settle ``cursors`` (a ``UsageCursor`` queryset; default every host's) now: tests, and
-    ``retention.maintain_usage`` for hosts that went silent. How many were settled. Each under its
-    host's row lock, as ingest holds it: a figure is written once."""
-    flushed = 0
+    ``retention.maintain_usage`` for hosts that went silent. How many were settled. Under the hosts'
+    row locks, as ingest holds them (a figure is written once), ``hosts_per_batch`` hosts a
+    transaction, locked in id order as ingest locks a batch's. A cursor with nothing charged since its
+    last settling and nothing pending (a host silent since then) is not even locked."""
     cursors = UsageCursor.objects.all() if cursors is None else cursors
-    for host_id in cursors.values_list("host_id", flat=True):
+    host_ids = list(cursors.exclude(clock_milliseconds=0, pending=_NOTHING_PENDING)
+                    .order_by("host_id").values_list("host_id", flat=True))
+    flushed = 0
+    for first in range(0, len(host_ids), hosts_per_batch):
         with transaction.atomic():
-            Host.objects.select_for_update().filter(pk=host_id).exists()
-            stored = _CURSOR.rows(host=host_id)
-            if not stored:
-                continue
-            cursor = Cursor(host_id, stored[0], stored[0][0])
-            if cursor.clock == 0 and not cursor.pending:
-                continue
-            cursor.settle(cursor.taken_at)
-            cursor.save()
-            flushed += 1
+            batch = _LOCK_HOSTS.rows(hosts=host_ids[first:first + hosts_per_batch])
+            for host_id, *values in _BATCH_CURSORS.rows(hosts=[host_id for (host_id,) in batch]):
+                cursor = Cursor(host_id, tuple(values), values[0])
+                if cursor.clock == 0 and not cursor.pending:
+                    continue  # settled by ingest since it was listed
+                cursor.settle(cursor.taken_at)
+                cursor.save()
+                flushed += 1
     return flushed

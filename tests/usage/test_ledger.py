@@ -9,6 +9,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from gpuadmin.probe.config import ProbeConfig
 from gpuadmin.probe.snapshot import take_snapshot
@@ -108,6 +110,22 @@ def test_a_timeline_on_two_hosts_and_a_mig_gpu_gives_the_hand_worked_figures(set
     assert not LifeUsage.objects.filter(device_uuid=MIG_PARENT).exists()
     carol = LifeUsage.objects.get(pid=300)
     assert (carol.device_model, carol.first_at, carol.last_at) == ("Sim A100 MIG 3g.20gb", at(5), at(25))
+
+
+def test_settling_goes_a_batch_of_hosts_at_a_time_and_passes_over_cursors_with_nothing_to_settle(
+    settings
+) -> None:
+    settings.GPUADMIN_PROBE_INTERVAL_SECONDS = 10
+    settings.GPUADMIN_USAGE_FLUSH_SECONDS = 3600
+    timeline()
+    assert ledger.flush_all(hosts_per_batch=1) == 2
+    assert life(100, GPU0) == seconds(60, 2 * GiB, busy=12, idle=30)  # as settled one by one
+    assert life(300, MIG_A) == seconds(20, 3 * GiB, unmeasured=20)
+    with CaptureQueriesContext(connection) as queries:
+        assert ledger.flush_all() == 0
+    # Both hosts silent since: their cursors were listed, neither locked nor read.
+    assert len(queries.captured_queries) == 1, queries.captured_queries
+    assert "FOR UPDATE" not in queries.captured_queries[0]["sql"]
     assert LifeUsage.objects.count() == 5  # bob's 100 MiB at t=0 held nothing
 
     days = {(d.host.name, d.user, d.owner_label, d.device_model): (d.held_milliseconds, d.idle_milliseconds)
