@@ -72,6 +72,7 @@ SMOKE: dict[str, Smoke] = {
     "soak.py": Smoke("--minutes 0.05 --kill-every 3 --sample-seconds 3 --browsers 1 --probe-interval 1"),
     # --updates: its steady round is full snapshots, so both paths run.
     "statement_costs.py": Smoke("--hosts 2 --rounds 1 --updates", ("postgres",)),
+    "usage_settle.py": Smoke("--hosts 2 --no-wait", ("postgres",)),
     "update_consumption.py": Smoke("--messages 50 --repeats 1 --no-wait", ("redis",)),
     "validation_paths.py": Smoke("--repeats 1"),
 }

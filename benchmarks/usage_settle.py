@@ -1,0 +1,94 @@
+"""What settling the usage ledger costs a host: written to LifeUsage and UsageDay, on PostgreSQL.
+
+A host's ``UsageCursor`` keeps running totals between settlings; a settling writes one row per holder
+(``LifeUsage``) and per user, owner and GPU model (``UsageDay``). Ingest settles a host every
+``GPUADMIN_USAGE_FLUSH_SECONDS`` (900: once in 90 snapshots at a 10 s interval) and at midnight; beat's
+``usage.maintain`` (every 300 s) settles hosts gone silent.
+
+On a throwaway PostgreSQL (tests/services.py), --hosts synthetic hosts (``gpuadmin.fleet.synthetic``:
+8 GPUs, 200 processes, ~130 GPU holders) enrolled through the real path, then three rounds of full
+snapshots ingested (the holders charged). Then ``ledger.flush_all()`` settles every host, timed: ms a
+host, of this process's CPU and of its PostgreSQL backend; then once more, when no host has anything
+to settle (what beat's run costs for hosts long silent).
+
+    python benchmarks/usage_settle.py [--hosts 200] [--no-wait]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from benchmarks import processes  # noqa: E402
+from benchmarks.django_bench import setup_django, throwaway_data_dir  # noqa: E402
+from benchmarks.fleet import (  # noqa: E402
+    analyze_after_setup,
+    database_server_pid,
+    enrol_in_the_past,
+    process_cpu_seconds,
+    round_taken_at,
+)
+
+ROUNDS = 3
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", type=int, default=200)
+    parser.add_argument("--no-wait", action="store_true", help="do not wait for running pytest processes")
+    args = parser.parse_args(argv)
+    processes.guard()
+    os.environ["GPUADMIN_PROBE_INTERVAL"] = "3600"  # no host goes offline meanwhile
+    from tests import services
+
+    with throwaway_data_dir("gpuadmin-usage-settle-", wait=not args.no_wait), \
+            services.postgres_server() as server:
+        setup_django(server.url)
+        return run(args.hosts)
+
+
+def run(count: int) -> int:
+    from django.conf import settings
+
+    from gpuadmin.fleet import synthetic
+    from gpuadmin.fleet.intake.ingest import receive_snapshot
+    from gpuadmin.usage import ledger
+    from gpuadmin.usage.models import LifeUsage, UsageCursor, UsageDay
+
+    logging.disable(logging.WARNING)
+    hosts = synthetic.demo_hosts(settings.DATA_DIR, count)
+    enrolled_at = enrol_in_the_past(hosts, rounds_to_come=ROUNDS + 1)
+    analyze_after_setup()
+    for n in range(1, ROUNDS + 1):
+        for host in hosts:
+            receive_snapshot(host.message(n, taken_at=round_taken_at(enrolled_at, n)))
+    charged = UsageCursor.objects.exclude(clock_milliseconds=0).count()
+    print(f"{count} hosts, {charged} with time charged since their last settling")
+
+    server = database_server_pid()
+    began, client, backend = time.perf_counter(), time.process_time(), process_cpu_seconds(server)
+    settled = ledger.flush_all()
+    wall_ms = 1000 * (time.perf_counter() - began) / max(settled, 1)
+    client_ms = 1000 * (time.process_time() - client) / max(settled, 1)
+    backend_ms = 1000 * (process_cpu_seconds(server) - backend) / max(settled, 1)
+    print(f"settled {settled} hosts ({LifeUsage.objects.count():,} lives, {UsageDay.objects.count():,} "
+          f"days written): {wall_ms:.2f} ms a host ({client_ms:.2f} ms of this process's CPU, "
+          f"{backend_ms:.2f} of PostgreSQL's)")
+    began = time.perf_counter()
+    again = ledger.flush_all()
+    print(f"again, nothing to settle: {again} settled, {1000 * (time.perf_counter() - began) / count:.3f} ms "
+          "a host")
+    if settled != charged or again:
+        print(f"expected {charged} hosts settled, then none")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
