@@ -279,7 +279,8 @@ def snooze(case_id: int, user: Any, reason: str, *, now: datetime | None = None)
         raise NotAllowed("say why it is still needed: the reason is kept in the audit log")
     now = now or timezone.now()
     with transaction.atomic():
-        case = Case.objects.select_for_update(of=("self",)).select_related("policy", "person", "host").get(pk=case_id)
+        case = (Case.objects.select_for_update(of=("self",)).select_related("policy", "person", "host")
+                .get(pk=case_id))
         person = person_of(user)
         if person is None or case.person_id != person.pk:
             raise NotAllowed("only the person who holds it can say it is still needed")
