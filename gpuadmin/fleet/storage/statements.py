@@ -1,4 +1,4 @@
-"""Ingest's fixed statements, their SQL written once per process.
+"""Ingest's fixed statements (and beat's upkeep's: rollups, settlings), their SQL written once per process.
 
 Every snapshot runs the same dozen statements, and the ORM would build each one
 anew on every call (a queryset clone, the compiler, each value through its
