@@ -46,6 +46,7 @@ SMOKE: dict[str, Smoke] = {
     # Every scenario for real (processes, probe, executor) on the simulated GPU; the default (nvml)
     # backend's "no GPU here" is tests/benchmarks/test_gpu_check.py's.
     "gpu_check.py": Smoke("--backend simulated --holders-mib 64 --grace-seconds 1"),
+    "fairuse_evaluate.py": Smoke("--hosts 2 --no-wait", ("postgres",)),
     "fleet.py": Smoke("--hosts 3 --gpus 1 --processes 5 --workers 1 --rate-hosts 3 --repeats 1 "
                       "--clone-hosts 4 --database sqlite --no-wait"),
     # Two 3-second rounds of 10 hosts through redis-server, the worker and beat, on PostgreSQL.

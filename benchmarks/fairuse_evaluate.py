@@ -1,0 +1,92 @@
+"""What one fair-use evaluation costs a host, per condition, on PostgreSQL.
+
+Beat runs ``fairuse.evaluate`` every minute; each live policy reads the newest snapshot of every
+online host in its scope and looks for its condition among the processes
+(``fairuse/conditions.py``). On a throwaway PostgreSQL (tests/services.py), --hosts synthetic hosts
+(``gpuadmin.fleet.synthetic``: 8 GPUs, 200 processes) enrolled through the real path and one round of
+full snapshots ingested; then for each condition a live policy over all hosts is evaluated once
+(``services.evaluate_policy``), alone (the others set to dry run), timed: seconds, and ms a host of
+this process's CPU and of its PostgreSQL backend. A minute's evaluations must fit in a minute: at
+N hosts a policy costs about N times the figure a host.
+
+    python benchmarks/fairuse_evaluate.py [--hosts 200] [--no-wait]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from benchmarks import processes  # noqa: E402
+from benchmarks.django_bench import setup_django, throwaway_data_dir  # noqa: E402
+from benchmarks.fleet import (  # noqa: E402
+    analyze_after_setup,
+    database_server_pid,
+    enrol_in_the_past,
+    process_cpu_seconds,
+    round_taken_at,
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", type=int, default=200)
+    parser.add_argument("--no-wait", action="store_true", help="do not wait for running pytest processes")
+    args = parser.parse_args(argv)
+    processes.guard()
+    os.environ["GPUADMIN_PROBE_INTERVAL"] = "3600"  # every host stays online
+    from tests import services
+
+    with throwaway_data_dir("gpuadmin-fairuse-evaluate-", wait=not args.no_wait), \
+            services.postgres_server() as server:
+        setup_django(server.url)
+        return run(args.hosts)
+
+
+def run(count: int) -> int:
+    from django.conf import settings
+
+    from gpuadmin.fairuse import conditions, services
+    from gpuadmin.fairuse.models import Policy
+    from gpuadmin.fleet import synthetic
+    from gpuadmin.fleet.intake.ingest import receive_snapshot
+
+    logging.disable(logging.WARNING)
+    hosts = synthetic.demo_hosts(settings.DATA_DIR, count)
+    enrolled_at = enrol_in_the_past(hosts, rounds_to_come=2)
+    analyze_after_setup()
+    for host in hosts:
+        receive_snapshot(host.message(1, taken_at=round_taken_at(enrolled_at, 1)))
+    now = round_taken_at(enrolled_at, 1)
+    server = database_server_pid()
+    print(f"{count} hosts x 8 GPUs, 200 processes each; one live policy at a time, over all hosts")
+    print(f"{'condition':<18} {'in view':>7} {'candidates':>10} {'seconds':>8} {'CPU ms a host':>13} "
+          f"{'PostgreSQL ms a host':>20}")
+    for condition in Policy.Condition:
+        policy = Policy.objects.create(name=condition.value, condition=condition, mode=Policy.Mode.LIVE,
+                                       minutes=60, max_gpus=4)
+        in_view = len(conditions.hosts_in_view(policy, now))
+        candidates = len(conditions.find(policy, now))
+        began, client, backend = time.perf_counter(), time.process_time(), process_cpu_seconds(server)
+        services.evaluate_policy(policy, now)
+        seconds = time.perf_counter() - began
+        client_ms = 1000 * (time.process_time() - client) / count
+        backend_ms = 1000 * (process_cpu_seconds(server) - backend) / count
+        print(f"{condition.value:<18} {in_view:>7} {candidates:>10} {seconds:>8.2f} {client_ms:>13.2f} "
+              f"{backend_ms:>20.2f}")
+        policy.mode = Policy.Mode.DRY_RUN
+        policy.save(update_fields=["mode"])
+        if in_view != count:
+            print(f"expected all {count} hosts in view")
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
