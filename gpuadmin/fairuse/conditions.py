@@ -63,6 +63,8 @@ def find(policy: Policy, now: datetime) -> list[Candidate]:
     hosts = hosts_in_view(policy, now)
     documents = LatestSnapshot.objects.documents_by_host_id({h.pk for h in hosts})
     people = set(policy.people.values_list("pk", flat=True)) if policy.scope == Policy.Scope.PEOPLE else None
+    directories = Directory.for_hosts(hosts)
+    idle = _idle_gpus(policy, now) if policy.condition == Policy.Condition.IDLE_HOLDER else {}
     found: list[Candidate] = []
     per_person: dict[int, list[tuple[Host, ProcessRow, Person]]] = defaultdict(list)
     for host in hosts:
@@ -70,7 +72,7 @@ def find(policy: Policy, now: datetime) -> list[Candidate]:
         if document is None:
             continue
         rows = process_rows(document)
-        directory = Directory.for_host(host)
+        directory = directories[host.pk]
 
         def person(row: ProcessRow, directory: Directory = directory) -> Person | None:
             return directory.person_for(uid=row.uid, user=row.user, owner=row.owner)
@@ -80,7 +82,7 @@ def find(policy: Policy, now: datetime) -> list[Candidate]:
             return people is None or (who is not None and who.pk in people)
 
         if policy.condition == Policy.Condition.IDLE_HOLDER:
-            found += _idle_holders(policy, host, rows, person=person, in_scope=in_scope, now=now)
+            found += _idle_holders(host, idle.get(host.pk, []), rows, person=person, in_scope=in_scope)
         elif policy.condition == Policy.Condition.ORPHAN_OR_ZOMBIE:
             found += _orphans_and_zombie_trees(host, rows, person=person, in_scope=in_scope)
         else:
@@ -93,22 +95,25 @@ def find(policy: Policy, now: datetime) -> list[Candidate]:
     return found
 
 
+def _idle_gpus(policy: Policy, now: datetime) -> dict[int, list[Gpu]]:
+    """The fleet's GPUs idle for the policy's minutes, by host: one query, however many hosts."""
+    idle: dict[int, list[Gpu]] = defaultdict(list)
+    idle_long_enough = Gpu.objects.filter(present=True, idle_since__isnull=False,
+                                          idle_since__lte=now - timedelta(minutes=policy.minutes))
+    for gpu in idle_long_enough.order_by("host", "index"):
+        idle[gpu.host_id].append(gpu)
+    return idle
+
+
 def _idle_holders(
-    policy: Policy,
     host: Host,
+    idle_gpus: list[Gpu],
     rows: dict[int, ProcessRow],
     *,
     person: PersonOf,
     in_scope: InScope,
-    now: datetime,
 ) -> list[Candidate]:
     found = []
-    idle_gpus = Gpu.objects.filter(
-        host=host,
-        present=True,
-        idle_since__isnull=False,
-        idle_since__lte=now - timedelta(minutes=policy.minutes),
-    )
     for gpu in idle_gpus:
         for row in rows.values():
             held = row.gpu_memory_bytes.get(gpu.uuid) or 0

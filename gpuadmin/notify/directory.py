@@ -1,6 +1,7 @@
 """Who is uid 1000 on gpu07: unix and Slurm accounts resolved to people, for one host at a time.
 
-``Directory.for_host(host)`` loads the host's accounts and the fleet-wide ones in one query;
+``Directory.for_host(host)`` loads the host's accounts and the fleet-wide ones in one query
+(``for_hosts``: any number of hosts' in one);
 ``person_for`` then answers for any number of processes without another. A host's own
 mapping wins over a fleet-wide one, and for a process of a Slurm job a Slurm account wins
 over a unix one (clusters whose Slurm and unix names differ map both).
@@ -36,6 +37,21 @@ class Directory:
     def for_host(cls, host: Host | None) -> Directory:
         where = Q(host__isnull=True) | Q(host=host) if host is not None else Q(host__isnull=True)
         return cls(Account.objects.filter(where).select_related("person").order_by("pk"))
+
+    @classmethod
+    def for_hosts(cls, hosts: Iterable[Host]) -> dict[int, Directory]:
+        """``for_host`` of each of ``hosts`` (by pk), from one query: the fleet-wide accounts indexed
+        once and shared by every host without accounts of its own (fair use reads the whole fleet
+        every minute)."""
+        accounts = list(Account.objects.select_related("person").order_by("pk"))
+        fleet_wide = [account for account in accounts if account.host_id is None]
+        own: dict[int, list[Account]] = {}
+        for account in accounts:
+            if account.host_id is not None:
+                own.setdefault(account.host_id, []).append(account)
+        shared = cls(fleet_wide)
+        return {host.pk: cls(sorted([*fleet_wide, *own[host.pk]], key=lambda a: a.pk)) if host.pk in own
+                else shared for host in hosts}
 
     def person_for(self, *, uid: int | None, user: str | None, owner: dict[str, Any] | None = None
                    ) -> Person | None:

@@ -37,6 +37,25 @@ def test_a_host_mapping_wins_over_a_fleet_wide_one(gpu07):
     assert Directory.for_host(None).person_for(uid=1000, user="alice") == everywhere
 
 
+def test_the_directories_of_many_hosts_from_one_query_answer_as_each_hosts_own(
+    gpu07, django_assert_num_queries
+):
+    gpu08 = store("gpu08", gpus=[gpu(0)], processes=[])
+    everywhere = person("Alice Everywhere", unix="alice")
+    here = person("Alice on gpu07")
+    Account.objects.create(person=here, uid=1000, host=gpu07)
+    Account.objects.create(person=person("Bob on gpu08"), uid=1001, host=gpu08)
+    with django_assert_num_queries(1):
+        directories = Directory.for_hosts([gpu07, gpu08])
+    for host in (gpu07, gpu08):
+        alone = Directory.for_host(host)
+        assert directories[host.pk].accounts == alone.accounts
+        for uid, user in ((1000, "alice"), (1001, None), (1009, "alice")):
+            assert directories[host.pk].person_for(uid=uid, user=user) == alone.person_for(uid=uid, user=user)
+    assert directories[gpu07.pk].person_for(uid=1000, user="alice") == here
+    assert directories[gpu08.pk].person_for(uid=1000, user="alice") == everywhere
+
+
 def test_a_uid_without_a_name_is_found_by_uid(gpu07):
     someone = person("Uid Only")
     Account.objects.create(person=someone, uid=1001)
