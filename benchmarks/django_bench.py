@@ -15,8 +15,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from gpuadmin.data_dir import prepare_data_dir
 
@@ -83,6 +84,17 @@ def setup_django(database_url: str | None = None) -> None:
 
     django.setup()
     call_command("migrate", verbosity=0, interactive=False)
+
+
+@contextlib.contextmanager
+def django_on_postgres(prefix: str, *, wait: bool = True, settings: Sequence[str] = ()) -> Iterator[Any]:
+    """A throwaway data directory, a throwaway PostgreSQL (``settings``: more ``name=value`` for it) and
+    Django set up on them; yields the server."""
+    from tests import services
+
+    with throwaway_data_dir(prefix, wait=wait), services.postgres_server(settings=settings) as server:
+        setup_django(server.url)
+        yield server
 
 
 @contextlib.contextmanager

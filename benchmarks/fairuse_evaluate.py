@@ -24,14 +24,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from benchmarks import processes  # noqa: E402
-from benchmarks.django_bench import setup_django, throwaway_data_dir  # noqa: E402
-from benchmarks.fleet import (  # noqa: E402
-    analyze_after_setup,
-    database_server_pid,
-    enrol_in_the_past,
-    process_cpu_seconds,
-    round_taken_at,
-)
+from benchmarks.django_bench import django_on_postgres  # noqa: E402
+from benchmarks.fleet import database_server_pid, enrolled_fleet, process_cpu_seconds  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,29 +35,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     processes.guard()
     os.environ["GPUADMIN_PROBE_INTERVAL"] = "3600"  # every host stays online
-    from tests import services
-
-    with throwaway_data_dir("gpuadmin-fairuse-evaluate-", wait=not args.no_wait), \
-            services.postgres_server() as server:
-        setup_django(server.url)
+    with django_on_postgres("gpuadmin-fairuse-evaluate-", wait=not args.no_wait):
         return run(args.hosts)
 
 
 def run(count: int) -> int:
-    from django.conf import settings
 
     from gpuadmin.fairuse import conditions, services
     from gpuadmin.fairuse.models import Policy
-    from gpuadmin.fleet import synthetic
-    from gpuadmin.fleet.intake.ingest import receive_snapshot
-
     logging.disable(logging.WARNING)
-    hosts = synthetic.demo_hosts(settings.DATA_DIR, count)
-    enrolled_at = enrol_in_the_past(hosts, rounds_to_come=2)
-    analyze_after_setup()
-    for host in hosts:
-        receive_snapshot(host.message(1, taken_at=round_taken_at(enrolled_at, 1)))
-    now = round_taken_at(enrolled_at, 1)
+    _, now = enrolled_fleet(count, full_rounds=1)
     server = database_server_pid()
     print(f"{count} hosts x 8 GPUs, 200 processes each; one live policy at a time, over all hosts")
     print(f"{'condition':<18} {'in view':>7} {'candidates':>10} {'seconds':>8} {'CPU ms a host':>13} "

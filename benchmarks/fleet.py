@@ -470,6 +470,24 @@ def round_taken_at(enrolled_at: datetime, number: int) -> datetime:
     return enrolled_at + timedelta(seconds=ROUND_SECONDS * number)
 
 
+def enrolled_fleet(count: int, *, full_rounds: int) -> tuple[list[Any], datetime]:
+    """``count`` synthetic hosts (``gpuadmin.fleet.synthetic``) enrolled through the real path, dated so
+    that ``full_rounds`` rounds end a minute ago, the tables analyzed, then those rounds sent as full
+    snapshots and received as central receives them; the hosts and when their last round was taken."""
+    from django.conf import settings
+
+    from gpuadmin.fleet import synthetic
+    from gpuadmin.fleet.intake.ingest import receive_snapshot
+
+    hosts = synthetic.demo_hosts(settings.DATA_DIR, count)
+    enrolled_at = enrol_in_the_past(hosts, rounds_to_come=full_rounds + 1)
+    analyze_after_setup()
+    for number in range(1, full_rounds + 1):
+        for host in hosts:
+            receive_snapshot(host.message(number, taken_at=round_taken_at(enrolled_at, number)))
+    return hosts, round_taken_at(enrolled_at, full_rounds)
+
+
 def analyze_after_setup() -> None:
     """On PostgreSQL, the statistics of the tables enrolment and history have just filled, as
     autovacuum has them a minute later: without them the first rate measured the planner's guesses

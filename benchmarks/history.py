@@ -55,8 +55,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from benchmarks import processes  # noqa: E402
-from benchmarks.django_bench import setup_django, throwaway_data_dir  # noqa: E402
-from tests import services  # noqa: E402
+from benchmarks.django_bench import django_on_postgres  # noqa: E402
 
 GiB = 1024**3
 MiB = 1024**2
@@ -502,9 +501,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-wait", action="store_true", help="do not wait for running pytest processes")
     args = parser.parse_args(argv)
     processes.guard()
-    with throwaway_data_dir("gpuadmin-history-bench-", wait=not args.no_wait), \
-            services.postgres_server() as server:
-        setup_django(server.url)
+    with django_on_postgres("gpuadmin-history-bench-", wait=not args.no_wait):
         return run(args)
 
 

@@ -38,9 +38,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from benchmarks import processes  # noqa: E402
-from benchmarks.django_bench import setup_django, throwaway_data_dir  # noqa: E402
+from benchmarks.django_bench import django_on_postgres  # noqa: E402
 from benchmarks.fleet import database_server_pid, process_cpu_seconds  # noqa: E402
-from tests import services  # noqa: E402
 
 BOOT_ID = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
 GiB = 1024**3
@@ -153,9 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.minutes < 30 or args.minutes % 30:
         parser.error("--minutes must be whole half hours")
     processes.guard()
-    with throwaway_data_dir("gpuadmin-history-fleet-", wait=not args.no_wait), \
-            services.postgres_server() as server:
-        setup_django(server.url)
+    with django_on_postgres("gpuadmin-history-fleet-", wait=not args.no_wait):
         return run(args)
 
 

@@ -31,7 +31,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from benchmarks import processes  # noqa: E402
-from benchmarks.django_bench import setup_django, throwaway_data_dir  # noqa: E402
+from benchmarks.django_bench import django_on_postgres  # noqa: E402
 from benchmarks.fleet import (  # noqa: E402
     analyze_after_setup,
     database_server_pid,
@@ -54,11 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"command: python benchmarks/statement_costs.py --hosts {args.hosts} --rounds {args.rounds}"
           + (" --updates" if args.updates else ""))
     os.environ["GPUADMIN_PROBE_INTERVAL"] = "3600"  # no host goes offline meanwhile
-    from tests import services
-
-    with throwaway_data_dir("statement-costs-", wait=False), \
-            services.postgres_server(settings=["shared_preload_libraries=pg_stat_statements"]) as server:
-        setup_django(server.url)
+    with django_on_postgres("statement-costs-", wait=False,
+                            settings=["shared_preload_libraries=pg_stat_statements"]):
         from django.conf import settings
         from django.db import connection
 

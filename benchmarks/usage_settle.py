@@ -26,14 +26,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from benchmarks import processes  # noqa: E402
-from benchmarks.django_bench import setup_django, throwaway_data_dir  # noqa: E402
-from benchmarks.fleet import (  # noqa: E402
-    analyze_after_setup,
-    database_server_pid,
-    enrol_in_the_past,
-    process_cpu_seconds,
-    round_taken_at,
-)
+from benchmarks.django_bench import django_on_postgres  # noqa: E402
+from benchmarks.fleet import database_server_pid, enrolled_fleet, process_cpu_seconds  # noqa: E402
 
 ROUNDS = 3
 
@@ -45,29 +39,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     processes.guard()
     os.environ["GPUADMIN_PROBE_INTERVAL"] = "3600"  # no host goes offline meanwhile
-    from tests import services
-
-    with throwaway_data_dir("gpuadmin-usage-settle-", wait=not args.no_wait), \
-            services.postgres_server() as server:
-        setup_django(server.url)
+    with django_on_postgres("gpuadmin-usage-settle-", wait=not args.no_wait):
         return run(args.hosts)
 
 
 def run(count: int) -> int:
-    from django.conf import settings
 
-    from gpuadmin.fleet import synthetic
-    from gpuadmin.fleet.intake.ingest import receive_snapshot
     from gpuadmin.usage import ledger
     from gpuadmin.usage.models import LifeUsage, UsageCursor, UsageDay
 
     logging.disable(logging.WARNING)
-    hosts = synthetic.demo_hosts(settings.DATA_DIR, count)
-    enrolled_at = enrol_in_the_past(hosts, rounds_to_come=ROUNDS + 1)
-    analyze_after_setup()
-    for n in range(1, ROUNDS + 1):
-        for host in hosts:
-            receive_snapshot(host.message(n, taken_at=round_taken_at(enrolled_at, n)))
+    enrolled_fleet(count, full_rounds=ROUNDS)
     charged = UsageCursor.objects.exclude(clock_milliseconds=0).count()
     print(f"{count} hosts, {charged} with time charged since their last settling")
 
