@@ -46,7 +46,6 @@ from django.utils import timezone
 from gpuadmin.fleet.history import partitions, record
 from gpuadmin.fleet.models import (
     Finding,
-    Gpu,
     GpuRollup,
     GpuRollupCoarse,
     GpuSample,
@@ -346,9 +345,12 @@ class _Span:
     end: datetime
 
 
-def _in_batches(hosts: Sequence[tuple[int, str]], size: int) -> Iterator[list[tuple[int, str]]]:
-    for first in range(0, len(hosts), size):
-        yield list(hosts[first:first + size])
+_Item = TypeVar("_Item")
+
+
+def _in_batches(items: Sequence[_Item], size: int) -> Iterator[list[_Item]]:
+    for first in range(0, len(items), size):
+        yield list(items[first:first + size])
 
 
 def _roll_up_batch(
@@ -398,8 +400,7 @@ def _firsts(model: type[models.Model], owner: str, value: str, host_ids: Sequenc
     """Each host's least ``value`` among its ``model`` rows (``owner``: the lookup to the host's pk);
     hosts with none are left out."""
     firsts: dict[int, Any] = {}
-    for first in range(0, len(host_ids), hosts_per_batch):
-        batch = host_ids[first:first + hosts_per_batch]
+    for batch in _in_batches(host_ids, hosts_per_batch):
         rows = (model._default_manager.filter(**{f"{owner}__in": batch}).values(owner)
                 .annotate(first=Min(value)).values_list(owner, "first"))
         for host_id, least in rows:
@@ -520,10 +521,11 @@ def coarse_rollups(model: type[_Coarse], rows: Iterable[Sequence[Any]]) -> list[
 def fine_rows(
     host_ids: Sequence[int], first: int, end: int
 ) -> tuple[list[Sequence[Any]], list[Sequence[Any]]]:
-    """The hosts' 5-minute GPU and host rollup rows of buckets [first, end), as the coarse roll-up reads."""
+    """The hosts' 5-minute GPU and host rollup rows of buckets [first, end), as the coarse roll-up reads;
+    each GPU row led by its GPU's host (read through the join the filter makes anyway)."""
     return (
         list(GpuRollup.objects.filter(gpu__host_id__in=host_ids, bucket__gte=first, bucket__lt=end)
-             .values_list("gpu_id", "bucket", *GPU_ROLLUP_FIELDS)),
+             .values_list("gpu__host_id", "gpu_id", "bucket", *GPU_ROLLUP_FIELDS)),
         list(HostRollup.objects.filter(host_id__in=host_ids, bucket__gte=first, bucket__lt=end)
              .values_list("host_id", "bucket", *HOST_ROLLUP_FIELDS)),
     )
@@ -533,12 +535,12 @@ def roll_up_coarse_hosts(host_ids: Sequence[int], start: datetime, end: datetime
     """Upsert the 30-minute rollups of the hosts' 5-minute rollups in [start, end) (whole half hours);
     return how many 30-minute host buckets (a host's half hour counts once, whatever its GPUs)."""
     gpu_rows, host_rows = fine_rows(host_ids, bucket_of(start), bucket_of(end))
-    gpus, hosts = coarse_rollups(GpuRollupCoarse, gpu_rows), coarse_rollups(HostRollupCoarse, host_rows)
+    gpus = coarse_rollups(GpuRollupCoarse, [row[1:] for row in gpu_rows])
+    hosts = coarse_rollups(HostRollupCoarse, host_rows)
     _upsert(_GPU_COARSE_UPSERT, gpus)
     _upsert(_HOST_COARSE_UPSERT, hosts)
-    host_of_gpu = dict(Gpu.objects.filter(pk__in={r.gpu_id for r in gpus}).values_list("pk", "host_id")) \
-        if gpus else {}
-    return len({(host_of_gpu[r.gpu_id], r.bucket) for r in gpus} | {(r.host_id, r.bucket) for r in hosts})
+    written = {(row[0], row[2] // FINE_PER_COARSE) for row in gpu_rows}  # (host, 30-minute bucket)
+    return len(written | {(r.host_id, r.bucket) for r in hosts})
 
 
 def roll_up_coarse(now: datetime, *, max_buckets: int = MAX_COARSE_BUCKETS_PER_HOST_PER_RUN,
@@ -551,13 +553,12 @@ def roll_up_coarse(now: datetime, *, max_buckets: int = MAX_COARSE_BUCKETS_PER_H
     go in batches, as in ``roll_up``.
     """
     kept_from = coarse_bucket_start(coarse_bucket_of(history_kept_since(now)))
-    marks = [
-        (host_id, name, coarse_bucket_start(coarse_bucket_of(fine_until)), stored)
-        for host_id, name, fine_until, stored in Host.objects.filter(history_rolled_up_until__isnull=False)
-        .values_list("pk", "name", "history_rolled_up_until", "history_coarse_rolled_up_until")
-        # Nothing closed since: no query for this host.
-        if stored is None or stored < coarse_bucket_start(coarse_bucket_of(fine_until))
-    ]
+    marks = []
+    for host_id, name, fine_until, stored in Host.objects.filter(history_rolled_up_until__isnull=False) \
+            .values_list("pk", "name", "history_rolled_up_until", "history_coarse_rolled_up_until"):
+        closed_before = coarse_bucket_start(coarse_bucket_of(fine_until))
+        if stored is None or stored < closed_before:  # else nothing closed since: no query for this host
+            marks.append((host_id, name, closed_before, stored))
     never = [host_id for host_id, _, _, stored in marks if stored is None]
     firsts = _firsts(HostRollup, "host_id", "bucket", never, hosts_per_batch)
     for host_id, first in _firsts(GpuRollup, "gpu__host_id", "bucket", never, hosts_per_batch).items():
