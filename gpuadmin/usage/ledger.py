@@ -147,14 +147,10 @@ _HOLDERS = PreparedQuery(
 _UPDATED_CURSORS = PreparedQuery(
     UsageCursor.objects.filter(AnyOf(UsageCursor, "host", key="hosts")).order_by()
     .values_list("host", *_STEADY_COLUMNS, "holder_index"))
-# flush_all's: a batch of hosts locked in id order, and their cursors.
+# flush_all's: a batch of hosts locked in id order (their cursors then read as updates read theirs).
 _LOCK_HOSTS = PreparedQuery(Host.objects.filter(AnyOf(Host, "id", key="hosts")).select_for_update()
                             .order_by("pk").values_list("pk"))
-_BATCH_CURSORS = PreparedQuery(
-    UsageCursor.objects.filter(AnyOf(UsageCursor, "host", key="hosts")).order_by("host")
-    .values_list("host", *_STEADY_COLUMNS))
 FLUSH_HOSTS_PER_BATCH = 100
-_NOTHING_PENDING = "[]"
 # A cursor whose holders stayed: keyed by host, so a batch of hosts' updates write theirs together.
 _STEADY_UPDATE = RowUpdate(UsageCursor, "host", ["taken_at", "clock_milliseconds", "devices", "holder_bytes"],
                            deferrable=True)
@@ -560,14 +556,14 @@ def flush_all(cursors: Any = None, *, hosts_per_batch: int = FLUSH_HOSTS_PER_BAT
     transaction, locked in id order as ingest locks a batch's. A cursor with nothing charged since its
     last settling and nothing pending (a host silent since then) is not even locked."""
     cursors = UsageCursor.objects.all() if cursors is None else cursors
-    host_ids = list(cursors.exclude(clock_milliseconds=0, pending=_NOTHING_PENDING)
+    host_ids = list(cursors.exclude(clock_milliseconds=0, pending=_encode([]).decode())
                     .order_by("host_id").values_list("host_id", flat=True))
     flushed = 0
     for first in range(0, len(host_ids), hosts_per_batch):
         with transaction.atomic():
             batch = _LOCK_HOSTS.rows(hosts=host_ids[first:first + hosts_per_batch])
-            for host_id, *values in _BATCH_CURSORS.rows(hosts=[host_id for (host_id,) in batch]):
-                cursor = Cursor(host_id, tuple(values), values[0])
+            for host_id, values in _cursors([host_id for (host_id,) in batch]).items():
+                cursor = Cursor(host_id, values[:-1], values[0])  # less the holders' index
                 if cursor.clock == 0 and not cursor.pending:
                     continue  # settled by ingest since it was listed
                 cursor.settle(cursor.taken_at)

@@ -399,11 +399,11 @@ class RowInsert(_Rows):
         else:
             values = ", ".join(_json_element(f, n, connection) for n, f in enumerate(self.fields))
             rows = f"SELECT {values} FROM jsonb_array_elements(%s::jsonb) AS r(v)"  # noqa: S608 - own columns
-        sql = f"INSERT INTO {name(self.model._meta.db_table)} ({columns}) {rows}"
+        table = name(self.model._meta.db_table)
+        sql = f"INSERT INTO {table} ({columns}) {rows}"
         if self._conflict:
             sql += f" ON CONFLICT ({', '.join(name(f.column) for f in self._conflict)})"
             if self._update or self._add:
-                table = name(self.model._meta.db_table)
                 sets = ", ".join([*(f"{name(f.column)} = EXCLUDED.{name(f.column)}" for f in self._update),
                                   *(f"{name(f.column)} = {table}.{name(f.column)} + EXCLUDED.{name(f.column)}"
                                     for f in self._add)])
