@@ -83,7 +83,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from benchmarks import processes  # noqa: E402
-from benchmarks.django_bench import setup_django, throwaway_data_dir  # noqa: E402
+from benchmarks.django_bench import django_on_postgres, setup_django, throwaway_data_dir  # noqa: E402
 from benchmarks.pages import percentile  # noqa: E402
 
 WARM_UP_REQUESTS = 2
@@ -468,6 +468,21 @@ def enrol_in_the_past(hosts: list[Any], *, rounds_to_come: int) -> datetime:
 def round_taken_at(enrolled_at: datetime, number: int) -> datetime:
     """When round ``number`` after an enrolment taken at ``enrolled_at`` is taken."""
     return enrolled_at + timedelta(seconds=ROUND_SECONDS * number)
+
+
+def main_over_synthetic_hosts(argv: list[str] | None, description: str, prefix: str,
+                              run: Callable[[int], int], *, default_hosts: int = 200) -> int:
+    """The ``main`` of a benchmark of ``--hosts`` synthetic hosts on a throwaway PostgreSQL
+    (``django_on_postgres``, ``prefix`` its data directory's): ``run(hosts)``'s exit status. No host
+    goes offline meanwhile (a probe interval of an hour)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--hosts", type=int, default=default_hosts)
+    parser.add_argument("--no-wait", action="store_true", help="do not wait for running pytest processes")
+    args = parser.parse_args(argv)
+    processes.guard()
+    os.environ["GPUADMIN_PROBE_INTERVAL"] = "3600"
+    with django_on_postgres(prefix, wait=not args.no_wait):
+        return run(args.hosts)
 
 
 def enrolled_fleet(count: int, *, full_rounds: int) -> tuple[list[Any], datetime]:

@@ -16,7 +16,6 @@ to settle (what beat's run costs for hosts long silent).
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import sys
@@ -25,26 +24,21 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from benchmarks import processes  # noqa: E402
-from benchmarks.django_bench import django_on_postgres  # noqa: E402
-from benchmarks.fleet import database_server_pid, enrolled_fleet, process_cpu_seconds  # noqa: E402
+from benchmarks.fleet import (  # noqa: E402
+    database_server_pid,
+    enrolled_fleet,
+    main_over_synthetic_hosts,
+    process_cpu_seconds,
+)
 
 ROUNDS = 3
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--hosts", type=int, default=200)
-    parser.add_argument("--no-wait", action="store_true", help="do not wait for running pytest processes")
-    args = parser.parse_args(argv)
-    processes.guard()
-    os.environ["GPUADMIN_PROBE_INTERVAL"] = "3600"  # no host goes offline meanwhile
-    with django_on_postgres("gpuadmin-usage-settle-", wait=not args.no_wait):
-        return run(args.hosts)
+    return main_over_synthetic_hosts(argv, __doc__.splitlines()[0], "gpuadmin-usage-settle-", run)
 
 
 def run(count: int) -> int:
-
     from gpuadmin.usage import ledger
     from gpuadmin.usage.models import LifeUsage, UsageCursor, UsageDay
 
