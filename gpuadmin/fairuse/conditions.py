@@ -12,11 +12,12 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any, NamedTuple
 
 from gpuadmin.fairuse.models import Policy
 from gpuadmin.fleet.findings.rules import describe
 from gpuadmin.fleet.models import Gpu, Host, LatestSnapshot, ProcessLife
-from gpuadmin.fleet.process_tree import ProcessRow, orphans, process_rows, zombie_trees
+from gpuadmin.fleet.process_tree import ZOMBIE, ProcessRow, orphans, process_rows, zombie_trees
 from gpuadmin.notify.directory import Directory
 from gpuadmin.notify.models import Person
 from gpuadmin.text import human_bytes
@@ -36,6 +37,26 @@ class Candidate:
     targets: list[list[int]]
     held_bytes: int
     since: datetime | None
+
+
+class Holding(NamedTuple):
+    """What too many GPUs keeps of a process holding GPU memory until the whole fleet is read: its
+    identity and memory, not the whole row."""
+
+    pid: int
+    start_time_ticks: int
+    gpu_memory_bytes: dict[str, int | None]
+    total_gpu_memory_bytes: int
+    elapsed_seconds: float | None
+
+    @classmethod
+    def of(cls, row: ProcessRow) -> Holding:
+        return cls(row.pid, row.start_time_ticks, row.gpu_memory_bytes, row.total_gpu_memory_bytes,
+                   row.elapsed_seconds)
+
+
+# Hosts whose newest snapshots are read and looked at together.
+HOSTS_PER_READ = 200
 
 
 def _one_process(host: Host, row: ProcessRow, person: PersonOf, *, summary: str, held_bytes: int,
@@ -59,40 +80,74 @@ def _key(host: Host, row: ProcessRow) -> str:
 
 
 def find(policy: Policy, now: datetime) -> list[Candidate]:
-    """Every candidate of ``policy`` in the hosts' newest snapshots, in scope."""
+    """Every candidate of ``policy`` in the hosts' newest snapshots, in scope.
+
+    Beat runs this every minute for each live policy, over up to every host of the fleet: only the
+    snapshots where the condition can hold are read and made into process rows (``_worth_reading``,
+    ``_rows``), and an orphan's life is looked up with all the others' (``_orphaned_since``)."""
     hosts = hosts_in_view(policy, now)
-    documents = LatestSnapshot.objects.documents_by_host_id({h.pk for h in hosts})
+    idle = _idle_gpus(policy, now) if policy.condition == Policy.Condition.IDLE_HOLDER else {}
+    if policy.condition == Policy.Condition.IDLE_HOLDER:
+        hosts = [host for host in hosts if host.pk in idle]  # no GPU idle long enough: nobody to find
     people = set(policy.people.values_list("pk", flat=True)) if policy.scope == Policy.Scope.PEOPLE else None
     directories = Directory.for_hosts(hosts)
-    idle = _idle_gpus(policy, now) if policy.condition == Policy.Condition.IDLE_HOLDER else {}
     found: list[Candidate] = []
-    per_person: dict[int, list[tuple[Host, ProcessRow, Person]]] = defaultdict(list)
-    for host in hosts:
+    per_person: dict[int, list[tuple[Host, Holding, Person]]] = defaultdict(list)
+    orphans_and_trees: list[tuple[Host, dict[int, ProcessRow], PersonOf, InScope]] = []
+    documents: dict[int, dict[str, Any]] = {}
+    for n, host in enumerate(hosts):
+        if n % HOSTS_PER_READ == 0:
+            # A batch of hosts' snapshots at a time: never the whole fleet's (~125 KB each) in memory.
+            batch = hosts[n : n + HOSTS_PER_READ]
+            documents = LatestSnapshot.objects.documents_by_host_id({h.pk for h in batch})
         document = documents.get(host.pk)
-        if document is None:
+        if document is None or not _worth_reading(policy, document):
             continue
-        rows = process_rows(document)
+        rows = _rows(policy, document)
         directory = directories[host.pk]
 
         def person(row: ProcessRow, directory: Directory = directory) -> Person | None:
             return directory.person_for(uid=row.uid, user=row.user, owner=row.owner)
 
-        def in_scope(row: ProcessRow) -> bool:
+        def in_scope(row: ProcessRow, person: PersonOf = person) -> bool:
             who = person(row)
             return people is None or (who is not None and who.pk in people)
 
         if policy.condition == Policy.Condition.IDLE_HOLDER:
             found += _idle_holders(host, idle.get(host.pk, []), rows, person=person, in_scope=in_scope)
         elif policy.condition == Policy.Condition.ORPHAN_OR_ZOMBIE:
-            found += _orphans_and_zombie_trees(host, rows, person=person, in_scope=in_scope)
+            orphans_and_trees.append((host, rows, person, in_scope))
         else:
             for row in rows.values():
                 who = person(row)
                 if who is not None and row.total_gpu_memory_bytes > 0 and in_scope(row):
-                    per_person[who.pk].append((host, row, who))
+                    per_person[who.pk].append((host, Holding.of(row), who))
+    if orphans_and_trees:
+        since = _orphaned_since([(host, row) for host, rows, _, _ in orphans_and_trees
+                                 for row in orphans(rows) if row.total_gpu_memory_bytes > 0])
+        for host, rows, person_of, scoped in orphans_and_trees:
+            found += _orphans_and_zombie_trees(host, rows, person=person_of, in_scope=scoped, since=since)
     if policy.condition == Policy.Condition.TOO_MANY_GPUS:
         found += _too_many(policy, per_person)
     return found
+
+
+def _worth_reading(policy: Policy, document: dict[str, Any]) -> bool:
+    """Whether the condition can hold in this snapshot, from its plain values (before any row is made):
+    an orphan or a zombie among its processes for the one; the others look at every snapshot they are
+    given (idle holders: only hosts with an idle GPU are)."""
+    if policy.condition != Policy.Condition.ORPHAN_OR_ZOMBIE:
+        return True
+    return any(p.get("orphaned") or p.get("state") == ZOMBIE for p in document.get("processes", ()))
+
+
+def _rows(policy: Policy, document: dict[str, Any]) -> dict[int, ProcessRow]:
+    """The process rows the condition reads: for too many GPUs only the processes holding GPU memory
+    (no other counts), for the others all of them (a zombie's parent, an idle GPU's holders)."""
+    if policy.condition != Policy.Condition.TOO_MANY_GPUS:
+        return process_rows(document)
+    return process_rows({"processes": [p for p in document.get("processes", ())
+                                       if any((p.get("gpu_memory_bytes") or {}).values())]})
 
 
 def _idle_gpus(policy: Policy, now: datetime) -> dict[int, list[Gpu]]:
@@ -127,17 +182,40 @@ def _idle_holders(
     return found
 
 
+def _orphaned_since(orphaned: list[tuple[Host, ProcessRow]]) -> dict[tuple[int, int, int], datetime]:
+    """Since when each orphan has held on, by (host id, pid, start ticks), from its process life (as
+    ``ProcessLife.objects.identified`` finds it: the newest of that identity) when history has one:
+    since its launcher exited, else since it was first seen. A few queries for all of them."""
+    wanted = {(host.pk, row.pid, row.start_time_ticks) for host, row in orphaned}
+    host_ids = sorted({key[0] for key in wanted})
+    newest: dict[tuple[int, int, int], tuple[datetime, datetime]] = {}
+    for start in range(0, len(host_ids), _HOSTS_PER_QUERY):
+        chunk = host_ids[start : start + _HOSTS_PER_QUERY]
+        in_chunk = set(chunk)
+        pids = {pid for host_id, pid, _ in wanted if host_id in in_chunk}
+        lives = ProcessLife.objects.filter(host_id__in=chunk, pid__in=pids).values_list(
+            "host_id", "pid", "start_time_ticks", "last_seen_at", "launcher_exited_before", "first_seen_at")
+        for host_id, pid, ticks, last_seen_at, exited_before, first_seen_at in lives:
+            key = (host_id, pid, ticks)
+            if key in wanted and (key not in newest or last_seen_at > newest[key][0]):
+                newest[key] = (last_seen_at, exited_before or first_seen_at)
+    return {key: since for key, (_, since) in newest.items()}
+
+
+_HOSTS_PER_QUERY = 500
+
+
 def _orphans_and_zombie_trees(
-    host: Host, rows: dict[int, ProcessRow], *, person: PersonOf, in_scope: InScope
+    host: Host, rows: dict[int, ProcessRow], *, person: PersonOf, in_scope: InScope,
+    since: dict[tuple[int, int, int], datetime],
 ) -> list[Candidate]:
     found = []
     for row in orphans(rows):
         if row.total_gpu_memory_bytes <= 0 or not in_scope(row):
             continue
-        life = ProcessLife.objects.identified(host, row.pid, row.start_time_ticks)
-        since = (life.launcher_exited_before or life.first_seen_at) if life is not None else None
         found.append(
-            _one_process(host, row, person, held_bytes=row.total_gpu_memory_bytes, since=since,
+            _one_process(host, row, person, held_bytes=row.total_gpu_memory_bytes,
+                         since=since.get((host.pk, row.pid, row.start_time_ticks)),
                          summary=f"orphan {describe(row)} holds {human_bytes(row.total_gpu_memory_bytes)} "
                          f"on {host.name}")
         )
@@ -154,11 +232,11 @@ def _orphans_and_zombie_trees(
 
 
 def _too_many(
-    policy: Policy, per_person: dict[int, list[tuple[Host, ProcessRow, Person]]]
+    policy: Policy, per_person: dict[int, list[tuple[Host, Holding, Person]]]
 ) -> list[Candidate]:
     found = []
     for held in per_person.values():
-        gpus: dict[tuple[int, str], list[tuple[Host, ProcessRow]]] = defaultdict(list)
+        gpus: dict[tuple[int, str], list[tuple[Host, Holding]]] = defaultdict(list)
         for host, row, _who in held:
             for uuid, used in row.gpu_memory_bytes.items():
                 if used:

@@ -3,12 +3,13 @@ holdings are the excess), orphans holding memory, a zombie tree's parent holding
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from gpuadmin.fairuse import conditions
 from gpuadmin.fairuse.models import Policy
+from gpuadmin.fleet.models import Host
 from gpuadmin.notify.models import Account, Person
 from tests.factories import GiB, gpu, proc, snapshot
 from tests.keys import deliver
@@ -62,3 +63,107 @@ def test_a_policy_for_some_people_sees_only_theirs(alice):
                                    scope=Policy.Scope.PEOPLE)
     policy.people.add(bob)
     assert [c.person for c in conditions.find(policy, NOW)] == [bob]
+
+
+def _reads(monkeypatch) -> tuple[list[set[int]], list[int]]:
+    """Record which hosts' snapshots a find reads (per read) and how many process lists it makes rows of."""
+    from gpuadmin.fleet.models import LatestSnapshotQuerySet
+
+    read: list[set[int]] = []
+    made: list[int] = []
+    documents_by_host_id = LatestSnapshotQuerySet.documents_by_host_id
+    process_rows = conditions.process_rows
+
+    def reading(self, host_ids):
+        read.append(set(host_ids))
+        return documents_by_host_id(self, host_ids)
+
+    def making(document):
+        made.append(len(document.get("processes", ())))
+        return process_rows(document)
+
+    monkeypatch.setattr(LatestSnapshotQuerySet, "documents_by_host_id", reading)
+    monkeypatch.setattr(conditions, "process_rows", making)
+    return read, made
+
+
+def test_idle_holders_are_looked_for_only_on_hosts_with_a_gpu_idle_long_enough(alice, monkeypatch):
+    from gpuadmin.fleet.models import Gpu
+
+    for name in ("gpu01", "gpu02"):
+        deliver(snapshot(name, taken_at=NOW, gpus=[gpu(0, used=GiB, utilization_percent=0)], processes=[
+            proc(4120, uid=1000, gpu_memory={"GPU-sim-0000": GiB})]), received_at=NOW)
+    Gpu.objects.filter(host__name="gpu01").update(idle_since=NOW - timedelta(minutes=90))
+    Gpu.objects.filter(host__name="gpu02").update(idle_since=NOW - timedelta(minutes=30))
+    read, _ = _reads(monkeypatch)
+    policy = Policy.objects.create(name="idle", condition=Policy.Condition.IDLE_HOLDER, minutes=60)
+    assert [c.key for c in conditions.find(policy, NOW)] == ["gpu01:4120:412000"]
+    gpu01 = Host.objects.get(name="gpu01")
+    assert read == [{gpu01.pk}]  # gpu02's GPU has been idle 30 minutes: its snapshot is not read
+
+
+def test_a_snapshot_without_an_orphan_or_a_zombie_is_not_made_into_rows(alice, monkeypatch):
+    deliver(snapshot("gpu01", gpus=[gpu(0, used=GiB)], processes=[
+        proc(4200, uid=1000, orphaned=True, pgid=4199, gpu_memory={"GPU-sim-0000": GiB})]))
+    deliver(snapshot("gpu02", gpus=[gpu(0, used=GiB)], processes=[
+        proc(4300, uid=1000, gpu_memory={"GPU-sim-0000": GiB}), proc(4301, uid=1000)]))
+    _, made = _reads(monkeypatch)
+    policy = Policy.objects.create(name="leftovers", condition=Policy.Condition.ORPHAN_OR_ZOMBIE)
+    assert [c.key for c in conditions.find(policy, NOW)] == ["gpu01:4200:420000"]
+    assert made == [1]  # gpu01's one process; gpu02's two, neither orphaned nor a zombie, never
+
+
+def test_too_many_gpus_makes_rows_of_the_gpu_memory_holders_only(alice, monkeypatch):
+    deliver(snapshot("gpu01", gpus=[gpu(0, used=GiB)], processes=[
+        proc(4100, uid=1000, gpu_memory={"GPU-sim-0000": GiB}), proc(4101, uid=1000),
+        proc(4102, uid=1000, gpu_memory={"GPU-sim-0000": 0})]))
+    _, made = _reads(monkeypatch)
+    policy = Policy.objects.create(name="none", condition=Policy.Condition.TOO_MANY_GPUS, max_gpus=0)
+    (found,) = conditions.find(policy, NOW)
+    assert found.targets == [[4100, 410000]] and made == [1]
+
+
+def test_a_fleet_read_a_host_at_a_time_finds_what_it_finds_read_whole(alice, monkeypatch):
+    for n in range(3):
+        deliver(snapshot(f"gpu0{n + 1}", gpus=[gpu(0, used=GiB)], processes=[
+            proc(4100, uid=1000, elapsed_seconds=1000 - 100 * n, gpu_memory={"GPU-sim-0000": GiB}),
+            proc(4200, uid=1000, orphaned=True, pgid=4199, elapsed_seconds=1000 - 100 * n,
+                 gpu_memory={"GPU-sim-0000": GiB})]))
+    policies = [Policy.objects.create(name="two", condition=Policy.Condition.TOO_MANY_GPUS, max_gpus=2),
+                Policy.objects.create(name="leftovers", condition=Policy.Condition.ORPHAN_OR_ZOMBIE)]
+    whole = [conditions.find(policy, NOW) for policy in policies]
+    read, _ = _reads(monkeypatch)
+    monkeypatch.setattr(conditions, "HOSTS_PER_READ", 1)
+    assert [conditions.find(policy, NOW) for policy in policies] == whole
+    assert len(read) == 6 and all(len(hosts) == 1 for hosts in read)
+    assert whole[0][0].targets == [[4100, 410000], [4200, 420000]] and whole[0][0].host.name == "gpu03"
+    assert len(whole[1]) == 3
+
+
+def test_each_orphan_is_held_since_its_life_says_in_the_same_few_queries_however_many(alice):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from gpuadmin.fleet.models import ProcessLife
+
+    def orphaned(host: str, count: int) -> None:
+        deliver(snapshot(host, gpus=[gpu(0, used=count * GiB)], processes=[
+            proc(4200 + n, uid=1000, orphaned=True, pgid=4199, gpu_memory={"GPU-sim-0000": GiB})
+            for n in range(count)]))
+
+    orphaned("gpu01", 1)
+    policy = Policy.objects.create(name="leftovers", condition=Policy.Condition.ORPHAN_OR_ZOMBIE)
+    with CaptureQueriesContext(connection) as one:
+        conditions.find(policy, NOW)
+    orphaned("gpu02", 3)
+    orphaned("gpu03", 2)
+    ProcessLife.objects.filter(host__name="gpu02", pid=4201).update(launcher_exited_before=NOW)
+    with CaptureQueriesContext(connection) as six:
+        found = conditions.find(policy, NOW)
+    assert len(six.captured_queries) == len(one.captured_queries)
+    lives = {(life.host.name, life.pid): life for life in ProcessLife.objects.select_related("host")}
+    assert len(found) == 6
+    for candidate in found:
+        life = lives[(candidate.host.name, candidate.targets[0][0])]
+        assert candidate.since == (life.launcher_exited_before or life.first_seen_at)
+    assert {c.since for c in found if c.host.name == "gpu02" and c.targets == [[4201, 420100]]} == {NOW}
