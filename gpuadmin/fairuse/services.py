@@ -164,18 +164,22 @@ def evaluate_policy(policy: Policy, now: datetime) -> int:
     candidates = {c.key: c for c in conditions.find(policy, now)}
     online = {host.pk for host in conditions.hosts_in_view(policy, now)}
     steps = 0
+    open_cases = list(Case.objects.filter(policy=policy, status__in=OPEN)
+                      .select_related("host", "person", "policy"))
     # A case on a host gone offline waits: its snapshot is stale, it is neither resolved nor advanced.
-    for case in Case.objects.filter(policy=policy, status__in=OPEN, host_id__in=online).select_related(
-        "host", "person", "policy"
-    ):
-        if case.key not in candidates:
+    for case in open_cases:
+        if case.host_id in online and case.key not in candidates:
             with transaction.atomic():
                 case.transition(CaseState.RESOLVED)
                 case.resolved_at = now
                 case.save()
                 _audit_step(case, "resolved", why="the condition no longer holds")
             steps += 1
+    seen = {case.key: case for case in open_cases}
     for key, candidate in candidates.items():
+        known = seen.get(key)
+        if known is not None and _due_step(known, now) is None and _figures(known) == _figures(candidate):
+            continue  # most cases, most minutes: nothing to take or write (else re-read under its lock)
         with transaction.atomic():
             found = (
                 Case.objects.select_for_update(of=("self",))
@@ -197,43 +201,53 @@ def evaluate_policy(policy: Policy, now: datetime) -> int:
                 )
             else:
                 case = found
-                case.summary, case.targets, case.held_bytes = (
-                    candidate.summary,
-                    candidate.targets,
-                    candidate.held_bytes,
-                )
+                case.summary, case.targets, case.held_bytes = _figures(candidate)
             steps += _advance(case, now)
             case.save()
     return steps
 
 
-def _advance(case: Case, now: datetime) -> int:
-    """Take the step that is due (at most one a minute), in the caller's transaction."""
+def _figures(item: Case | conditions.Candidate) -> tuple[str, list[list[int]], int]:
+    """What a case keeps of its candidate's latest reading."""
+    return item.summary, item.targets, item.held_bytes
+
+
+def _due_step(case: Case, now: datetime) -> str | None:
+    """The step due on an open case now ("notify", "remind", "request"), or None: at most one a minute."""
     policy = case.policy
     if case.status == CaseState.WATCHING:
-        if now - case.condition_since < timedelta(minutes=policy.minutes):
-            return 0
-        case.transition(CaseState.NOTIFIED)
-        case.notified_at = now
-        _notify(case, again=False)
-        _audit_step(case, "notified", person=case.person.name if case.person else None)
-        return 1
-    due_again = (
+        return "notify" if now - case.condition_since >= timedelta(minutes=policy.minutes) else None
+    if (
         case.status == CaseState.NOTIFIED
         and case.notified_at is not None
         and now - case.notified_at >= timedelta(minutes=policy.notify_again_after_minutes)
-    ) or (case.status == CaseState.SNOOZED and case.snoozed_until is not None and now >= case.snoozed_until)
-    if due_again:
-        case.transition(CaseState.REMINDED)
-        case.reminded_at = now
-        _notify(case, again=True)
-        _audit_step(case, "reminded", person=case.person.name if case.person else None)
-        return 1
+    ) or (case.status == CaseState.SNOOZED and case.snoozed_until is not None and now >= case.snoozed_until):
+        return "remind"
     if (
         case.status == CaseState.REMINDED
         and case.reminded_at is not None
         and now - case.reminded_at >= timedelta(minutes=policy.request_after_minutes)
     ):
+        return "request"
+    return None
+
+
+def _advance(case: Case, now: datetime) -> int:
+    """Take the step that is due (``_due_step``), in the caller's transaction; the steps taken."""
+    step = _due_step(case, now)
+    if step == "notify":
+        case.transition(CaseState.NOTIFIED)
+        case.notified_at = now
+        _notify(case, again=False)
+        _audit_step(case, "notified", person=case.person.name if case.person else None)
+        return 1
+    if step == "remind":
+        case.transition(CaseState.REMINDED)
+        case.reminded_at = now
+        _notify(case, again=True)
+        _audit_step(case, "reminded", person=case.person.name if case.person else None)
+        return 1
+    if step == "request":
         return _file_request(case, now)
     return 0
 

@@ -175,3 +175,36 @@ def test_a_case_on_a_host_gone_offline_waits_for_it(alice):
     ingest(201)
     services.evaluate(now=at(201))
     assert Case.objects.get().status == CaseState.REMINDED
+
+
+def test_a_minute_with_nothing_due_and_nothing_changed_writes_no_case(alice):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    idle_policy()
+    ingest(0)
+    ingest(61)
+    services.evaluate(now=at(61))  # notified
+    ingest(62)
+
+    def case_writes(now: datetime) -> list[str]:
+        with CaptureQueriesContext(connection) as queries:
+            services.evaluate(now=now)
+        return [q["sql"] for q in queries.captured_queries if q["sql"].startswith('UPDATE "fairuse_case"')]
+
+    assert case_writes(at(62)) == []  # notified a minute ago, the same holding: nothing to do
+    def grown(minutes: float) -> None:
+        deliver(snapshot("gpu01", taken_at=at(minutes), gpus=[gpu(0, used=12 * GiB, utilization_percent=0)],
+                         processes=[proc(4120, uid=1000, user="alice", name="python",
+                                         cmdline=["python", "notebook.py"],
+                                         gpu_memory={"GPU-sim-0000": 12 * GiB})]), received_at=at(minutes))
+
+    grown(63)
+    assert len(case_writes(at(63))) == 1  # the holding grew: the case is written
+    case = Case.objects.get()
+    assert case.held_bytes == 12 * GiB and case.status == CaseState.NOTIFIED
+    grown(90)
+    assert case_writes(at(90)) == []
+    grown(91)
+    assert len(case_writes(at(91))) == 1  # notify again is due: reminded
+    assert Case.objects.get().status == CaseState.REMINDED
