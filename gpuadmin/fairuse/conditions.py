@@ -79,13 +79,14 @@ def _key(host: Host, row: ProcessRow) -> str:
     return f"{host.name}:{row.pid}:{row.start_time_ticks}"
 
 
-def find(policy: Policy, now: datetime) -> list[Candidate]:
-    """Every candidate of ``policy`` in the hosts' newest snapshots, in scope.
+def find(policy: Policy, now: datetime, *, hosts: list[Host] | None = None) -> list[Candidate]:
+    """Every candidate of ``policy`` in the hosts' newest snapshots, in scope (``hosts``: its
+    ``hosts_in_view``, when the caller has them).
 
     Beat runs this every minute for each live policy, over up to every host of the fleet: only the
     snapshots where the condition can hold are read and made into process rows (``_worth_reading``,
     ``_rows``), and an orphan's life is looked up with all the others' (``_orphaned_since``)."""
-    hosts = hosts_in_view(policy, now)
+    hosts = hosts_in_view(policy, now) if hosts is None else hosts
     idle = _idle_gpus(policy, now) if policy.condition == Policy.Condition.IDLE_HOLDER else {}
     if policy.condition == Policy.Condition.IDLE_HOLDER:
         hosts = [host for host in hosts if host.pk in idle]  # no GPU idle long enough: nobody to find

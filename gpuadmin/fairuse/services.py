@@ -161,8 +161,9 @@ def evaluate(now: datetime | None = None) -> int:
 
 
 def evaluate_policy(policy: Policy, now: datetime) -> int:
-    candidates = {c.key: c for c in conditions.find(policy, now)}
-    online = {host.pk for host in conditions.hosts_in_view(policy, now)}
+    in_view = conditions.hosts_in_view(policy, now)
+    candidates = {c.key: c for c in conditions.find(policy, now, hosts=in_view)}
+    online = {host.pk for host in in_view}
     steps = 0
     open_cases = list(Case.objects.filter(policy=policy, status__in=OPEN)
                       .select_related("host", "person", "policy"))
