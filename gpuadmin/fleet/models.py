@@ -9,6 +9,7 @@ when a figure moved past its step (at least once a minute), and one row per
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -38,6 +39,16 @@ def awaiting_acceptance_q() -> Q:
 
 
 class HostQuerySet(models.QuerySet):
+    def lock_in_id_order(self, host_ids: Sequence[int]) -> list[int]:
+        """Lock these hosts' rows, in id order, in the caller's transaction; the ids found.
+
+        Every transaction that writes for several hosts takes their row locks first, and in this one
+        order (a batch of snapshot updates, ``fleet.intake.updates``, by name but ordered by id; beat's
+        history roll-ups; the usage ledger's settling), so that none can wait on another in a cycle:
+        a roll-up batch that locked hosts as its writes reached them deadlocked with a settling."""
+        locked = self.select_for_update().filter(pk__in=host_ids).order_by("pk")
+        return list(locked.values_list("pk", flat=True))
+
     def awaiting_acceptance(self) -> HostQuerySet:
         """Hosts that offered a key no approver has accepted yet (docs/security.md)."""
         return self.filter(awaiting_acceptance_q())

@@ -147,9 +147,6 @@ _HOLDERS = PreparedQuery(
 _UPDATED_CURSORS = PreparedQuery(
     UsageCursor.objects.filter(AnyOf(UsageCursor, "host", key="hosts")).order_by()
     .values_list("host", *_STEADY_COLUMNS, "holder_index"))
-# flush_all's: a batch of hosts locked in id order (their cursors then read as updates read theirs).
-_LOCK_HOSTS = PreparedQuery(Host.objects.filter(AnyOf(Host, "id", key="hosts")).select_for_update()
-                            .order_by("pk").values_list("pk"))
 FLUSH_HOSTS_PER_BATCH = 100
 # A cursor whose holders stayed: keyed by host, so a batch of hosts' updates write theirs together.
 _STEADY_UPDATE = RowUpdate(UsageCursor, "host", ["taken_at", "clock_milliseconds", "devices", "holder_bytes"],
@@ -561,8 +558,8 @@ def flush_all(cursors: Any = None, *, hosts_per_batch: int = FLUSH_HOSTS_PER_BAT
     flushed = 0
     for first in range(0, len(host_ids), hosts_per_batch):
         with transaction.atomic():
-            batch = _LOCK_HOSTS.rows(hosts=host_ids[first:first + hosts_per_batch])
-            for host_id, values in _cursors([host_id for (host_id,) in batch]).items():
+            batch = Host.objects.lock_in_id_order(host_ids[first:first + hosts_per_batch])
+            for host_id, values in _cursors(batch).items():
                 cursor = Cursor(host_id, values[:-1], values[0])  # less the holders' index
                 if cursor.clock == 0 and not cursor.pending:
                     continue  # settled by ingest since it was listed

@@ -369,6 +369,9 @@ def _roll_up_batch(
     """
     try:
         with transaction.atomic():
+            # The batch's hosts locked first, in the order every multi-host writer takes them: the rollups'
+            # inserts (their foreign keys lock each host) and the marks' UPDATE reach them in any order.
+            Host.objects.lock_in_id_order([pk for pk, _ in hosts])
             written = roll([pk for pk, _ in hosts], span.start, span.end) if span.end > span.start else 0
             # Only if no other run moved it meanwhile (a run held behind a slow worker may overlap the next).
             unchanged = Q(**{f"{mark}__isnull": True}) if span.stored is None else Q(**{mark: span.stored})

@@ -330,6 +330,28 @@ def test_hosts_rolled_up_in_batches_get_what_each_gets_alone(ingest: Callable[..
     assert history(hosts_per_batch=retention.HOSTS_PER_ROLL_UP_BATCH) == alone
 
 
+def test_a_roll_up_batch_locks_its_hosts_in_id_order_before_it_writes(ingest: Callable[..., Host]) -> None:
+    """As every writer for several hosts does (``Host.objects.lock_in_id_order``): a batch that took its
+    hosts' locks as its rollups' foreign keys and its marks' UPDATE reached them deadlocked with the
+    usage ledger's settling, which locks a batch of hosts in id order."""
+    from django.test.utils import CaptureQueriesContext
+
+    for seconds in range(0, 900, 60):
+        for name in ("gpu02", "gpu01", "gpu03"):
+            ingest(snapshot(name, gpus=[gpu(0, used=GiB)], taken_at=at(seconds)))
+    ids = sorted(Host.objects.values_list("pk", flat=True))
+    with CaptureQueriesContext(connection) as queries:
+        assert retention.roll_up(at(900)) == 2 * 3
+    statements = [q["sql"] for q in queries.captured_queries]
+    lock_head = 'SELECT "fleet_host"."id" AS "pk" FROM "fleet_host" WHERE "fleet_host"."id" IN'
+    locks = [n for n, sql in enumerate(statements) if sql.startswith(lock_head)]
+    writes = [n for n, sql in enumerate(statements) if "rollup" in sql and not sql.startswith("SELECT")]
+    assert len(locks) == 1 and writes and locks[0] < min(writes)
+    lock = statements[locks[0]]
+    assert lock.endswith("ORDER BY 1 ASC" + (" FOR UPDATE" if connection.vendor == "postgresql" else ""))
+    assert all(str(pk) in lock for pk in ids)
+
+
 def test_a_host_whose_roll_up_fails_stops_neither_the_other_hosts_nor_pruning(
     ingest: Callable[..., Host],
     settings: Any,
