@@ -12,12 +12,12 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from gpuadmin.fairuse.models import Policy
 from gpuadmin.fleet.findings.rules import describe
 from gpuadmin.fleet.models import Gpu, Host, LatestSnapshot, ProcessLife
-from gpuadmin.fleet.process_tree import ZOMBIE, ProcessRow, orphans, process_rows, zombie_trees
+from gpuadmin.fleet.process_tree import ProcessRow, orphans, zombie_trees
 from gpuadmin.notify.directory import Directory
 from gpuadmin.notify.models import Person
 from gpuadmin.text import human_bytes
@@ -84,35 +84,39 @@ def find(policy: Policy, now: datetime, *, hosts: list[Host] | None = None) -> l
     ``hosts_in_view``, when the caller has them).
 
     Beat runs this every minute for each live policy, over up to every host of the fleet: only the
-    snapshots where the condition can hold are read and made into process rows (``_worth_reading``,
-    ``_rows``), and an orphan's life is looked up with all the others' (``_orphaned_since``)."""
+    hosts where the condition can hold are looked at (idle holders: those with a GPU idle long enough;
+    ``_may_hold``), their processes read as rows straight from the stored texts
+    (``LatestSnapshot.objects.process_rows_by_host_id``), and an orphan's life is looked up with all
+    the others' (``_orphaned_since``)."""
     hosts = hosts_in_view(policy, now) if hosts is None else hosts
     idle = _idle_gpus(policy, now) if policy.condition == Policy.Condition.IDLE_HOLDER else {}
     if policy.condition == Policy.Condition.IDLE_HOLDER:
         hosts = [host for host in hosts if host.pk in idle]  # no GPU idle long enough: nobody to find
     people = set(policy.people.values_list("pk", flat=True)) if policy.scope == Policy.Scope.PEOPLE else None
+
+    def scoped(who: Person | None) -> bool:
+        return people is None or (who is not None and who.pk in people)
+
     directories = Directory.for_hosts(hosts)
     found: list[Candidate] = []
     per_person: dict[int, list[tuple[Host, Holding, Person]]] = defaultdict(list)
     orphans_and_trees: list[tuple[Host, dict[int, ProcessRow], PersonOf, InScope]] = []
-    documents: dict[int, dict[str, Any]] = {}
+    rows_by_host: dict[int, dict[int, ProcessRow]] = {}
     for n, host in enumerate(hosts):
         if n % HOSTS_PER_READ == 0:
-            # A batch of hosts' snapshots at a time: never the whole fleet's (~125 KB each) in memory.
+            # A batch of hosts at a time: never the whole fleet's processes in memory.
             batch = hosts[n : n + HOSTS_PER_READ]
-            documents = LatestSnapshot.objects.documents_by_host_id({h.pk for h in batch})
-        document = documents.get(host.pk)
-        if document is None or not _worth_reading(policy, document):
+            rows_by_host = LatestSnapshot.objects.process_rows_by_host_id({h.pk for h in batch})
+        rows = rows_by_host.get(host.pk)
+        if rows is None or not _may_hold(policy, rows):
             continue
-        rows = _rows(policy, document)
         directory = directories[host.pk]
 
         def person(row: ProcessRow, directory: Directory = directory) -> Person | None:
             return directory.person_for(uid=row.uid, user=row.user, owner=row.owner)
 
         def in_scope(row: ProcessRow, person: PersonOf = person) -> bool:
-            who = person(row)
-            return people is None or (who is not None and who.pk in people)
+            return scoped(person(row))
 
         if policy.condition == Policy.Condition.IDLE_HOLDER:
             found += _idle_holders(host, idle.get(host.pk, []), rows, person=person, in_scope=in_scope)
@@ -120,35 +124,24 @@ def find(policy: Policy, now: datetime, *, hosts: list[Host] | None = None) -> l
             orphans_and_trees.append((host, rows, person, in_scope))
         else:
             for row in rows.values():
-                who = person(row)
-                if who is not None and row.total_gpu_memory_bytes > 0 and in_scope(row):
+                if row.total_gpu_memory_bytes > 0 and (who := person(row)) is not None and scoped(who):
                     per_person[who.pk].append((host, Holding.of(row), who))
     if orphans_and_trees:
         since = _orphaned_since([(host, row) for host, rows, _, _ in orphans_and_trees
                                  for row in orphans(rows) if row.total_gpu_memory_bytes > 0])
-        for host, rows, person_of, scoped in orphans_and_trees:
-            found += _orphans_and_zombie_trees(host, rows, person=person_of, in_scope=scoped, since=since)
+        for host, rows, person_of, of_scope in orphans_and_trees:
+            found += _orphans_and_zombie_trees(host, rows, person=person_of, in_scope=of_scope, since=since)
     if policy.condition == Policy.Condition.TOO_MANY_GPUS:
         found += _too_many(policy, per_person)
     return found
 
 
-def _worth_reading(policy: Policy, document: dict[str, Any]) -> bool:
-    """Whether the condition can hold in this snapshot, from its plain values (before any row is made):
-    an orphan or a zombie among its processes for the one; the others look at every snapshot they are
-    given (idle holders: only hosts with an idle GPU are)."""
+def _may_hold(policy: Policy, rows: dict[int, ProcessRow]) -> bool:
+    """Whether the condition can hold among these processes: an orphan or a zombie for the one; the
+    others look at every host they are given (idle holders: only hosts with an idle GPU are)."""
     if policy.condition != Policy.Condition.ORPHAN_OR_ZOMBIE:
         return True
-    return any(p.get("orphaned") or p.get("state") == ZOMBIE for p in document.get("processes", ()))
-
-
-def _rows(policy: Policy, document: dict[str, Any]) -> dict[int, ProcessRow]:
-    """The process rows the condition reads: for too many GPUs only the processes holding GPU memory
-    (no other counts), for the others all of them (a zombie's parent, an idle GPU's holders)."""
-    if policy.condition != Policy.Condition.TOO_MANY_GPUS:
-        return process_rows(document)
-    return process_rows({"processes": [p for p in document.get("processes", ())
-                                       if any((p.get("gpu_memory_bytes") or {}).values())]})
+    return any(row.orphaned or row.is_zombie for row in rows.values())
 
 
 def _idle_gpus(policy: Policy, now: datetime) -> dict[int, list[Gpu]]:

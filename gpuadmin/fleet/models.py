@@ -9,17 +9,19 @@ when a figure moved past its step (at least once a minute), and one row per
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+import msgspec
 from django.conf import settings
 from django.db import models
-from django.db.models import Count, OuterRef, Prefetch, Q, Subquery
-from django.db.models.functions import Coalesce
+from django.db.models import Count, OuterRef, Prefetch, Q, Subquery, TextField
+from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 
-from gpuadmin.fleet.storage.json_text import JsonTextField
+from gpuadmin.fleet.process_tree import ProcessRow, current_process_rows, process_rows
+from gpuadmin.fleet.storage.json_text import JsonTextField, decode_document
 from gpuadmin.fleet.taken_at import document_taken_at
 from gpuadmin.wire.snapshot_update import overlay
 
@@ -200,6 +202,22 @@ class LatestSnapshotQuerySet(models.QuerySet):
     def for_host(self, host: Host) -> LatestSnapshot | None:
         """The host's newest accepted snapshot; None before its first."""
         return self.filter(host=host).first()
+
+    def process_rows_by_host_id(self, host_ids: Collection[int]) -> dict[int, dict[int, ProcessRow]]:
+        """The newest snapshots' process rows of several hosts in one query, keyed by host id, each as
+        ``process_rows`` of its current document (``process_tree.current_process_rows``: read from the
+        stored texts, the documents' other parts never made into dicts)."""
+        as_text = {"document_text": Cast("document", TextField()), "update_text": Cast("update", TextField())}
+        texts = self.filter(host_id__in=host_ids).annotate(**as_text).values_list(
+            "host_id", "document_text", "update_text")
+        by_host: dict[int, dict[int, ProcessRow]] = {}
+        for host_id, document, update in texts:
+            try:
+                by_host[host_id] = current_process_rows(document, update)
+            except msgspec.DecodeError:  # stored before validation refused what msgspec does (NaN)
+                stored = None if update is None else decode_document(update)
+                by_host[host_id] = process_rows(current_document(decode_document(document), stored))
+        return by_host
 
     def document_for(self, host: Host) -> dict[str, Any] | None:
         """Only the document of the host's newest snapshot (None before its first), with its latest

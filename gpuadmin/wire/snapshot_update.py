@@ -253,9 +253,7 @@ def overlay(document: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
     their resident memory stays the base's (an update does not carry it).
     """
     result = copy.copy(document)
-    base_taken = datetime.fromisoformat(document["taken_at"])
-    now_taken = datetime.fromisoformat(update["taken_at"])
-    age_seconds = (now_taken - base_taken).total_seconds()
+    age_seconds = seconds_between(document["taken_at"], update["taken_at"])
     result["taken_at"] = update["taken_at"]
     if update.get("probe_duration_seconds") is not None:
         result["probe_duration_seconds"] = update["probe_duration_seconds"]
@@ -286,7 +284,17 @@ def overlay(document: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
         if changed is not None:
             process["gpu_memory_bytes"] = dict(changed)
         if elapsed is not None:
-            process["elapsed_seconds"] = round(elapsed + age_seconds, 2)
+            process["elapsed_seconds"] = aged(elapsed, age_seconds)
         processes.append(process)
     result["processes"] = processes
     return result
+
+
+def seconds_between(base_taken_at: str, update_taken_at: str) -> float:
+    """How much older the processes are at an update than in its base (both ``taken_at`` texts)."""
+    return (datetime.fromisoformat(update_taken_at) - datetime.fromisoformat(base_taken_at)).total_seconds()
+
+
+def aged(elapsed_seconds: float, age_seconds: float) -> float:
+    """A process's ``elapsed_seconds`` in the base, ``age_seconds`` later (as an overlaid document says)."""
+    return round(elapsed_seconds + age_seconds, 2)

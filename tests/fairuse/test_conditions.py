@@ -65,26 +65,19 @@ def test_a_policy_for_some_people_sees_only_theirs(alice):
     assert [c.person for c in conditions.find(policy, NOW)] == [bob]
 
 
-def _reads(monkeypatch) -> tuple[list[set[int]], list[int]]:
-    """Record which hosts' snapshots a find reads (per read) and how many process lists it makes rows of."""
+def _reads(monkeypatch) -> list[set[int]]:
+    """Record which hosts' processes a find reads, per read."""
     from gpuadmin.fleet.models import LatestSnapshotQuerySet
 
     read: list[set[int]] = []
-    made: list[int] = []
-    documents_by_host_id = LatestSnapshotQuerySet.documents_by_host_id
-    process_rows = conditions.process_rows
+    process_rows_by_host_id = LatestSnapshotQuerySet.process_rows_by_host_id
 
     def reading(self, host_ids):
         read.append(set(host_ids))
-        return documents_by_host_id(self, host_ids)
+        return process_rows_by_host_id(self, host_ids)
 
-    def making(document):
-        made.append(len(document.get("processes", ())))
-        return process_rows(document)
-
-    monkeypatch.setattr(LatestSnapshotQuerySet, "documents_by_host_id", reading)
-    monkeypatch.setattr(conditions, "process_rows", making)
-    return read, made
+    monkeypatch.setattr(LatestSnapshotQuerySet, "process_rows_by_host_id", reading)
+    return read
 
 
 def test_idle_holders_are_looked_for_only_on_hosts_with_a_gpu_idle_long_enough(alice, monkeypatch):
@@ -95,32 +88,11 @@ def test_idle_holders_are_looked_for_only_on_hosts_with_a_gpu_idle_long_enough(a
             proc(4120, uid=1000, gpu_memory={"GPU-sim-0000": GiB})]), received_at=NOW)
     Gpu.objects.filter(host__name="gpu01").update(idle_since=NOW - timedelta(minutes=90))
     Gpu.objects.filter(host__name="gpu02").update(idle_since=NOW - timedelta(minutes=30))
-    read, _ = _reads(monkeypatch)
+    read = _reads(monkeypatch)
     policy = Policy.objects.create(name="idle", condition=Policy.Condition.IDLE_HOLDER, minutes=60)
     assert [c.key for c in conditions.find(policy, NOW)] == ["gpu01:4120:412000"]
     gpu01 = Host.objects.get(name="gpu01")
     assert read == [{gpu01.pk}]  # gpu02's GPU has been idle 30 minutes: its snapshot is not read
-
-
-def test_a_snapshot_without_an_orphan_or_a_zombie_is_not_made_into_rows(alice, monkeypatch):
-    deliver(snapshot("gpu01", gpus=[gpu(0, used=GiB)], processes=[
-        proc(4200, uid=1000, orphaned=True, pgid=4199, gpu_memory={"GPU-sim-0000": GiB})]))
-    deliver(snapshot("gpu02", gpus=[gpu(0, used=GiB)], processes=[
-        proc(4300, uid=1000, gpu_memory={"GPU-sim-0000": GiB}), proc(4301, uid=1000)]))
-    _, made = _reads(monkeypatch)
-    policy = Policy.objects.create(name="leftovers", condition=Policy.Condition.ORPHAN_OR_ZOMBIE)
-    assert [c.key for c in conditions.find(policy, NOW)] == ["gpu01:4200:420000"]
-    assert made == [1]  # gpu01's one process; gpu02's two, neither orphaned nor a zombie, never
-
-
-def test_too_many_gpus_makes_rows_of_the_gpu_memory_holders_only(alice, monkeypatch):
-    deliver(snapshot("gpu01", gpus=[gpu(0, used=GiB)], processes=[
-        proc(4100, uid=1000, gpu_memory={"GPU-sim-0000": GiB}), proc(4101, uid=1000),
-        proc(4102, uid=1000, gpu_memory={"GPU-sim-0000": 0})]))
-    _, made = _reads(monkeypatch)
-    policy = Policy.objects.create(name="none", condition=Policy.Condition.TOO_MANY_GPUS, max_gpus=0)
-    (found,) = conditions.find(policy, NOW)
-    assert found.targets == [[4100, 410000]] and made == [1]
 
 
 def test_a_fleet_read_a_host_at_a_time_finds_what_it_finds_read_whole(alice, monkeypatch):
@@ -132,7 +104,7 @@ def test_a_fleet_read_a_host_at_a_time_finds_what_it_finds_read_whole(alice, mon
     policies = [Policy.objects.create(name="two", condition=Policy.Condition.TOO_MANY_GPUS, max_gpus=2),
                 Policy.objects.create(name="leftovers", condition=Policy.Condition.ORPHAN_OR_ZOMBIE)]
     whole = [conditions.find(policy, NOW) for policy in policies]
-    read, _ = _reads(monkeypatch)
+    read = _reads(monkeypatch)
     monkeypatch.setattr(conditions, "HOSTS_PER_READ", 1)
     assert [conditions.find(policy, NOW) for policy in policies] == whole
     assert len(read) == 6 and all(len(hosts) == 1 for hosts in read)

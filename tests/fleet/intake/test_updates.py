@@ -365,3 +365,31 @@ def test_an_applied_update_is_signalled_inside_its_transaction(agent: Agent) -> 
     [(host, update, taken_at)] = kwargs["updates"]
     assert host.name == HOST and taken_at == at(10)
     assert [(p.pid, p.gpu_memory_bytes) for p in update.processes] == [(101, {G0: 20 * GiB})]
+
+
+def test_the_current_process_rows_read_from_the_texts_are_those_of_the_current_document(agent: Agent) -> None:
+    """``LatestSnapshot.objects.process_rows_by_host_id`` (what fair use reads of every host) against
+    ``process_rows`` of the document as pages read it, before and after an update, ages moved on; and a
+    stored text msgspec refuses read the document's way."""
+    from gpuadmin.fleet.process_tree import process_rows
+    from gpuadmin.fleet.storage.json_text import ValidatedJson
+
+    host = Host.objects.get(name=HOST)
+
+    def both() -> tuple[Any, Any]:
+        by_texts = LatestSnapshot.objects.process_rows_by_host_id([host.pk])[host.pk]
+        return by_texts, process_rows(LatestSnapshot.objects.document_for(host))
+
+    by_texts, by_document = both()
+    assert by_texts == by_document and by_texts[101].total_gpu_memory_bytes == 10 * GiB
+    agent.send(document(10, big=20 * GiB))
+    by_texts, by_document = both()
+    assert by_texts == by_document
+    moved = by_texts[101]
+    assert moved.gpu_memory_bytes == {G0: 20 * GiB} and moved.total_gpu_memory_bytes == 20 * GiB
+    assert moved.elapsed_seconds == round(document(0)["processes"][0]["elapsed_seconds"] + 10, 2)
+    text = LatestSnapshot.objects.values_list("document", flat=True).get()
+    spoiled = canonical_json(text).replace('"taken_at":', '"nan":NaN,"taken_at":', 1)
+    LatestSnapshot.objects.update(document=ValidatedJson(spoiled))
+    by_texts, by_document = both()
+    assert by_texts == by_document and by_texts[101].gpu_memory_bytes == {G0: 20 * GiB}
