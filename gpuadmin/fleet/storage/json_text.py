@@ -7,9 +7,7 @@ and rebuild ~125 KB on each write; text is stored as it comes, compressed with
 lz4 where the server has it (migration 0008, ``fleet.storage.table_settings``): of jsonb, text
 and lz4 text, the cheapest to rewrite at every snapshot.
 
-Reads give the parsed document, as a ``JSONField`` does, parsed by msgspec (``decode_document``:
-under half the CPU of ``json``'s for a 125 KB snapshot, which fair use reads for every host each
-minute). Writes take either a
+Reads give the parsed document, as a ``JSONField`` does (``decode_document``). Writes take either a
 document, encoded once, or ``ValidatedJson``: the text ingest already
 validated as the document it stands for, stored as it is. Only that marker
 type passes through: a plain ``str`` is a document like any other (a JSON
@@ -21,7 +19,6 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-import msgspec
 from django.db import models
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Expression, Model
@@ -42,17 +39,9 @@ def encode_document(document: Any) -> str:
     return json.dumps(document, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-_DECODER = msgspec.json.Decoder()
-
-
 def decode_document(text: str) -> Any:
-    """The document a stored text is. msgspec refuses a few texts ``json`` reads (NaN, numbers past a
-    float's range, an escaped lone surrogate), which validation keeps out of what ingest stores: one
-    stored otherwise (written before that validation) is read as ``json`` reads it."""
-    try:
-        return _DECODER.decode(text)
-    except msgspec.DecodeError:
-        return json.loads(text)
+    """The document a stored text is."""
+    return json.loads(text)
 
 
 class JsonTextField(models.TextField):
