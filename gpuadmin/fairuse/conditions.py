@@ -55,10 +55,6 @@ class Holding(NamedTuple):
                    row.elapsed_seconds)
 
 
-# Hosts whose newest snapshots are read and looked at together.
-HOSTS_PER_READ = 200
-
-
 def _one_process(host: Host, row: ProcessRow, person: PersonOf, *, summary: str, held_bytes: int,
                  since: datetime | None) -> Candidate:
     """A candidate about one process, which is its only target."""
@@ -85,9 +81,9 @@ def find(policy: Policy, now: datetime, *, hosts: list[Host] | None = None) -> l
 
     Beat runs this every minute for each live policy, over up to every host of the fleet: only the
     hosts where the condition can hold are looked at (idle holders: those with a GPU idle long enough;
-    ``_may_hold``), their processes read as rows straight from the stored texts
-    (``LatestSnapshot.objects.process_rows_by_host_id``), and an orphan's life is looked up with all
-    the others' (``_orphaned_since``)."""
+    ``_may_hold``), their processes read as rows straight from the stored texts, a batch of hosts at
+    a time (``LatestSnapshot.objects.process_rows_of``), and an orphan's life is looked up with all the
+    others' (``_orphaned_since``)."""
     hosts = hosts_in_view(policy, now) if hosts is None else hosts
     idle = _idle_gpus(policy, now) if policy.condition == Policy.Condition.IDLE_HOLDER else {}
     if policy.condition == Policy.Condition.IDLE_HOLDER:
@@ -101,14 +97,8 @@ def find(policy: Policy, now: datetime, *, hosts: list[Host] | None = None) -> l
     found: list[Candidate] = []
     per_person: dict[int, list[tuple[Host, Holding, Person]]] = defaultdict(list)
     orphans_and_trees: list[tuple[Host, dict[int, ProcessRow], PersonOf, InScope]] = []
-    rows_by_host: dict[int, dict[int, ProcessRow]] = {}
-    for n, host in enumerate(hosts):
-        if n % HOSTS_PER_READ == 0:
-            # A batch of hosts at a time: never the whole fleet's processes in memory.
-            batch = hosts[n : n + HOSTS_PER_READ]
-            rows_by_host = LatestSnapshot.objects.process_rows_by_host_id({h.pk for h in batch})
-        rows = rows_by_host.get(host.pk)
-        if rows is None or not _may_hold(policy, rows):
+    for host, rows in LatestSnapshot.objects.process_rows_of(hosts):
+        if not _may_hold(policy, rows):
             continue
         directory = directories[host.pk]
 

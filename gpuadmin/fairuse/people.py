@@ -69,14 +69,11 @@ def processes_of(person: Person, now: Any, *, others: bool = False) -> list[Held
     everyone else's that the directory names, for a nudge)."""
     held: list[Held] = []
     hosts = list(Host.objects.fleet())
-    documents = LatestSnapshot.objects.documents_by_host_id({h.pk for h in hosts})
+    directories = Directory.for_hosts(hosts)
     gpus: dict[tuple[int, str], Gpu] = {(g.host_id, g.uuid): g for g in Gpu.objects.filter(present=True)}
-    for host in hosts:
-        document = documents.get(host.pk)
-        if document is None:
-            continue
-        directory = Directory.for_host(host)
-        for row in process_rows(document).values():
+    for host, rows in LatestSnapshot.objects.process_rows_of(hosts):
+        directory = directories[host.pk]
+        for row in rows.values():
             if not row.gpu_memory_bytes or owns(directory, person, row) == others:
                 continue
             if others and directory.person_for(uid=row.uid, user=row.user, owner=row.owner) is None:

@@ -9,7 +9,7 @@ when a figure moved past its step (at least once a minute), and one row per
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -198,10 +198,23 @@ class Host(models.Model):
         return timezone.now() - self.last_seen_at <= self.offline_after()
 
 
+# Hosts whose newest snapshots' processes are read together (``LatestSnapshotQuerySet.process_rows_of``).
+HOSTS_PER_READ = 200
+
+
 class LatestSnapshotQuerySet(models.QuerySet):
     def for_host(self, host: Host) -> LatestSnapshot | None:
         """The host's newest accepted snapshot; None before its first."""
         return self.filter(host=host).first()
+
+    def process_rows_of(self, hosts: Sequence[Host]) -> Iterator[tuple[Host, dict[int, ProcessRow]]]:
+        """Each of ``hosts`` with a snapshot and its process rows (``process_rows_by_host_id``), in
+        order, read ``HOSTS_PER_READ`` hosts at a time: never a whole fleet's processes in memory."""
+        per_read = HOSTS_PER_READ
+        for first in range(0, len(hosts), per_read):
+            batch = hosts[first : first + per_read]
+            rows_by_host = self.process_rows_by_host_id({host.pk for host in batch})
+            yield from ((host, rows_by_host[host.pk]) for host in batch if host.pk in rows_by_host)
 
     def process_rows_by_host_id(self, host_ids: Collection[int]) -> dict[int, dict[int, ProcessRow]]:
         """The newest snapshots' process rows of several hosts in one query, keyed by host id, each as

@@ -9,6 +9,7 @@ import pytest
 
 from gpuadmin.fairuse import conditions
 from gpuadmin.fairuse.models import Policy
+from gpuadmin.fleet import models as fleet_models
 from gpuadmin.fleet.models import Host
 from gpuadmin.notify.models import Account, Person
 from tests.factories import GiB, gpu, proc, snapshot
@@ -105,7 +106,7 @@ def test_a_fleet_read_a_host_at_a_time_finds_what_it_finds_read_whole(alice, mon
                 Policy.objects.create(name="leftovers", condition=Policy.Condition.ORPHAN_OR_ZOMBIE)]
     whole = [conditions.find(policy, NOW) for policy in policies]
     read = _reads(monkeypatch)
-    monkeypatch.setattr(conditions, "HOSTS_PER_READ", 1)
+    monkeypatch.setattr(fleet_models, "HOSTS_PER_READ", 1)
     assert [conditions.find(policy, NOW) for policy in policies] == whole
     assert len(read) == 6 and all(len(hosts) == 1 for hosts in read)
     assert whole[0][0].targets == [[4100, 410000], [4200, 420000]] and whole[0][0].host.name == "gpu03"

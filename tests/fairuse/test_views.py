@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
 from gpuadmin.fairuse.models import Policy
 from gpuadmin.kills.models import KillRequest
@@ -70,3 +71,29 @@ def test_my_gpus_needs_a_login_and_says_when_no_person_is_linked(client, viewer_
     response = viewer_client.post(reverse("stop_mine"), {"host": "gpu01", "pid": 1, "start_time_ticks": 1},
                                   follow=True)
     assert not KillRequest.objects.exists() and response.status_code == 200
+
+
+def test_my_gpus_reads_the_fleet_a_batch_of_hosts_at_a_time_in_the_same_queries_however_many(
+        fleet, monkeypatch):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from gpuadmin.fairuse.people import processes_of
+    from gpuadmin.fleet import models as fleet_models
+
+    alice = Person.objects.get(name="Alice")
+
+    def mine() -> tuple[list[tuple[str, int, tuple[int, ...]]], int]:
+        with CaptureQueriesContext(connection) as queries:
+            held = processes_of(alice, timezone.now())
+        return [(h.host.name, h.row.pid, h.gpu_indexes) for h in held], len(queries.captured_queries)
+
+    one_host = mine()
+    for name in ("gpu02", "gpu03"):
+        deliver(snapshot(name, gpus=[gpu(0, used=8 * GiB)], processes=[
+            proc(5120, uid=1000, user="alice", cmdline=["python", "mine.py"], gpu_memory={GPU0: 8 * GiB})]))
+    held, queries = mine()
+    assert held == [("gpu01", 4120, (0,)), ("gpu02", 5120, (0,)), ("gpu03", 5120, (0,))]
+    assert queries == one_host[1]  # the people directory and the processes read for all hosts at once
+    monkeypatch.setattr(fleet_models, "HOSTS_PER_READ", 1)
+    assert mine()[0] == held
