@@ -13,7 +13,6 @@ from collections.abc import Collection, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-import msgspec
 from django.conf import settings
 from django.db import models
 from django.db.models import Count, OuterRef, Prefetch, Q, Subquery, TextField
@@ -227,7 +226,7 @@ class LatestSnapshotQuerySet(models.QuerySet):
         for host_id, document, update in texts:
             try:
                 by_host[host_id] = current_process_rows(document, update)
-            except msgspec.DecodeError:  # stored before validation refused what msgspec does (NaN)
+            except ValueError:  # stored before validation refused what msgspec does (NaN)
                 stored = None if update is None else decode_document(update)
                 by_host[host_id] = process_rows(current_document(decode_document(document), stored))
         return by_host

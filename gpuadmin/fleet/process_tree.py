@@ -23,7 +23,7 @@ from gpuadmin.probe.owners import (
     USER_SERVICE,
     WORKLOAD_KINDS,
 )
-from gpuadmin.wire.snapshot_update import aged, seconds_between
+from gpuadmin.wire.snapshot_update import aged, decode_update, seconds_between
 
 ZOMBIE = "Z"
 UNINTERRUPTIBLE = "D"
@@ -221,30 +221,18 @@ class _DocumentRows(msgspec.Struct, gc=False):
     processes: list[ProcessRow] = []
 
 
-class _MovedMemory(msgspec.Struct, gc=False):
-    pid: int
-    start_time_ticks: int
-    gpu_memory_bytes: dict[str, int | None]
-
-
-class _UpdateRows(msgspec.Struct, gc=False):
-    taken_at: str
-    processes: list[_MovedMemory] = []
-
-
 _DOCUMENT_ROWS = msgspec.json.Decoder(_DocumentRows)
-_UPDATE_ROWS = msgspec.json.Decoder(_UpdateRows)
 
 
 def current_process_rows(document_text: str, update_text: str | None) -> dict[int, ProcessRow]:
     """``process_rows`` of a stored snapshot's text with its latest update's (``LatestSnapshot``) laid
     over it as ``wire.snapshot_update.overlay`` lays it: the same rows, made by msgspec straight from
     the texts, without the document's thousands of dicts (fair use reads every host's each minute).
-    ``msgspec.DecodeError`` for a text that is not a stored document's."""
+    ValueError for a text that is not a stored document's or update's."""
     document = _DOCUMENT_ROWS.decode(document_text)
     rows = document.processes
     if update_text is not None:
-        update = _UPDATE_ROWS.decode(update_text)
+        update = decode_update(update_text)
         age = seconds_between(document.taken_at, update.taken_at)
         moved = {(p.pid, p.start_time_ticks): p.gpu_memory_bytes for p in update.processes}
         rows = [_overlaid(row, moved.get((row.pid, row.start_time_ticks)), age) for row in rows]
