@@ -23,7 +23,6 @@ from gpuadmin.notify.models import Person
 from gpuadmin.text import human_bytes
 
 PersonOf = Callable[[ProcessRow], Person | None]
-InScope = Callable[[ProcessRow], bool]
 
 
 @dataclass(frozen=True)
@@ -37,6 +36,24 @@ class Candidate:
     targets: list[list[int]]
     held_bytes: int
     since: datetime | None
+
+
+@dataclass(frozen=True)
+class _Who:
+    """Who a host's processes belong to (its people directory) and whether the policy covers them
+    (``people``: the policy's people by pk; None: everyone)."""
+
+    directory: Directory
+    people: set[int] | None
+
+    def person(self, row: ProcessRow) -> Person | None:
+        return self.directory.person_for(uid=row.uid, user=row.user, owner=row.owner)
+
+    def covers(self, who: Person | None) -> bool:
+        return self.people is None or (who is not None and who.pk in self.people)
+
+    def in_scope(self, row: ProcessRow) -> bool:
+        return self.covers(self.person(row))
 
 
 class Holding(NamedTuple):
@@ -89,38 +106,28 @@ def find(policy: Policy, now: datetime, *, hosts: list[Host] | None = None) -> l
     if policy.condition == Policy.Condition.IDLE_HOLDER:
         hosts = [host for host in hosts if host.pk in idle]  # no GPU idle long enough: nobody to find
     people = set(policy.people.values_list("pk", flat=True)) if policy.scope == Policy.Scope.PEOPLE else None
-
-    def scoped(who: Person | None) -> bool:
-        return people is None or (who is not None and who.pk in people)
-
     directories = Directory.for_hosts(hosts)
     found: list[Candidate] = []
     per_person: dict[int, list[tuple[Host, Holding, Person]]] = defaultdict(list)
-    orphans_and_trees: list[tuple[Host, dict[int, ProcessRow], PersonOf, InScope]] = []
+    orphans_and_trees: list[tuple[Host, dict[int, ProcessRow], _Who]] = []
     for host, rows in LatestSnapshot.objects.process_rows_of(hosts):
         if not _may_hold(policy, rows):
             continue
-        directory = directories[host.pk]
-
-        def person(row: ProcessRow, directory: Directory = directory) -> Person | None:
-            return directory.person_for(uid=row.uid, user=row.user, owner=row.owner)
-
-        def in_scope(row: ProcessRow, person: PersonOf = person) -> bool:
-            return scoped(person(row))
-
+        who = _Who(directories[host.pk], people)
         if policy.condition == Policy.Condition.IDLE_HOLDER:
-            found += _idle_holders(host, idle.get(host.pk, []), rows, person=person, in_scope=in_scope)
+            found += _idle_holders(host, idle.get(host.pk, []), rows, who)
         elif policy.condition == Policy.Condition.ORPHAN_OR_ZOMBIE:
-            orphans_and_trees.append((host, rows, person, in_scope))
+            orphans_and_trees.append((host, rows, who))
         else:
             for row in rows.values():
-                if row.total_gpu_memory_bytes > 0 and (who := person(row)) is not None and scoped(who):
-                    per_person[who.pk].append((host, Holding.of(row), who))
+                person = who.person(row) if row.total_gpu_memory_bytes > 0 else None
+                if person is not None and who.covers(person):
+                    per_person[person.pk].append((host, Holding.of(row), person))
     if orphans_and_trees:
-        since = _orphaned_since([(host, row) for host, rows, _, _ in orphans_and_trees
+        since = _orphaned_since([(host, row) for host, rows, _ in orphans_and_trees
                                  for row in orphans(rows) if row.total_gpu_memory_bytes > 0])
-        for host, rows, person_of, of_scope in orphans_and_trees:
-            found += _orphans_and_zombie_trees(host, rows, person=person_of, in_scope=of_scope, since=since)
+        for host, rows, who in orphans_and_trees:
+            found += _orphans_and_zombie_trees(host, rows, who, since=since)
     if policy.condition == Policy.Condition.TOO_MANY_GPUS:
         found += _too_many(policy, per_person)
     return found
@@ -144,22 +151,16 @@ def _idle_gpus(policy: Policy, now: datetime) -> dict[int, list[Gpu]]:
     return idle
 
 
-def _idle_holders(
-    host: Host,
-    idle_gpus: list[Gpu],
-    rows: dict[int, ProcessRow],
-    *,
-    person: PersonOf,
-    in_scope: InScope,
-) -> list[Candidate]:
+def _idle_holders(host: Host, idle_gpus: list[Gpu], rows: dict[int, ProcessRow],
+                  who: _Who) -> list[Candidate]:
     found = []
     for gpu in idle_gpus:
         for row in rows.values():
             held = row.gpu_memory_bytes.get(gpu.uuid) or 0
-            if held <= 0 or not in_scope(row):
+            if held <= 0 or not who.in_scope(row):
                 continue
             found.append(
-                _one_process(host, row, person, held_bytes=held, since=gpu.idle_since,
+                _one_process(host, row, who.person, held_bytes=held, since=gpu.idle_since,
                              summary=f"{describe(row)} holds {human_bytes(held)} on {host.name} "
                              f"GPU {gpu.index} at 0% utilisation")
             )
@@ -189,26 +190,24 @@ def _orphaned_since(orphaned: list[tuple[Host, ProcessRow]]) -> dict[tuple[int, 
 _HOSTS_PER_QUERY = 500
 
 
-def _orphans_and_zombie_trees(
-    host: Host, rows: dict[int, ProcessRow], *, person: PersonOf, in_scope: InScope,
-    since: dict[tuple[int, int, int], datetime],
-) -> list[Candidate]:
+def _orphans_and_zombie_trees(host: Host, rows: dict[int, ProcessRow], who: _Who, *,
+                              since: dict[tuple[int, int, int], datetime]) -> list[Candidate]:
     found = []
     for row in orphans(rows):
-        if row.total_gpu_memory_bytes <= 0 or not in_scope(row):
+        if row.total_gpu_memory_bytes <= 0 or not who.in_scope(row):
             continue
         found.append(
-            _one_process(host, row, person, held_bytes=row.total_gpu_memory_bytes,
+            _one_process(host, row, who.person, held_bytes=row.total_gpu_memory_bytes,
                          since=since.get((host.pk, row.pid, row.start_time_ticks)),
                          summary=f"orphan {describe(row)} holds {human_bytes(row.total_gpu_memory_bytes)} "
                          f"on {host.name}")
         )
     for tree in zombie_trees(rows):
         parent = tree.parent
-        if parent is None or parent.total_gpu_memory_bytes <= 0 or not in_scope(parent):
+        if parent is None or parent.total_gpu_memory_bytes <= 0 or not who.in_scope(parent):
             continue
         found.append(
-            _one_process(host, parent, person, held_bytes=parent.total_gpu_memory_bytes, since=None,
+            _one_process(host, parent, who.person, held_bytes=parent.total_gpu_memory_bytes, since=None,
                          summary=f"{describe(parent)} holds {human_bytes(parent.total_gpu_memory_bytes)} "
                          f"on {host.name} with {len(tree.zombies)} zombie(s) it does not reap")
         )
