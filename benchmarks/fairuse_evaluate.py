@@ -19,18 +19,12 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import time
 from typing import Any
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from benchmarks.fleet import (  # noqa: E402
-    database_server_pid,
-    enrolled_fleet,
-    main_over_synthetic_hosts,
-    process_cpu_seconds,
-)
+from benchmarks.fleet import database_server_pid, enrolled_fleet, main_over_synthetic_hosts, spent  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,12 +49,10 @@ def run(count: int) -> int:
         in_view = len(conditions.hosts_in_view(policy, now))
         candidates = len(conditions.find(policy, now))
         for run_label in (condition.value, "  again"):
-            began, client, backend = time.perf_counter(), time.process_time(), process_cpu_seconds(server)
-            services.evaluate_policy(policy, now)
-            seconds = time.perf_counter() - began
-            client_ms = 1000 * (time.process_time() - client) / count
-            backend_ms = 1000 * (process_cpu_seconds(server) - backend) / count
-            print(f"{run_label:<22} {in_view:>7} {candidates:>10} {seconds:>8.2f} {client_ms:>13.2f} "
+            with spent(server) as cost:
+                services.evaluate_policy(policy, now)
+            _, client_ms, backend_ms = cost.per_ms(count)
+            print(f"{run_label:<22} {in_view:>7} {candidates:>10} {cost.seconds:>8.2f} {client_ms:>13.2f} "
                   f"{backend_ms:>20.2f}")
         policy.mode = Policy.Mode.DRY_RUN
         policy.save(update_fields=["mode"])
@@ -77,12 +69,10 @@ def my_gpus(count: int, now: Any, server: int | None) -> int:
 
     person = Person.objects.create(name="Alice")
     Account.objects.create(person=person, uid=1000, name="alice")
-    began, client, backend = time.perf_counter(), time.process_time(), process_cpu_seconds(server)
-    found = len(processes_of(person, now))
-    seconds = time.perf_counter() - began
-    client_ms = 1000 * (time.process_time() - client) / count
-    backend_ms = 1000 * (process_cpu_seconds(server) - backend) / count
-    print(f"{'My GPUs, one person':<22} {count:>7} {found:>10} {seconds:>8.2f} {client_ms:>13.2f} "
+    with spent(server) as cost:
+        found = len(processes_of(person, now))
+    _, client_ms, backend_ms = cost.per_ms(count)
+    print(f"{'My GPUs, one person':<22} {count:>7} {found:>10} {cost.seconds:>8.2f} {client_ms:>13.2f} "
           f"{backend_ms:>20.2f}   (candidates: the person's GPU processes)")
     return 0 if found else 1
 

@@ -74,7 +74,8 @@ import statistics
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -142,6 +143,32 @@ def process_cpu_seconds(pid: int | None) -> float:
     with open(f"/proc/{pid}/stat", "rb") as stat:
         fields = stat.read().rsplit(b")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Spent:
+    """What a stretch of work took: wall seconds, this process's CPU seconds, its PostgreSQL backend's."""
+
+    seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    server_cpu_seconds: float = 0.0
+
+    def per_ms(self, count: int) -> tuple[float, float, float]:
+        """The three in milliseconds per one of ``count`` (at least one)."""
+        count = max(count, 1)
+        return (1000 * self.seconds / count, 1000 * self.cpu_seconds / count,
+                1000 * self.server_cpu_seconds / count)
+
+
+@contextmanager
+def spent(server_pid: int | None) -> Iterator[Spent]:
+    """``with spent(server) as cost:``: ``cost`` holds what the block took once it is done."""
+    cost = Spent()
+    began, cpu, server = time.perf_counter(), time.process_time(), process_cpu_seconds(server_pid)
+    yield cost
+    cost.seconds = time.perf_counter() - began
+    cost.cpu_seconds = time.process_time() - cpu
+    cost.server_cpu_seconds = process_cpu_seconds(server_pid) - server
 
 
 def ingest_rounds(hosts: list[Any], rounds: list[tuple[int, datetime]],

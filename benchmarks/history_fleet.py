@@ -39,7 +39,7 @@ sys.path.insert(0, REPO)
 
 from benchmarks import processes  # noqa: E402
 from benchmarks.django_bench import django_on_postgres  # noqa: E402
-from benchmarks.fleet import database_server_pid, process_cpu_seconds  # noqa: E402
+from benchmarks.fleet import database_server_pid, spent  # noqa: E402
 
 BOOT_ID = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
 GiB = 1024**3
@@ -115,11 +115,10 @@ def reset(case: str, end: datetime) -> None:
 def timed(now: datetime, hosts_per_batch: int, server_pid: int | None) -> Cost:
     from gpuadmin.fleet.history import retention
 
-    began, client, server = time.perf_counter(), time.process_time(), process_cpu_seconds(server_pid)
-    buckets = retention.roll_up(now, hosts_per_batch=hosts_per_batch)
-    coarse = retention.roll_up_coarse(now, hosts_per_batch=hosts_per_batch)
-    return Cost(time.perf_counter() - began, time.process_time() - client,
-                process_cpu_seconds(server_pid) - server, buckets, coarse)
+    with spent(server_pid) as cost:
+        buckets = retention.roll_up(now, hosts_per_batch=hosts_per_batch)
+        coarse = retention.roll_up_coarse(now, hosts_per_batch=hosts_per_batch)
+    return Cost(cost.seconds, cost.cpu_seconds, cost.server_cpu_seconds, buckets, coarse)
 
 
 def digest() -> str:

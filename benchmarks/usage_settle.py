@@ -19,17 +19,11 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from benchmarks.fleet import (  # noqa: E402
-    database_server_pid,
-    enrolled_fleet,
-    main_over_synthetic_hosts,
-    process_cpu_seconds,
-)
+from benchmarks.fleet import database_server_pid, enrolled_fleet, main_over_synthetic_hosts, spent  # noqa: E402
 
 ROUNDS = 3
 
@@ -48,18 +42,15 @@ def run(count: int) -> int:
     print(f"{count} hosts, {charged} with time charged since their last settling")
 
     server = database_server_pid()
-    began, client, backend = time.perf_counter(), time.process_time(), process_cpu_seconds(server)
-    settled = ledger.flush_all()
-    wall_ms = 1000 * (time.perf_counter() - began) / max(settled, 1)
-    client_ms = 1000 * (time.process_time() - client) / max(settled, 1)
-    backend_ms = 1000 * (process_cpu_seconds(server) - backend) / max(settled, 1)
+    with spent(server) as cost:
+        settled = ledger.flush_all()
+    wall_ms, client_ms, backend_ms = cost.per_ms(settled)
     print(f"settled {settled} hosts ({LifeUsage.objects.count():,} lives, {UsageDay.objects.count():,} "
           f"days written): {wall_ms:.2f} ms a host ({client_ms:.2f} ms of this process's CPU, "
           f"{backend_ms:.2f} of PostgreSQL's)")
-    began = time.perf_counter()
-    again = ledger.flush_all()
-    print(f"again, nothing to settle: {again} settled, {1000 * (time.perf_counter() - began) / count:.3f} ms "
-          "a host")
+    with spent(server) as cost:
+        again = ledger.flush_all()
+    print(f"again, nothing to settle: {again} settled, {cost.per_ms(count)[0]:.3f} ms a host")
     if settled != charged or again:
         print(f"expected {charged} hosts settled, then none")
         return 1
