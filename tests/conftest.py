@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
@@ -253,6 +253,28 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: N
         # A file, not pytest-django's in-memory default, so that worker processes
         # see the test's data; the run's data dir is temporary anyway.
         database.setdefault("TEST", {})["NAME"] = str(database["NAME"])
+
+
+# Django asks SQLite once per connection, the first time a query needs to know, whether it has JSON
+# functions (`SELECT JSON('{"a": "b"}')`, `features.supports_json_field`). Counted inside a test's block,
+# that one query made the count depend on which test ran first in the worker process: a test that passed
+# in the whole suite failed alone. Asked before the block, it is never the test's to count.
+def _asked_database_features() -> None:
+    from django.db import connection  # the connection the fixtures count on
+
+    _ = connection.features.supports_json_field
+
+
+@pytest.fixture
+def django_assert_num_queries(django_assert_num_queries: Any) -> Any:
+    _asked_database_features()
+    return django_assert_num_queries
+
+
+@pytest.fixture
+def django_assert_max_num_queries(django_assert_max_num_queries: Any) -> Any:
+    _asked_database_features()
+    return django_assert_max_num_queries
 
 
 # --- servers -------------------------------------------------------------------------
