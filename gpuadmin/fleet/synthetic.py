@@ -67,9 +67,12 @@ UTILIZATION_JITTER_PERCENT = 3
 BACKGROUND_PROCESSES = 400
 CLOCK_TICKS_PER_SECOND = 100
 HOST_UPTIME_SECONDS = 5 * 86400
-# What the driver uses of each GPU for itself, and at most what no visible process accounts for: the
-# processes get the rest, shared out when they would want more (DemoHost._fit).
-DRIVER_SHARE_BYTES = 600 * MiB
+# What a GPU reports used beyond its processes' memory, and at most what no visible process accounts
+# for: the processes get the rest, shared out when they would want more (DemoHost._fit). NVML's v2
+# reading (the probe's) leaves driver-reserved memory out of `used`, so on a real GPU that is a few MiB,
+# well under GPUADMIN_UNATTRIBUTED_THRESHOLD_BYTES: only hosts with the "unattributed" trait show
+# memory no process accounts for.
+DRIVER_SHARE_BYTES = 4 * MiB
 UNATTRIBUTED_MAX_BYTES = 4 * GiB
 
 

@@ -8,7 +8,9 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from gpuadmin.demo import fleet as demo_scenario
+from gpuadmin.fleet.findings import rules
 from gpuadmin.fleet.intake.validation import parse_snapshot
+from gpuadmin.fleet.process_tree import process_rows
 from gpuadmin.fleet.synthetic import (
     GPU_MEMORY_BYTES,
     DemoHost,
@@ -55,6 +57,22 @@ def test_busy_gpus_are_shared_out_and_the_same_processes_keep_their_memory_from_
     memory = [{**p["gpu_memory_bytes"]} for p in first["processes"]]
     unchanged = sum(a == {**b["gpu_memory_bytes"]} for a, b in zip(memory, second["processes"], strict=True))
     assert unchanged >= 0.8 * len(memory)  # most processes are steady: a benchmark's steady snapshot
+
+
+def test_only_hosts_with_the_unattributed_trait_show_memory_no_process_accounts_for() -> None:
+    # A fleet where every GPU raised this finding would be a fleet where every host needs attention:
+    # the pages and ingest would be measured on what no lab sees (NVML's v2 `used` leaves the driver's
+    # reserved memory out).
+    flagged = {}
+    for index in range(24):
+        host = DemoHost(index=index, name=f"demo-{index:04d}", gpus=8, processes=200, key=KEY)
+        document = host.document(0, taken_at=NOW)
+        found = rules.unattributed_memory(document, process_rows(document))
+        flagged[host.name] = sorted(draft.details["gpu_index"] for draft in found)
+    with_trait = {name for name, indexes in flagged.items() if indexes}
+    assert 0 < len(with_trait) < len(flagged) / 2, flagged
+    # The trait adds memory to every third GPU, and only there.
+    assert all(flagged[name] == [0, 3, 6] for name in with_trait), flagged
 
 
 def test_the_demo_scenarios_hosts_are_possible_gpus_too() -> None:
