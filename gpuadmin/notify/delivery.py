@@ -8,15 +8,15 @@ hands the message to Django's email backend: the SMTP settings live in one place
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import logging
 import socket
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 from urllib.parse import quote, unquote
 
-import apprise
-from apprise.decorators import notify as apprise_plugin
 from django.conf import settings
 from django.core.mail import send_mail
 
@@ -79,7 +79,7 @@ def destination_problem(url: str) -> str:
 
 
 def _address_problem(url: str) -> str:
-    server = apprise.Apprise.instantiate(url, suppress_exceptions=True)
+    server = _apprise().Apprise.instantiate(url, suppress_exceptions=True)
     if server is None:
         return "not a notification URL Apprise understands"
     host = str(getattr(server, "host", "") or "").strip("[]")
@@ -101,14 +101,23 @@ def email_url(address: str) -> str:
     return f"{EMAIL_SCHEMA}://{quote(local, safe='')}@{domain}"
 
 
-# Apprise's decorator carries no types; the function keeps its own.
-@apprise_plugin(on=EMAIL_SCHEMA, name="Django email backend")  # type: ignore[untyped-decorator]
 def _send_through_django(body: str, title: str, notify_type: str, meta: dict[str, Any],
                          *args: Any, **kwargs: Any) -> bool:
     address = f"{unquote(meta.get('user') or '')}@{meta.get('host') or ''}"
     # An SMTP error raises; Apprise logs it and reports the delivery failed.
     send_mail(title, body, settings.DEFAULT_FROM_EMAIL, [address], fail_silently=False)
     return True
+
+
+@functools.cache
+def _apprise() -> ModuleType:
+    """Apprise, with EMAIL_SCHEMA registered: imported on first use, not by every process that loads
+    the apps (~0.2 s of each start of a worker, a page server or a management command)."""
+    import apprise
+    from apprise.decorators import notify as apprise_plugin
+
+    apprise_plugin(on=EMAIL_SCHEMA, name="Django email backend")(_send_through_django)
+    return apprise
 
 
 @dataclass(frozen=True)
@@ -119,7 +128,7 @@ class Outcome:
 
 def shown_url(url: str) -> str:
     """The URL with its passwords and tokens masked (Apprise's privacy form), for the timeline."""
-    server = apprise.Apprise.instantiate(url, suppress_exceptions=True)
+    server = _apprise().Apprise.instantiate(url, suppress_exceptions=True)
     if server is None:
         return url.split("://", 1)[0] + "://… (not a URL Apprise understands)"
     return str(server.url(privacy=True))[:300]
@@ -135,6 +144,7 @@ def send(url: str, subject: str, body: str) -> Outcome:
     if problem := destination_problem(url):
         logger.warning("notification to %s refused: %s", shown_url(url), problem)
         return Outcome(False, f"refused: {problem}")
+    apprise = _apprise()
     targets = apprise.Apprise(asset=apprise.AppriseAsset(http_redirects=False))
     with apprise.LogCapture(level=logging.WARNING) as log:
         server = apprise.Apprise.instantiate(url, asset=targets.asset, suppress_exceptions=True)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 from django.core import mail
 
 from gpuadmin.notify import delivery
@@ -56,3 +60,15 @@ def test_the_shown_form_masks_secrets(inbox):
     shown = shown_url(f"json://hook:s3cr3t-token@127.0.0.1:{inbox.server_port}/ok")
     assert "s3cr3t-token" not in shown
     assert "127.0.0.1" in shown
+
+
+def test_loading_the_apps_leaves_apprise_unimported_until_a_first_delivery():
+    # Every worker, page server and management command loads the apps; Apprise (with requests and its
+    # 100+ plugins) is ~0.4 s of CPU of each such start, needed only where something is sent.
+    program = ("import sys, django; django.setup(); print('apprise' in sys.modules); "
+               "from gpuadmin.notify.delivery import shown_url; shown_url('json://example.org/hook'); "
+               "print('apprise' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "DJANGO_SETTINGS_MODULE": "gpuadmin.settings"}, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", "True"]
