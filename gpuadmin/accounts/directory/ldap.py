@@ -38,6 +38,13 @@ REQUEST_ERROR_ATTRIBUTE = "gpuadmin_directory_error"
 class DirectoryLDAPBackend(LDAPBackend):
     """django-auth-ldap's backend, whose people get their roles and Unix account from the directory."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        # Django's auth makes a backend before each use, and only a backend sends ldap_error: connected
+        # here, the receiver is there before the first error, in any process, and not loaded where LDAP
+        # is not configured (accounts.apps).
+        connect()
+
     def authenticate_ldap_user(self, ldap_user: Any, password: str) -> Any:
         with audit_trail.acting(None, via=VIA_SIGN_IN):
             user = super().authenticate_ldap_user(ldap_user, password)

@@ -5,6 +5,9 @@ next sign-in), a disabled account, a wrong certificate, and the password again f
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
 
 import pytest
 from django.contrib.auth.models import User
@@ -108,6 +111,20 @@ def test_a_certificate_the_ca_did_not_sign_is_refused_with_a_clear_error(use_lda
     assert "did not match" not in page
     assert any("GPUADMIN_LDAP_CA_FILE" in r.getMessage() for r in caplog.records)
     assert not User.objects.filter(username="alice").exists()
+
+
+def test_loading_the_apps_leaves_the_ldap_libraries_unimported_until_the_backend_is_made():
+    # Every worker, page server and management command loads the apps; the LDAP libraries are needed only
+    # where LDAP signs people in, and the backend connects the error receiver above when it is made.
+    program = ("import sys, django; django.setup(); "
+               "print('ldap' in sys.modules or 'django_auth_ldap' in sys.modules); "
+               "from django_auth_ldap.backend import ldap_error; print(bool(ldap_error.receivers)); "
+               "from gpuadmin.accounts.directory.ldap import DirectoryLDAPBackend; DirectoryLDAPBackend(); "
+               "print(bool(ldap_error.receivers))")
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "DJANGO_SETTINGS_MODULE": "gpuadmin.settings"}, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", "False", "True"]
 
 
 def test_plain_ldap_is_refused_unless_the_network_is_said_to_be_trusted(use_ldap, slapd):
