@@ -9,7 +9,6 @@ the findings' own readings of a snapshot (``process_tree.orphans`` / ``zombie_tr
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import NamedTuple
@@ -21,8 +20,6 @@ from gpuadmin.fleet.process_tree import ProcessRow, orphans, zombie_trees
 from gpuadmin.notify.directory import Directory
 from gpuadmin.notify.models import Person
 from gpuadmin.text import human_bytes
-
-PersonOf = Callable[[ProcessRow], Person | None]
 
 
 @dataclass(frozen=True)
@@ -52,9 +49,6 @@ class _Who:
     def covers(self, who: Person | None) -> bool:
         return self.people is None or (who is not None and who.pk in self.people)
 
-    def in_scope(self, row: ProcessRow) -> bool:
-        return self.covers(self.person(row))
-
 
 class Holding(NamedTuple):
     """What too many GPUs keeps of a process holding GPU memory until the whole fleet is read: its
@@ -72,10 +66,10 @@ class Holding(NamedTuple):
                    row.elapsed_seconds)
 
 
-def _one_process(host: Host, row: ProcessRow, person: PersonOf, *, summary: str, held_bytes: int,
+def _one_process(host: Host, row: ProcessRow, person: Person | None, *, summary: str, held_bytes: int,
                  since: datetime | None) -> Candidate:
-    """A candidate about one process, which is its only target."""
-    return Candidate(key=_key(host, row), host=host, person=person(row), summary=summary,
+    """A candidate about one process (``person``: whom it belongs to), which is its only target."""
+    return Candidate(key=_key(host, row), host=host, person=person, summary=summary,
                      targets=[[row.pid, row.start_time_ticks]], held_bytes=held_bytes, since=since)
 
 
@@ -157,10 +151,13 @@ def _idle_holders(host: Host, idle_gpus: list[Gpu], rows: dict[int, ProcessRow],
     for gpu in idle_gpus:
         for row in rows.values():
             held = row.gpu_memory_bytes.get(gpu.uuid) or 0
-            if held <= 0 or not who.in_scope(row):
+            if held <= 0:
+                continue
+            person = who.person(row)
+            if not who.covers(person):
                 continue
             found.append(
-                _one_process(host, row, who.person, held_bytes=held, since=gpu.idle_since,
+                _one_process(host, row, person, held_bytes=held, since=gpu.idle_since,
                              summary=f"{describe(row)} holds {human_bytes(held)} on {host.name} "
                              f"GPU {gpu.index} at 0% utilisation")
             )
@@ -194,20 +191,26 @@ def _orphans_and_zombie_trees(host: Host, rows: dict[int, ProcessRow], who: _Who
                               since: dict[tuple[int, int, int], datetime]) -> list[Candidate]:
     found = []
     for row in orphans(rows):
-        if row.total_gpu_memory_bytes <= 0 or not who.in_scope(row):
+        if row.total_gpu_memory_bytes <= 0:
+            continue
+        person = who.person(row)
+        if not who.covers(person):
             continue
         found.append(
-            _one_process(host, row, who.person, held_bytes=row.total_gpu_memory_bytes,
+            _one_process(host, row, person, held_bytes=row.total_gpu_memory_bytes,
                          since=since.get((host.pk, row.pid, row.start_time_ticks)),
                          summary=f"orphan {describe(row)} holds {human_bytes(row.total_gpu_memory_bytes)} "
                          f"on {host.name}")
         )
     for tree in zombie_trees(rows):
         parent = tree.parent
-        if parent is None or parent.total_gpu_memory_bytes <= 0 or not who.in_scope(parent):
+        if parent is None or parent.total_gpu_memory_bytes <= 0:
+            continue
+        person = who.person(parent)
+        if not who.covers(person):
             continue
         found.append(
-            _one_process(host, parent, who.person, held_bytes=parent.total_gpu_memory_bytes, since=None,
+            _one_process(host, parent, person, held_bytes=parent.total_gpu_memory_bytes, since=None,
                          summary=f"{describe(parent)} holds {human_bytes(parent.total_gpu_memory_bytes)} "
                          f"on {host.name} with {len(tree.zombies)} zombie(s) it does not reap")
         )
