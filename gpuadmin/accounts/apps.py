@@ -12,4 +12,4 @@ class AccountsConfig(AppConfig):
         sudo.connect()
         # LDAP sign-in's receiver is connected by its backend when Django's auth first loads it
         # (directory.ldap.DirectoryLDAPBackend): django-auth-ldap and python-ldap are not imported by
-        # every process that loads the apps (~65 ms of each start), only where LDAP signs people in.
+        # every process that loads the apps, only where LDAP signs people in.

@@ -112,7 +112,7 @@ def _send_through_django(body: str, title: str, notify_type: str, meta: dict[str
 @functools.cache
 def _apprise() -> ModuleType:
     """Apprise, with EMAIL_SCHEMA registered: imported on first use, not by every process that loads
-    the apps (~0.2 s of each start of a worker, a page server or a management command)."""
+    the apps (a worker, a page server, a management command), most of which never send anything."""
     import apprise
     from apprise.decorators import notify as apprise_plugin
 

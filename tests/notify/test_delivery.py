@@ -64,7 +64,7 @@ def test_the_shown_form_masks_secrets(inbox):
 
 def test_loading_the_apps_leaves_apprise_unimported_until_a_first_delivery():
     # Every worker, page server and management command loads the apps; Apprise (with requests and its
-    # 100+ plugins) is ~0.4 s of CPU of each such start, needed only where something is sent.
+    # 100+ plugins) is needed only where something is sent.
     program = ("import sys, django; django.setup(); print('apprise' in sys.modules); "
                "from gpuadmin.notify.delivery import shown_url; shown_url('json://example.org/hook'); "
                "print('apprise' in sys.modules)")
