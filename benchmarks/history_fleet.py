@@ -39,7 +39,7 @@ sys.path.insert(0, REPO)
 
 from benchmarks import processes  # noqa: E402
 from benchmarks.django_bench import django_on_postgres  # noqa: E402
-from benchmarks.fleet import database_server_pid, spent  # noqa: E402
+from benchmarks.fleet import Spent, database_server_pid, spent  # noqa: E402
 
 BOOT_ID = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
 GiB = 1024**3
@@ -65,9 +65,9 @@ FROM fleet_host h CROSS JOIN generate_series(0, %(minutes)s - 1) m
 
 @dataclass(frozen=True)
 class Cost:
-    seconds: float
-    client_cpu_seconds: float
-    server_cpu_seconds: float
+    """One run of the roll-ups: what it took, and the buckets it rolled up."""
+
+    spent: Spent
     buckets: int
     coarse_buckets: int
 
@@ -118,7 +118,7 @@ def timed(now: datetime, hosts_per_batch: int, server_pid: int | None) -> Cost:
     with spent(server_pid) as cost:
         buckets = retention.roll_up(now, hosts_per_batch=hosts_per_batch)
         coarse = retention.roll_up_coarse(now, hosts_per_batch=hosts_per_batch)
-    return Cost(cost.seconds, cost.cpu_seconds, cost.server_cpu_seconds, buckets, coarse)
+    return Cost(cost, buckets, coarse)
 
 
 def digest() -> str:
@@ -184,10 +184,11 @@ def run(args: argparse.Namespace) -> int:
                 results.setdefault((case, hosts_per_batch), []).append(cost)
                 written = digest()
                 digests.setdefault(case, set()).add(written)
-                print(f"{case:<9} {hosts_per_batch:>13} {cost.seconds:>8.2f} "
-                      f"{cost.client_cpu_seconds:>12.2f} {cost.server_cpu_seconds:>16.2f} "
+                took = cost.spent
+                print(f"{case:<9} {hosts_per_batch:>13} {took.seconds:>8.2f} "
+                      f"{took.cpu_seconds:>12.2f} {took.server_cpu_seconds:>16.2f} "
                       f"{cost.buckets:>8,} {cost.coarse_buckets:>7,} "
-                      f"{1000 * cost.seconds / args.hosts:>9.2f}  {written}")
+                      f"{1000 * took.seconds / args.hosts:>9.2f}  {written}")
     failed = False
     for case, written in digests.items():
         if len(written) != 1:
@@ -198,11 +199,12 @@ def run(args: argparse.Namespace) -> int:
     for case in ("catch-up", "steady"):
         each = {}
         for hosts_per_batch in (1, batch):
-            costs = sorted(results[(case, hosts_per_batch)], key=lambda c: c.seconds)
+            costs = sorted(results[(case, hosts_per_batch)], key=lambda c: c.spent.seconds)
             middle = costs[len(costs) // 2]
-            each[hosts_per_batch] = middle.seconds
-            print(f"  {case:<9} {hosts_per_batch:>4} a batch: {middle.seconds:7.2f} s "
-                  f"({middle.client_cpu_seconds:.2f} + {middle.server_cpu_seconds:.2f})")
+            each[hosts_per_batch] = middle.spent.seconds
+            took = middle.spent
+            print(f"  {case:<9} {hosts_per_batch:>4} a batch: {took.seconds:7.2f} s "
+                  f"({took.cpu_seconds:.2f} + {took.server_cpu_seconds:.2f})")
         print(f"  {case:<9} batched / host by host: {each[batch] / each[1]:.2f}")
 
     began = time.perf_counter()
