@@ -256,25 +256,16 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: N
 
 
 # Django asks SQLite once per connection, the first time a query needs to know, whether it has JSON
-# functions (`SELECT JSON('{"a": "b"}')`, `features.supports_json_field`). Counted inside a test's block,
-# that one query made the count depend on which test ran first in the worker process: a test that passed
-# in the whole suite failed alone. Asked before the block, it is never the test's to count.
-def _asked_database_features() -> None:
-    from django.db import connection  # the connection the fixtures count on
+# functions (`SELECT JSON('{"a": "b"}')`, `features.supports_json_field`). Inside a test that counts its
+# queries, that one query made the count depend on which test ran first in the worker process: a test
+# that passed in the whole suite failed alone. Asked once, as the test database is set up, it is never a
+# test's to count.
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> None:
+    from django.db import connection
 
-    _ = connection.features.supports_json_field
-
-
-@pytest.fixture
-def django_assert_num_queries(django_assert_num_queries: Any) -> Any:
-    _asked_database_features()
-    return django_assert_num_queries
-
-
-@pytest.fixture
-def django_assert_max_num_queries(django_assert_max_num_queries: Any) -> Any:
-    _asked_database_features()
-    return django_assert_max_num_queries
+    with django_db_blocker.unblock():
+        _ = connection.features.supports_json_field
 
 
 # --- servers -------------------------------------------------------------------------
