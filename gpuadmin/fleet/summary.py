@@ -126,13 +126,23 @@ UPDATE_COLUMNS = ("gpus", "free_gpu_count", "memory_used_bytes", "memory_unattri
                   "top_holder_user")
 
 
-def _summary_update(columns: Sequence[str] | None = None) -> PreparedUpdate:
+def _summary_update(columns: Sequence[str] | None = None, *, one_host: bool = False) -> PreparedUpdate:
     """The hosts' summaries recomputed in one UPDATE of correlated subqueries (``columns``: those only):
     nothing read back, so it rides in ingest's pipeline (``statements.pipelined``) without a round trip
-    of its own."""
+    of its own. ``one_host``: for the run parameter ``host``, not a list ``hosts``.
+
+    Why a statement of its own for one host: PostgreSQL plans a prepared statement anew at every run
+    while a plan for its values looks cheaper than its one plan for any values, and a list of hosts
+    in one parameter (``AnyOf``) always does (the plan for any values is costed for a list of unknown
+    length). The whole row's UPDATE has some fifteen subqueries: planning it cost more than running it,
+    at every full snapshot. With one host in a parameter of its own the plan for any values is as
+    cheap, and from the sixth run on it is the one used (tests/fleet/test_summary.py). A batch of
+    updates plans its statement once a batch, for all its hosts."""
     computed = _summary_columns()
+    hosts = (HostSummary.objects.filter(host=Param(HostSummary, "host")) if one_host
+             else HostSummary.objects.filter(AnyOf(HostSummary, "host", key="hosts")))
     return PreparedUpdate(
-        HostSummary.objects.filter(AnyOf(HostSummary, "host", key="hosts")),
+        hosts,
         **{name: computed[name] for name in (columns or computed)},
         updated_at=Param(HostSummary, "updated_at"),
     )
@@ -143,6 +153,7 @@ _EMPTY = {field.name: field.get_default() for field in HostSummary._meta.concret
           if not field.primary_key and field.name != "updated_at"}
 _SUMMARY_ROW = RowInsert(HostSummary, ["host", *_EMPTY, "updated_at"], conflict=["host"])
 _SUMMARY_UPDATE = _summary_update()
+_ONE_SUMMARY_UPDATE = _summary_update(one_host=True)
 _FIGURES_UPDATE = _summary_update(UPDATE_COLUMNS)
 
 
@@ -158,7 +169,10 @@ def refresh_host_summaries(host_ids: Sequence[int], *, now: datetime | None = No
         return
     now = now or timezone.now()
     _SUMMARY_ROW.run([(host_id, *_EMPTY.values(), now) for host_id in host_ids], returning=False)
-    _SUMMARY_UPDATE.run(hosts=host_ids, updated_at=now)
+    if len(host_ids) == 1:
+        _ONE_SUMMARY_UPDATE.run(host=host_ids[0], updated_at=now)
+    else:
+        _SUMMARY_UPDATE.run(hosts=host_ids, updated_at=now)
 
 
 def refresh_updated_figures(host_ids: Sequence[int], *, now: datetime) -> None:

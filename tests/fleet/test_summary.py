@@ -8,9 +8,11 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from gpuadmin.fleet.models import Finding, Host, HostSummary
+from gpuadmin.fleet.summary import refresh_host_summary
 from gpuadmin.fleet.tasks import maintain_history_task
 from gpuadmin.kills import services
 from gpuadmin.web.attention import AttentionCount
@@ -113,3 +115,22 @@ def test_a_host_stored_before_summaries_gets_one_from_the_maintenance_beat():
     assert maintain_history_task.apply().get()["summaries_filled"] == 1
     assert summary_of("gpu01").gpu_count == len(busy_host_gpus())
     assert maintain_history_task.apply().get()["summaries_filled"] == 0
+
+
+@pytest.mark.postgres
+def test_one_hosts_summary_is_not_planned_again_at_every_snapshot():
+    # Its UPDATE of some fifteen subqueries cost more to plan than to run: the plan for any host,
+    # prepared once per connection, must be the one used after PostgreSQL's first five runs (each
+    # run's own plan, to compare with). pg_prepared_statements counts this session's plans of each.
+    hosts = [store(f"gpu0{n}", processes=busy_host_processes(), gpus=busy_host_gpus()) for n in (1, 2)]
+    for _ in range(6):
+        for host in hosts:
+            refresh_host_summary(host.pk)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+                       "WHERE statement LIKE 'UPDATE \"fleet_hostsummary\" SET \"gpus\"%%'")
+        plans = cursor.fetchall()
+    assert len(plans) == 1, plans  # one statement for the whole row, whichever host
+    generic, custom = plans[0]
+    assert custom <= 5 and generic + custom >= 14, plans  # 2 snapshots and 12 refreshes
+    assert summary_of("gpu02").gpu_count == len(busy_host_gpus())
