@@ -142,6 +142,10 @@ LATE_UPDATE = "is not newer than the latest snapshot"
 # same base's next update after that one.
 BACKLOG_REFUSALS = (LATE_UPDATE, "update of an unknown base", "of this base are missing")
 BATCH_LINE = re.compile(r"applied a batch of (\d+) snapshot updates(?:; (\d+) wait for their base)?")
+# A task's end in a worker's log at INFO (Celery's own line): its name, seconds, and what it returned.
+TASK_LINE = re.compile(r"Task (gpuadmin\.[\w.]+)\[[^\]]+\] succeeded in ([0-9.]+)s: (.*)")
+# Beat's tasks that took at least this long are named in the report: the upkeep a window's CPU includes.
+LONG_TASK_SECONDS = 1.0
 # --backlog: the messages' expiry, in probe intervals (a day of 10 s intervals).
 BACKLOG_OFFLINE_AFTER_INTERVALS = 8640
 # Sender counters, one array per sender: what it sent, what it saw, how late it ran.
@@ -752,6 +756,18 @@ class Soak:
                 waited += int(found.group(2) or 0)
         return batches, done, waited
 
+    def long_tasks(self) -> list[tuple[str, float, str]]:
+        """From the workers' logs: the tasks other than ingest's that ran ``LONG_TASK_SECONDS`` or more
+        (beat's upkeep), each with its seconds and what it returned."""
+        from gpuadmin.wire import task_names
+
+        found = []
+        for log in self.worker_logs:
+            for name, seconds, returned in TASK_LINE.findall(log.read_text(errors="replace")):
+                if name != task_names.INGEST_SNAPSHOT and float(seconds) >= LONG_TASK_SECONDS:
+                    found.append((name, float(seconds), returned))
+        return found
+
     def hosts_current(self) -> int:
         """Hosts whose latest stored message is the last their agent sent: its full snapshot and as many
         updates of it as the agent's state file counts."""
@@ -1013,6 +1029,18 @@ def how_it_ended(drained_at: float | None, *, backlog: bool, elapsed: float, las
     return "the queue drained after the senders were stopped"
 
 
+def report_long_tasks(soak: Soak) -> None:
+    """Beat's upkeep that ran in the workers (``Soak.long_tasks``): its CPU is in the windows it fell in."""
+    tasks = soak.long_tasks()
+    for name, seconds, returned in tasks:
+        print(f"beat's upkeep in a worker: {name.removeprefix('gpuadmin.')} ran {seconds:.1f} s: "
+              f"{returned[:200]}")
+    if tasks and soak.pacer is not None:
+        print("  (--replay: each message was signed when its round was made, so its moment lags central's "
+              "clock by the time the rounds took to make; upkeep that compares the two, as the usage "
+              "ledger's settling of hosts gone silent, then finds every host behind at once)")
+
+
 def measure(soak: Soak, central: Central, *, start_beat: Callable[[], Any] | None = None) -> int:
     """The rounds, a line every ``--sample-seconds``, then the figures over the whole run."""
     from django.db.models import Count, Q
@@ -1091,6 +1119,7 @@ def measure(soak: Soak, central: Central, *, start_beat: Callable[[], Any] | Non
     print(f"update batches: {batches}, {done_in_batches} updates done in them "
           f"({done_in_batches / max(batches, 1):.0f} a batch); {waits} offers of updates that then waited "
           "for their base again")
+    report_long_tasks(soak)
     worker_cpu = cpu_after.worker - cpu_before.worker
     main_cpu = cpu_after.worker_main - cpu_before.worker_main
     database_cpu = cpu_after.database - cpu_before.database

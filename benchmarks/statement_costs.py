@@ -1,14 +1,16 @@
 """What PostgreSQL spends on each statement of a steady snapshot (pg_stat_statements).
 
-A throwaway server (``tests/services.py``) with pg_stat_statements loaded, and
+A throwaway server (``tests/services.py``) with pg_stat_statements loaded (planning tracked too), and
 ``--hosts`` synthetic hosts (``gpuadmin.fleet.synthetic``) enrolled through the real
 path and analyzed, as ``fleet.py`` does; one round ingested to reach the steady
 state; then ``--rounds`` rounds, dated a probe interval apart, received by this
 process as a central worker would (``receive_snapshot``). Prints, per statement:
-the server's time per snapshot (planning and execution), calls and rows per
-snapshot; the backend's whole CPU per snapshot (the rest is the protocol,
-parsing parameters, commits); and for each table updated, the share of its
-updates that stayed on their page (heap-only: no index touched).
+the server's time per snapshot planning and executing it, calls, plans and rows
+per call (a prepared statement is planned once per connection unless PostgreSQL
+finds a plan for each run's values cheaper: then every run is planned); the
+backend's whole CPU per snapshot (the rest is the protocol, parsing parameters,
+commits); and for each table updated, the share of its updates that stayed on
+their page (heap-only: no index touched).
 
 ``--updates``: the rounds are what each host's agent sends instead (``snapshot_choice``: an
 update of the steady round's full snapshot, figures moving as ``synthetic`` moves them), applied
@@ -55,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
           + (" --updates" if args.updates else ""))
     os.environ["GPUADMIN_PROBE_INTERVAL"] = "3600"  # no host goes offline meanwhile
     with django_on_postgres("statement-costs-", wait=False,
-                            settings=["shared_preload_libraries=pg_stat_statements"]):
+                            settings=["shared_preload_libraries=pg_stat_statements",
+                                      "pg_stat_statements.track_planning=on"]):
         from django.conf import settings
         from django.db import connection
 
@@ -107,10 +110,11 @@ def report(count: int, client_ms: float, server_ms: float, kind: str) -> None:
 
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT calls, total_plan_time + total_exec_time, rows, regexp_replace(query, '\\s+', ' ', 'g') "
+            "SELECT calls, total_plan_time, total_exec_time, plans, rows, "
+            "regexp_replace(query, '\\s+', ' ', 'g') "
             "FROM pg_stat_statements WHERE query LIKE '%%fleet_%%' OR query LIKE '%%kills_%%' "
             "OR query LIKE '%%usage_%%' "
-            "OR query IN ('BEGIN', 'COMMIT') ORDER BY 2 DESC"
+            "OR query IN ('BEGIN', 'COMMIT') ORDER BY total_plan_time + total_exec_time DESC"
         )
         statements = cursor.fetchall()
         # The statistics collector reports a little after the fact.
@@ -122,14 +126,15 @@ def report(count: int, client_ms: float, server_ms: float, kind: str) -> None:
         updated = cursor.fetchall()
     print(f"{count} {kind}s; CPU per {kind}: {client_ms:.2f} ms of this process, "
           f"{server_ms:.2f} ms of its PostgreSQL backend")
-    print(f"{'us/' + kind:>11} {'calls':>6} {'rows/call':>9}  statement")
-    total_ms = 0.0
-    for calls, spent_ms, rows, query in statements:
-        total_ms += spent_ms
-        print(f"{1000 * spent_ms / count:11.1f} {calls / count:6.2f} {rows / max(calls, 1):9.1f}  "
-              f"{query[:SHOWN_STATEMENT_CHARS]}")
-    print(f"{1000 * total_ms / count:11.1f} in all (planning and execution; the backend's CPU is "
-          f"{1000 * server_ms:.0f} us)")
+    print(f"{'plan us':>8} {'run us':>8} {'calls':>6} {'plans':>5} {'rows':>7}  per {kind}; plans and rows "
+          "per call")
+    total_plan_ms = total_run_ms = 0.0
+    for calls, plan_ms, run_ms, plans, rows, query in statements:
+        total_plan_ms, total_run_ms = total_plan_ms + plan_ms, total_run_ms + run_ms
+        print(f"{1000 * plan_ms / count:8.1f} {1000 * run_ms / count:8.1f} {calls / count:6.2f} "
+              f"{plans / max(calls, 1):5.2f} {rows / max(calls, 1):7.1f}  {query[:SHOWN_STATEMENT_CHARS]}")
+    print(f"{1000 * total_plan_ms / count:8.1f} {1000 * total_run_ms / count:8.1f} in all (the backend's CPU "
+          f"is {1000 * server_ms:.0f} us)")
     print(f"{'table':28}{'updates':>9}{'on their page':>15}")
     for table, updates, hot in updated:
         print(f"{table:28}{updates:9}{100 * hot / updates:14.0f}%")
