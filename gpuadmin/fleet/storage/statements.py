@@ -73,7 +73,12 @@ class Param(Expression):
 class AnyOf(Expression):
     """A condition for ``filter()``: the model's ``field_name`` is one of the run's ``key`` values, a
     list of any length in one parameter (PostgreSQL: ``= ANY`` an array; SQLite: ``IN`` its JSON
-    text's elements), so one statement serves any number of hosts. Integers and text only."""
+    text's elements), so one statement serves any number of hosts. Integers and text only.
+
+    PostgreSQL plans such a statement anew at every run: its plan for any list is costed for a list of
+    unknown length, and a plan for the run's own list always looks cheaper. Once a batch that is
+    nothing; a statement run for one host at a time, at every snapshot, takes a ``Param`` instead
+    (``fleet.summary``)."""
 
     conditional = True
 
