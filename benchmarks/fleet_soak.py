@@ -1037,8 +1037,8 @@ def report_long_tasks(soak: Soak) -> None:
               f"{returned[:200]}")
     if tasks and soak.pacer is not None:
         print("  (--replay: each message was signed when its round was made, so its moment lags central's "
-              "clock by the time the rounds took to make; upkeep that compares the two, as the usage "
-              "ledger's settling of hosts gone silent, then finds every host behind at once)")
+              "clock by the time the rounds took to make; upkeep that compares the two, as the history's "
+              "roll-ups of closed buckets, then finds every host that far behind at once)")
 
 
 def measure(soak: Soak, central: Central, *, start_beat: Callable[[], Any] | None = None) -> int:

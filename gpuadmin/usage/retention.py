@@ -33,7 +33,10 @@ def maintain_usage(now: datetime | None = None, *, batch_rows: int = PRUNE_BATCH
     cutoff = usage_kept_since(now)
     batches = {"batch_rows": batch_rows, "max_batches": max_batches}
     stale = now - timedelta(seconds=settings.GPUADMIN_USAGE_FLUSH_SECONDS)
-    flushed = ledger.flush_all(UsageCursor.objects.filter(settled_at__lt=stale))
+    # Silent: not heard from (central's clock) for a window. A cursor's times are its host's clock, which
+    # may lag central's: a host still sending is settled by ingest a window of its own clock apart, and
+    # would otherwise be settled again at every run here.
+    flushed = ledger.flush_all(UsageCursor.objects.filter(settled_at__lt=stale, host__last_seen_at__lt=stale))
     return UsageMaintenance(
         hosts_flushed=flushed,
         days_pruned=_delete_in_batches(UsageDay.objects.filter(day__lt=cutoff.astimezone(UTC).date()),

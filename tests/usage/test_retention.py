@@ -8,7 +8,9 @@ import pytest
 
 from gpuadmin.usage.models import LifeUsage, UsageCursor, UsageDay
 from gpuadmin.usage.retention import maintain_usage
+from tests.factories import gpu, snapshot
 from tests.fleet.helpers import at
+from tests.keys import deliver
 from tests.usage.test_ledger import alice, host_a, life, timeline
 
 pytestmark = pytest.mark.django_db
@@ -44,3 +46,19 @@ def test_a_host_that_went_silent_has_its_pending_usage_written(settings) -> None
     host_a(20, [alice()], util0=50)  # the host comes back: nothing counted twice
     assert maintain_usage(at(200)).hosts_flushed == 1
     assert life(100, "GPU-sim-0000")[0] == 20_000
+
+
+def test_a_host_still_sending_is_left_to_ingest_when_its_clock_lags_centrals(settings) -> None:
+    # Its cursor's times are its own clock's, ten minutes behind: by them it looks silent past the
+    # window at once, though central heard from it a moment ago.
+    settings.GPUADMIN_USAGE_FLUSH_SECONDS = 60
+    behind = timedelta(minutes=10)
+    for seconds in (0, 10):
+        document = snapshot("gpu-a", processes=[alice()], taken_at=at(seconds),
+                            gpus=[gpu(0, utilization_percent=50)])
+        deliver(document, received_at=at(seconds + 1) + behind)
+    assert maintain_usage(at(11) + behind + timedelta(seconds=30)).hosts_flushed == 0
+    assert not LifeUsage.objects.exists()
+    # Then it goes silent, by central's clock too.
+    assert maintain_usage(at(11) + behind + timedelta(seconds=61)).hosts_flushed == 1
+    assert life(100, "GPU-sim-0000")[0] == 10_000
