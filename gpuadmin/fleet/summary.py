@@ -129,15 +129,9 @@ UPDATE_COLUMNS = ("gpus", "free_gpu_count", "memory_used_bytes", "memory_unattri
 def _summary_update(columns: Sequence[str] | None = None, *, one_host: bool = False) -> PreparedUpdate:
     """The hosts' summaries recomputed in one UPDATE of correlated subqueries (``columns``: those only):
     nothing read back, so it rides in ingest's pipeline (``statements.pipelined``) without a round trip
-    of its own. ``one_host``: for the run parameter ``host``, not a list ``hosts``.
-
-    Why a statement of its own for one host: PostgreSQL plans a prepared statement anew at every run
-    while a plan for its values looks cheaper than its one plan for any values, and a list of hosts
-    in one parameter (``AnyOf``) always does (the plan for any values is costed for a list of unknown
-    length). The whole row's UPDATE has some fifteen subqueries: planning it cost more than running it,
-    at every full snapshot. With one host in a parameter of its own the plan for any values is as
-    cheap, and from the sixth run on it is the one used (tests/fleet/test_summary.py). A batch of
-    updates plans its statement once a batch, for all its hosts."""
+    of its own. ``one_host``: for the run parameter ``host``, not a list ``hosts``: every full snapshot
+    refreshes one host, and PostgreSQL would plan a list's statement (``AnyOf``) anew at every run, which
+    for the whole row's some fifteen subqueries cost more than running it (tests/fleet/test_summary.py)."""
     computed = _summary_columns()
     hosts = (HostSummary.objects.filter(host=Param(HostSummary, "host")) if one_host
              else HostSummary.objects.filter(AnyOf(HostSummary, "host", key="hosts")))
