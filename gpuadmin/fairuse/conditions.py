@@ -49,6 +49,10 @@ class _Who:
     def covers(self, who: Person | None) -> bool:
         return self.people is None or (who is not None and who.pk in self.people)
 
+    def covered(self, candidates: list[Candidate]) -> list[Candidate]:
+        """Those whose person the policy covers."""
+        return [candidate for candidate in candidates if self.covers(candidate.person)]
+
 
 class Holding(NamedTuple):
     """What too many GPUs keeps of a process holding GPU memory until the whole fleet is read: its
@@ -66,10 +70,10 @@ class Holding(NamedTuple):
                    row.elapsed_seconds)
 
 
-def _one_process(host: Host, row: ProcessRow, person: Person | None, *, summary: str, held_bytes: int,
+def _one_process(host: Host, row: ProcessRow, who: _Who, *, summary: str, held_bytes: int,
                  since: datetime | None) -> Candidate:
-    """A candidate about one process (``person``: whom it belongs to), which is its only target."""
-    return Candidate(key=_key(host, row), host=host, person=person, summary=summary,
+    """A candidate about one process, which is its only target, with whom it belongs to."""
+    return Candidate(key=_key(host, row), host=host, person=who.person(row), summary=summary,
                      targets=[[row.pid, row.start_time_ticks]], held_bytes=held_bytes, since=since)
 
 
@@ -153,15 +157,12 @@ def _idle_holders(host: Host, idle_gpus: list[Gpu], rows: dict[int, ProcessRow],
             held = row.gpu_memory_bytes.get(gpu.uuid) or 0
             if held <= 0:
                 continue
-            person = who.person(row)
-            if not who.covers(person):
-                continue
             found.append(
-                _one_process(host, row, person, held_bytes=held, since=gpu.idle_since,
+                _one_process(host, row, who, held_bytes=held, since=gpu.idle_since,
                              summary=f"{describe(row)} holds {human_bytes(held)} on {host.name} "
                              f"GPU {gpu.index} at 0% utilisation")
             )
-    return found
+    return who.covered(found)
 
 
 def _orphaned_since(orphaned: list[tuple[Host, ProcessRow]]) -> dict[tuple[int, int, int], datetime]:
@@ -193,11 +194,8 @@ def _orphans_and_zombie_trees(host: Host, rows: dict[int, ProcessRow], who: _Who
     for row in orphans(rows):
         if row.total_gpu_memory_bytes <= 0:
             continue
-        person = who.person(row)
-        if not who.covers(person):
-            continue
         found.append(
-            _one_process(host, row, person, held_bytes=row.total_gpu_memory_bytes,
+            _one_process(host, row, who, held_bytes=row.total_gpu_memory_bytes,
                          since=since.get((host.pk, row.pid, row.start_time_ticks)),
                          summary=f"orphan {describe(row)} holds {human_bytes(row.total_gpu_memory_bytes)} "
                          f"on {host.name}")
@@ -206,15 +204,12 @@ def _orphans_and_zombie_trees(host: Host, rows: dict[int, ProcessRow], who: _Who
         parent = tree.parent
         if parent is None or parent.total_gpu_memory_bytes <= 0:
             continue
-        person = who.person(parent)
-        if not who.covers(person):
-            continue
         found.append(
-            _one_process(host, parent, person, held_bytes=parent.total_gpu_memory_bytes, since=None,
+            _one_process(host, parent, who, held_bytes=parent.total_gpu_memory_bytes, since=None,
                          summary=f"{describe(parent)} holds {human_bytes(parent.total_gpu_memory_bytes)} "
                          f"on {host.name} with {len(tree.zombies)} zombie(s) it does not reap")
         )
-    return found
+    return who.covered(found)
 
 
 def _too_many(
