@@ -17,7 +17,12 @@ update of the steady round's full snapshot, figures moving as ``synthetic`` move
 as central's batch consumer applies them (``receive_snapshot_updates``, a round a batch), and the
 figures are per update.
 
-    python benchmarks/statement_costs.py [--hosts 100] [--rounds 5] [--updates]
+``--timer``: the full snapshots as the agents' timer sends them in a fleet: each measured round
+comes after ``GPUADMIN_FULL_SNAPSHOT_SECONDS`` of rounds of updates (applied as with ``--updates``,
+not measured), so it finds what minutes of updates left (lives, points, the usage cursor). The
+tables' heap-only share is the last measured round's.
+
+    python benchmarks/statement_costs.py [--hosts 100] [--rounds 5] [--updates | --timer]
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
@@ -35,6 +41,7 @@ sys.path.insert(0, REPO)
 from benchmarks import processes  # noqa: E402
 from benchmarks.django_bench import django_on_postgres  # noqa: E402
 from benchmarks.fleet import (  # noqa: E402
+    ROUND_SECONDS,
     analyze_after_setup,
     database_server_pid,
     enrol_in_the_past,
@@ -50,11 +57,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--updates", action="store_true", help="rounds of snapshot updates, in batches")
+    kinds = parser.add_mutually_exclusive_group()
+    kinds.add_argument("--updates", action="store_true", help="rounds of snapshot updates, in batches")
+    kinds.add_argument("--timer", action="store_true",
+                       help="full snapshots each after the full-snapshot period's rounds of updates")
     args = parser.parse_args(argv)
     processes.guard()
     print(f"command: python benchmarks/statement_costs.py --hosts {args.hosts} --rounds {args.rounds}"
-          + (" --updates" if args.updates else ""))
+          + (" --updates" if args.updates else "") + (" --timer" if args.timer else ""))
     os.environ["GPUADMIN_PROBE_INTERVAL"] = "3600"  # no host goes offline meanwhile
     with django_on_postgres("statement-costs-", wait=False,
                             settings=["shared_preload_libraries=pg_stat_statements",
@@ -70,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         with connection.cursor() as cursor:
             cursor.execute("CREATE EXTENSION pg_stat_statements")
         hosts = synthetic.demo_hosts(settings.DATA_DIR, args.hosts)
+        if args.timer:
+            return timer_rounds(hosts, args.rounds)
         enrolled_at = enrol_in_the_past(hosts, rounds_to_come=args.rounds + 1)
         analyze_after_setup()
         if args.updates:
@@ -105,18 +117,78 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def report(count: int, client_ms: float, server_ms: float, kind: str) -> None:
+def timer_rounds(hosts: list[Any], count: int) -> int:
+    """``--timer``: ``count`` rounds of the full snapshots the agents' timer sends, each after the
+    period's rounds of updates (applied unmeasured); the figures are the full snapshots'."""
+    from django.conf import settings
+    from django.db import connection
+
+    from gpuadmin.fleet.intake.ingest import receive_snapshot
+    from gpuadmin.fleet.intake.updates import receive_snapshot_updates
+
+    between = max(1, round(settings.GPUADMIN_FULL_SNAPSHOT_SECONDS / ROUND_SECONDS))
+    enrolled_at = enrol_in_the_past(hosts, rounds_to_come=count * between + 1)
+    analyze_after_setup()
+    agents = Path(settings.DATA_DIR) / "agents"
+    for _, message in signed_rounds(hosts, 1, 1, enrolled_at, agents, full=True):
+        receive_snapshot(message)  # every agent's timer starts here
+    server_pid = database_server_pid()
+    client_s = server_s = 0.0
+    measured = 0
+    statements: dict[str, list[float]] = {}  # the full snapshots' only: the updates' are left out
+    for number in range(2, count * between + 2):
+        sent = signed_rounds(hosts, number, 1, enrolled_at, agents, full=False)
+        updates = [message for kind, message in sent if kind != "snapshot"]
+        fulls = [message for kind, message in sent if kind == "snapshot"]
+        if updates and fulls:
+            raise SystemExit("a round mixed full snapshots and updates: the figures would mix them")
+        if updates:
+            done: list[int] = []
+            receive_snapshot_updates(updates, done=done.append)
+            continue
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_stat_statements_reset()")
+            cursor.execute("SELECT pg_stat_reset()")  # the tables' figures: the last round's
+        client_began, server_began = time.process_time(), process_cpu_seconds(server_pid)
+        for message in fulls:
+            receive_snapshot(message)
+        client_s += time.process_time() - client_began
+        server_s += process_cpu_seconds(server_pid) - server_began
+        measured += len(fulls)
+        for query, *figures in statement_figures():
+            before = statements.get(query, [0.0] * len(figures))
+            statements[query] = [a + b for a, b in zip(before, figures, strict=True)]
+    if measured != count * len(hosts):
+        raise SystemExit(f"{measured} full snapshots from the timer, not {count * len(hosts)}")
+    report(measured, 1000 * client_s / measured, 1000 * server_s / measured, "snapshot",
+           statements=sorted(([*figures, query] for query, figures in statements.items()),
+                             key=lambda row: -(row[1] + row[2])))
+    return 0
+
+
+def statement_figures() -> list[tuple[Any, ...]]:
+    """(query, calls, plan ms, run ms, plans, rows) of gpuadmin's statements since the last reset."""
     from django.db import connection
 
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT calls, total_plan_time, total_exec_time, plans, rows, "
-            "regexp_replace(query, '\\s+', ' ', 'g') "
-            "FROM pg_stat_statements WHERE query LIKE '%%fleet_%%' OR query LIKE '%%kills_%%' "
-            "OR query LIKE '%%usage_%%' "
-            "OR query IN ('BEGIN', 'COMMIT') ORDER BY total_plan_time + total_exec_time DESC"
+            "SELECT regexp_replace(query, '\\s+', ' ', 'g'), calls, total_plan_time, total_exec_time, plans, "
+            "rows FROM pg_stat_statements WHERE query LIKE '%%fleet_%%' OR query LIKE '%%kills_%%' "
+            "OR query LIKE '%%usage_%%' OR query IN ('BEGIN', 'COMMIT')"
         )
-        statements = cursor.fetchall()
+        return cursor.fetchall()
+
+
+def report(count: int, client_ms: float, server_ms: float, kind: str,
+           statements: list[list[Any]] | None = None) -> None:
+    """The figures; ``statements``: (calls, plan ms, run ms, plans, rows, query) of each, costliest
+    first (by default, pg_stat_statements' since the last reset)."""
+    from django.db import connection
+
+    if statements is None:
+        statements = sorted(([*figures, query] for query, *figures in statement_figures()),
+                            key=lambda row: -(row[1] + row[2]))
+    with connection.cursor() as cursor:
         # The statistics collector reports a little after the fact.
         time.sleep(1)
         cursor.execute(

@@ -8,6 +8,7 @@ has a meaning: a decommissioned host (with its history) and old rejections.
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
 from django.contrib import admin
 from django.http import HttpRequest
@@ -121,12 +122,16 @@ class ProcessLifeAdmin(ReadOnlyAdmin):
         "was_zombie",
         "was_orphaned",
         "first_seen_at",
-        "last_seen_at",
+        "last_seen",
         "gone_at",
     ]
     list_filter = ["was_zombie", "was_orphaned", "held_device", "host"]
     list_select_related = ["host"]
     search_fields = ["host__name", "user", "name", "=pid"]
+
+    @admin.display(description="Last seen", ordering="last_seen_at")
+    def last_seen(self, life: ProcessLife) -> datetime:
+        return life.latest_sighting_at()  # an open life's stored last_seen_at is when it was last written
 
 
 @admin.register(Finding)

@@ -425,8 +425,8 @@ class ProcessLife(models.Model):
     launcher_exited_after = models.DateTimeField(null=True, blank=True)
     launcher_exited_before = models.DateTimeField(null=True, blank=True)
     first_seen_at = models.DateTimeField()
-    # Exact once the life is gone; while it is open, refreshed only every history.LIFE_SEEN_REFRESH:
-    # ask latest_sighting_at().
+    # Exact once the life is gone; while it is open, when a snapshot last wrote it (a steady life is not
+    # rewritten, fleet.history.record): ask latest_sighting_at().
     last_seen_at = models.DateTimeField()
     # Set by the first snapshot of the same boot that no longer has this process.
     gone_at = models.DateTimeField(null=True, blank=True)
@@ -461,7 +461,7 @@ class ProcessLife(models.Model):
 
     def latest_sighting_at(self) -> datetime:
         """When a snapshot last showed this process. An open life is in every snapshot of its host,
-        so that is the host's newest (its last_seen_at may lag by up to a minute: history.py)."""
+        so that is the host's newest (its stored last_seen_at is when it was last written)."""
         newest = self.host.last_snapshot_taken_at if self.gone_at is None else None
         return max(self.last_seen_at, newest) if newest else self.last_seen_at
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from django.contrib.admin import site
 from django.contrib.auth import get_user_model
 from django.test import Client
 from django.urls import reverse
 
-from gpuadmin.fleet.models import Host, LatestSnapshot
+from gpuadmin.fleet.admin import ProcessLifeAdmin
+from gpuadmin.fleet.models import Host, LatestSnapshot, ProcessLife
 from tests.factories import GiB, gpu, proc, snapshot
 from tests.fleet.helpers import at
 
@@ -65,3 +67,15 @@ def test_the_latest_document_shows_indented_and_escaped(admin_client_with_data: 
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in content
     # One value a line, inside <pre>: readable, not one line of 125 KB.
     assert '<pre>{\n "schema_version": ' in content.replace("&quot;", '"')
+
+
+def test_an_open_process_life_shows_as_last_seen_by_the_host_s_newest_snapshot(
+    admin_client_with_data: Client, ingest: Callable[..., Host]
+) -> None:
+    holder = proc(4120, cmdline=["python", "<script>alert(1)</script>"], gpu_memory={"GPU-sim-0000": GiB})
+    ingest(snapshot("gpu01", processes=[holder], gpus=[gpu(0, used=GiB)], taken_at=at(30)))
+    life = ProcessLife.objects.select_related("host").get(pid=4120)
+    assert life.last_seen_at == at(0)  # steady: not written again
+    assert ProcessLifeAdmin(ProcessLife, site).last_seen(life) == at(30)
+    response = admin_client_with_data.get(reverse("admin:fleet_processlife_changelist"))
+    assert b"Last seen" in response.content

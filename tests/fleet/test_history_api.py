@@ -221,7 +221,7 @@ def test_a_process_has_its_points_its_end_and_the_kill_requests_against_it(
 
 
 def test_a_steady_process_was_last_seen_by_the_host_s_newest_snapshot(token_client: Client) -> None:
-    """Its stored last_seen_at lags (refreshed once a minute); what the API says must not."""
+    """Its stored last_seen_at is when it was last written; what the API says is when it was last seen."""
     taken = [timezone.now() - timedelta(seconds=40 - 10 * i) for i in range(4)]
     for taken_at in taken:
         store(snapshot("gpu01", processes=[proc(1000, gpu_memory={GPU0: GiB})], gpus=[gpu(0, used=GiB)],

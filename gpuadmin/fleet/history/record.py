@@ -28,10 +28,9 @@ the snapshots in a row in which its memory rose (the "suspected leak" finding).
 A steady life is not rewritten at all: while a life is open (no ``gone_at``),
 every snapshot of its host shows it, so "last seen" is the host's newest
 snapshot (``ProcessLife.latest_sighting_at``), and its stored ``last_seen_at``
-is refreshed only every ``LIFE_SEEN_REFRESH`` (one UPDATE for all of a
-host's steady lives, about one snapshot in six). The snapshot that no longer
-shows a life sets ``gone_at`` and the exact ``last_seen_at``: the host's
-snapshot before it.
+is when it was last written (first seen, or last changed). The snapshot that
+no longer shows a life sets ``gone_at`` and the exact ``last_seen_at``: the
+host's snapshot before it.
 
 How long all this is kept, and the 5-minute rollups, are ``retention.py``'s.
 
@@ -54,7 +53,6 @@ from typing import Any, Protocol
 
 import msgspec
 from django.conf import settings
-from django.db.models import BooleanField, ExpressionWrapper, Q
 
 from gpuadmin.fleet.findings.rules import HistoryFacts, PidSample, Rising, zombies_grew
 from gpuadmin.fleet.models import Gpu, GpuSample, Host, HostSample, ProcessLife, ProcessPoint
@@ -63,7 +61,6 @@ from gpuadmin.fleet.storage.statements import (
     Param,
     PendingRows,
     PreparedQuery,
-    PreparedUpdate,
     RowInsert,
     RowUpdate,
 )
@@ -75,10 +72,6 @@ LifeValues = dict[str, Any]
 
 # How far back the "PIDs running out" forecast looks.
 PID_TREND_SECONDS = 3600
-# How stale an open life's stored last_seen_at may grow before a snapshot refreshes it (the exact
-# moment is the host's newest snapshot): rewriting every open life at every snapshot would make
-# PostgreSQL rewrite ~200 rows for nothing.
-LIFE_SEEN_REFRESH = timedelta(seconds=60)
 # Keeps each ``IN (...)`` list under SQLite's limit on bound parameters.
 _PIDS_PER_QUERY = 5000
 
@@ -117,33 +110,20 @@ _LIFE_COMPARED_FIELDS = [name for name in _LIFE_UPDATE_FIELDS
                          if name != "last_seen_at" and name not in (*_DESCRIPTION_FIELDS, *_PARENT_FIELDS)]
 # What is read of a stored open life: its id and identity, and what a snapshot extends or compares.
 # Not read: its description (the digest says whether it changed, so the two JSON columns of ~200
-# lives need not be loaded), its last_seen_at and gone_at (the previous snapshot saw it, and whether
-# its refresh is due is a boolean).
+# lives need not be loaded), its last_seen_at and gone_at (the previous snapshot saw it).
 _LIFE_KEY_COLUMNS = ["boot_id", "pid", "start_time_ticks"]  # a LifeKey's, in its order
 _IDENTITY_COLUMNS = ["pk", *_LIFE_KEY_COLUMNS]
-_OPEN_COLUMNS = [*_IDENTITY_COLUMNS, *_LIFE_COMPARED_FIELDS, "refresh_due"]
+_OPEN_COLUMNS = [*_IDENTITY_COLUMNS, *_LIFE_COMPARED_FIELDS]
 _GONE_COLUMNS = [*_IDENTITY_COLUMNS, *_LIFE_UPDATE_FIELDS]
 
 
-# The host's open lives, each with whether its stored last_seen_at is due a refresh: read for every
-# snapshot (_known_lives), its SQL written once, unordered (the model's ordering would sort them).
+# The host's open lives: read for every snapshot (_known_lives), its SQL written once, unordered (the
+# model's ordering would sort them).
 _OPEN_LIVES = PreparedQuery(
     ProcessLife.objects.filter(host=Param(ProcessLife, "host"), gone_at__isnull=True)
-    .annotate(refresh_due=ExpressionWrapper(
-        Q(last_seen_at__lt=Param(ProcessLife, "last_seen_at", key="refresh_before")),
-        output_field=BooleanField(),
-    ))
     .order_by()
     .values_list(*_OPEN_COLUMNS),
     binary=True,  # ~1,600 integers a snapshot
-)
-
-# The refresh of the host's open lives' stored last_seen_at (LIFE_SEEN_REFRESH), its SQL written once
-# and without a list of ids: every open life is in the snapshot, and the new or changed ones were
-# just written with this snapshot's time anyway. Lives it ends are written after it.
-_SEEN_NOW = PreparedUpdate(
-    ProcessLife.objects.filter(host=Param(ProcessLife, "host"), gone_at__isnull=True),
-    last_seen_at=Param(ProcessLife, "last_seen_at"),
 )
 
 # The lives and points a snapshot writes (their SQL written once: RowInsert).
@@ -354,9 +334,8 @@ def record_process_lives(
     was last seen then.
 
     Stored lives are read as plain values (no model instances) and only the
-    lives whose values changed, or that are new, are written in full; the
-    others (most of them: a steady process) are not written, but for the
-    refresh of their last_seen_at once every ``LIFE_SEEN_REFRESH``.
+    lives whose values changed, or that are new, are written; the others (most
+    of them: a steady process) are not written at all.
 
     At most ``GPUADMIN_HISTORY_PROCESSES_PER_SNAPSHOT`` lives are kept open (``capped``): past it,
     an open life the cap leaves out ends as if its process had stopped mattering, and is reopened
@@ -364,19 +343,17 @@ def record_process_lives(
     """
     cap = settings.GPUADMIN_HISTORY_PROCESSES_PER_SNAPSHOT
     mattering = capped(mattering if mattering is not None else mattering_rows(rows))
-    known = _known_lives(host, boot_id, mattering, start_reading_open_lives(host.pk, taken_at=taken_at))
+    known = _known_lives(host, boot_id, mattering, start_reading_open_lives(host.pk))
     step = settings.GPUADMIN_HISTORY_PROCESS_STEP_BYTES  # read once, not once per process
     seen_before = previous_taken_at or taken_at
     lives: dict[LifeKey, LifeValues] = {}
     changed: dict[LifeKey, LifeValues] = {}
-    refresh_due: list[bool] = []  # of each steady life: is its stored last_seen_at due a refresh?
     newly_orphaned: list[tuple[LifeValues, ProcessRow]] = []  # stored lives this snapshot shows orphaned
 
     def extend(key: LifeKey, life: LifeValues | None, row: ProcessRow) -> None:
         digest = description_digest(row)
         if life is not None and _is_steady(life, row, digest, step):
             lives[key] = life  # as read: nothing of it changes (most lives, most snapshots)
-            refresh_due.append(life["refresh_due"])
         else:
             if life is not None and row.orphaned and not life["was_orphaned"]:
                 newly_orphaned.append((life, row))
@@ -403,9 +380,6 @@ def record_process_lives(
     if changed:
         ids = _write_changed(host, known, changed)
         _record_points(host, known, changed, ids, taken_at=taken_at)
-    if any(refresh_due):
-        # All of them at once: they stay in step, and the next refresh is a minute away.
-        _SEEN_NOW.run(host=host.pk, last_seen_at=taken_at)
     _update_in_chunks(gone_ids, gone_at=taken_at, last_seen_at=seen_before)
     for launcher, life_ids in exited:
         _update_in_chunks(life_ids, **launcher)
@@ -509,11 +483,10 @@ def _life_ids(host_id: int, keys: list[LifeKey]) -> dict[LifeKey, int]:
     return ids
 
 
-def start_reading_open_lives(host_pk: int, *, taken_at: datetime) -> PendingRows:
-    """The host's open lives (any boot), as a snapshot taken at ``taken_at`` compares them, asked for
-    now (``PreparedQuery.start``). An open life's ``refresh_due``: its stored last_seen_at is more
-    than ``LIFE_SEEN_REFRESH`` older than the snapshot."""
-    return _OPEN_LIVES.start(host=host_pk, refresh_before=taken_at - LIFE_SEEN_REFRESH)
+def start_reading_open_lives(host_pk: int) -> PendingRows:
+    """The host's open lives (any boot), as a snapshot compares them, asked for now
+    (``PreparedQuery.start``)."""
+    return _OPEN_LIVES.start(host=host_pk)
 
 
 def _known_lives(

@@ -24,7 +24,7 @@ STEP_BYTES = 64 * 1024**2
 
 def stored(life: dict[str, Any]) -> dict[str, Any]:
     """An open life as ingest reads it back (history._OPEN_COLUMNS): compared values, pid, ticks."""
-    return {**{name: life[name] for name in _LIFE_COMPARED_FIELDS}, "pk": 1, "refresh_due": False,
+    return {**{name: life[name] for name in _LIFE_COMPARED_FIELDS}, "pk": 1,
             "pid": life["pid"], "start_time_ticks": life["start_time_ticks"]}
 
 
