@@ -170,6 +170,15 @@ def test_script_runs_and_leaves_nothing(script: str, tmp_path: Path) -> None:
     run_script(script, smoke.args.replace("{tmp}", str(tmp_path)).split())
 
 
+def test_statement_costs_timer_reports_the_timers_full_snapshots_only() -> None:
+    """``--timer``, beside the smoke run's ``--updates``: the period's rounds of updates, then the full
+    snapshots the agents' timer sends; the script itself exits non-zero if a round mixed the two."""
+    require(("postgres",))
+    output = run_script("statement_costs.py", ["--hosts", "2", "--rounds", "1", "--timer"])
+    assert "2 snapshots; CPU per snapshot:" in output, output[-3000:]
+    assert 'INSERT INTO "fleet_latestsnapshot"' in output, output[-3000:]
+
+
 # SIGTERM takes the same path as SIGINT (benchmarks/processes.py: SystemExit for KeyboardInterrupt, the
 # same finally blocks): one script shows it. kill_latency.py alone is interrupted with SIGTERM only, as
 # its SIGINT would take the same path as its SIGTERM; its SIGINT path is kill_latency_under_load's.
