@@ -74,7 +74,6 @@ def main(argv: list[str] | None = None) -> int:
 
         from gpuadmin.fleet import synthetic
         from gpuadmin.fleet.intake.ingest import receive_snapshot
-        from gpuadmin.fleet.intake.updates import receive_snapshot_updates
 
         logging.disable(logging.WARNING)
         with connection.cursor() as cursor:
@@ -102,10 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         count = 0
         for messages in rounds[1:]:
             if args.updates:
-                done: list[int] = []
-                receive_snapshot_updates(messages, done=done.append)
-                if len(done) != len(messages):
-                    raise SystemExit(f"{len(messages) - len(done)} updates of a round not done")
+                apply_updates(messages)
                 count += len(messages)
                 continue
             for message in messages:
@@ -124,7 +120,6 @@ def timer_rounds(hosts: list[Any], count: int) -> int:
     from django.db import connection
 
     from gpuadmin.fleet.intake.ingest import receive_snapshot
-    from gpuadmin.fleet.intake.updates import receive_snapshot_updates
 
     between = max(1, round(settings.GPUADMIN_FULL_SNAPSHOT_SECONDS / ROUND_SECONDS))
     enrolled_at = enrol_in_the_past(hosts, rounds_to_come=count * between + 1)
@@ -143,8 +138,7 @@ def timer_rounds(hosts: list[Any], count: int) -> int:
         if updates and fulls:
             raise SystemExit("a round mixed full snapshots and updates: the figures would mix them")
         if updates:
-            done: list[int] = []
-            receive_snapshot_updates(updates, done=done.append)
+            apply_updates(updates)
             continue
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_stat_statements_reset()")
@@ -155,19 +149,27 @@ def timer_rounds(hosts: list[Any], count: int) -> int:
         client_s += time.process_time() - client_began
         server_s += process_cpu_seconds(server_pid) - server_began
         measured += len(fulls)
-        for query, *figures in statement_figures():
+        for query, figures in statement_figures().items():
             before = statements.get(query, [0.0] * len(figures))
             statements[query] = [a + b for a, b in zip(before, figures, strict=True)]
     if measured != count * len(hosts):
         raise SystemExit(f"{measured} full snapshots from the timer, not {count * len(hosts)}")
-    report(measured, 1000 * client_s / measured, 1000 * server_s / measured, "snapshot",
-           statements=sorted(([*figures, query] for query, figures in statements.items()),
-                             key=lambda row: -(row[1] + row[2])))
+    report(measured, 1000 * client_s / measured, 1000 * server_s / measured, "snapshot", statements)
     return 0
 
 
-def statement_figures() -> list[tuple[Any, ...]]:
-    """(query, calls, plan ms, run ms, plans, rows) of gpuadmin's statements since the last reset."""
+def apply_updates(messages: list[Any]) -> None:
+    """A round of updates applied as central's batch consumer applies them; every one must be done."""
+    from gpuadmin.fleet.intake.updates import receive_snapshot_updates
+
+    done: list[int] = []
+    receive_snapshot_updates(messages, done=done.append)
+    if len(done) != len(messages):
+        raise SystemExit(f"{len(messages) - len(done)} updates of a round not done")
+
+
+def statement_figures() -> dict[str, list[float]]:
+    """By statement, [calls, plan ms, run ms, plans, rows] of gpuadmin's statements since the last reset."""
     from django.db import connection
 
     with connection.cursor() as cursor:
@@ -176,18 +178,17 @@ def statement_figures() -> list[tuple[Any, ...]]:
             "rows FROM pg_stat_statements WHERE query LIKE '%%fleet_%%' OR query LIKE '%%kills_%%' "
             "OR query LIKE '%%usage_%%' OR query IN ('BEGIN', 'COMMIT')"
         )
-        return cursor.fetchall()
+        return {query: list(figures) for query, *figures in cursor.fetchall()}
 
 
 def report(count: int, client_ms: float, server_ms: float, kind: str,
-           statements: list[list[Any]] | None = None) -> None:
-    """The figures; ``statements``: (calls, plan ms, run ms, plans, rows, query) of each, costliest
-    first (by default, pg_stat_statements' since the last reset)."""
+           statements: dict[str, list[float]] | None = None) -> None:
+    """The figures; ``statements``: ``statement_figures()``'s (by default, pg_stat_statements' since the
+    last reset), printed costliest first."""
     from django.db import connection
 
-    if statements is None:
-        statements = sorted(([*figures, query] for query, *figures in statement_figures()),
-                            key=lambda row: -(row[1] + row[2]))
+    figures = statement_figures() if statements is None else statements
+    costliest = sorted(figures.items(), key=lambda item: -(item[1][1] + item[1][2]))
     with connection.cursor() as cursor:
         # The statistics collector reports a little after the fact.
         time.sleep(1)
@@ -201,7 +202,7 @@ def report(count: int, client_ms: float, server_ms: float, kind: str,
     print(f"{'plan us':>8} {'run us':>8} {'calls':>6} {'plans':>5} {'rows':>7}  per {kind}; plans and rows "
           "per call")
     total_plan_ms = total_run_ms = 0.0
-    for calls, plan_ms, run_ms, plans, rows, query in statements:
+    for query, (calls, plan_ms, run_ms, plans, rows) in costliest:
         total_plan_ms, total_run_ms = total_plan_ms + plan_ms, total_run_ms + run_ms
         print(f"{1000 * plan_ms / count:8.1f} {1000 * run_ms / count:8.1f} {calls / count:6.2f} "
               f"{plans / max(calls, 1):5.2f} {rows / max(calls, 1):7.1f}  {query[:SHOWN_STATEMENT_CHARS]}")

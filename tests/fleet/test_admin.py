@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from django.contrib.admin import site
@@ -29,11 +30,14 @@ MODELS = [
 ]
 
 
+def holder() -> dict[str, Any]:
+    return proc(4120, cmdline=["python", "<script>alert(1)</script>"], gpu_memory={"GPU-sim-0000": GiB})
+
+
 @pytest.fixture
 def admin_client_with_data(ingest: Callable[..., Host]) -> Client:
     zombies = [proc(p, ppid=4120, state="Z", cmdline=[]) for p in (4121, 4122)]
-    holder = proc(4120, cmdline=["python", "<script>alert(1)</script>"], gpu_memory={"GPU-sim-0000": GiB})
-    ingest(snapshot("gpu01", processes=[holder, *zombies], gpus=[gpu(0, used=GiB)], taken_at=at(0)))
+    ingest(snapshot("gpu01", processes=[holder(), *zombies], gpus=[gpu(0, used=GiB)], taken_at=at(0)))
     user = get_user_model().objects.create_superuser("root", password="pw-for-tests-only")
     client = Client()
     client.force_login(user)
@@ -72,8 +76,7 @@ def test_the_latest_document_shows_indented_and_escaped(admin_client_with_data: 
 def test_an_open_process_life_shows_as_last_seen_by_the_host_s_newest_snapshot(
     admin_client_with_data: Client, ingest: Callable[..., Host]
 ) -> None:
-    holder = proc(4120, cmdline=["python", "<script>alert(1)</script>"], gpu_memory={"GPU-sim-0000": GiB})
-    ingest(snapshot("gpu01", processes=[holder], gpus=[gpu(0, used=GiB)], taken_at=at(30)))
+    ingest(snapshot("gpu01", processes=[holder()], gpus=[gpu(0, used=GiB)], taken_at=at(30)))
     life = ProcessLife.objects.select_related("host").get(pid=4120)
     assert life.last_seen_at == at(0)  # steady: not written again
     assert ProcessLifeAdmin(ProcessLife, site).last_seen(life) == at(30)
