@@ -34,7 +34,7 @@ from functools import partial
 from typing import Any, NamedTuple
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from gpuadmin.fleet import summary
@@ -45,7 +45,7 @@ from gpuadmin.fleet.models import Gpu, Host, LatestSnapshot, ProcessLife, Snapsh
 from gpuadmin.fleet.process_tree import memory_total_bytes
 from gpuadmin.fleet.signals import UpdateStoring, snapshot_updates_storing
 from gpuadmin.fleet.storage.json_text import ValidatedJson
-from gpuadmin.fleet.storage.statements import AnyOf, PreparedQuery, RowUpdate, deferred, pipelined
+from gpuadmin.fleet.storage.statements import AnyOf, PreparedQuery, RowLookup, RowUpdate, deferred, pipelined
 from gpuadmin.fleet.taken_at import parse_taken_at
 from gpuadmin.sending import request_probe
 from gpuadmin.wire.signing import BadMessage, MessageKind, Opened, open_envelope
@@ -89,6 +89,16 @@ _GPU_FIGURES = ["memory_used_bytes", "memory_attributed_bytes", "utilization_per
 _SET_GPU_FIGURES = RowUpdate(Gpu, "id", _GPU_FIGURES, deferrable=True)
 _LIVES_MEMORY = RowUpdate(ProcessLife, "id", ["last_gpu_memory_bytes", "peak_gpu_memory_bytes",
                                               "point_gpu_memory_bytes"], deferrable=True)
+# The open lives of the identities an update names (host id, boot id, pid, start time), each looked up
+# by its key in the identity index: only the lives asked for are read, not every life of the batch's
+# hosts whose pid another host's update named. A fixed statement: the ORM's compiling was a fifth of an
+# update's CPU.
+_OPEN_LIVES = RowLookup(
+    ProcessLife, ["host", "boot_id", "pid", "start_time_ticks"],
+    ["id", "host", "boot_id", "pid", "start_time_ticks", "point_gpu_memory_bytes", "peak_gpu_memory_bytes",
+     "last_state", "last_gpu_memory_bytes"],
+    null=["gone_at"],
+)
 
 
 class UpdateRefused(SnapshotRejected):
@@ -465,7 +475,7 @@ def _record_process_memory(items: list[_Locked]) -> None:
     taken_at = {item.host.pk: item.taken_at for item in items}
     step = settings.GPUADMIN_HISTORY_PROCESS_STEP_BYTES
     points, changed = [], []
-    for pk, host_id, boot_id, pid, start, point, peak, state, last in _open_lives(list(wanted)):
+    for pk, host_id, boot_id, pid, start, point, peak, state, last in _OPEN_LIVES.rows(list(wanted)):
         total = wanted[(host_id, boot_id, pid, start)]
         new_point = point
         if point is None or abs(total - point) > step:
@@ -477,45 +487,6 @@ def _record_process_memory(items: list[_Locked]) -> None:
             changed.append((pk, total, max(peak, total), new_point))
     _LIVES_MEMORY.run(changed)
     record.POINT_INSERT.run(points)
-
-
-def _open_lives(keys: list[tuple[int, str, int, int]]) -> list[tuple[Any, ...]]:
-    """The open lives of these identities (host id, boot id, pid, start time), each looked up by its key
-    in the identity index: only the lives asked for are read, not every life of the batch's hosts
-    whose pid another host's update named. Plain SQL, not the ORM: the ORM's compiling was a fifth of
-    an update's CPU."""
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            # One array a column: the same text for any number of lives. Each is looked up on its own:
-            # LATERAL with a LIMIT (one at most: the identity is unique) keeps the planner from joining
-            # a scan of the whole table instead, which it prefers while the table is small.
-            cursor.execute(_OPEN_LIVES_BY_ARRAYS, [list(column) for column in zip(*keys, strict=True)])
-            return cursor.fetchall()
-        found = []
-        for start in range(0, len(keys), _LIVES_PER_QUERY):
-            chunk = keys[start : start + _LIVES_PER_QUERY]
-            values = ", ".join(["(%s, %s, %s, %s)"] * len(chunk))
-            cursor.execute(_OPEN_LIVES_BY_VALUES.format(values=values),
-                           [value for key in chunk for value in key])
-            found.extend(cursor.fetchall())
-        return found
-
-
-# Only the model's own table and columns go into the texts. ``w``: the identities asked for.
-_LIVES_TABLE = ProcessLife._meta.db_table
-_LIFE_COLUMNS = ("l.id, l.host_id, l.boot_id, l.pid, l.start_time_ticks, l.point_gpu_memory_bytes, "
-                 "l.peak_gpu_memory_bytes, l.last_state, l.last_gpu_memory_bytes")
-_SAME_LIFE = ("l.host_id = w.column1 AND l.boot_id = w.column2 AND l.pid = w.column3 "
-              "AND l.start_time_ticks = w.column4 AND l.gone_at IS NULL")
-_OPEN_LIVES_BY_ARRAYS = (
-    f"SELECT {_LIFE_COLUMNS} FROM unnest(%s::bigint[], %s::text[], %s::bigint[], %s::bigint[]) "  # noqa: S608
-    f"AS w(column1, column2, column3, column4) CROSS JOIN LATERAL "
-    f"(SELECT * FROM {_LIVES_TABLE} l WHERE {_SAME_LIFE} LIMIT 1) l"
-)
-_OPEN_LIVES_BY_VALUES = (
-    f"SELECT {_LIFE_COLUMNS} FROM (VALUES {{values}}) AS w JOIN {_LIVES_TABLE} l ON {_SAME_LIFE}"  # noqa: S608
-)
-_LIVES_PER_QUERY = 200  # four parameters each: under the 999 older SQLite builds allow a statement
 
 
 def _record_refusal(reason: str, *, host_name: str, size_bytes: int, received_at: datetime,

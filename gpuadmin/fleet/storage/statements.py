@@ -11,6 +11,7 @@ field). Here the SQL is kept per database and only the values change:
   Django's, not the table's. On PostgreSQL the rows go as one JSON parameter,
   so the statement's text is the same for any number of rows.
 - ``RowUpdate``: an UPDATE of many rows by key, each with its own values, in one statement.
+- ``RowLookup``: a SELECT of the rows of many keys, in one statement.
 - ``deferred()``: the rows of a batch of hosts' deferrable inserts and updates kept and written at
   the end, one statement each (``updates.receive_snapshot_updates``).
 - ``pipelined()``: on PostgreSQL, statements inside a transaction are sent
@@ -237,7 +238,8 @@ class PreparedUpdate(_Prepared):
 
 
 class _Rows:
-    """A statement that takes rows of values for ``fields`` of ``model`` (``RowInsert``, ``RowUpdate``):
+    """A statement that takes rows of values for ``fields`` of ``model`` (``RowInsert``, ``RowUpdate``,
+    ``RowLookup``):
     on PostgreSQL the rows go as one JSON parameter, so the statement's text is the same for any
     number of rows; on SQLite as a VALUES list, in batches under its cap on bound parameters.
 
@@ -457,6 +459,55 @@ class RowUpdate(_Rows):
             return f"WITH u({names}) AS (VALUES {values}) UPDATE {table} SET {sets} FROM u WHERE {where}"  # noqa: S608
         rows = f"SELECT {self._json_elements(connection)} FROM jsonb_array_elements(%s::jsonb) AS r(v)"  # noqa: S608
         return f"UPDATE {table} SET {sets} FROM ({rows}) AS u WHERE {where}"  # noqa: S608 - own columns
+
+
+class RowLookup(_Rows):
+    """``SELECT <columns> FROM <model>`` for rows of ``key`` values, a unique key (at most one row each),
+    the ``null`` fields NULL: the rows asked for and no other, in one statement for any number. On
+    PostgreSQL the keys go as one JSON parameter and each is looked up by itself (LATERAL with a LIMIT:
+    the planner would otherwise join a scan of the whole table, which it prefers while the table is
+    small); on SQLite as VALUES batches, joined. ``columns``: integers, text and booleans, read as the
+    database gives them."""
+
+    def __init__(self, model: type[models.Model], key: Sequence[str], columns: Sequence[str], *,
+                 null: Sequence[str] = ()) -> None:
+        super().__init__(model, key)
+        self.columns = [_column(model, name) for name in columns]
+        for field in self.columns:
+            if not isinstance(field, _BINARY_READ_FIELDS) or isinstance(field, models.DateTimeField):
+                raise TypeError(f"RowLookup reads integers, text and booleans, not {field.name}")
+        self.null = [_column(model, name) for name in null]
+
+    def rows(self, keys: Sequence[Sequence[Any]]) -> list[tuple[Any, ...]]:
+        """``columns`` of the row of each key found (values in ``key`` order), in no given order."""
+        if not keys:
+            return []
+        connection = connections[router.db_for_read(self.model)]
+        with _cursor(connection) as cursor:
+            if connection.vendor == "postgresql":
+                cursor.execute(self._statement(connection, 0), [self._json_rows(keys)])
+                return [tuple(row) for row in cursor.fetchall()]
+            found: list[tuple[Any, ...]] = []
+            for params in self._sqlite_batches(connection, keys):
+                cursor.execute(self._statement(connection, len(params) // len(self.fields)), params)
+                found.extend(tuple(row) for row in cursor.fetchall())
+            return found
+
+    def _write(self, connection: Any, count: int, returns: bool) -> str:
+        # Only quoted names of the model's own table and columns go into the text; values are bound.
+        name = connection.ops.quote_name
+        table = name(self.model._meta.db_table)
+        selected = ", ".join(f"l.{name(f.column)}" for f in self.columns)
+        same = " AND ".join([*(f"l.{name(f.column)} = w.c{n}" for n, f in enumerate(self.fields)),
+                             *(f"l.{name(f.column)} IS NULL" for f in self.null)])
+        if count:
+            row = "(" + ", ".join(["%s"] * len(self.fields)) + ")"
+            names = ", ".join(f"c{n}" for n in range(len(self.fields)))
+            return (f"WITH w({names}) AS (VALUES {', '.join([row] * count)}) "  # noqa: S608 - own columns
+                    f"SELECT {selected} FROM w JOIN {table} l ON {same}")
+        keys = f"SELECT {self._json_elements(connection)} FROM jsonb_array_elements(%s::jsonb) AS r(v)"  # noqa: S608
+        return (f"SELECT {selected} FROM ({keys}) AS w CROSS JOIN LATERAL "  # noqa: S608 - own columns
+                f"(SELECT * FROM {table} l WHERE {same} LIMIT 1) l")
 
 
 class _DeferredRows(threading.local):

@@ -20,6 +20,7 @@ from gpuadmin.fleet.storage.statements import (
     PreparedQuery,
     PreparedUpdate,
     RowInsert,
+    RowLookup,
     RowUpdate,
     deferred,
     pipelined,
@@ -468,3 +469,35 @@ def test_deferred_rows_are_written_by_one_statement_each_at_the_end_and_not_at_a
     assert not LatestSnapshot.objects.filter(update_sequence=9).exists()
     LATEST_UPDATE.run([(hosts[0].pk, at(60), 3, None)])  # outside a block: at once
     assert LatestSnapshot.objects.filter(update_sequence=3).exists()
+
+
+LIVES_BY_IDENTITY = RowLookup(ProcessLife, ["host", "boot_id", "pid", "start_time_ticks"],
+                              ["host", "pid", "user", "held_device"], null=["gone_at"])
+
+
+def test_a_row_lookup_reads_each_key_s_row_and_no_other_in_one_statement(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    hosts = [Host.objects.create(name=f"gpu{n:02}", first_seen_at=at(0)) for n in range(2)]
+    for host in hosts:
+        for pid in (10, 11, 12):
+            ProcessLife.objects.create(host=host, boot_id="b", pid=pid, start_time_ticks=pid * 7,
+                                       user=f"u{pid}", held_device=pid == 11, first_seen_at=at(0),
+                                       last_seen_at=at(0), gone_at=at(5) if pid == 12 else None)
+    a, b = (host.pk for host in hosts)
+    # Two fields of four keys: two keys a statement on SQLite; one JSON parameter on PostgreSQL.
+    monkeypatch.setattr(type(connection.features), "max_query_params", 9)
+    keys = [(a, "b", 10, 70), (b, "b", 11, 77),
+            (a, "b", 12, 84),  # gone: not read
+            (a, "other boot", 11, 77), (a, "b", 11, 78), (b + 100, "b", 10, 70)]  # no such life
+    with CaptureQueriesContext(connection) as captured:
+        found = LIVES_BY_IDENTITY.rows(keys)
+    assert sorted(found) == [(a, 10, "u10", False), (b, 11, "u11", True)]
+    assert len(captured.captured_queries) == (1 if connection.vendor == "postgresql" else 3)
+    assert LIVES_BY_IDENTITY.rows([]) == []
+
+
+def test_a_row_lookup_of_a_time_or_json_column_is_refused() -> None:
+    for column in ("first_seen_at", "owner"):
+        with pytest.raises(TypeError, match=column):
+            RowLookup(ProcessLife, ["host", "pid"], ["pid", column])
