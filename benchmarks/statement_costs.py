@@ -93,9 +93,7 @@ def main(argv: list[str] | None = None) -> int:
                       for n in range(1, args.rounds + 2)]
         for message in rounds[0]:  # the steady state: every host's reads now go out with its lock
             receive_snapshot(message)
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_stat_statements_reset()")
-            cursor.execute("SELECT pg_stat_reset()")
+        reset_statistics()
         server_pid = database_server_pid()
         client_began, server_began = time.process_time(), process_cpu_seconds(server_pid)
         count = 0
@@ -117,7 +115,6 @@ def timer_rounds(hosts: list[Any], count: int) -> int:
     """``--timer``: ``count`` rounds of the full snapshots the agents' timer sends, each after the
     period's rounds of updates (applied unmeasured); the figures are the full snapshots'."""
     from django.conf import settings
-    from django.db import connection
 
     from gpuadmin.fleet.intake.ingest import receive_snapshot
 
@@ -140,9 +137,7 @@ def timer_rounds(hosts: list[Any], count: int) -> int:
         if updates:
             apply_updates(updates)
             continue
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_stat_statements_reset()")
-            cursor.execute("SELECT pg_stat_reset()")  # the tables' figures: the last round's
+        reset_statistics()  # the tables' figures: the last round's
         client_began, server_began = time.process_time(), process_cpu_seconds(server_pid)
         for message in fulls:
             receive_snapshot(message)
@@ -156,6 +151,15 @@ def timer_rounds(hosts: list[Any], count: int) -> int:
         raise SystemExit(f"{measured} full snapshots from the timer, not {count * len(hosts)}")
     report(measured, 1000 * client_s / measured, 1000 * server_s / measured, "snapshot", statements)
     return 0
+
+
+def reset_statistics() -> None:
+    """From now on: the statements' figures (pg_stat_statements) and the tables' (heap-only updates)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_statements_reset()")
+        cursor.execute("SELECT pg_stat_reset()")
 
 
 def apply_updates(messages: list[Any]) -> None:

@@ -93,7 +93,7 @@ _LIVES_MEMORY = RowUpdate(ProcessLife, "id", ["last_gpu_memory_bytes", "peak_gpu
 # by its key in the identity index: only the lives asked for are read, not every life of the batch's
 # hosts whose pid another host's update named. A fixed statement: the ORM's compiling was a fifth of an
 # update's CPU.
-_OPEN_LIVES = RowLookup(
+_NAMED_OPEN_LIVES = RowLookup(
     ProcessLife, ["host", "boot_id", "pid", "start_time_ticks"],
     ["id", "host", "boot_id", "pid", "start_time_ticks", "point_gpu_memory_bytes", "peak_gpu_memory_bytes",
      "last_state", "last_gpu_memory_bytes"],
@@ -475,7 +475,7 @@ def _record_process_memory(items: list[_Locked]) -> None:
     taken_at = {item.host.pk: item.taken_at for item in items}
     step = settings.GPUADMIN_HISTORY_PROCESS_STEP_BYTES
     points, changed = [], []
-    for pk, host_id, boot_id, pid, start, point, peak, state, last in _OPEN_LIVES.rows(list(wanted)):
+    for pk, host_id, boot_id, pid, start, point, peak, state, last in _NAMED_OPEN_LIVES.rows(list(wanted)):
         total = wanted[(host_id, boot_id, pid, start)]
         new_point = point
         if point is None or abs(total - point) > step:

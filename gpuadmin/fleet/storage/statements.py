@@ -341,10 +341,21 @@ class _Rows:
     def _write(self, connection: Any, count: int, returns: bool) -> str:
         raise NotImplementedError
 
-    def _json_elements(self, connection: Any) -> str:
-        """The select list of PostgreSQL's rows from JSON: each element as its column's type, ``c0``,
+    def _values(self, count: int) -> str:
+        """SQLite's rows: ``count`` rows of bound values, ``VALUES (%s, ...), ...``."""
+        row = "(" + ", ".join(["%s"] * len(self.fields)) + ")"
+        return f"VALUES {', '.join([row] * count)}"
+
+    def _named_values(self, alias: str, count: int) -> str:
+        """SQLite's rows as ``alias`` with the columns ``c0``, ``c1``, ... (``_values``)."""
+        names = ", ".join(f"c{n}" for n in range(len(self.fields)))
+        return f"WITH {alias}({names}) AS ({self._values(count)})"
+
+    def _from_json(self, connection: Any) -> str:
+        """PostgreSQL's rows from the one JSON parameter: each element as its column's type, ``c0``,
         ``c1``, ... (only the model's own columns' types go into the text)."""
-        return ", ".join(f"{_json_element(f, n, connection)} AS c{n}" for n, f in enumerate(self.fields))
+        elements = ", ".join(f"{_json_element(f, n, connection)} AS c{n}" for n, f in enumerate(self.fields))
+        return f"SELECT {elements} FROM jsonb_array_elements(%s::jsonb) AS r(v)"  # noqa: S608 - own columns
 
 
 class RowInsert(_Rows):
@@ -400,12 +411,7 @@ class RowInsert(_Rows):
         # Only quoted names of the model's own table and columns go into the text; values are bound.
         name = connection.ops.quote_name
         columns = ", ".join(name(f.column) for f in self.fields)
-        if count:
-            row = "(" + ", ".join(["%s"] * len(self.fields)) + ")"
-            rows = f"VALUES {', '.join([row] * count)}"
-        else:
-            values = ", ".join(_json_element(f, n, connection) for n, f in enumerate(self.fields))
-            rows = f"SELECT {values} FROM jsonb_array_elements(%s::jsonb) AS r(v)"  # noqa: S608 - own columns
+        rows = self._values(count) if count else self._from_json(connection)
         table = name(self.model._meta.db_table)
         sql = f"INSERT INTO {table} ({columns}) {rows}"
         if self._conflict:
@@ -453,12 +459,8 @@ class RowUpdate(_Rows):
         sets = ", ".join(f"{name(f.column)} = u.c{n}" for n, f in enumerate(self.fields) if n)
         where = f"{table}.{name(self.fields[0].column)} = u.c0"
         if count:
-            row = "(" + ", ".join(["%s"] * len(self.fields)) + ")"
-            names = ", ".join(f"c{n}" for n in range(len(self.fields)))
-            values = ", ".join([row] * count)
-            return f"WITH u({names}) AS (VALUES {values}) UPDATE {table} SET {sets} FROM u WHERE {where}"  # noqa: S608
-        rows = f"SELECT {self._json_elements(connection)} FROM jsonb_array_elements(%s::jsonb) AS r(v)"  # noqa: S608
-        return f"UPDATE {table} SET {sets} FROM ({rows}) AS u WHERE {where}"  # noqa: S608 - own columns
+            return f"{self._named_values('u', count)} UPDATE {table} SET {sets} FROM u WHERE {where}"  # noqa: S608
+        return f"UPDATE {table} SET {sets} FROM ({self._from_json(connection)}) AS u WHERE {where}"  # noqa: S608
 
 
 class RowLookup(_Rows):
@@ -501,12 +503,8 @@ class RowLookup(_Rows):
         same = " AND ".join([*(f"l.{name(f.column)} = w.c{n}" for n, f in enumerate(self.fields)),
                              *(f"l.{name(f.column)} IS NULL" for f in self.null)])
         if count:
-            row = "(" + ", ".join(["%s"] * len(self.fields)) + ")"
-            names = ", ".join(f"c{n}" for n in range(len(self.fields)))
-            return (f"WITH w({names}) AS (VALUES {', '.join([row] * count)}) "  # noqa: S608 - own columns
-                    f"SELECT {selected} FROM w JOIN {table} l ON {same}")
-        keys = f"SELECT {self._json_elements(connection)} FROM jsonb_array_elements(%s::jsonb) AS r(v)"  # noqa: S608
-        return (f"SELECT {selected} FROM ({keys}) AS w CROSS JOIN LATERAL "  # noqa: S608 - own columns
+            return f"{self._named_values('w', count)} SELECT {selected} FROM w JOIN {table} l ON {same}"  # noqa: S608
+        return (f"SELECT {selected} FROM ({self._from_json(connection)}) AS w CROSS JOIN LATERAL "  # noqa: S608
                 f"(SELECT * FROM {table} l WHERE {same} LIMIT 1) l")
 
 
@@ -615,7 +613,7 @@ _encode_json = msgspec.json.Encoder().encode
 
 
 def _json_element(field: models.Field[Any, Any], n: int, connection: Any) -> str:
-    """Element ``n`` of a row ``v`` of ``RowInsert._json_rows`` as the column's type, without its
+    """Element ``n`` of a row ``v`` of ``_Rows._json_rows`` as the column's type, without its
     parameters (varchar, not varchar(64): no truncation on the way; the column still refuses what is
     too long). A JSON value is taken as it is, its null as SQL NULL (as the ORM stores None); any
     other null is SQL NULL anyway."""

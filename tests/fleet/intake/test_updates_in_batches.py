@@ -317,6 +317,6 @@ def test_the_lives_an_update_names_are_read_by_their_identity_alone(fleet: list[
     elsewhere = [(host_id, "another-boot", pid, start), (host_id + 1000, boot_id, pid, start)]
     asked = [life[1:] for life in lives] + elsewhere
 
-    found = updates._OPEN_LIVES.rows(asked)
+    found = updates._NAMED_OPEN_LIVES.rows(asked)
 
     assert sorted(row[:5] for row in found) == lives[1:]
