@@ -24,13 +24,15 @@ back to the broker. What ``UpdateBatcher`` does with each message:
 - an update whose base (its full snapshot, in ``central``, taken by the pool) is not stored yet waits
   for it, and one after a gap for the updates before it (another central worker may hold them): kept
   unacknowledged (its signature checked once: kept opened), looked at again every
-  ``BASE_RETRY_SECONDS`` (one read for all waiting: ``intake.updates.still_to_come``) and given again
-  once what it waits for came, for up to one probe interval, or ``BASE_WAIT_QUEUED_INTERVALS`` while
-  ``central`` still holds messages (a backlog draining: its base may be among them); then it is
-  refused, and the host asked for a full snapshot, as before. Its host's later updates wait behind it,
-  untried. A backlog drains the two queues at their own pace: without the wait, most hosts whose full
-  snapshot was queued behind others had the next update refused; given again with every batch, or
-  every second, each was locked and checked again and again;
+  ``BASE_RETRY_SECONDS`` (one read for all waiting: ``intake.updates.waited_on``) and given again
+  once what it waits for came, for up to one probe interval since it began to wait or its host last
+  moved (the updates before it come in turn, from several workers: each restarts the wait), or
+  ``BASE_WAIT_QUEUED_INTERVALS`` of them while ``central`` still holds messages (a backlog
+  draining: its base may be among them); then it is refused, and the host asked for a full
+  snapshot. Its host's later updates wait behind it, untried. A backlog drains the two queues at
+  their own pace: without the wait, most hosts whose full snapshot was queued behind others had the
+  next update refused; given again with every batch, or every second, each was locked and checked
+  again and again;
 - a ``DatabaseError`` keeps those not done in hand and tries again after growing pauses (the ingest
   tasks' backoff); any other error is logged and the batch's messages not done are acknowledged, as a
   failed task's would be.
@@ -54,7 +56,7 @@ from kombu.message import Message
 
 from gpuadmin.broker.redis_taking import RedisTaker, TakenMessage
 from gpuadmin.celery import CENTRAL_QUEUE, CENTRAL_UPDATES_QUEUE, app
-from gpuadmin.fleet.intake.updates import OpenedUpdate, receive_snapshot_updates, still_to_come
+from gpuadmin.fleet.intake.updates import HostProgress, OpenedUpdate, receive_snapshot_updates, waited_on
 from gpuadmin.fleet.tasks import INGEST_RETRY_BACKOFF_MAX_SECONDS, INGEST_RETRY_BACKOFF_SECONDS
 from gpuadmin.wire.task_names import INGEST_SNAPSHOT_UPDATE
 
@@ -89,7 +91,7 @@ class Cancellable(Protocol):
 # schedule(seconds, function): call function once, later, in the consumer's own thread.
 Schedule = Callable[[float, Callable[[], None]], Cancellable]
 Apply = Callable[..., None]  # receive_snapshot_updates(messages, *, done, wait, behind)
-StillToCome = Callable[[list[OpenedUpdate]], list[bool]]  # intake.updates.still_to_come
+ReadProgress = Callable[[list[OpenedUpdate]], list[HostProgress | None]]  # intake.updates.waited_on
 
 
 def retry_pause_seconds(failures: int) -> float:
@@ -125,10 +127,10 @@ class UpdateBatcher:
                  wait_seconds: float = BATCH_WAIT_SECONDS, apply: Apply | None = None,
                  broker_errors: tuple[type[BaseException], ...] = (),
                  base_wait_seconds: float | None = None, central_queued: Callable[[], bool] | None = None,
-                 to_come: StillToCome | None = None) -> None:
+                 read_progress: ReadProgress | None = None) -> None:
         self.schedule, self.batching = schedule, batching
         self.apply = receive_snapshot_updates if apply is None else apply
-        self.to_come = still_to_come if to_come is None else to_come
+        self.read_progress = waited_on if read_progress is None else read_progress
         self.batch_max, self.wait_seconds, self.broker_errors = batch_max, wait_seconds, broker_errors
         self.base_wait_seconds = (float(settings.GPUADMIN_PROBE_INTERVAL_SECONDS) if base_wait_seconds is None
                                   else base_wait_seconds)
@@ -138,6 +140,9 @@ class UpdateBatcher:
         # By delivery tag (kombu's stubs allow None): when each began to wait, on the monotonic clock;
         # kept for those still held, forgotten after each batch for the rest.
         self._waiting_since: dict[Any, float] = {}
+        # By host of updates waiting: its progress when last looked at (None: what its oldest waited for
+        # came), and when (monotonic) it was last seen to move; forgotten with its last waiting update.
+        self._host_progress: dict[str, tuple[HostProgress | None, float | None]] = {}
         self.failures = 0  # DatabaseErrors in a row
         self._flush_timer: Cancellable | None = None
         self._retry_timer: Cancellable | None = None
@@ -204,12 +209,12 @@ class UpdateBatcher:
 
     def _still_waiting_hosts(self, waiting: list[tuple[Message, OpenedUpdate]]) -> set[str]:
         """The hosts whose oldest waiting update waits on: what it waits for is still to come
-        (``still_to_come``, one read for all) and it may wait longer. A host's later ones go with it."""
+        (``waited_on``, one read for all) and it may wait longer. A host's later ones go with it."""
         if not waiting or self.waiting_for_database:
             return set()
         close_old_connections()
         try:
-            to_come = self.to_come([opened for _, opened in waiting])
+            progress = self.read_progress([opened for _, opened in waiting])
         except DatabaseError:
             return set()  # all offered: the batch meets the error, and waits for the database as it does
         finally:
@@ -217,9 +222,15 @@ class UpdateBatcher:
         now = time.monotonic()
         queued: list[bool] = []
         waits: dict[str, bool] = {}  # by host: whether its oldest waits on
-        for (message, opened), comes in zip(waiting, to_come, strict=True):
-            if opened.update.host not in waits:
-                waits[opened.update.host] = comes and self._may_wait(message.delivery_tag, now, queued)
+        for (message, opened), now_progress in zip(waiting, progress, strict=True):
+            host = opened.update.host
+            if host in waits:
+                continue
+            seen, moved = self._host_progress.get(host, (None, None))
+            if now_progress is None or (seen is not None and seen != now_progress):
+                moved = now  # what its oldest waits for came, or came in part: its host moved
+            self._host_progress[host] = (now_progress, moved)
+            waits[host] = now_progress is not None and self._may_wait(message.delivery_tag, host, now, queued)
         return {host for host, waits_on in waits.items() if waits_on}
 
     def flush(self) -> None:
@@ -246,7 +257,7 @@ class UpdateBatcher:
         queued: list[bool] = []  # whether `central` holds messages: asked at most once a batch
 
         def may_wait(index: int, opened: OpenedUpdate) -> bool:
-            if not self._may_wait(fresh[index][0].delivery_tag, now, queued):
+            if not self._may_wait(fresh[index][0].delivery_tag, opened.update.host, now, queued):
                 return False
             waited[index] = opened
             return True
@@ -283,16 +294,22 @@ class UpdateBatcher:
         if self._waiting_since:  # forget those no longer held: done, dropped, or waited long enough
             kept = {message.delivery_tag for message, _ in (*self.waiting, *self.held)}
             self._waiting_since = {tag: t for tag, t in self._waiting_since.items() if tag in kept}
+        if self._host_progress:
+            hosts = {opened.update.host for _, opened in self.waiting}
+            self._host_progress = {host: seen for host, seen in self._host_progress.items() if host in hosts}
         self._look_again_later()
         if waited:
             logger.info(FLUSH_LOG + "; %d wait for their base", len(fresh) - len(waited), len(waited))
         else:
             logger.info(FLUSH_LOG, len(fresh))
 
-    def _may_wait(self, tag: Any, now: float, queued: list[bool]) -> bool:
+    def _may_wait(self, tag: Any, host: str, now: float, queued: list[bool]) -> bool:
         """Whether the update of delivery tag ``tag`` may wait for its base (again): for a probe interval
-        from its first wait, longer while ``central`` holds messages (asked once: ``queued``)."""
-        waited_seconds = now - self._waiting_since.setdefault(tag, now)
+        from its first wait or its host's last move, whichever is later, longer while ``central`` holds
+        messages (asked once: ``queued``)."""
+        since = self._waiting_since.setdefault(tag, now)
+        moved = self._host_progress.get(host, (None, None))[1]
+        waited_seconds = now - (since if moved is None else max(since, moved))
         if waited_seconds < self.base_wait_seconds:
             return True
         if waited_seconds >= BASE_WAIT_QUEUED_INTERVALS * self.base_wait_seconds:

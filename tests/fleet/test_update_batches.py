@@ -80,8 +80,9 @@ class Recorded:
     of the next call's messages are done; a message in ``no_base`` is offered to wait for its base, and
     done (refused) when it may not; one of a host (its "host") in ``behind`` is offered to wait behind,
     untried (not in ``tried``). What is offered to wait is kept as its ``opened`` form: the message
-    with ``"opened": True``, given again in its place. ``to_come`` is ``still_to_come``'s contract: what
-    waits for its base still does while it is in ``no_base`` (each call's updates in ``looked``)."""
+    with ``"opened": True``, given again in its place. ``read_progress`` is ``waited_on``'s contract: what
+    waits for its base still does while it is in ``no_base``, its host's progress ``moves[host]`` (each
+    call's updates in ``looked``)."""
 
     def __init__(self) -> None:
         self.batches: list[list[Any]] = []
@@ -90,13 +91,15 @@ class Recorded:
         self.done_first = 0
         self.no_base: list[Any] = []
         self.looked: list[list[Any]] = []
+        self.moves: dict[str, int] = {}
 
     def batcher(self, timer: Timer, **options: Any) -> UpdateBatcher:
-        return UpdateBatcher(schedule=timer, apply=self, to_come=self.to_come, **options)
+        return UpdateBatcher(schedule=timer, apply=self, read_progress=self.read_progress, **options)
 
-    def to_come(self, waiting: list[Any]) -> list[bool]:
+    def read_progress(self, waiting: list[Any]) -> list[Any]:
         self.looked.append([unopened(opened) for opened in waiting])
-        return [unopened(opened) in self.no_base for opened in waiting]
+        return [(None, ("base", self.moves.get(opened.get("host"), 0))) if unopened(opened) in self.no_base
+                else None for opened in waiting]
 
     def __call__(self, messages: list[Any], *, done: Callable[[int], None],
                  wait: Callable[[int, Any], bool], behind: Collection[str] = ()) -> None:
@@ -420,6 +423,57 @@ def test_an_update_waits_longer_for_its_base_while_central_still_holds_messages(
     assert all(acked(messages)) and batcher.waiting == []
 
 
+def test_an_update_waits_on_while_its_host_moves_and_a_probe_interval_after_its_last_move(
+    broker: Broker, timer: Timer, applied: Recorded, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The updates before it come in turn, some from another worker (each step a second or more under
+    # load): the wait is a probe interval from the last step, not from the first wait.
+    clock = [1000.0]
+    monkeypatch.setattr(update_batches, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    batcher = applied.batcher(timer, base_wait_seconds=10)
+    moving, still = {"n": 5, "host": "moving"}, {"n": 6, "host": "still"}
+    applied.no_base = [moving, still]
+    broker.send(moving)
+    broker.send(still)
+    messages = broker.take(batcher)
+    timer.run()  # the batch: both wait
+    for _ in range(3):  # its host moves every 6 s: 18 s in all
+        clock[0] += 6
+        applied.moves["moving"] = applied.moves.get("moving", 0) + 1
+        timer.run()
+    assert acked(messages) == [False, True]  # the other, its host still, was refused after 10 s
+    assert [body["host"] for _, body in batcher.waiting] == ["moving"]
+
+    clock[0] += 9  # 9 s since its host last moved: waits on
+    timer.run()
+    assert not acked(messages)[0]
+    clock[0] += 1  # 10 s: given again, refused
+    timer.run()
+    assert all(acked(messages)) and batcher.waiting == [] and timer.pending == []
+    assert applied.batches[-1] == [moving]
+
+    # What the oldest of a host waits for comes after the one behind it waited ten seconds: given again
+    # together, the oldest applies; the next finds the next gap (another worker holds the update between
+    # them) and waits on, from then.
+    oldest, later = {"n": 7, "host": "h"}, {"n": 9, "host": "h"}
+    applied.no_base = [oldest, later]
+    broker.send(oldest)
+    broker.send(later)
+    messages = broker.take(batcher)
+    timer.run()  # the batch: the oldest waits, the later behind it
+    clock[0] += 12
+    applied.no_base = [later]
+    timer.run()
+    assert applied.batches[-1] == [oldest, later] and acked(messages) == [True, False]
+    assert [body for _, body in batcher.waiting] == [{**later, "opened": True}]
+    clock[0] += 9
+    timer.run()
+    assert not acked(messages)[1]
+    clock[0] += 1
+    timer.run()
+    assert all(acked(messages)) and batcher.waiting == []
+
+
 def test_waiting_updates_whose_bases_came_are_given_again_a_batch_at_a_time_and_the_rest_wait_on(
     broker: Broker, timer: Timer, applied: Recorded
 ) -> None:
@@ -484,10 +538,10 @@ def test_when_the_read_of_what_they_wait_for_fails_those_waiting_are_given_again
 ) -> None:
     batcher, messages = one_waiting(broker, timer, applied)
 
-    def database_away(waiting: list[Any]) -> list[bool]:
+    def database_away(waiting: list[Any]) -> list[Any]:
         raise OperationalError("down")
 
-    batcher.to_come = database_away
+    batcher.read_progress = database_away
     applied.no_base = []
     timer.run()  # given again: the batch is the database's judge (and its retry, had it failed)
     assert applied.batches[-1] == [{"n": 0}] and all(acked(messages)) and batcher.waiting == []
@@ -575,7 +629,7 @@ def test_on_redis_the_step_takes_updates_many_at_a_time_and_gives_back_those_wai
     client = redis.Redis.from_url(redis_server.url)
     client.delete(CENTRAL_UPDATES_QUEUE, CENTRAL_QUEUE, "unacked", "unacked_index")
     monkeypatch.setattr(update_batches, "receive_snapshot_updates", applied)
-    monkeypatch.setattr(update_batches, "still_to_come", applied.to_come)
+    monkeypatch.setattr(update_batches, "waited_on", applied.read_progress)
     caplog.set_level(logging.INFO, logger=update_batches.__name__)
     applied.no_base = [{"n": 1}]
     with Connection(redis_server.url) as connection:
@@ -614,7 +668,7 @@ def test_on_redis_updates_waiting_for_their_base_are_bounded_and_the_rest_stay_i
     client = redis.Redis.from_url(redis_server.url)
     client.delete(CENTRAL_UPDATES_QUEUE, CENTRAL_QUEUE, "unacked", "unacked_index")
     monkeypatch.setattr(update_batches, "receive_snapshot_updates", applied)
-    monkeypatch.setattr(update_batches, "still_to_come", applied.to_come)
+    monkeypatch.setattr(update_batches, "waited_on", applied.read_progress)
     monkeypatch.setattr(update_batches, "WAITING_MAX", 2)
     updates = [{"n": n, "host": f"gpu{n}"} for n in range(5)]
     applied.no_base = list(updates)

@@ -65,7 +65,7 @@ _LATEST = PreparedQuery(
     LatestSnapshot.objects.filter(AnyOf(LatestSnapshot, "host", key="hosts")).order_by()
     .values_list("host", "base_digest", "update_sequence")
 )
-# What an update waiting for its base or the updates before it waits on (``still_to_come``).
+# What an update waiting for its base or the updates before it waits on (``waited_on``).
 _WAITED_ON = PreparedQuery(
     Host.objects.filter(AnyOf(Host, "name", key="names")).order_by()
     .values_list("name", "last_snapshot_taken_at", "latest_snapshot__base_digest",
@@ -135,14 +135,22 @@ class OpenedUpdate(NamedTuple):
     taken_at: datetime
 
 
+class _Waits(Exception):
+    """The update cannot apply yet, and waits for what it needs (``_receive``'s ``may_wait`` said so)."""
+
+
 def receive_snapshot_update(message: Any, *, received_at: datetime | None = None) -> Host | None:
     """Apply a snapshot update message as it came off the broker (or as ``OpenedUpdate``); the host, or
     None while it awaits acceptance. Raises ``UpdateRefused`` for anything not applied."""
-    received_at = received_at or timezone.now()
-    if isinstance(message, OpenedUpdate):
-        update, opened, taken_at = message
-    else:
-        update, opened, taken_at = _opened(message, received_at=received_at)
+    return _receive(message, received_at=received_at or timezone.now())
+
+
+def _receive(message: Any, *, received_at: datetime,
+             may_wait: Callable[[OpenedUpdate], bool] | None = None) -> Host | None:
+    """``receive_snapshot_update``; one that cannot apply yet but whose needs may still come raises
+    ``_Waits``, nothing recorded, where ``may_wait`` lets it wait."""
+    item = message if isinstance(message, OpenedUpdate) else _opened(message, received_at=received_at)
+    update, opened, taken_at = item
     size_bytes = len(opened.text)
     try:
         with transaction.atomic():
@@ -158,6 +166,8 @@ def receive_snapshot_update(message: Any, *, received_at: datetime | None = None
                              received_at=received_at)
         raise UpdateRefused(rejected.reason, host_name=update.host) from None
     except _CannotApply as cannot:
+        if cannot.may_come and may_wait is not None and may_wait(item):
+            raise _Waits from None
         asked = cannot.ask_full and ask_for_full_snapshot(update.host, received_at=received_at)
         reason = cannot.reason + ("; a full snapshot was asked for" if asked else "")
         _record_refusal(reason, host_name=update.host, size_bytes=size_bytes, received_at=received_at,
@@ -245,12 +255,19 @@ def receive_snapshot_updates(messages: Sequence[Any], *, done: Callable[[int], N
             done(index)
         logger.debug("applied %d snapshot updates of %d together", len(applied), len(messages))
     waiting = {items[index].update.host for index in waited}  # their hosts' later updates wait behind them
+    tried_together = set(batch.values())
     for index in sorted(alone):
         item = items.get(index)
         if wait is not None and item is not None and item.update.host in waiting and wait(index, item):
             continue
+        # One after its host's earlier one in the batch may find a gap (another worker holds the update
+        # between them): it may wait as its host's first was offered to, where it was not offered yet.
+        may_wait = None if wait is None or index in tried_together else partial(wait, index)
         try:
-            receive_snapshot_update(messages[index] if item is None else item, received_at=received_at)
+            _receive(messages[index] if item is None else item, received_at=received_at, may_wait=may_wait)
+        except _Waits:
+            waiting.add(items[index].update.host)
+            continue
         except UpdateRefused as refused:
             logger.warning("refused a snapshot update from %s: %s", refused.host_name or "an unknown host",
                            refused)
@@ -391,23 +408,30 @@ def _unfit(update: SnapshotUpdate, taken_at: datetime, last_snapshot_taken_at: d
     return None
 
 
-def still_to_come(items: Sequence[OpenedUpdate]) -> list[bool]:
-    """For each update that waits (``wait``), whether what it waits for is still to come: its base not
-    stored while it is newer than the latest snapshot, or the updates before it not applied; as the
-    hosts' rows say now, read for all at once without a lock. False: given again now, it is decided
-    (applied or refused). A read that is already stale costs an offer or a second's wait, never a
-    wrong outcome: the locked check decides."""
+# What a host's rows say of the snapshots it sent: its latest snapshot's moment, and its base and the
+# updates of it applied (None before its first full snapshot is stored).
+HostProgress = tuple[datetime | None, tuple[str, int] | None]
+
+
+def waited_on(items: Sequence[OpenedUpdate]) -> list[HostProgress | None]:
+    """For each update that waits (``wait``), what its host's rows say now (``HostProgress``) while what
+    it waits for is still to come (its base not stored while it is newer than the latest snapshot, or
+    the updates before it not applied), else None: given again now, it is decided (applied or refused).
+    Read for all at once without a lock. A host whose progress changed moved (what an update waits for
+    came in turn, or a full snapshot); a read that is already stale costs an offer or a second's wait,
+    never a wrong outcome: the locked check decides."""
     if not items:
         return []
-    stored = {name: (last_taken_at, None if base is None else (base, sequence))
-              for name, last_taken_at, base, sequence
-              in _WAITED_ON.rows(names=sorted({item.update.host for item in items}))}
-    to_come = []
+    stored: dict[str, HostProgress] = {
+        name: (last_taken_at, None if base is None else (base, sequence))
+        for name, last_taken_at, base, sequence
+        in _WAITED_ON.rows(names=sorted({item.update.host for item in items}))}
+    progress: list[HostProgress | None] = []
     for item in items:
         host = stored.get(item.update.host)
         cannot = None if host is None else _unfit(item.update, item.taken_at, *host)
-        to_come.append(cannot is not None and cannot.may_come)
-    return to_come
+        progress.append(host if cannot is not None and cannot.may_come else None)
+    return progress
 
 
 def _write(item: _Locked, gpus: dict[str, _StoredGpu], *, received_at: datetime) -> None:

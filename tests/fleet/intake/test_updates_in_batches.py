@@ -197,7 +197,10 @@ def test_an_update_of_a_base_not_stored_yet_waits_for_it_and_the_hosts_later_one
     receive_snapshot_updates([*later, *others], done=done.append, received_at=at(35), wait=wait)
     assert sorted(kept) == [0, 1] and sorted(done) == list(range(2, 2 + len(others)))
     assert [opened.update.sequence for opened in kept.values()] == [1, 2]
-    assert updates.still_to_come([kept[0], kept[1]]) == [True, True]  # looked at, not given again
+    # Looked at, not given again; the host's progress: its last snapshot, the base stored before it.
+    stored_base = LatestSnapshot.objects.get(host__name=host.name).base_digest
+    assert stored_base != kept[0].update.base
+    assert updates.waited_on([kept[0], kept[1]]) == [(at(0), (stored_base, 0))] * 2
     assert not SnapshotRejection.objects.exists()
     row = Host.objects.get(name=host.name)
     assert row.full_snapshot_requested_at is None and row.last_snapshot_taken_at == at(0)
@@ -206,7 +209,8 @@ def test_an_update_of_a_base_not_stored_yet_waits_for_it_and_the_hosts_later_one
     # them, untried (tried, it would be refused: updates 1 and 2 of its base are not applied yet).
     assert receive_snapshot(base, received_at=at(36)) is not None
     # The first can now be decided; the second still waits for it.
-    assert updates.still_to_come([kept[0], kept[1]]) == [False, True]
+    progress = updates.waited_on([kept[0], kept[1]])
+    assert progress[0] is None and progress[1] == (at(10), (kept[0].update.base, 0))
     [third] = agent_messages(host, tmp_path / "agent.json", range(4, 5))
     kept_before = dict(kept)
     done.clear()
@@ -242,13 +246,40 @@ def test_an_update_whose_earlier_ones_another_worker_holds_waits_for_them(
     assert done == [] and kept[0].update.sequence == 2
     assert not SnapshotRejection.objects.exists()
     assert Host.objects.get(name=host.name).full_snapshot_requested_at is None
-    assert updates.still_to_come([kept[0]]) == [True]
+    assert updates.waited_on([kept[0]]) == [(at(10), (kept[0].update.base, 0))]
 
     # The other worker applies the first; given again, the second applies after it.
     receive_snapshot_updates([first], done=done.append, received_at=at(36))
-    assert updates.still_to_come([kept[0]]) == [False]
+    assert updates.waited_on([kept[0]]) == [None]
     receive_snapshot_updates([kept[0]], done=done.append, received_at=at(37), wait=wait)
     assert done == [0, 0] and LatestSnapshot.objects.get(host__name=host.name).update_sequence == 2
+    assert not SnapshotRejection.objects.exists()
+
+
+def test_an_update_behind_its_hosts_earlier_one_waits_for_the_one_between_that_another_worker_holds(
+    fleet: list[synthetic.DemoHost], tmp_path: Path,
+) -> None:
+    host = fleet[0]
+    base, first, second, third = agent_messages(host, tmp_path / "agent.json", range(1, 5))
+    assert receive_snapshot(base, received_at=at(11)) is not None
+    kept: dict[int, updates.OpenedUpdate] = {}
+
+    def wait(index: int, opened: updates.OpenedUpdate) -> bool:
+        kept[index] = opened
+        return True
+
+    # The first and the third in one batch (given again together), the second in another worker's: the
+    # first applies; the third, after it in the batch and so tried alone, waits for the second.
+    done: list[int] = []
+    receive_snapshot_updates([first, third], done=done.append, received_at=at(45), wait=wait)
+    assert done == [0] and list(kept) == [1] and kept[1].update.sequence == 3
+    assert not SnapshotRejection.objects.exists()
+    assert Host.objects.get(name=host.name).full_snapshot_requested_at is None
+
+    # The other worker applies the second; given again, the third applies after it.
+    receive_snapshot_updates([second], done=done.append, received_at=at(46))
+    receive_snapshot_updates([kept[1]], done=done.append, received_at=at(47), wait=wait)
+    assert done == [0, 0, 0] and LatestSnapshot.objects.get(host__name=host.name).update_sequence == 3
     assert not SnapshotRejection.objects.exists()
 
 
@@ -274,9 +305,9 @@ def test_an_update_that_may_not_wait_longer_or_is_older_than_the_stored_snapshot
     # A newer full snapshot is stored: an update of another base taken before it was overtaken, and
     # cannot be waiting for its base. Refused as late at once, never offered to wait, nothing asked.
     newer, *_ = agent_messages(host, tmp_path / "restarted-agent.json", range(4, 5), full=True)
-    assert updates.still_to_come(opened_forms) == [True]  # its base may still come
+    assert updates.waited_on(opened_forms) != [None]  # its base may still come
     assert receive_snapshot(newer, received_at=at(41)) is not None
-    assert updates.still_to_come(opened_forms) == [False]  # overtaken: decided at once
+    assert updates.waited_on(opened_forms) == [None]  # overtaken: decided at once
     offered.clear()
     receive_snapshot_updates([update], done=done.append, received_at=at(62), wait=no_longer)
     assert offered == [] and done == [0, 0]
