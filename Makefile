@@ -24,6 +24,8 @@ PYTEST_ARGS ?=
 # one test at a time as workers finish, so that they end together.
 PYTEST_WORKERS ?= 4
 XDIST := -n $(PYTEST_WORKERS) --dist load --maxschedchunk 1
+# The slowest tests of each pass, at its end: where CI's time goes, in CI's own output.
+DURATIONS := --durations=25 --durations-min=5
 
 ifdef PORT
 export PORT
@@ -53,8 +55,8 @@ test: $(INSTALLED)
 	$(VENV_PYTHON) -m mypy
 	$(VENV)/bin/lint-imports --no-cache
 	@status=0; rm -rf $(COVERAGE_DATA); mkdir -p $(COVERAGE_DATA); \
-	echo "== pytest on SQLite"; $(COVERAGE) run -m pytest $(XDIST) $(PYTEST_ARGS) || status=$$?; \
-	echo "== engine tests on PostgreSQL"; $(COVERAGE) run tests/with_postgres.py -m engine $(XDIST) || status=$$?; \
+	echo "== pytest on SQLite"; $(COVERAGE) run -m pytest $(XDIST) $(DURATIONS) $(PYTEST_ARGS) || status=$$?; \
+	echo "== engine tests on PostgreSQL"; $(COVERAGE) run tests/with_postgres.py -m engine $(XDIST) $(DURATIONS) || status=$$?; \
 	echo "== coverage of both runs, subprocesses included"; \
 	$(COVERAGE) combine --quiet && \
 	$(COVERAGE) report $(if $(PYTEST_ARGS),--fail-under=0) || status=$$?; \
