@@ -28,8 +28,8 @@ back to the broker. What ``UpdateBatcher`` does with each message:
   once what it waits for came, for up to one probe interval since it began to wait or its host last
   moved (the updates before it come in turn, from several workers: each restarts the wait), or
   ``BASE_WAIT_QUEUED_INTERVALS`` of them while ``central`` still holds messages (a backlog
-  draining: its base may be among them); then it is refused, and the host asked for a full
-  snapshot. Its host's later updates wait behind it, untried. A backlog drains the two queues at
+  draining: its base may be among them), never longer; then it is refused, and the host asked for a
+  full snapshot. Its host's later updates wait behind it, untried. A backlog drains the two queues at
   their own pace: without the wait, most hosts whose full snapshot was queued behind others had the
   next update refused; given again with every batch, or every second, each was locked and checked
   again and again;
@@ -74,7 +74,8 @@ PREFETCH_BATCHES = 2
 FLUSH_LOG = "applied a batch of %d snapshot updates"
 # How often updates waiting for their base are looked at again.
 BASE_RETRY_SECONDS = 1.0
-# How long an update may wait for its base while `central` still holds messages, in probe intervals.
+# How long an update may wait for its base while `central` still holds messages, in probe intervals;
+# and at most, however its host moves meanwhile.
 BASE_WAIT_QUEUED_INTERVALS = 6
 # Updates waiting for their base that a consumer taking off Redis keeps at most, beside the prefetch's.
 # While it keeps this many it takes no more: the full snapshots, taken one at a time from `central`,
@@ -306,14 +307,13 @@ class UpdateBatcher:
     def _may_wait(self, tag: Any, host: str, now: float, queued: list[bool]) -> bool:
         """Whether the update of delivery tag ``tag`` may wait for its base (again): for a probe interval
         from its first wait or its host's last move, whichever is later, longer while ``central`` holds
-        messages (asked once: ``queued``)."""
+        messages (asked once: ``queued``); never ``BASE_WAIT_QUEUED_INTERVALS`` from its first wait."""
         since = self._waiting_since.setdefault(tag, now)
-        moved = self._host_progress.get(host, (None, None))[1]
-        waited_seconds = now - (since if moved is None else max(since, moved))
-        if waited_seconds < self.base_wait_seconds:
-            return True
-        if waited_seconds >= BASE_WAIT_QUEUED_INTERVALS * self.base_wait_seconds:
+        if now - since >= BASE_WAIT_QUEUED_INTERVALS * self.base_wait_seconds:
             return False
+        moved = self._host_progress.get(host, (None, None))[1]
+        if now - (since if moved is None else max(since, moved)) < self.base_wait_seconds:
+            return True
         if not queued:
             queued.append(self.central_queued is not None and self.central_queued())
         return queued[0]

@@ -452,6 +452,19 @@ def test_an_update_waits_on_while_its_host_moves_and_a_probe_interval_after_its_
     assert all(acked(messages)) and batcher.waiting == [] and timer.pending == []
     assert applied.batches[-1] == [moving]
 
+    # However often its host moves, an update waits BASE_WAIT_QUEUED_INTERVALS probe intervals at most.
+    broker.send(moving)
+    messages = broker.take(batcher)
+    timer.run()
+    for _ in range(10 * update_batches.BASE_WAIT_QUEUED_INTERVALS // 5 - 1):
+        clock[0] += 5
+        applied.moves["moving"] += 1
+        timer.run()
+    assert not acked(messages)[0]
+    clock[0] += 5
+    timer.run()
+    assert all(acked(messages)) and batcher.waiting == []
+
     # What the oldest of a host waits for comes after the one behind it waited ten seconds: given again
     # together, the oldest applies; the next finds the next gap (another worker holds the update between
     # them) and waits on, from then.
