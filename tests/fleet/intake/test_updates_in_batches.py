@@ -179,6 +179,14 @@ def agent_messages(host: synthetic.DemoHost, state_path: Path, numbers: range, *
                    full_requested=full and number == numbers[0]).message for number in numbers]
 
 
+def keeping(kept: dict[int, updates.OpenedUpdate]) -> updates.Wait:
+    """A caller's ``wait`` that lets every update offered wait, keeping it in ``kept`` by its position."""
+    def wait(index: int, opened: updates.OpenedUpdate) -> bool:
+        kept[index] = opened
+        return True
+    return wait
+
+
 def test_an_update_of_a_base_not_stored_yet_waits_for_it_and_the_hosts_later_ones_behind_it(
     fleet: list[synthetic.DemoHost], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -187,10 +195,7 @@ def test_an_update_of_a_base_not_stored_yet_waits_for_it_and_the_hosts_later_one
     others = rounds(fleet[1:], tmp_path, 1, 2)
     kept: dict[int, updates.OpenedUpdate] = {}
     done: list[int] = []
-
-    def wait(index: int, opened: updates.OpenedUpdate) -> bool:
-        kept[index] = opened
-        return True
+    wait = keeping(kept)
 
     # The full snapshot is still in central's other queue: both updates wait, the second behind the first,
     # and nothing is refused or asked for; the other hosts' updates are applied.
@@ -235,10 +240,7 @@ def test_an_update_whose_earlier_ones_another_worker_holds_waits_for_them(
     base, first, second = agent_messages(host, tmp_path / "agent.json", range(1, 4))
     assert receive_snapshot(base, received_at=at(11)) is not None
     kept: dict[int, updates.OpenedUpdate] = {}
-
-    def wait(index: int, opened: updates.OpenedUpdate) -> bool:
-        kept[index] = opened
-        return True
+    wait = keeping(kept)
 
     # The second comes first (the first is in another worker's batch): it waits; nothing refused or asked.
     done: list[int] = []
@@ -263,10 +265,7 @@ def test_an_update_behind_its_hosts_earlier_one_waits_for_the_one_between_that_a
     base, first, second, third = agent_messages(host, tmp_path / "agent.json", range(1, 5))
     assert receive_snapshot(base, received_at=at(11)) is not None
     kept: dict[int, updates.OpenedUpdate] = {}
-
-    def wait(index: int, opened: updates.OpenedUpdate) -> bool:
-        kept[index] = opened
-        return True
+    wait = keeping(kept)
 
     # The first and the third in one batch (given again together), the second in another worker's: the
     # first applies; the third, after it in the batch and so tried alone, waits for the second.
