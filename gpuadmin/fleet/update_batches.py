@@ -349,6 +349,7 @@ class UpdateBatcher:
             self.held.clear()
             self.waiting.clear()  # unacknowledged: the broker gives them back
             self._waiting_since.clear()
+            self._host_progress.clear()
 
 
 def consumes_central(consume_from: dict[str, Any] | None, default_queue: str) -> bool:
