@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -95,6 +96,10 @@ Apply = Callable[..., None]  # receive_snapshot_updates(messages, *, done, wait,
 ReadProgress = Callable[[list[OpenedUpdate]], list[HostProgress | None]]  # intake.updates.waited_on
 
 
+# A host whose progress was not looked at yet: nothing to compare with, never seen to move.
+_NOT_SEEN: tuple[HostProgress | None, float] = (None, -math.inf)
+
+
 def retry_pause_seconds(failures: int) -> float:
     """The pause after ``failures`` DatabaseErrors in a row (1: the first), as the ingest tasks wait."""
     return float(get_exponential_backoff_interval(
@@ -141,9 +146,10 @@ class UpdateBatcher:
         # By delivery tag (kombu's stubs allow None): when each began to wait, on the monotonic clock;
         # kept for those still held, forgotten after each batch for the rest.
         self._waiting_since: dict[Any, float] = {}
-        # By host of updates waiting: its progress when last looked at (None: what its oldest waited for
-        # came), and when (monotonic) it was last seen to move; forgotten with its last waiting update.
-        self._host_progress: dict[str, tuple[HostProgress | None, float | None]] = {}
+        # By host of updates waiting: its progress when last looked at (None: not looked at yet, or what
+        # its oldest waited for came: neither a move to compare with), and when (monotonic) it was last
+        # seen to move; forgotten with its last waiting update.
+        self._host_progress: dict[str, tuple[HostProgress | None, float]] = {}
         self.failures = 0  # DatabaseErrors in a row
         self._flush_timer: Cancellable | None = None
         self._retry_timer: Cancellable | None = None
@@ -227,7 +233,7 @@ class UpdateBatcher:
             host = opened.update.host
             if host in waits:
                 continue
-            seen, moved = self._host_progress.get(host, (None, None))
+            seen, moved = self._host_progress.get(host, _NOT_SEEN)
             if now_progress is None or (seen is not None and seen != now_progress):
                 moved = now  # what its oldest waits for came, or came in part: its host moved
             self._host_progress[host] = (now_progress, moved)
@@ -311,8 +317,8 @@ class UpdateBatcher:
         since = self._waiting_since.setdefault(tag, now)
         if now - since >= BASE_WAIT_QUEUED_INTERVALS * self.base_wait_seconds:
             return False
-        moved = self._host_progress.get(host, (None, None))[1]
-        if now - (since if moved is None else max(since, moved)) < self.base_wait_seconds:
+        moved = self._host_progress.get(host, _NOT_SEEN)[1]
+        if now - max(since, moved) < self.base_wait_seconds:
             return True
         if not queued:
             queued.append(self.central_queued is not None and self.central_queued())
