@@ -202,14 +202,16 @@ def enrol_hosts(count: int) -> list[tuple[str, Any, list[dict[str, Any]], list[d
 def send_snapshots(hosts: list[tuple[str, Any, list[dict[str, Any]], list[dict[str, Any]]]], rate: float,
                    stop: threading.Event, sender: Sender) -> None:
     from gpuadmin.celery import CENTRAL_QUEUE, app
-    from gpuadmin.wire.signing import MessageKind, seal
+    from gpuadmin.wire.signing import MessageKind, compress_envelope, seal
     from gpuadmin.wire.task_names import INGEST_SNAPSHOT
     from tests.factories import snapshot
 
     began = time.monotonic()
     while not stop.is_set():
         name, key, processes, gpus = hosts[sender.sent % len(hosts)]
-        message = seal(snapshot(name, processes=processes, gpus=gpus), MessageKind.SNAPSHOT, key)
+        # Compressed as gpuadmin.sending sends an agent's (this script's expiry is its own).
+        sealed = seal(snapshot(name, processes=processes, gpus=gpus), MessageKind.SNAPSHOT, key)
+        message = compress_envelope(sealed)
         try:
             app.send_task(INGEST_SNAPSHOT, args=[message], queue=CENTRAL_QUEUE,
                           expires=SNAPSHOT_EXPIRES_SECONDS)

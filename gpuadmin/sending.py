@@ -12,6 +12,7 @@ from typing import Any
 from django.conf import settings
 
 from gpuadmin.celery import CENTRAL_QUEUE, CENTRAL_UPDATES_QUEUE, app, host_queue
+from gpuadmin.wire.signing import compress_envelope
 from gpuadmin.wire.task_names import INGEST_SNAPSHOT, INGEST_SNAPSHOT_UPDATE, PROBE_HOST
 
 
@@ -42,8 +43,12 @@ def snapshot_expiry_seconds() -> float:
 
 
 def send_snapshot(message: dict[str, Any]) -> None:
-    """Send a signed snapshot to central's ingest (the agent's probe, the demo's driver)."""
-    app.send_task(INGEST_SNAPSHOT, args=[message], queue=CENTRAL_QUEUE, expires=snapshot_expiry_seconds())
+    """Send a signed snapshot to central's ingest (the agent's probe, the demo's driver), its text
+    compressed (``compress_envelope``): a 200-process snapshot's ~114 KB of JSON, escaped and base64'd on
+    the way, would otherwise be ~170 KB in the broker, which every worker that takes it copies, encodes and
+    decodes several times (benchmarks/README.md)."""
+    app.send_task(INGEST_SNAPSHOT, args=[compress_envelope(message)], queue=CENTRAL_QUEUE,
+                  expires=snapshot_expiry_seconds())
 
 
 def send_snapshot_update(message: dict[str, Any]) -> None:

@@ -18,6 +18,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from gpuadmin.data_dir import AGENT_SIGNING_KEY
 from gpuadmin.wire.signing import (
     MessageKind,
+    compress_envelope,
     fingerprint,
     generate_private_key,
     private_key_pem,
@@ -73,12 +74,12 @@ def deliver(snapshot: dict[str, Any] | str, *, received_at: datetime | None = No
             accept_key: bool = True) -> Any:
     """Store a snapshot the way central stores every one (``ingest.receive_snapshot``); returns the Host.
 
-    ``snapshot``: a document (sealed as an agent seals it) or a JSON text, sealed as it is (to send one
-    that is spoiled, or spelled another way), signed by its host's test key. A host whose key is not
-    accepted yet goes the way a new agent's does: its snapshot offers the key (the host first seen then),
-    an approver accepts that fingerprint (``trust.accept_host``, audited), and the snapshot is sent
-    again; ``accept_key=False`` leaves it awaiting. Raises ``SnapshotRejected`` as receive_snapshot does;
-    an AssertionError when the host is left awaiting acceptance."""
+    ``snapshot``: a document (sealed and compressed as an agent sends it) or a JSON text, sealed as it
+    is (to send one that is spoiled, or spelled another way), signed by its host's test key. A host
+    whose key is not accepted yet goes the way a new agent's does: its snapshot offers the key (the host
+    first seen then), an approver accepts that fingerprint (``trust.accept_host``, audited), and the
+    snapshot is sent again; ``accept_key=False`` leaves it awaiting. Raises ``SnapshotRejected`` as
+    receive_snapshot does; an AssertionError when the host is left awaiting acceptance."""
     from gpuadmin.fleet.intake import trust
     from gpuadmin.fleet.intake.ingest import receive_snapshot
     from gpuadmin.fleet.intake.validation import host_name_from_text
@@ -91,7 +92,7 @@ def deliver(snapshot: dict[str, Any] | str, *, received_at: datetime | None = No
         message = seal_text(snapshot, MessageKind.SNAPSHOT, host_key(host_name))
     else:
         host_name = snapshot["host"]["name"]
-        message = signed_snapshot(snapshot)
+        message = compress_envelope(signed_snapshot(snapshot))  # as gpuadmin.sending sends it
     host = receive_snapshot(message, received_at=received_at)
     if host is None and accept_key:  # offered: accepted as an approver accepts it, then sent again
         trust.accept_host(host_name, actor_name="tests",

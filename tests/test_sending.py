@@ -4,7 +4,9 @@ settings' embedded broker, read back with kombu. Workers taking them: tests/inte
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from kombu.message import Message
 
@@ -16,19 +18,27 @@ from gpuadmin.sending import (
     send_snapshot_update,
     snapshot_expiry_seconds,
 )
+from gpuadmin.wire.signing import (
+    BadMessage,
+    MessageKind,
+    envelope_text,
+    generate_private_key,
+    open_envelope,
+    seal,
+)
 from gpuadmin.wire.task_names import INGEST_SNAPSHOT, INGEST_SNAPSHOT_UPDATE, PROBE_HOST
 
 
-def taken(queue_name: str, *, marker: str = "") -> Message:
-    """The one message in ``queue_name`` (whose body holds ``marker``: central's queues may hold what
-    earlier tests in this process left there, taken away with it)."""
+def taken(queue_name: str, *, marker: str = "", read: Callable[[Any], str] = str) -> Message:
+    """The one message in ``queue_name`` (whose body, as ``read`` gives it, holds ``marker``: central's
+    queues may hold what earlier tests in this process left there, taken away with it)."""
     with app.connection_for_read() as connection, connection.SimpleQueue(queue_name) as queue:
         messages = [queue.get(timeout=5)]
         while queue.qsize():
             messages.append(queue.get(timeout=5))
         for message in messages:
             message.ack()
-    ours = [message for message in messages if marker in str(message.decode())]
+    ours = [message for message in messages if marker in read(message.decode())]
     assert len(ours) == 1, f"{len(ours)} messages of this test in {queue_name}"
     return ours[0]
 
@@ -52,14 +62,28 @@ def test_a_probe_request_goes_to_its_hosts_queue_expiring_within_one_interval() 
 
 def test_snapshots_and_updates_go_to_centrals_two_queues_expiring_after_the_offline_window() -> None:
     marker = uuid.uuid4().hex
-    message = {"text": f'{{"test": "{marker}"}}', "signature": "x"}
+    message = seal({"test": marker, "padding": ["the same row"] * 100}, MessageKind.SNAPSHOT,
+                   generate_private_key())
     send_snapshot(message)
     send_snapshot_update(message)
-    snapshot, update = taken(CENTRAL_QUEUE, marker=marker), taken(CENTRAL_UPDATES_QUEUE, marker=marker)
+    snapshot = taken(CENTRAL_QUEUE, marker=marker, read=inflated)
+    update = taken(CENTRAL_UPDATES_QUEUE, marker=marker)
 
     assert (snapshot.headers["task"], update.headers["task"]) == (INGEST_SNAPSHOT, INGEST_SNAPSHOT_UPDATE)
-    assert snapshot.decode()[0] == update.decode()[0] == [message]
+    # A full snapshot travels compressed, the same signed text; an update as it was sealed.
+    [[sent_snapshot]] = snapshot.decode()[:1]
+    assert "text" not in sent_snapshot and len(sent_snapshot["zlib"]) < len(message["text"]) / 4
+    assert open_envelope(sent_snapshot, MessageKind.SNAPSHOT).text == message["text"]
+    assert update.decode()[0] == [message]
     window = timedelta(seconds=snapshot_expiry_seconds())
     for sent in (snapshot, update):
         left = datetime.fromisoformat(sent.headers["expires"]) - datetime.now(UTC)
         assert window - timedelta(seconds=30) < left <= window
+
+
+def inflated(body: Any) -> str:
+    """A task's body as text, its first argument's envelope inflated when it is one."""
+    try:
+        return envelope_text(body[0][0])
+    except (BadMessage, LookupError, TypeError, AttributeError):
+        return str(body)

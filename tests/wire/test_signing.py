@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import stat
+import zlib
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ from gpuadmin.wire.signing import (
     BadMessage,
     MessageKind,
     canonical_json,
+    compress_envelope,
     create_private_key_file,
     fingerprint,
     generate_private_key,
@@ -89,6 +92,59 @@ def test_a_text_over_the_limit_is_refused_before_verifying() -> None:
     message = seal({"x": "y" * 100}, MessageKind.SNAPSHOT, generate_private_key())
     with pytest.raises(BadMessage, match="over the limit"):
         open_envelope(message, MessageKind.SNAPSHOT, max_text_chars=50)
+
+
+def test_a_compressed_message_opens_with_the_same_text_and_signer_after_the_brokers_round_trip() -> None:
+    key = generate_private_key()
+    sealed = seal({"rows": [BODY] * 200}, MessageKind.SNAPSHOT, key)
+    compressed = json.loads(json.dumps(compress_envelope(sealed)))
+    assert "text" not in compressed and len(compressed["zlib"]) * 10 < len(sealed["text"])
+    opened = open_envelope(compressed, MessageKind.SNAPSHOT)
+    assert (opened.text, opened.public_key) == (sealed["text"], public_key_text(key))
+    assert "zlib" not in sealed  # sealing alone compresses nothing: only senders that choose to
+
+
+def packed(text: str | bytes) -> str:
+    return base64.b64encode(zlib.compress(text.encode() if isinstance(text, str) else text)).decode()
+
+
+def test_a_changed_compressed_text_fails_its_signature() -> None:
+    sealed = seal(BODY, MessageKind.SNAPSHOT, generate_private_key())
+    compressed = compress_envelope(sealed)
+    compressed["zlib"] = packed(sealed["text"].replace("true", "null"))
+    with pytest.raises(BadMessage, match="does not verify"):
+        open_envelope(compressed, MessageKind.SNAPSHOT)
+
+
+def test_a_compressed_text_inflates_no_further_than_the_limit() -> None:
+    sealed = seal(BODY, MessageKind.SNAPSHOT, generate_private_key())
+    bomb = {**compress_envelope(sealed), "zlib": packed("1" * 10_000_000)}  # 10 MB in ~10 kB
+    assert len(bomb["zlib"]) < 20_000
+    with pytest.raises(BadMessage, match="inflates past the limit of 5000 characters"):
+        open_envelope(bomb, MessageKind.SNAPSHOT, max_text_chars=5000)
+
+
+@pytest.mark.parametrize(("change", "error"), [
+    ({"zlib": "not base64!"}, "compressed text is not base64"),
+    ({"zlib": base64.b64encode(b"not zlib at all").decode()}, "does not inflate"),
+    ({"zlib": packed("{}")[:-8]}, "does not inflate|cut short"),
+    ({"zlib": base64.b64encode(zlib.compress(b"{}") + b"more").decode()}, "bytes after its end"),
+    ({"zlib": packed("{\"a\":\"\u00e9\"}".encode("utf-8"))}, "not ASCII"),
+    ({"zlib": 12}, "must be a base64 string"),
+    ({"text": "{}"}, "one 'text' string, or its compressed 'zlib'"),
+])
+def test_a_compressed_message_that_is_not_one_text_is_a_bad_message(change: dict[str, object],
+                                                                   error: str) -> None:
+    message = {**compress_envelope(seal(BODY, MessageKind.SNAPSHOT, generate_private_key())), **change}
+    with pytest.raises(BadMessage, match=error):
+        open_envelope(message, MessageKind.SNAPSHOT)
+
+
+def test_a_message_without_text_says_it_needs_one() -> None:
+    message = seal(BODY, MessageKind.SNAPSHOT, generate_private_key())
+    del message["text"]
+    with pytest.raises(BadMessage, match="one 'text' string, or its compressed 'zlib'"):
+        open_envelope(message, MessageKind.SNAPSHOT)
 
 
 def test_a_key_file_is_created_once_0600_and_read_back(tmp_path: Path) -> None:

@@ -43,7 +43,7 @@ from gpuadmin.fleet.storage.statements import (
     pipelined,
 )
 from gpuadmin.fleet.taken_at import parse_taken_at
-from gpuadmin.wire.signing import BadMessage, MessageKind, canonical_json, open_envelope
+from gpuadmin.wire.signing import BadMessage, MessageKind, canonical_json, envelope_text, open_envelope
 from gpuadmin.wire.snapshot_update import snapshot_digest
 
 logger = logging.getLogger(__name__)
@@ -109,10 +109,9 @@ def receive_snapshot(message: Any, *, received_at: datetime | None = None) -> Ho
     document that does not validate.
     """
     received_at = received_at or timezone.now()
-    max_bytes = settings.GPUADMIN_SNAPSHOT_MAX_BYTES
     try:
         # Verified before it is parsed; the size limit proper is checked by parse_snapshot.
-        opened = open_envelope(message, MessageKind.SNAPSHOT, max_text_chars=4 * max_bytes)
+        opened = open_envelope(message, MessageKind.SNAPSHOT, max_text_chars=_max_text_chars())
     except BadMessage as error:
         claimed = _claimed_host_name(message)
         reason = f"snapshot not signed by a host key: {error}"
@@ -140,6 +139,12 @@ def receive_snapshot(message: Any, *, received_at: datetime | None = None) -> Ho
         raise SnapshotRejected(rejected.reason, host_name=host_name) from None
 
 
+def _max_text_chars() -> int:
+    """The longest text a snapshot envelope is opened (or inflated) to: parse_snapshot checks the limit
+    proper on the text, so this only bounds what is held before that."""
+    return 4 * settings.GPUADMIN_SNAPSHOT_MAX_BYTES
+
+
 def _clamped_taken_at(document: dict[str, Any], received_at: datetime) -> datetime:
     """When a validated snapshot was taken, as ingest reads it: never after it arrived (see
     ``ingest_document``)."""
@@ -148,13 +153,23 @@ def _clamped_taken_at(document: dict[str, Any], received_at: datetime) -> dateti
 
 def _claimed_host_name(message: Any) -> str:
     """The host a message that failed its signature claims to be about (it proves nothing)."""
-    text = message.get("text") if isinstance(message, dict) else message
+    text = _text(message)
     return host_name_from_text(text) if isinstance(text, str | bytes) else ""
 
 
 def _message_size(message: Any) -> int:
-    text = message.get("text") if isinstance(message, dict) else message
+    text = _text(message)
     return len(text) if isinstance(text, str | bytes) else 0
+
+
+def _text(message: Any) -> Any:
+    """What a refused message carries as its text, inflated within the size limit if compressed."""
+    if not isinstance(message, dict):
+        return message
+    try:
+        return envelope_text(message, max_text_chars=_max_text_chars())
+    except BadMessage:
+        return message.get("text")
 
 
 def ingest_document(

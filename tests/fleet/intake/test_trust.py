@@ -19,7 +19,7 @@ from gpuadmin.fleet.intake import trust
 from gpuadmin.fleet.intake.ingest import receive_snapshot
 from gpuadmin.fleet.intake.validation import SnapshotRejected
 from gpuadmin.fleet.models import Finding, Host, LatestSnapshot, SnapshotRejection
-from gpuadmin.wire.signing import fingerprint, generate_private_key, public_key_text
+from gpuadmin.wire.signing import compress_envelope, fingerprint, generate_private_key, public_key_text
 from tests.factories import proc, snapshot
 from tests.keys import accept, host_key, signed_snapshot
 
@@ -66,6 +66,10 @@ def test_an_accepted_host_s_snapshots_are_stored(approver) -> None:
     (lambda: json.dumps(snapshot("gpu01")), "not signed"),
     (lambda: signed_snapshot(snapshot("gpu01"), key=generate_private_key()), OTHER_KEY),
     (lambda: signed_snapshot(snapshot("gpu01"), key=host_key("gpu02")), OTHER_KEY),
+    # Compressed as agents send them: the name claimed inside is read all the same.
+    (lambda: compress_envelope({**signed_snapshot(snapshot("gpu01")),
+                                "sig": signed_snapshot(snapshot("gpu02"))["sig"]}), "not signed"),
+    (lambda: compress_envelope(signed_snapshot(snapshot("gpu01"), key=host_key("gpu02"))), OTHER_KEY),
 ])
 def test_a_snapshot_not_signed_by_the_host_s_key_changes_nothing_and_is_counted_shown_and_audited(
     message, why
