@@ -17,9 +17,10 @@ What was cut or left out is said in the document (``left_out``, only present
 when something was), so the page can show "N processes left out" instead of
 pretending the host is smaller than it is.
 
-Sizes are exact, not estimated: the budget is over the signed envelope as sent
+Sizes are exact, not estimated: the budget is over the signed envelope as sealed
 (``canonical_json(seal(...))``), where the snapshot's canonical text is a JSON
-string, so each ``"`` and ``\\`` in it counts twice.
+string, so each ``"`` and ``\\`` in it counts twice. It travels compressed
+(``gpuadmin.sending.send_snapshot``), smaller still; central's limit is on the text.
 
 Plain library: no Django, no Celery.
 """
