@@ -898,12 +898,18 @@ def run(args: argparse.Namespace, work: Path, env: dict[str, str], database: Any
             process.start()
         state = Soak(args, rounds, hosts, redis.Redis.from_url(broker_server.url), list(senders), counters,
                      start, stop, worker_logs, states, pacer)
+        central = Central(workers, beat, postmaster_pid(database), database_server_pid() or 0)
+        before = central.sample()
         first = wait_for_first_snapshots(state)
+        enrolled = central.sample()
+        # The full snapshots' path alone (through the broker, the worker's task, PostgreSQL): the rounds
+        # after it mix them with updates.
         print(f"enrolment, first full snapshots through the broker and the worker: {len(hosts)} in "
-              f"{first:.1f} s ({len(hosts) / first:.0f}/s)", flush=True)
+              f"{first:.1f} s ({len(hosts) / first:.0f}/s); CPU per snapshot: worker "
+              f"{1000 * (enrolled.worker - before.worker) / len(hosts):.2f} ms, PostgreSQL "
+              f"{1000 * (enrolled.database - before.database) / len(hosts):.2f} ms", flush=True)
         with connection.cursor() as cursor:
             cursor.execute("ANALYZE")  # as autovacuum would soon after: the tables have just filled
-        central = Central(workers, beat, postmaster_pid(database), database_server_pid() or 0)
         return measure(state, central, start_beat=None if args.no_scheduler else start_beat)
     finally:
         stop.set()

@@ -35,6 +35,10 @@ def test_a_backlog_queued_faster_than_the_fleets_clock_is_stored_whole() -> None
     output = soak_output("--backlog")
     assert re.search(r"\ningested: 18 stored .*?, 0 refused", output), output[-3000:]
     assert "hosts whose latest stored message is the last their agent sent 6 of 6" in output
+    # The first full snapshots' own cost, measured on central's worker and PostgreSQL.
+    enrolment = re.search(r"first full snapshots .*: 6 in .*; CPU per snapshot: worker ([0-9.]+) ms, "
+                          r"PostgreSQL ([0-9.]+) ms", output)
+    assert enrolment and float(enrolment[1]) > 0 and float(enrolment[2]) > 0, output[-3000:]
 
 
 @pytest.mark.services
