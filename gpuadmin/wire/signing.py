@@ -178,9 +178,9 @@ def seal_text(text: str, kind: MessageKind, key: Ed25519PrivateKey) -> dict[str,
 def compress_envelope(message: dict[str, Any]) -> dict[str, Any]:
     """The same signed envelope with its text compressed (``"zlib"`` in place of ``"text"``): the
     signature, over the text, still verifies once the receiver inflates it."""
+    packed = zlib.compress(message["text"].encode("ascii"), _ZLIB_LEVEL)
     compressed = {name: value for name, value in message.items() if name != "text"}
-    compressed["zlib"] = base64.b64encode(zlib.compress(message["text"].encode("ascii"), _ZLIB_LEVEL)).decode(
-        "ascii")
+    compressed["zlib"] = base64.b64encode(packed).decode("ascii")
     return compressed
 
 
@@ -202,6 +202,8 @@ def envelope_text(message: dict[str, Any], *, max_text_chars: int | None = None)
 def _inflated(packed: Any, max_chars: int) -> str:
     if not isinstance(packed, str):
         raise BadMessage("a compressed message's 'zlib' must be a base64 string")
+    if len(packed) > max_chars:  # never longer than its text, but for text no zlib can shorten
+        raise BadMessage(f"the compressed text has {len(packed)} characters, over the limit of {max_chars}")
     try:
         data = _b64decode(packed, "compressed text")
     except ValueError as error:

@@ -118,9 +118,12 @@ def test_a_changed_compressed_text_fails_its_signature() -> None:
 
 def test_a_compressed_text_inflates_no_further_than_the_limit() -> None:
     sealed = seal(BODY, MessageKind.SNAPSHOT, generate_private_key())
-    bomb = {**compress_envelope(sealed), "zlib": packed("1" * 10_000_000)}  # 10 MB in ~10 kB
+    bomb = {**compress_envelope(sealed), "zlib": packed("1" * 10_000_000)}  # 10 MB in ~14 kB of base64
     assert len(bomb["zlib"]) < 20_000
-    with pytest.raises(BadMessage, match="inflates past the limit of 5000 characters"):
+    with pytest.raises(BadMessage, match="inflates past the limit of 50000 characters"):
+        open_envelope(bomb, MessageKind.SNAPSHOT, max_text_chars=50_000)
+    # Nor is a compressed text longer than the limit itself decoded at all.
+    with pytest.raises(BadMessage, match=r"compressed text has \d+ characters, over the limit of 5000"):
         open_envelope(bomb, MessageKind.SNAPSHOT, max_text_chars=5000)
 
 

@@ -163,13 +163,14 @@ def _message_size(message: Any) -> int:
 
 
 def _text(message: Any) -> Any:
-    """What a refused message carries as its text, inflated within the size limit if compressed."""
+    """What a refused message carries as its text, inflated within the size limit if compressed (as it
+    came, when it does not inflate)."""
     if not isinstance(message, dict):
         return message
     try:
         return envelope_text(message, max_text_chars=_max_text_chars())
     except BadMessage:
-        return message.get("text")
+        return message.get("text", message.get("zlib"))
 
 
 def ingest_document(

@@ -11,6 +11,7 @@ import pytest
 from django.db.models import Model
 from django.test import override_settings
 
+from gpuadmin.fleet.intake.ingest import receive_snapshot
 from gpuadmin.fleet.intake.validation import SnapshotRejected
 from gpuadmin.fleet.models import (
     Finding,
@@ -23,9 +24,10 @@ from gpuadmin.fleet.models import (
     SnapshotRejection,
 )
 from gpuadmin.fleet.signals import snapshot_ingested
+from gpuadmin.wire.signing import compress_envelope
 from tests.factories import BOOT_ID, GiB, gpu, proc, snapshot
 from tests.fleet.helpers import T0, at
-from tests.keys import deliver
+from tests.keys import deliver, signed_snapshot
 
 pytestmark = pytest.mark.django_db
 
@@ -210,6 +212,15 @@ def test_the_oversized_error_names_the_limit() -> None:
         deliver(json.dumps(busy_host()), received_at=at(1))
     assert "over the limit of 1 KiB (GPUADMIN_SNAPSHOT_MAX_BYTES)" in caught.value.message
     assert SnapshotRejection.objects.get().size_bytes == len(json.dumps(busy_host()))
+
+
+def test_a_compressed_snapshot_that_does_not_inflate_is_refused_with_its_size_as_it_came() -> None:
+    message = {**compress_envelope(signed_snapshot(busy_host())), "zlib": "bm90IHpsaWI="}  # "not zlib"
+    with pytest.raises(SnapshotRejected) as caught:
+        receive_snapshot(message, received_at=at(1))
+    assert "does not inflate" in caught.value.message
+    assert (SnapshotRejection.objects.get().size_bytes, caught.value.host_name) == (12, "")
+    assert not Host.objects.exists()
 
 
 def test_a_rejected_snapshot_from_an_unknown_host_creates_no_host() -> None:
