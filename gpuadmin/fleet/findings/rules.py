@@ -706,7 +706,7 @@ def idle_holders(
 
 def pid_forecast(trend: Iterable[PidSample], pid_max: int) -> tuple[float, datetime] | None:
     """(PIDs per second, when pid_max is reached) from a least-squares line through the samples;
-    None when the trend is too short or not rising."""
+    None when the trend is too short, not rising, or rising so slowly that pid_max lies past any date."""
     samples = list(trend)
     if len(samples) < PID_TREND_MIN_SAMPLES:
         return None
@@ -721,7 +721,10 @@ def pid_forecast(trend: Iterable[PidSample], pid_max: int) -> tuple[float, datet
     if slope <= 0:
         return None
     last = samples[-1]
-    return slope, last.taken_at + timedelta(seconds=max(0, pid_max - last.pids_in_use) / slope)
+    try:
+        return slope, last.taken_at + timedelta(seconds=max(0, pid_max - last.pids_in_use) / slope)
+    except OverflowError:  # a line all but flat (a rounding's worth of slope) never reaches pid_max
+        return None
 
 
 def zombies_grew(oldest: int, newest: int) -> bool:

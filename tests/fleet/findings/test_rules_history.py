@@ -177,3 +177,11 @@ def test_the_pid_forecast_is_a_least_squares_line() -> None:
     assert pid_forecast(samples[:3], 2000) is None  # too short a trend
     falling = [PidSample(s.taken_at, 2000 - s.pids_in_use, s.zombies) for s in samples]
     assert pid_forecast(falling, 4000) is None
+
+
+def test_a_trend_too_flat_to_reach_pid_max_by_any_date_has_no_forecast() -> None:
+    # One PID more over a billion seconds: pid_max lies ~190 million years ahead, past what a date holds
+    # (a 10-minute fleet soak found a rounding's worth of slope this way, and ingest raised).
+    samples = [PidSample(at(0) + timedelta(seconds=200_000_000 * n), 1000 + (n == 5), n) for n in range(6)]
+    assert pid_forecast(samples, 4_194_304) is None
+    assert pid_forecast(samples, 1001) is not None  # one PID away: a date it reaches
