@@ -113,10 +113,10 @@ def receive_snapshot(message: Any, *, received_at: datetime | None = None) -> Ho
         # Verified before it is parsed; the size limit proper is checked by parse_snapshot.
         opened = open_envelope(message, MessageKind.SNAPSHOT, max_text_chars=_max_text_chars())
     except BadMessage as error:
-        claimed = _claimed_host_name(message)
+        claimed, size_bytes = _claimed_host_and_size(message)
         reason = f"snapshot not signed by a host key: {error}"
         trust.reject_message(SnapshotRejection.MessageKind.SNAPSHOT, reason, host_name=claimed,
-                             size_bytes=_message_size(message), received_at=received_at)
+                             size_bytes=size_bytes, received_at=received_at)
         raise SnapshotRejected(reason, host_name=claimed) from None
     try:
         document = parse_snapshot(opened.text, now=received_at)
@@ -151,26 +151,19 @@ def _clamped_taken_at(document: dict[str, Any], received_at: datetime) -> dateti
     return min(parse_taken_at(document["taken_at"]), received_at)
 
 
-def _claimed_host_name(message: Any) -> str:
-    """The host a message that failed its signature claims to be about (it proves nothing)."""
-    text = _text(message)
-    return host_name_from_text(text) if isinstance(text, str | bytes) else ""
-
-
-def _message_size(message: Any) -> int:
-    text = _text(message)
-    return len(text) if isinstance(text, str | bytes) else 0
-
-
-def _text(message: Any) -> Any:
-    """What a refused message carries as its text, inflated within the size limit if compressed (as it
-    came, when it does not inflate)."""
-    if not isinstance(message, dict):
-        return message
-    try:
-        return envelope_text(message, max_text_chars=_max_text_chars())
-    except BadMessage:
-        return message.get("text", message.get("zlib"))
+def _claimed_host_and_size(message: Any) -> tuple[str, int]:
+    """The host a message that failed its signature claims to be about (it proves nothing), and its
+    text's size: inflated within the size limit if compressed (as it came, when it does not inflate),
+    once for both."""
+    text = message
+    if isinstance(message, dict):
+        try:
+            text = envelope_text(message, max_text_chars=_max_text_chars())
+        except BadMessage:
+            text = message.get("text", message.get("zlib"))
+    if not isinstance(text, str | bytes):
+        return "", 0
+    return host_name_from_text(text), len(text)
 
 
 def ingest_document(
