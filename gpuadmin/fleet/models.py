@@ -742,6 +742,10 @@ class HostSummary(models.Model):
     gpu_models = models.TextField(default="", blank=True)
     orphan_count = models.PositiveIntegerField(default=0)
     top_holder_user = models.CharField(max_length=256, blank=True, default="")
+    # That holder's life and memory: what a batch of updates compares the memory it moves with, to
+    # recompute the top holder only where it may have changed (``summary.top_holder_may_change``).
+    top_holder_life_id = models.BigIntegerField(null=True, blank=True)
+    top_holder_memory_bytes = models.BigIntegerField(default=0)
     findings_critical_count = models.PositiveIntegerField(default=0)
     findings_warning_count = models.PositiveIntegerField(default=0)
     findings_info_count = models.PositiveIntegerField(default=0)

@@ -8,7 +8,8 @@ changes those calls it in the same transaction:
 
 - a full snapshot (``fleet.intake.ingest.ingest_document``): GPU figures, orphans, the biggest holder,
   findings drawn; a batch of snapshot updates (``fleet.intake.updates``) recomputes only what an update
-  can move (``refresh_updated_figures``: ``UPDATE_COLUMNS``, from the same expressions);
+  can move (``refresh_updated_figures``: ``UPDATE_COLUMNS``, from the same expressions), the top
+  holder only where the memory it moved may have changed it (``top_holder_may_change``);
 - findings opened or closed outside ingest: the kills app's (``kills.services.findings``) and the
   rejected-messages finding (``fleet.intake.trust``).
 
@@ -20,9 +21,9 @@ from ``last_seen_at``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import transaction
 from django.db.models import (
@@ -44,7 +45,7 @@ from django.db.models.functions import Coalesce, Concat, Greatest, JSONArray
 from django.utils import timezone
 
 from gpuadmin.fleet.models import Finding, Gpu, Host, HostSummary, ProcessLife
-from gpuadmin.fleet.storage.statements import AnyOf, Param, PreparedUpdate, RowInsert
+from gpuadmin.fleet.storage.statements import AnyOf, Param, PreparedQuery, PreparedUpdate, RowInsert
 
 # A GPU counts as free when this little memory is used on it (the driver's own share fits under it).
 FREE_GPU_MAX_USED_BYTES = 1024**3
@@ -92,6 +93,9 @@ def _summary_columns() -> dict[str, Any]:
     worst = (open_findings.filter(host=OuterRef("host")).annotate(rank=_severity_rank())
              .order_by("rank", "first_seen_at", "kind", "key"))
     unattributed = Greatest(F("memory_used_bytes") - F("memory_attributed_bytes"), 0)
+    # The open life holding the most GPU memory (ties: the lowest pid); top_holder_may_change's order.
+    top = (live.filter(host=OuterRef("host"), last_gpu_memory_bytes__gt=0)
+           .order_by("-last_gpu_memory_bytes", "pid"))
     return dict(
         gpus=_of_outer_host(gpus, _JsonRows(JSONArray("index", "memory_total_bytes", "memory_used_bytes",
                                                       "memory_attributed_bytes", "utilization_percent")),
@@ -108,9 +112,9 @@ def _summary_columns() -> dict[str, Any]:
                            Value("", output_field=TextField())),
             Value(GPU_MODELS_SEPARATOR), output_field=TextField()),
         orphan_count=_of_outer_host(live.filter(was_orphaned=True), Count("pk"), 0),
-        top_holder_user=Coalesce(Subquery(live.filter(host=OuterRef("host"), last_gpu_memory_bytes__gt=0)
-                                          .order_by("-last_gpu_memory_bytes", "pid").values("user")[:1]),
-                                 Value("")),
+        top_holder_user=Coalesce(Subquery(top.values("user")[:1]), Value("")),
+        top_holder_life_id=Subquery(top.values("pk")[:1]),
+        top_holder_memory_bytes=Coalesce(Subquery(top.values("last_gpu_memory_bytes")[:1]), 0),
         worst_finding_rank=Coalesce(Subquery(worst.values("rank")[:1]), len(Finding.Severity)),
         worst_finding_severity=Coalesce(Subquery(worst.values("severity")[:1]), Value("")),
         worst_finding_title=Coalesce(Subquery(worst.values("title")[:1]), Value("")),
@@ -120,24 +124,38 @@ def _summary_columns() -> dict[str, Any]:
     )
 
 
-# What a snapshot update can move: its GPUs' figures and its processes' memory. Which GPUs and processes
-# there are, their models and owners, and the findings change only with a full snapshot or outside ingest.
-UPDATE_COLUMNS = ("gpus", "free_gpu_count", "memory_used_bytes", "memory_unattributed_bytes",
-                  "top_holder_user")
+# What a snapshot update can move: its GPUs' figures and its processes' memory, so the top holder.
+# Which GPUs and processes there are, their models and owners, and the findings change only with a full
+# snapshot or outside ingest.
+UPDATE_COLUMNS = ("gpus", "free_gpu_count", "memory_used_bytes", "memory_unattributed_bytes")
+TOP_HOLDER_COLUMNS = ("top_holder_user", "top_holder_life_id", "top_holder_memory_bytes")
 
 
-def _summary_update(columns: Sequence[str] | None = None, *, one_host: bool = False) -> PreparedUpdate:
+class TopHolder(NamedTuple):
+    """A summary's top holder as a batch of updates compares with it: its life (None: no process holds
+    GPU memory) and that life's memory."""
+
+    life_id: int | None
+    memory_bytes: int
+
+
+def _summary_update(columns: Sequence[str] | None = None, *, one_host: bool = False,
+                    rechecked: Sequence[str] = ()) -> PreparedUpdate:
     """The hosts' summaries recomputed in one UPDATE of correlated subqueries (``columns``: those only):
     nothing read back, so it rides in ingest's pipeline (``statements.pipelined``) without a round trip
     of its own. ``one_host``: for the run parameter ``host``, not a list ``hosts``: every full snapshot
     refreshes one host, and PostgreSQL would plan a list's statement (``AnyOf``) anew at every run, which
-    for the whole row's some fifteen subqueries cost more than running it (tests/fleet/test_summary.py)."""
+    for the whole row's some fifteen subqueries cost more than running it (tests/fleet/test_summary.py).
+    ``rechecked``: columns recomputed only for the hosts of the run parameter ``recheck``, the others'
+    kept as they are (a CASE: the database runs the subquery of those hosts' alone)."""
     computed = _summary_columns()
     hosts = (HostSummary.objects.filter(host=Param(HostSummary, "host")) if one_host
              else HostSummary.objects.filter(AnyOf(HostSummary, "host", key="hosts")))
+    recheck = AnyOf(HostSummary, "host", key="recheck")
     return PreparedUpdate(
         hosts,
         **{name: computed[name] for name in (columns or computed)},
+        **{name: Case(When(recheck, then=computed[name]), default=F(name)) for name in rechecked},
         updated_at=Param(HostSummary, "updated_at"),
     )
 
@@ -148,7 +166,11 @@ _EMPTY = {field.name: field.get_default() for field in HostSummary._meta.concret
 _SUMMARY_ROW = RowInsert(HostSummary, ["host", *_EMPTY, "updated_at"], conflict=["host"])
 _SUMMARY_UPDATE = _summary_update()
 _ONE_SUMMARY_UPDATE = _summary_update(one_host=True)
-_FIGURES_UPDATE = _summary_update(UPDATE_COLUMNS)
+_FIGURES_UPDATE = _summary_update(UPDATE_COLUMNS, rechecked=TOP_HOLDER_COLUMNS)
+_TOP_HOLDERS = PreparedQuery(
+    HostSummary.objects.filter(AnyOf(HostSummary, "host", key="hosts")).order_by()
+    .values_list("host", "top_holder_life_id", "top_holder_memory_bytes")
+)
 
 
 def refresh_host_summary(host_id: int, *, now: datetime | None = None) -> None:
@@ -169,13 +191,37 @@ def refresh_host_summaries(host_ids: Sequence[int], *, now: datetime | None = No
         _SUMMARY_UPDATE.run(hosts=host_ids, updated_at=now)
 
 
-def refresh_updated_figures(host_ids: Sequence[int], *, now: datetime) -> None:
-    """Recompute what snapshot updates can move (``UPDATE_COLUMNS``) of the hosts' summaries: one
-    statement, fewer subqueries than the whole row's. An update applies only on top of a full snapshot,
-    whose ingest wrote the whole summary; a host with none yet (stored before summaries existed) gets
-    it at its next full snapshot, or from ``fill_missing``."""
+def refresh_updated_figures(host_ids: Sequence[int], *, now: datetime, recheck: Collection[int]) -> None:
+    """Recompute what snapshot updates can move of the hosts' summaries: one statement, fewer
+    subqueries than the whole row's. ``UPDATE_COLUMNS`` for every host; the top holder
+    (``TOP_HOLDER_COLUMNS``) only for the hosts in ``recheck``, those whose top holder may have changed
+    (``top_holder_may_change``): reading a host's open lives to find it was most of the statement. An
+    update applies only on top of a full snapshot, whose ingest wrote the whole summary; a host with
+    none yet (stored before summaries existed) gets it at its next full snapshot, or from
+    ``fill_missing``."""
     if host_ids:
-        _FIGURES_UPDATE.run(hosts=list(host_ids), updated_at=now)
+        _FIGURES_UPDATE.run(hosts=list(host_ids), recheck=list(recheck), updated_at=now)
+
+
+def start_reading_top_holders(host_ids: Sequence[int]) -> Callable[[], dict[int, TopHolder]]:
+    """The hosts' summaries' top holders, by host (a host without a summary left out): the query is
+    sent now (inside ``statements.pipelined`` it waits for no answer), its rows read by the function
+    returned."""
+    rows = _TOP_HOLDERS.start(hosts=list(host_ids))
+    return lambda: {host_id: TopHolder(life_id, memory) for host_id, life_id, memory in rows.rows()}
+
+
+def top_holder_may_change(top: TopHolder | None, moved: Iterable[tuple[int, int]]) -> bool:
+    """Whether a host's top holder may differ from its summary's ``top`` once the open lives in
+    ``moved`` (life id, GPU memory bytes now) hold that memory. The top holder is the open life holding
+    the most (ties: the lowest pid), and between full snapshots only an update's named lives' memory
+    moves (which lives are open changes only at a full snapshot, which recomputes the whole summary):
+    the top stays unless its own memory moved, or another life now holds at least as much (an equal
+    one may have the lower pid)."""
+    if top is None:
+        return False  # no summary to keep: the whole of it is written at the next full snapshot
+    return any(life_id == top.life_id or (memory_bytes > 0 and memory_bytes >= top.memory_bytes)
+               for life_id, memory_bytes in moved)
 
 
 def fill_missing(*, now: datetime | None = None, limit: int = 1000) -> int:

@@ -4,6 +4,7 @@ from the clock, never stored."""
 
 from __future__ import annotations
 
+import importlib
 from datetime import timedelta
 from pathlib import Path
 
@@ -11,8 +12,8 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from gpuadmin.fleet.models import Finding, Host, HostSummary
-from gpuadmin.fleet.summary import refresh_host_summary
+from gpuadmin.fleet.models import Finding, Host, HostSummary, ProcessLife
+from gpuadmin.fleet.summary import TopHolder, refresh_host_summary, top_holder_may_change
 from gpuadmin.fleet.tasks import maintain_history_task
 from gpuadmin.kills import services
 from gpuadmin.web.attention import AttentionCount
@@ -20,6 +21,7 @@ from gpuadmin.web.fleet_page import STATUS_OFFLINE, FleetQuery, FleetSummary
 from gpuadmin.wire.signing import MessageKind
 from tests.factories import GiB, gpu, proc, snapshot
 from tests.fleet.helpers import busy_host_gpus, busy_host_processes, make_offline, store
+from tests.fleet.intake.test_updates import G1 as UPDATED_GPU1
 from tests.fleet.intake.test_updates import HOST as UPDATED_HOST
 from tests.fleet.intake.test_updates import Agent, document
 from tests.keys import accept
@@ -92,6 +94,64 @@ def test_an_update_rewrites_the_summarys_gpu_figures(tmp_path: Path):
     summary = summary_of(UPDATED_HOST)
     assert [(g[2], g[4]) for g in sorted(summary.gpus)] == [(21 * GiB, 90), (0, 0)]
     assert summary.free_gpu_count == 1 and summary.memory_used_bytes == 21 * GiB
+
+
+@pytest.mark.parametrize(("moved", "may_change"), [
+    ([], False),
+    ([(7, 3 * GiB)], False),  # another life, still under the top
+    ([(7, 3 * GiB), (8, 9 * GiB)], True),  # another holds as much now: it may have the lower pid
+    ([(5, 9 * GiB)], True),  # the top's own memory moved, up
+    ([(5, 1 * GiB)], True),  # and down: another life may be the top now
+])
+def test_the_top_holder_is_recomputed_only_where_moved_memory_may_change_it(moved, may_change):
+    assert top_holder_may_change(TopHolder(5, 9 * GiB), moved) is may_change
+    # No life held GPU memory: any that holds some now is the top; none without a summary.
+    assert top_holder_may_change(TopHolder(None, 0), [(7, 0)]) is False
+    assert top_holder_may_change(TopHolder(None, 0), [(7, 1)]) is True
+    assert top_holder_may_change(None, [(7, 1)]) is False
+
+
+def test_an_update_recomputes_the_top_holder_where_it_may_have_changed_and_only_there(tmp_path: Path):
+    accept(UPDATED_HOST)
+    agent = Agent(tmp_path / "state.json")
+
+    def sent(seconds: int, *, alice: int, bob: int) -> None:
+        # alice's pid 101 on GPU 0, her pid 102 (2 GiB) on GPU 1 and bob's pid 103 there too.
+        bobs = proc(103, user="bob", gpu_memory={UPDATED_GPU1: bob * GiB}, reasons=["gpu"])
+        doc = document(seconds, big=alice * GiB, used=(alice + 1, bob + 3), extra=[bobs])
+        assert agent.send(doc).kind is (MessageKind.SNAPSHOT if seconds == 0 else MessageKind.SNAPSHOT_UPDATE)
+
+    def top() -> tuple[str, int, int]:
+        s = summary_of(UPDATED_HOST)
+        life = ProcessLife.objects.get(pk=s.top_holder_life_id)
+        return s.top_holder_user, life.pid, s.top_holder_memory_bytes
+
+    sent(0, alice=10, bob=4)
+    assert top() == ("alice", 101, 10 * GiB)
+    sent(10, alice=10, bob=12)  # bob's grows past hers
+    assert top() == ("bob", 103, 12 * GiB)
+    sent(20, alice=10, bob=1)  # his shrinks: hers, which the update does not name, is the top again
+    assert top() == ("alice", 101, 10 * GiB)
+    # A summary marked as if stale: an update that cannot change the top holder leaves it, one that can
+    # recomputes it (what the row says is then what the lives say).
+    HostSummary.objects.filter(host__name=UPDATED_HOST).update(top_holder_user="stale")
+    sent(30, alice=10, bob=2)
+    assert summary_of(UPDATED_HOST).top_holder_user == "stale"
+    sent(40, alice=11, bob=2)
+    assert top() == ("alice", 101, 11 * GiB)
+
+
+def test_the_migration_that_keeps_the_top_holders_life_fills_it_as_a_refresh_would():
+    store("gpu01", processes=busy_host_processes(), gpus=busy_host_gpus())
+    store("gpu02", processes=[proc(7, gpu_memory={}, reasons=["gpu"])])  # nobody holds GPU memory
+    columns = ("host__name", "top_holder_user", "top_holder_life_id", "top_holder_memory_bytes")
+    refreshed = sorted(HostSummary.objects.values_list(*columns))
+    assert refreshed[0][2] is not None and refreshed[1][1:] == ("", None, 0)
+    HostSummary.objects.update(top_holder_life_id=None, top_holder_memory_bytes=0)  # as the new columns
+    fill = importlib.import_module("gpuadmin.fleet.migrations.0023_summary_top_holder_life")._FILL
+    with connection.cursor() as cursor:
+        cursor.execute(fill)
+    assert sorted(HostSummary.objects.values_list(*columns)) == refreshed
 
 
 def test_offline_is_read_from_the_clock_not_from_the_summary():

@@ -338,7 +338,7 @@ def _apply(items: list[_Locked], *, received_at: datetime) -> list[_CannotApply 
     if not items:
         return []
     host_ids = [item.host.pk for item in items]
-    latest, stored_gpus = _read_stored(host_ids)
+    latest, stored_gpus, top_holders = _read_stored(host_ids)
     outcomes: list[_CannotApply | None] = []
     applied: list[tuple[_Locked, dict[str, _StoredGpu]]] = []
     for item in items:
@@ -355,24 +355,29 @@ def _apply(items: list[_Locked], *, received_at: datetime) -> list[_CannotApply 
             with deferred():
                 for item, gpus in applied:
                     _write(item, gpus, received_at=received_at)
-                _record_process_memory([item for item, _ in applied])
+                moved = _record_process_memory([item for item, _ in applied])
                 snapshot_updates_storing.send(sender=Host, updates=[
                     UpdateStoring(item.host, item.update, item.taken_at) for item, _ in applied])
             # What the fleet page reads, after the rows it is computed from are written.
-            summary.refresh_updated_figures([item.host.pk for item, _ in applied], now=received_at)
+            applied_hosts = [item.host.pk for item, _ in applied]
+            summary.refresh_updated_figures(applied_hosts, now=received_at, recheck=[
+                host_id for host_id in applied_hosts
+                if summary.top_holder_may_change(top_holders.get(host_id), moved.get(host_id, ()))])
     return outcomes
 
 
-def _read_stored(host_ids: list[int]) -> tuple[dict[int, tuple[str, int]], dict[int, list[tuple[Any, ...]]]]:
-    """By host: the stored latest snapshot's base digest and last applied update, and the present
-    GPUs' rows (``_STORED_GPUS``'s, less the host), both in one round trip."""
+def _read_stored(host_ids: list[int]) -> tuple[dict[int, tuple[str, int]], dict[int, list[tuple[Any, ...]]],
+                                                dict[int, summary.TopHolder]]:
+    """By host: the stored latest snapshot's base digest and last applied update, the present GPUs'
+    rows (``_STORED_GPUS``'s, less the host) and the summary's top holder, in one round trip."""
     stored_gpus: dict[int, list[tuple[Any, ...]]] = {host_id: [] for host_id in host_ids}
     with pipelined():
         latest_rows, gpu_rows = _LATEST.start(hosts=host_ids), _STORED_GPUS.start(hosts=host_ids)
+        top_holders = summary.start_reading_top_holders(host_ids)
         latest = {host_id: (base, sequence) for host_id, base, sequence in latest_rows.rows()}
         for row in gpu_rows.rows():
             stored_gpus[row[0]].append(row[1:])
-    return latest, stored_gpus
+        return latest, stored_gpus, top_holders()
 
 
 def _check(item: _Locked, latest: tuple[str, int] | None, gpus: dict[str, _StoredGpu]) -> None:
@@ -484,10 +489,11 @@ def _gpu_figures(g: GpuFigures) -> record.Figures:
             health.power_draw_milliwatts, health.power_limit_milliwatts)
 
 
-def _record_process_memory(items: list[_Locked]) -> None:
+def _record_process_memory(items: list[_Locked]) -> dict[int, list[tuple[int, int]]]:
     """The named processes' memory on their open lives: a point when it moved past the step from the
     life's last point (as a full snapshot would write it); processes without a life are not history's.
-    One read for every host's (inside ``deferred()``: the writes go with the batch's)."""
+    One read for every host's (inside ``deferred()``: the writes go with the batch's). By host, the
+    lives whose memory moved: (life id, memory bytes now)."""
     wanted: dict[tuple[int, str, int, int], int] = {}
     for item in items:
         if item.update.processes:
@@ -495,10 +501,11 @@ def _record_process_memory(items: list[_Locked]) -> None:
                 key = (item.host.pk, item.host.boot_id, p.pid, p.start_time_ticks)
                 wanted[key] = memory_total_bytes(p.gpu_memory_bytes)
     if not wanted:
-        return
+        return {}
     taken_at = {item.host.pk: item.taken_at for item in items}
     step = settings.GPUADMIN_HISTORY_PROCESS_STEP_BYTES
     points, changed = [], []
+    moved: dict[int, list[tuple[int, int]]] = {}
     for pk, host_id, boot_id, pid, start, point, peak, state, last in _NAMED_OPEN_LIVES.rows(list(wanted)):
         total = wanted[(host_id, boot_id, pid, start)]
         new_point = point
@@ -509,8 +516,11 @@ def _record_process_memory(items: list[_Locked]) -> None:
         # next full snapshot: a life whose values stay is not rewritten.
         if (total, new_point) != (last, point):
             changed.append((pk, total, max(peak, total), new_point))
+        if total != last:
+            moved.setdefault(host_id, []).append((pk, total))
     _LIVES_MEMORY.run(changed)
     record.POINT_INSERT.run(points)
+    return moved
 
 
 def _record_refusal(reason: str, *, host_name: str, size_bytes: int, received_at: datetime,
