@@ -42,7 +42,8 @@ BEFORE_ROOM = [("fleet", "0019_history_sampled_figures"), ("usage", "0002_busy_m
 BEFORE_LIVES = [("fleet", "0009_process_life_description_digest")]
 # Columns later migrations removed (fleet 0022) or added (usage 0005, fleet 0023): where an earlier state
 # is compared with today's, left out on both sides.
-CHANGED_LATER = frozenset({"last_probe_sent_at", "holder_index", "top_holder_life_id", "top_holder_memory_bytes"})
+CHANGED_LATER = frozenset({"last_probe_sent_at", "holder_index", "top_holder_life_id",
+                           "top_holder_memory_bytes"})
 
 
 
