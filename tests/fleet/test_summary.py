@@ -12,6 +12,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from gpuadmin.fleet import summary as summary_module
 from gpuadmin.fleet.models import Finding, Host, HostSummary, ProcessLife
 from gpuadmin.fleet.summary import TopHolder, refresh_host_summary, top_holder_may_change
 from gpuadmin.fleet.tasks import maintain_history_task
@@ -196,3 +197,13 @@ def test_one_hosts_summary_is_not_planned_again_at_every_snapshot():
     generic, custom = plans[0]
     assert custom <= 5 and generic + custom >= 14, plans  # 2 snapshots and 12 refreshes, at least
     assert summary_of("gpu02").gpu_count == len(busy_host_gpus())
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("statement", ["_ONE_SUMMARY_UPDATE", "_ONE_TOP_HOLDER_UPDATE", "_FIGURES_UPDATE"])
+def test_a_summary_statement_stays_within_what_psycopg_keeps_parsed(statement: str):
+    # psycopg parses a statement's text for its parameters again at every run when it is longer than
+    # 4,096 characters or has more than 50 parameters (psycopg/_queries.py, MAX_CACHED_STATEMENT_*):
+    # each full snapshot runs the first two.
+    compiled = getattr(summary_module, statement)._compile("default")
+    assert len(compiled.sql) <= 4096 and len(compiled.params) <= 50, (len(compiled.sql), len(compiled.params))
