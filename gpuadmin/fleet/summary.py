@@ -112,9 +112,7 @@ def _summary_columns() -> dict[str, Any]:
                            Value("", output_field=TextField())),
             Value(GPU_MODELS_SEPARATOR), output_field=TextField()),
         orphan_count=_of_outer_host(live.filter(was_orphaned=True), Count("pk"), 0),
-        top_holder_user=Coalesce(Subquery(top.values("user")[:1]), Value("")),
         top_holder_life_id=Subquery(top.values("pk")[:1]),
-        top_holder_memory_bytes=Coalesce(Subquery(top.values("last_gpu_memory_bytes")[:1]), 0),
         worst_finding_rank=Coalesce(Subquery(worst.values("rank")[:1]), len(Finding.Severity)),
         worst_finding_severity=Coalesce(Subquery(worst.values("severity")[:1]), Value("")),
         worst_finding_title=Coalesce(Subquery(worst.values("title")[:1]), Value("")),
@@ -124,11 +122,19 @@ def _summary_columns() -> dict[str, Any]:
     )
 
 
+def _top_holder_details() -> dict[str, Any]:
+    """The top holder's user and memory, read from its life (``top_holder_life_id`` as the row holds
+    it): by a statement after the one that computed the life, a key lookup each where a subquery of the
+    host's open lives each would read them all."""
+    life = ProcessLife.objects.filter(pk=OuterRef("top_holder_life_id"))
+    return dict(top_holder_user=Coalesce(Subquery(life.values("user")[:1]), Value("")),
+                top_holder_memory_bytes=Coalesce(Subquery(life.values("last_gpu_memory_bytes")[:1]), 0))
+
+
 # What a snapshot update can move: its GPUs' figures and its processes' memory, so the top holder.
 # Which GPUs and processes there are, their models and owners, and the findings change only with a full
 # snapshot or outside ingest.
 UPDATE_COLUMNS = ("gpus", "free_gpu_count", "memory_used_bytes", "memory_unattributed_bytes")
-TOP_HOLDER_COLUMNS = ("top_holder_user", "top_holder_life_id", "top_holder_memory_bytes")
 
 
 class TopHolder(NamedTuple):
@@ -139,16 +145,16 @@ class TopHolder(NamedTuple):
     memory_bytes: int
 
 
-def _summary_update(columns: Sequence[str] | None = None, *, one_host: bool = False,
+def _summary_update(computed: dict[str, Any], columns: Sequence[str] | None = None, *, one_host: bool = False,
                     rechecked: Sequence[str] = ()) -> PreparedUpdate:
-    """The hosts' summaries recomputed in one UPDATE of correlated subqueries (``columns``: those only):
+    """The hosts' summaries recomputed in one UPDATE of correlated subqueries, ``computed``'s
+    (``columns``: those only):
     nothing read back, so it rides in ingest's pipeline (``statements.pipelined``) without a round trip
     of its own. ``one_host``: for the run parameter ``host``, not a list ``hosts``: every full snapshot
     refreshes one host, and PostgreSQL would plan a list's statement (``AnyOf``) anew at every run, which
     for the whole row's some fifteen subqueries cost more than running it (tests/fleet/test_summary.py).
     ``rechecked``: columns recomputed only for the hosts of the run parameter ``recheck``, the others'
     kept as they are (a CASE: the database runs the subquery of those hosts' alone)."""
-    computed = _summary_columns()
     hosts = (HostSummary.objects.filter(host=Param(HostSummary, "host")) if one_host
              else HostSummary.objects.filter(AnyOf(HostSummary, "host", key="hosts")))
     recheck = AnyOf(HostSummary, "host", key="recheck")
@@ -164,15 +170,14 @@ def _summary_update(columns: Sequence[str] | None = None, *, one_host: bool = Fa
 _EMPTY = {field.name: field.get_default() for field in HostSummary._meta.concrete_fields
           if not field.primary_key and field.name != "updated_at"}
 _SUMMARY_ROW = RowInsert(HostSummary, ["host", *_EMPTY, "updated_at"], conflict=["host"])
-# The whole row in two statements, the top holder in the second: in one, the statement was longer than
-# psycopg keeps the parsing of (4,096 characters, 50 parameters), and parsing it again cost each full
-# snapshot more client CPU than a second statement (tests/fleet/test_summary.py).
-_NOT_TOP_HOLDER = [name for name in _summary_columns() if name not in TOP_HOLDER_COLUMNS]
-_SUMMARY_UPDATE = _summary_update(_NOT_TOP_HOLDER)
-_ONE_SUMMARY_UPDATE = _summary_update(_NOT_TOP_HOLDER, one_host=True)
-_TOP_HOLDER_UPDATE = _summary_update(TOP_HOLDER_COLUMNS)
-_ONE_TOP_HOLDER_UPDATE = _summary_update(TOP_HOLDER_COLUMNS, one_host=True)
-_FIGURES_UPDATE = _summary_update(UPDATE_COLUMNS, rechecked=TOP_HOLDER_COLUMNS)
+# The whole row, then its top holder's details from the life it names. The whole row's statement must
+# stay within what psycopg keeps parsed (4,096 characters, 50 parameters): past it, psycopg parses it
+# again at every full snapshot (tests/fleet/test_summary.py).
+_SUMMARY_UPDATE = _summary_update(_summary_columns())
+_ONE_SUMMARY_UPDATE = _summary_update(_summary_columns(), one_host=True)
+_DETAILS_UPDATE = _summary_update(_top_holder_details())
+_ONE_DETAILS_UPDATE = _summary_update(_top_holder_details(), one_host=True)
+_FIGURES_UPDATE = _summary_update(_summary_columns(), UPDATE_COLUMNS, rechecked=["top_holder_life_id"])
 _TOP_HOLDERS = PreparedQuery(
     HostSummary.objects.filter(AnyOf(HostSummary, "host", key="hosts")).order_by()
     .values_list("host", "top_holder_life_id", "top_holder_memory_bytes")
@@ -193,22 +198,24 @@ def refresh_host_summaries(host_ids: Sequence[int], *, now: datetime | None = No
     _SUMMARY_ROW.run([(host_id, *_EMPTY.values(), now) for host_id in host_ids], returning=False)
     if len(host_ids) == 1:
         _ONE_SUMMARY_UPDATE.run(host=host_ids[0], updated_at=now)
-        _ONE_TOP_HOLDER_UPDATE.run(host=host_ids[0], updated_at=now)
+        _ONE_DETAILS_UPDATE.run(host=host_ids[0], updated_at=now)
     else:
         _SUMMARY_UPDATE.run(hosts=host_ids, updated_at=now)
-        _TOP_HOLDER_UPDATE.run(hosts=host_ids, updated_at=now)
+        _DETAILS_UPDATE.run(hosts=host_ids, updated_at=now)
 
 
 def refresh_updated_figures(host_ids: Sequence[int], *, now: datetime, recheck: Collection[int]) -> None:
     """Recompute what snapshot updates can move of the hosts' summaries: one statement, fewer
-    subqueries than the whole row's. ``UPDATE_COLUMNS`` for every host; the top holder
-    (``TOP_HOLDER_COLUMNS``) only for the hosts in ``recheck``, those whose top holder may have changed
-    (``top_holder_may_change``): reading a host's open lives to find it was most of the statement. An
+    subqueries than the whole row's. ``UPDATE_COLUMNS`` for every host; the top holder only for the
+    hosts in ``recheck``, those whose top holder may have changed (``top_holder_may_change``): reading
+    a host's open lives to find it was most of the statement (then a second statement, its details). An
     update applies only on top of a full snapshot, whose ingest wrote the whole summary; a host with
     none yet (stored before summaries existed) gets it at its next full snapshot, or from
     ``fill_missing``."""
     if host_ids:
         _FIGURES_UPDATE.run(hosts=list(host_ids), recheck=list(recheck), updated_at=now)
+    if recheck:
+        _DETAILS_UPDATE.run(hosts=list(recheck), updated_at=now)
 
 
 def start_reading_top_holders(host_ids: Sequence[int]) -> Callable[[], dict[int, TopHolder]]:

@@ -200,7 +200,7 @@ def test_one_hosts_summary_is_not_planned_again_at_every_snapshot():
 
 
 @pytest.mark.postgres
-@pytest.mark.parametrize("statement", ["_ONE_SUMMARY_UPDATE", "_ONE_TOP_HOLDER_UPDATE", "_FIGURES_UPDATE"])
+@pytest.mark.parametrize("statement", ["_ONE_SUMMARY_UPDATE", "_ONE_DETAILS_UPDATE", "_FIGURES_UPDATE"])
 def test_a_summary_statement_stays_within_what_psycopg_keeps_parsed(statement: str):
     # psycopg parses a statement's text for its parameters again at every run when it is longer than
     # 4,096 characters or has more than 50 parameters (psycopg/_queries.py, MAX_CACHED_STATEMENT_*):
