@@ -131,9 +131,9 @@ def _top_holder_details() -> dict[str, Any]:
                 top_holder_memory_bytes=Coalesce(Subquery(life.values("last_gpu_memory_bytes")[:1]), 0))
 
 
-# What a snapshot update can move: its GPUs' figures and its processes' memory, so the top holder.
-# Which GPUs and processes there are, their models and owners, and the findings change only with a full
-# snapshot or outside ingest.
+# What a snapshot update can move: its GPUs' figures, and its processes' memory, so the top holder
+# (recomputed only where it may have changed: ``refresh_updated_figures``). Which GPUs and processes
+# there are, their models and owners, and the findings change only with a full snapshot or outside ingest.
 UPDATE_COLUMNS = ("gpus", "free_gpu_count", "memory_used_bytes", "memory_unattributed_bytes")
 
 
@@ -147,10 +147,9 @@ class TopHolder(NamedTuple):
 
 def _summary_update(computed: dict[str, Any], columns: Sequence[str] | None = None, *, one_host: bool = False,
                     rechecked: Sequence[str] = ()) -> PreparedUpdate:
-    """The hosts' summaries recomputed in one UPDATE of correlated subqueries, ``computed``'s
-    (``columns``: those only):
-    nothing read back, so it rides in ingest's pipeline (``statements.pipelined``) without a round trip
-    of its own. ``one_host``: for the run parameter ``host``, not a list ``hosts``: every full snapshot
+    """The hosts' summaries recomputed in one UPDATE of correlated subqueries, ``computed``'s columns
+    (``columns``: those only): nothing read back, so it rides in ingest's pipeline
+    (``statements.pipelined``) without a round trip of its own. ``one_host``: for the run parameter ``host``, not a list ``hosts``: every full snapshot
     refreshes one host, and PostgreSQL would plan a list's statement (``AnyOf``) anew at every run, which
     for the whole row's some fifteen subqueries cost more than running it (tests/fleet/test_summary.py).
     ``rechecked``: columns recomputed only for the hosts of the run parameter ``recheck``, the others'
