@@ -149,9 +149,10 @@ def _summary_update(computed: dict[str, Any], columns: Sequence[str] | None = No
                     rechecked: Sequence[str] = ()) -> PreparedUpdate:
     """The hosts' summaries recomputed in one UPDATE of correlated subqueries, ``computed``'s columns
     (``columns``: those only): nothing read back, so it rides in ingest's pipeline
-    (``statements.pipelined``) without a round trip of its own. ``one_host``: for the run parameter ``host``, not a list ``hosts``: every full snapshot
-    refreshes one host, and PostgreSQL would plan a list's statement (``AnyOf``) anew at every run, which
-    for the whole row's some fifteen subqueries cost more than running it (tests/fleet/test_summary.py).
+    (``statements.pipelined``) without a round trip of its own. ``one_host``: for the run parameter
+    ``host``, not a list ``hosts``: every full snapshot refreshes one host, and PostgreSQL would plan a
+    list's statement (``AnyOf``) anew at every run, which for the whole row's some fifteen subqueries
+    cost more than running it (tests/fleet/test_summary.py).
     ``rechecked``: columns recomputed only for the hosts of the run parameter ``recheck``, the others'
     kept as they are (a CASE: the database runs the subquery of those hosts' alone)."""
     hosts = (HostSummary.objects.filter(host=Param(HostSummary, "host")) if one_host
