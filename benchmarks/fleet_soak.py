@@ -58,9 +58,10 @@ wait, as a gap), and one that its host's next full snapshot overtook is refused 
 fails a run with ``--backlog``.
 
 ``--replay``: the fleet's rate live, which the senders cannot produce beside central on a small machine.
-The senders first queue every round as fast as they can (on the fleet's clock, as ``--backlog``), each
-into a broker database of its own (1, 2, ...: central's is 0, where nothing reaches it meanwhile),
-writing down each message's slot; then a pacer process moves each message to central's queue at its
+The senders first queue every round as fast as they can, each into a broker database of its own (1,
+2, ...: central's is 0, where nothing reaches it meanwhile), writing down each message's slot, each
+taken at its moment on a clock that starts once they are made (``REPLAY_MAKING_MS_PER_MESSAGE``: the
+run waits for it); then a pacer process moves each message to central's queue at its
 slot (``PACER_TICK_SECONDS``), both queues in step as agents send them, while central runs as deployed,
 its beat started with the replay (the pacer takes the probe requests, as the agents would; a full
 snapshot asked for is not sent: the rounds are already made). The windows' "sent" is what the pacer
@@ -78,8 +79,8 @@ message, ingest and database) is printed, not enforced: it moves with the machin
                                     [--job-change-percent 1] [--sample-seconds 10] [--drain-seconds 600]
                                     [--max-backlog 50000] [--max-broker-mib 2048] [--repeats 20]
                                     [--no-scheduler] [--backlog] [--skip-pages] [--exact-agents]
-                                    [--postgres-setting NAME=VALUE ...] [--no-wait] [--replay]
-                                    [--logs DIR]
+                                    [--postgres-setting NAME=VALUE ...] [--no-wait]
+                                    [--replay [--replay-making-ms 2.0]] [--logs DIR]
 """
 
 from __future__ import annotations
@@ -135,6 +136,12 @@ WARM_UP_BACKLOG, WARM_UP_CHECK_EVERY = 200, 20
 WARM_UP_STALL_SECONDS = 180
 # --replay: how often the pacer moves what is due to central's queues.
 PACER_TICK_SECONDS = 0.05
+# --replay: how long the two senders take to make a message on this 2-core machine (10,000 hosts: 600,000
+# in 20-22 minutes), from which the replay's clock is set ahead: the rounds are taken at their moments on it,
+# so that central receives each at its moment, as from a fleet in real time. Set low: rounds made sooner
+# wait for it, later ones lag it by the overrun (printed; a lag under the history's 5-minute buckets
+# changes nothing of what beat's upkeep finds to do).
+REPLAY_MAKING_MS_PER_MESSAGE = 2.0
 # What central says of an update overtaken by its host's next full snapshot (fleet.intake.updates).
 LATE_UPDATE = "is not newer than the latest snapshot"
 # What --backlog's two queues draining at their own pace may refuse (gpuadmin/fleet/intake/updates.py's
@@ -331,6 +338,7 @@ class SenderPlan:
     exact_agents: bool
     state_dir: Path
     unpaced: bool  # --backlog, --replay: the rounds sent as fast as they can be, on the fleet's clock
+    ahead: bool  # --replay: the fleet's clock starts once the rounds are made: each taken at its slot
     # --replay: the broker database this sender queues its rounds in, and where it writes their slots
     staging_url: str | None = None
     slots_path: Path | None = None
@@ -507,9 +515,11 @@ def _send_rounds(plan: SenderPlan, began: float, *, send: Callable[..., None],
             if plan.unpaced:
                 if stop.is_set():
                     return
-                # Taken at its slot, never after now: central refuses a moment ahead of its clock, which
-                # rounds made faster than the fleet's clock would otherwise carry.
-                send(host, round_number, slot - began, slot, taken_at=min(slot, time.time()))
+                # Taken at its slot, never after now (--backlog: central refuses a moment ahead of its
+                # clock, which rounds made faster than the fleet's clock would otherwise carry); --replay:
+                # at its slot, which the pacer then sends at.
+                send(host, round_number, slot - began, slot,
+                     taken_at=slot if plan.ahead else min(slot, time.time()))
                 continue
             wait = slot - time.time()
             if wait > 0 and stop.wait(wait):
@@ -781,6 +791,16 @@ class Soak:
             current += stored.get(path.stem) == (state["base"], state["sequence"])
         return current
 
+    def arrival_lags(self) -> tuple[float, float]:
+        """Seconds from each host's latest stored message's moment to central's receiving it (its row's
+        ``last_seen_at``): the median and the largest."""
+        from gpuadmin.fleet.models import Host
+
+        hosts = Host.objects.filter(name__in=[host.name for host in self.hosts])
+        lags = sorted((seen - taken).total_seconds()
+                      for seen, taken in hosts.values_list("last_seen_at", "last_snapshot_taken_at"))
+        return (lags[len(lags) // 2], lags[-1]) if lags else (0.0, 0.0)
+
     def worker_errors(self) -> list[str]:
         """The workers' error lines; a traceback as the line before it, then its last line (the error)."""
         errors = []
@@ -882,7 +902,7 @@ def run(args: argparse.Namespace, work: Path, env: dict[str, str], database: Any
         for n in range(args.senders):
             plan = SenderPlan(hosts[n::args.senders], len(hosts), args.interval_seconds, rounds,
                               args.job_change_percent, args.exact_agents, states, args.backlog or args.replay,
-                              *((staging[n], slots[n]) if args.replay else ()))
+                              args.replay, *((staging[n], slots[n]) if args.replay else ()))
             senders.append(context.Process(target=run_sender, args=(plan, counters[n], start, stop)))
         pacer = None
         if args.replay:
@@ -984,11 +1004,11 @@ def sample_rounds(soak: Soak, central: Central, clock: float, *, sent_before: li
     return run
 
 
-def queue_every_round(soak: Soak, sent_before: list[int]) -> tuple[list[int], float]:
-    """``--backlog``, ``--replay``: the senders' clock started, and waited for until they queued every
-    round; what they sent, and in how many seconds."""
+def queue_every_round(soak: Soak, sent_before: list[int], *, clock: float) -> tuple[list[int], float]:
+    """``--backlog``, ``--replay``: the senders' clock started at ``clock`` (seconds since the epoch), and
+    waited for until they queued every round; what they sent, and in how many seconds."""
     began = time.monotonic()
-    soak.start.value = time.time()
+    soak.start.value = clock
     while any(sender.is_alive() for sender in soak.senders):
         soak.check_senders()
         time.sleep(0.5)
@@ -1001,17 +1021,27 @@ def fill_backlog(soak: Soak, central: Central, sent_before: list[int]) -> None:
     caller then lets it go and measures the drain. A fleet's rate fills each batch, as these two cores
     cannot send it live beside central (the senders' CPU is the agents')."""
     processes.signal_groups(central.workers, signal.SIGSTOP)
-    sent, seconds = queue_every_round(soak, sent_before)
+    sent, seconds = queue_every_round(soak, sent_before, clock=time.time())
     print(f"backlog: {sent[FULL] + sent[UPDATE]} messages ({sent[FULL]} full snapshots, {sent[UPDATE]} "
           f"updates) queued in {seconds:.0f} s while central's worker was stopped; draining now", flush=True)
 
 
-def fill_staging(soak: Soak, sent_before: list[int]) -> None:
+def fill_staging(soak: Soak, sent_before: list[int]) -> float:
     """``--replay``: every round queued in the senders' own broker databases (central's worker idle,
-    nothing reaching it)."""
-    sent, seconds = queue_every_round(soak, sent_before)
+    nothing reaching it), each message taken at its moment on a clock that starts once they are made
+    (``REPLAY_MAKING_MS_PER_MESSAGE``); that clock's start, waited for."""
+    messages = soak.rounds * len(soak.hosts)
+    clock = time.time() + soak.args.replay_making_ms * messages / 1000
+    sent, seconds = queue_every_round(soak, sent_before, clock=clock)
+    early = clock - time.time()
     print(f"replay: {sent[FULL] + sent[UPDATE]} messages ({sent[FULL]} full snapshots, {sent[UPDATE]} "
-          f"updates) queued aside in {seconds:.0f} s; now sent to central at the fleet's pace", flush=True)
+          f"updates) queued aside in {seconds:.0f} s ({1000 * seconds / max(messages, 1):.2f} ms a message)"
+          + (f"; their clock starts in {early:.0f} s" if early > 0 else
+             f", {-early:.0f} s past their clock's start: each reaches central that late")
+          + "; then sent to central at the fleet's pace", flush=True)
+    if early > 0:
+        time.sleep(early)
+    return max(clock, time.time())
 
 
 def begin_replay(soak: Soak, central: Central, start_beat: Callable[[], Any] | None) -> None:
@@ -1041,10 +1071,6 @@ def report_long_tasks(soak: Soak) -> None:
     for name, seconds, returned in tasks:
         print(f"beat's upkeep in a worker: {name.removeprefix('gpuadmin.')} ran {seconds:.1f} s: "
               f"{returned[:200]}")
-    if tasks and soak.pacer is not None:
-        print("  (--replay: each message was signed when its round was made, so its moment lags central's "
-              "clock by the time the rounds took to make; upkeep that compares the two, as the history's "
-              "roll-ups of closed buckets, then finds every host that far behind at once)")
 
 
 def measure(soak: Soak, central: Central, *, start_beat: Callable[[], Any] | None = None) -> int:
@@ -1059,14 +1085,15 @@ def measure(soak: Soak, central: Central, *, start_beat: Callable[[], Any] | Non
     # Before the clock each host sent one message, its first full snapshot, which wrote its latest row.
     sent_before, stored_before = soak.sent(), len(soak.hosts)
     rejections_before = soak.refused()
+    clock = 0.0
     if args.backlog:
         fill_backlog(soak, central, sent_before)
     elif args.replay:
-        fill_staging(soak, sent_before)
+        clock = fill_staging(soak, sent_before)
         begin_replay(soak, central, start_beat)
         sent_before = soak.sent()
     cpu_before, clock_began = central.sample(), timezone.now()
-    clock = time.time()
+    clock = clock or time.time()
     if args.backlog:
         processes.signal_groups(central.workers, signal.SIGCONT)
     else:
@@ -1119,6 +1146,9 @@ def measure(soak: Soak, central: Central, *, start_beat: Callable[[], Any] | Non
           f"drain), {refused_count} refused {refused or ''}, {sent_total - stored - refused_count} neither "
           f"(expired in the queue, or left there: {left_queued}); worker log errors {len(errors)}; "
           f"hosts whose latest stored message is the last their agent sent {current} of {len(soak.hosts)}")
+    lag_median, lag_largest = soak.arrival_lags()
+    print(f"arrival: each host's latest message reached central {lag_median:.1f} s after its moment "
+          f"(median), at most {lag_largest:.1f} s")
     print(f"asks for a full snapshot: hosts asked {asked}; probe requests the senders took {sent[PROBES]}, "
           f"{sent[FULL_ASKS]} of them asking for a full snapshot")
     batches, done_in_batches, waits = soak.update_offers()
@@ -1219,6 +1249,8 @@ def main(argv: list[str] | None = None) -> int:
                      help="send every round while central's worker is stopped, then time the drain (no beat)")
     how.add_argument("--replay", action="store_true",
                      help="queue every round aside first, then send them to central at the fleet's pace")
+    parser.add_argument("--replay-making-ms", type=float, default=REPLAY_MAKING_MS_PER_MESSAGE,
+                        help="--replay: how long making a message takes, to set the fleet's clock ahead by")
     parser.add_argument("--skip-pages", action="store_true")
     parser.add_argument("--exact-agents", action="store_true",
                         help="senders compute each probe's shape digest, as agents do (more sender CPU)")

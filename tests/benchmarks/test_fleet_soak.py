@@ -43,7 +43,8 @@ def test_a_backlog_queued_faster_than_the_fleets_clock_is_stored_whole() -> None
 
 @pytest.mark.services
 def test_replay_sends_every_queued_message_to_central_at_the_fleets_pace() -> None:
-    output = soak_output("--replay")
+    # 3 s ahead for 18 messages: the rounds are made by then, each taken at the moment it is sent.
+    output = soak_output("--replay", "--replay-making-ms", "170")
     queued = re.search(r"replay: (\d+) messages \((\d+) full snapshots, (\d+) updates\) queued aside", output)
     sent = re.search(r"\nsent: (\d+) \(.*?\): (\d+) full snapshots .*?, (\d+) updates", output)
     stored = re.search(r"\ningested: (\d+) stored", output)
@@ -58,3 +59,6 @@ def test_replay_sends_every_queued_message_to_central_at_the_fleets_pace() -> No
     assert first_window, output[-3000:]
     first_sent = 2 * (float(first_window[1]) + float(first_window[2]))
     assert 0 < first_sent <= 12, output[-3000:]
+    # Central received each about at its moment (the pacer's tick and a batch later), not 3 s after it.
+    arrival = re.search(r"\narrival: .*? ([\d.]+) s after its moment \(median\), at most ([\d.]+) s", output)
+    assert arrival and float(arrival[2]) < 2.5, output[-3000:]
