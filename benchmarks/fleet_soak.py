@@ -1048,11 +1048,25 @@ def begin_replay(soak: Soak, central: Central, start_beat: Callable[[], Any] | N
     """The pacer in the senders' place (what was sent is what it moved; the senders' CPU kept apart) and,
     unless --no-scheduler, central's beat started; the caller starts the clock (``soak.start``)."""
     assert soak.pacer is not None
+    catch_up_upkeep()
     soak.agents_cpu_seconds = soak.senders_cpu_seconds()
     process, counters, start = soak.pacer
     soak.senders, soak.counters, soak.start = [process], [counters], start
     if start_beat is not None:
         central.beat = start_beat()
+
+
+def catch_up_upkeep() -> None:
+    """--replay: beat's history and usage upkeep run once in this process before the clock, as a fleet's
+    beat would have run them while the rounds were made: the enrolment's samples are rolled up then, not
+    in the run (its beat starts with the replay, and its first run would otherwise find them too)."""
+    from gpuadmin.fleet.tasks import maintain_history_task
+    from gpuadmin.usage.tasks import maintain_usage_task
+
+    began = time.monotonic()
+    history, usage = maintain_history_task(), maintain_usage_task()
+    print(f"upkeep caught up before the clock in {time.monotonic() - began:.0f} s: history {history}, "
+          f"usage {usage}", flush=True)
 
 
 def how_it_ended(drained_at: float | None, *, backlog: bool, elapsed: float, last_round_at: float) -> str:

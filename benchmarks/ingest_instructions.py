@@ -59,6 +59,7 @@ messages = [[message(h, r) for h in demo_hosts] for r in range(1, warm + rounds 
 for batch in messages[:warm]:
     for one in batch:
         ingest(one)
+settle_worker_process()
 connection.ensure_connection()
 server_pid = database_server_pid()
 print("ready", flush=True)

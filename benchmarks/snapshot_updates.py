@@ -53,7 +53,12 @@ sys.path.insert(0, REPO)
 
 from benchmarks import processes  # noqa: E402
 from benchmarks.django_bench import setup_django, throwaway_data_dir  # noqa: E402
-from benchmarks.fleet import analyze_after_setup, database_server_pid, process_cpu_seconds  # noqa: E402
+from benchmarks.fleet import (  # noqa: E402
+    analyze_after_setup,
+    database_server_pid,
+    process_cpu_seconds,
+    settle_worker_process,
+)
 
 ROUND_SECONDS = 10
 HISTORY_TABLES = ("fleet_gpusample", "fleet_hostsample", "fleet_processpoint", "fleet_processlife",
@@ -112,6 +117,7 @@ def receive_all(messages: list[tuple[str, dict[str, Any]]], profiler: cProfile.P
     from gpuadmin.wire.signing import canonical_json
 
     receive = {"snapshot": receive_snapshot, "snapshot_update": receive_snapshot_update}
+    settle_worker_process()
     server = database_server_pid()
     figures: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0, 0.0, 0])
     each: dict[str, list[float]] = defaultdict(list)
@@ -147,6 +153,7 @@ def receive_batches(messages: list[tuple[str, dict[str, Any]]], batch: int,
     from gpuadmin.fleet.intake.updates import receive_snapshot_updates
     from gpuadmin.wire.signing import canonical_json
 
+    settle_worker_process()
     server = database_server_pid()
     figures: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0, 0.0, 0])
     each: dict[str, list[float]] = defaultdict(list)

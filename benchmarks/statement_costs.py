@@ -4,7 +4,8 @@ A throwaway server (``tests/services.py``) with pg_stat_statements loaded (plann
 ``--hosts`` synthetic hosts (``gpuadmin.fleet.synthetic``) enrolled through the real
 path and analyzed, as ``fleet.py`` does; one round ingested to reach the steady
 state; then ``--rounds`` rounds, dated a probe interval apart, received by this
-process as a central worker would (``receive_snapshot``). Prints, per statement:
+process as a central worker would (``receive_snapshot``, its collector settled as a
+worker's). Prints, per statement:
 the server's time per snapshot planning and executing it, calls, plans and rows
 per call (a prepared statement is planned once per connection unless PostgreSQL
 finds a plan for each run's values cheaper: then every run is planned); the
@@ -47,6 +48,7 @@ from benchmarks.fleet import (  # noqa: E402
     enrol_in_the_past,
     process_cpu_seconds,
     round_taken_at,
+    settle_worker_process,
 )
 from benchmarks.snapshot_updates import signed_rounds  # noqa: E402
 
@@ -93,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
                       for n in range(1, args.rounds + 2)]
         for message in rounds[0]:  # the steady state: every host's reads now go out with its lock
             receive_snapshot(message)
+        settle_worker_process()
         reset_statistics()
         server_pid = database_server_pid()
         client_began, server_began = time.process_time(), process_cpu_seconds(server_pid)
@@ -124,6 +127,7 @@ def timer_rounds(hosts: list[Any], count: int) -> int:
     agents = Path(settings.DATA_DIR) / "agents"
     for _, message in signed_rounds(hosts, 1, 1, enrolled_at, agents, full=True):
         receive_snapshot(message)  # every agent's timer starts here
+    settle_worker_process()
     server_pid = database_server_pid()
     client_s = server_s = 0.0
     measured = 0

@@ -9,6 +9,7 @@ the tasks' names live beside it in ``gpuadmin.wire.task_names`` (no Django there
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 from typing import Any
@@ -254,6 +255,27 @@ app.steps["consumer"].add(StalledConsumerGuard)
 def _close_old_connections(sender: Any = None, **_: object) -> None:
     if not getattr(getattr(sender, "request", None), "is_eager", False):
         close_old_connections()
+
+
+# Python's collector looks at young objects after 700 more were made than freed, and now and then at
+# every object. A central worker makes and drops thousands at a time (a full snapshot's document, a
+# batch of updates), so with the defaults it collected several times a message and every few seconds
+# walked all of Django and the apps (~0.1 s each time), none of which is ever garbage: 7 % of its CPU in
+# the collector, in the 3,000-host live replay (benchmarks/README.md, "What each performance mechanism
+# is worth"). What a worker process holds when it starts is frozen, so the collector skips it; young
+# objects wait for this many.
+GC_YOUNG_THRESHOLD = 10_000
+
+
+@signals.worker_process_init.connect
+@signals.worker_ready.connect
+def settle_garbage_collector(**_: object) -> None:
+    """Leave what the worker process holds now out of the collector's scans, and collect young
+    objects less often: in each pool process as it starts, and in the main process once it is
+    ready (where the solo pool runs the tasks)."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
 
 
 # Celery's own retry line is INFO, on the logger that also says "received" and "succeeded" for every

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from gpuadmin.celery import (
@@ -72,6 +74,31 @@ def test_every_task_is_registered_under_a_name_from_task_names_and_every_name_ha
              and not key.endswith("PREFIX")}
     registered = {name for name in app.tasks if name.startswith("gpuadmin.")}
     assert registered == names
+
+
+
+@pytest.mark.parametrize("signal_name", ["worker_process_init", "worker_ready"])
+def test_a_worker_process_leaves_what_it_started_with_out_of_the_collectors_scans(signal_name: str) -> None:
+    # In a forked child: the test process's own collector stays as it is.
+    import gc
+    import multiprocessing
+
+    from celery import signals
+
+    from gpuadmin.celery import GC_YOUNG_THRESHOLD
+
+    def child(answer: Any) -> None:
+        getattr(signals, signal_name).send(sender=None)
+        answer.send((gc.get_threshold()[0], gc.get_freeze_count(), len(gc.get_objects())))
+
+    theirs, ours = multiprocessing.get_context("fork").Pipe()
+    process = multiprocessing.get_context("fork").Process(target=child, args=(theirs,))
+    process.start()
+    young, frozen, scanned = ours.recv()
+    process.join(timeout=30)
+    assert process.exitcode == 0
+    assert young == GC_YOUNG_THRESHOLD > gc.get_threshold()[0]
+    assert frozen > 10_000 > scanned  # Django, the apps: frozen; what the collector still looks at, little
 
 
 LOADED_BY_WORKER = """
