@@ -61,10 +61,11 @@ fails a run with ``--backlog``.
 The senders first queue every round as fast as they can, each into a broker database of its own (1,
 2, ...: central's is 0, where nothing reaches it meanwhile), writing down each message's slot, each
 taken at its moment on a clock that starts once they are made (``REPLAY_MAKING_MS_PER_MESSAGE``: the
-run waits for it); then a pacer process moves each message to central's queue at its
-slot (``PACER_TICK_SECONDS``), both queues in step as agents send them, while central runs as deployed,
-its beat started with the replay (the pacer takes the probe requests, as the agents would; a full
-snapshot asked for is not sent: the rounds are already made). The windows' "sent" is what the pacer
+run waits for it; meanwhile beat's upkeep is caught up and the hosts' usage settlings spread over their
+period, as a fleet in its steady state has them); then a pacer process moves each message to central's
+queue at its slot (``PACER_TICK_SECONDS``), both queues in step as agents send them, while central runs as
+deployed, its beat started with the replay (the pacer takes the probe requests, as the agents would; a
+full snapshot asked for is not sent: the rounds are already made). The windows' "sent" is what the pacer
 moved, the CPU it and the senders spent is printed apart, and a run is judged as a live one (no refusal
 expected).
 
@@ -80,7 +81,7 @@ message, ingest and database) is printed, not enforced: it moves with the machin
                                     [--max-backlog 50000] [--max-broker-mib 2048] [--repeats 20]
                                     [--no-scheduler] [--backlog] [--skip-pages] [--exact-agents]
                                     [--postgres-setting NAME=VALUE ...] [--no-wait]
-                                    [--replay [--replay-making-ms 2.0]] [--logs DIR]
+                                    [--replay [--replay-making-ms 1.7]] [--logs DIR]
 """
 
 from __future__ import annotations
@@ -137,11 +138,11 @@ WARM_UP_STALL_SECONDS = 180
 # --replay: how often the pacer moves what is due to central's queues.
 PACER_TICK_SECONDS = 0.05
 # --replay: how long the two senders take to make a message on this 2-core machine (10,000 hosts: 600,000
-# in 20-22 minutes), from which the replay's clock is set ahead: the rounds are taken at their moments on it,
+# in 15-21 minutes), from which the replay's clock is set ahead: the rounds are taken at their moments on it,
 # so that central receives each at its moment, as from a fleet in real time. Set low: rounds made sooner
 # wait for it, later ones lag it by the overrun (printed; a lag under the history's 5-minute buckets
 # changes nothing of what beat's upkeep finds to do).
-REPLAY_MAKING_MS_PER_MESSAGE = 2.0
+REPLAY_MAKING_MS_PER_MESSAGE = 1.7
 # What central says of an update overtaken by its host's next full snapshot (fleet.intake.updates).
 LATE_UPDATE = "is not newer than the latest snapshot"
 # What --backlog's two queues draining at their own pace may refuse (gpuadmin/fleet/intake/updates.py's
@@ -1033,6 +1034,8 @@ def fill_staging(soak: Soak, sent_before: list[int]) -> float:
     messages = soak.rounds * len(soak.hosts)
     clock = time.time() + soak.args.replay_making_ms * messages / 1000
     sent, seconds = queue_every_round(soak, sent_before, clock=clock)
+    catch_up_upkeep()
+    rephase_usage_settling(soak, clock)
     early = clock - time.time()
     print(f"replay: {sent[FULL] + sent[UPDATE]} messages ({sent[FULL]} full snapshots, {sent[UPDATE]} "
           f"updates) queued aside in {seconds:.0f} s ({1000 * seconds / max(messages, 1):.2f} ms a message)"
@@ -1048,7 +1051,6 @@ def begin_replay(soak: Soak, central: Central, start_beat: Callable[[], Any] | N
     """The pacer in the senders' place (what was sent is what it moved; the senders' CPU kept apart) and,
     unless --no-scheduler, central's beat started; the caller starts the clock (``soak.start``)."""
     assert soak.pacer is not None
-    catch_up_upkeep()
     soak.agents_cpu_seconds = soak.senders_cpu_seconds()
     process, counters, start = soak.pacer
     soak.senders, soak.counters, soak.start = [process], [counters], start
@@ -1067,6 +1069,26 @@ def catch_up_upkeep() -> None:
     history, usage = maintain_history_task(), maintain_usage_task()
     print(f"upkeep caught up before the clock in {time.monotonic() - began:.0f} s: history {history}, "
           f"usage {usage}", flush=True)
+
+
+def rephase_usage_settling(soak: Soak, clock: float) -> None:
+    """--replay: each host's usage cursor as last settled at its phase of ``GPUADMIN_USAGE_FLUSH_SECONDS``
+    before the clock, as in a fleet whose hosts did not all enrol at once: these enrolled within minutes,
+    and the rounds begin later, so that every host would settle in the first round. Their settlings then
+    come spread over the run, each host's once a period, as the agents' full-snapshot timers are
+    (``rephase_full_timers``)."""
+    from django.conf import settings
+
+    from gpuadmin.usage.models import UsageCursor
+
+    period = settings.GPUADMIN_USAGE_FLUSH_SECONDS
+    index = {host.name: host.index for host in soak.hosts}
+    cursors = [UsageCursor(pk=pk, settled_at=datetime.fromtimestamp(
+                   clock - period * index[name] / len(soak.hosts), UTC))
+               for pk, name in UsageCursor.objects.filter(host__name__in=list(index)).values_list(
+                   "pk", "host__name")]
+    UsageCursor.objects.bulk_update(cursors, ["settled_at"], batch_size=1000)
+    print(f"usage: {len(cursors)} hosts' settlings spread over {period} s", flush=True)
 
 
 def how_it_ended(drained_at: float | None, *, backlog: bool, elapsed: float, last_round_at: float) -> str:

@@ -57,6 +57,7 @@ def test_replay_sends_every_queued_message_to_central_at_the_fleets_pace() -> No
     # Beat's upkeep of the time the rounds took to make ran before the clock, not in the run.
     caught_up = r"\nupkeep caught up before the clock in \d+ s: history \{'buckets_rolled_up': \d+"
     assert re.search(caught_up, output), output[-3000:]
+    assert "\nusage: 6 hosts' settlings spread over 900 s" in output, output[-3000:]
     # Sent over the rounds' 6 s, not at once: the first window saw some of them, not all.
     first_window = re.search(r"\n\s+\d+\s+([\d.]+)\s+([\d.]+)\s+[\d.]+\s+\d+", output)
     assert first_window, output[-3000:]
