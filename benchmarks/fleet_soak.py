@@ -339,7 +339,6 @@ class SenderPlan:
     exact_agents: bool
     state_dir: Path
     unpaced: bool  # --backlog, --replay: the rounds sent as fast as they can be, on the fleet's clock
-    ahead: bool  # --replay: the fleet's clock starts once the rounds are made: each taken at its slot
     # --replay: the broker database this sender queues its rounds in, and where it writes their slots
     staging_url: str | None = None
     slots_path: Path | None = None
@@ -375,6 +374,11 @@ def run_sender(plan: SenderPlan, counters: Any, start: Any, stop: Any) -> None:
         raise
 
 
+def phase(period: float, index: int, fleet_size: int) -> float:
+    """How far into ``period`` the host of ``index`` has its turn: the fleet's hosts spread over it."""
+    return period * index / fleet_size
+
+
 def rephase_full_timers(plan: SenderPlan, began: float, period: float) -> None:
     """Each host's full-snapshot timer at its phase of the period as the rounds begin: an enrolment of
     thousands of hosts takes minutes, and timers phased at their first snapshots would bring more of
@@ -385,7 +389,7 @@ def rephase_full_timers(plan: SenderPlan, began: float, period: float) -> None:
         state = json.loads(path.read_text())
         if "full_at" not in state:
             raise RuntimeError(f"{path} has no full_at: snapshot_choice's state changed, and this with it")
-        state["full_at"] = began - period * host.index / plan.fleet_size
+        state["full_at"] = began - phase(period, host.index, plan.fleet_size)
         path.write_text(json.dumps(state))
 
 
@@ -483,7 +487,7 @@ def _send(plan: SenderPlan, counters: Any, start: Any, stop: Any) -> None:
             return
         if stop.is_set():
             return
-        send(host, 0, 0.0, time.time() - period * host.index / plan.fleet_size)
+        send(host, 0, 0.0, time.time() - phase(period, host.index, plan.fleet_size))
     counters[CPU_MS] = int(1000 * time.process_time())
     if not drain_probes_while(lambda: start.value == 0.0):
         return
@@ -511,8 +515,8 @@ def _send_rounds(plan: SenderPlan, began: float, *, send: Callable[..., None],
             take_probe_requests()
         for host in plan.hosts:
             maybe_change_job(host.name, changes[host.name], round_number, plan.job_change_percent)
-            slot = began + (round_number - 1) * plan.interval_seconds + (
-                plan.interval_seconds * host.index / plan.fleet_size)
+            slot = began + (round_number - 1) * plan.interval_seconds + phase(
+                plan.interval_seconds, host.index, plan.fleet_size)
             if plan.unpaced:
                 if stop.is_set():
                     return
@@ -520,7 +524,7 @@ def _send_rounds(plan: SenderPlan, began: float, *, send: Callable[..., None],
                 # clock, which rounds made faster than the fleet's clock would otherwise carry); --replay:
                 # at its slot, which the pacer then sends at.
                 send(host, round_number, slot - began, slot,
-                     taken_at=slot if plan.ahead else min(slot, time.time()))
+                     taken_at=min(slot, time.time()) if plan.staging_url is None else slot)
                 continue
             wait = slot - time.time()
             if wait > 0 and stop.wait(wait):
@@ -903,7 +907,7 @@ def run(args: argparse.Namespace, work: Path, env: dict[str, str], database: Any
         for n in range(args.senders):
             plan = SenderPlan(hosts[n::args.senders], len(hosts), args.interval_seconds, rounds,
                               args.job_change_percent, args.exact_agents, states, args.backlog or args.replay,
-                              args.replay, *((staging[n], slots[n]) if args.replay else ()))
+                              *((staging[n], slots[n]) if args.replay else ()))
             senders.append(context.Process(target=run_sender, args=(plan, counters[n], start, stop)))
         pacer = None
         if args.replay:
@@ -1084,7 +1088,7 @@ def rephase_usage_settling(soak: Soak, clock: float) -> None:
     period = settings.GPUADMIN_USAGE_FLUSH_SECONDS
     index = {host.name: host.index for host in soak.hosts}
     cursors = [UsageCursor(pk=pk, settled_at=datetime.fromtimestamp(
-                   clock - period * index[name] / len(soak.hosts), UTC))
+                   clock - phase(period, index[name], len(soak.hosts)), UTC))
                for pk, name in UsageCursor.objects.filter(host__name__in=list(index)).values_list(
                    "pk", "host__name")]
     UsageCursor.objects.bulk_update(cursors, ["settled_at"], batch_size=1000)

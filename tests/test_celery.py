@@ -76,7 +76,6 @@ def test_every_task_is_registered_under_a_name_from_task_names_and_every_name_ha
     assert registered == names
 
 
-
 @pytest.mark.parametrize("signal_name", ["worker_process_init", "worker_ready"])
 def test_a_worker_process_leaves_what_it_started_with_out_of_the_collectors_scans(signal_name: str) -> None:
     # In a forked child: the test process's own collector stays as it is.
