@@ -93,7 +93,10 @@ class HostQuerySet(models.QuerySet):
         return self.filter(last_seen_at__gte=(now or timezone.now()) - Host.offline_after())
 
     def offline(self, now: datetime | None = None) -> HostQuerySet:
-        return self.exclude(pk__in=self.online(now).values("pk"))
+        """Hosts not seen within the offline window, never seen included: the complement of ``online``,
+        read in one pass over the hosts (not a NOT IN of the online ones, a second pass)."""
+        since = (now or timezone.now()) - Host.offline_after()
+        return self.filter(Q(last_seen_at__lt=since) | Q(last_seen_at__isnull=True))
 
     def with_open_finding(self, kind: str) -> HostQuerySet:
         """Hosts with an open finding of ``kind``."""

@@ -63,6 +63,7 @@ class _JsonRows(Aggregate):
 
     function = "JSON_GROUP_ARRAY"
     output_field = JSONField()
+    allow_distinct = True
 
     def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
         return self.as_sql(compiler, connection, function="JSONB_AGG", **extra)
@@ -257,6 +258,15 @@ def gpu_models_contain(model: str) -> str:
     return f"{GPU_MODELS_SEPARATOR}{model}{GPU_MODELS_SEPARATOR}"
 
 
-def gpu_models_of(text: str) -> list[str]:
-    """The models a summary's ``gpu_models`` names."""
-    return [model for model in text.split(GPU_MODELS_SEPARATOR) if model]
+def distinct_gpu_models(field: str) -> Aggregate:
+    """The distinct ``gpu_models`` texts of the summaries aggregated over (``field``, the path to the
+    column), as one JSON array: the fleet's models in the same pass as its other figures
+    (``gpu_models_in`` reads it)."""
+    return _JsonRows(field, distinct=True)
+
+
+def gpu_models_in(texts: Iterable[str | None] | None) -> list[str]:
+    """The models the summaries' ``gpu_models`` texts name (``distinct_gpu_models``), sorted, once each;
+    a host without a summary aggregates as null (SQLite keeps it in the array)."""
+    return sorted({model for text in texts or () if text
+                   for model in text.split(GPU_MODELS_SEPARATOR) if model})

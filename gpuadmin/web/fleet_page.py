@@ -50,18 +50,19 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime
-from functools import lru_cache
+from functools import cached_property, lru_cache
+from typing import Any
 from urllib.parse import urlencode
 
 from django.core.paginator import Page, Paginator
-from django.db.models import Case, Count, F, IntegerField, Q, Sum, Value, When
+from django.db.models import BooleanField, Case, Count, F, IntegerField, Q, Sum, Value, When, Window
 from django.db.models.functions import Coalesce
 from django.template.loader import render_to_string
 from django.urls import get_script_prefix
 from django.utils.safestring import SafeString
 
-from gpuadmin.fleet.models import Finding, Host, HostSummary, awaiting_acceptance_q
-from gpuadmin.fleet.summary import gpu_models_contain, gpu_models_of
+from gpuadmin.fleet.models import Finding, Host, HostQuerySet, HostSummary, awaiting_acceptance_q
+from gpuadmin.fleet.summary import distinct_gpu_models, gpu_models_contain, gpu_models_in
 from gpuadmin.kills.models import KillRequest
 from gpuadmin.web.attention import AttentionCount
 from gpuadmin.web.host_tables import page_param
@@ -160,10 +161,24 @@ class FleetQuery:
         """The link to this view in another order, from its first page."""
         return f"?{urlencode(self.params(page=1, sort=sort))}"
 
-    def hosts(self, now: datetime) -> Paginator:
-        """The keys of the hosts that match, in the page's order, paged: read from the hosts and their
-        summaries (``HostSummary``), one row each, never their GPUs, process lives or findings (but for
-        the finding-kind filter, a semi-join on the open findings)."""
+    def page_of_hosts(self, now: datetime) -> Page:
+        """The asked page of the keys of the hosts that match, in the page's order (past the end: the
+        last; the fleet may have shrunk). The number that match is counted by the query that reads the
+        page (a window over the rows it is cut from), not by a COUNT of its own: at 10,000 hosts each
+        pass over the hosts and their summaries is a good part of the page."""
+        keys = self.hosts(now)
+        first = (self.page - 1) * PAGE_ROWS
+        rows = list(keys.annotate(matching=Window(Count("pk"))).values_list("pk", "matching")
+                    [first:first + PAGE_ROWS])
+        if not rows:  # past the end, or nothing matches: counted apart, then the last page
+            return Paginator(keys.values_list("pk", flat=True), PAGE_ROWS).get_page(self.page)
+        paginator = _CountedPaginator(keys, PAGE_ROWS, count=rows[0][1])
+        return Page([pk for pk, _ in rows], self.page, paginator)
+
+    def hosts(self, now: datetime) -> HostQuerySet:
+        """The hosts that match, in the page's order: read from the hosts and their summaries
+        (``HostSummary``), one row each, never their GPUs, process lives or findings (but for the
+        finding-kind filter, a semi-join on the open findings)."""
         online_since = now - Host.offline_after()
         hosts = Host.objects.fleet().annotate(
             # 1 for offline (never seen included): old data sorts after current data.
@@ -199,14 +214,19 @@ class FleetQuery:
             "zombies": ("-zombie_count", "name"),
             "orphans": ("-orphans", "name"),
         }[self.sort]
-        return Paginator(hosts.order_by(*order).values_list("pk", flat=True), PAGE_ROWS)
+        return hosts.order_by(*order)
 
 
-def gpu_models() -> list[str]:
-    """The GPU models of the fleet, for the filter's choices (one query, of the hosts' summaries)."""
-    texts = (HostSummary.objects.filter(host__in=Host.objects.fleet()).exclude(gpu_models="").order_by()
-             .values_list("gpu_models", flat=True).distinct())
-    return sorted({model for text in texts for model in gpu_models_of(text)})
+class _CountedPaginator(Paginator):
+    """A paginator told how many there are (``FleetQuery.page_of_hosts`` counts with the page's rows)."""
+
+    def __init__(self, object_list: Any, per_page: int, *, count: int) -> None:
+        super().__init__(object_list, per_page)
+        self.counted = count
+
+    @cached_property
+    def count(self) -> int:
+        return self.counted
 
 
 @dataclass(frozen=True)
@@ -332,41 +352,57 @@ class FleetSummary:
     findings_warning: int
     findings_info: int
     kill_requests_pending: int
+    critical_hosts: int  # hosts with a critical finding open (the strip's "on N hosts")
+    gpu_models: tuple[str, ...]  # the fleet's GPU models, sorted (the model filter's choices)
 
     @classmethod
     def of_fleet(cls, now: datetime) -> FleetSummary:
-        """Two queries, whatever the fleet's size: the hosts with their summaries, summed; the pending
-        kill requests."""
+        """Two queries, whatever the fleet's size: the hosts with their summaries, summed (and the
+        strip's count of hosts, and the filter's models, in the same pass: at 10,000 hosts each pass
+        over the hosts and their summaries is most of the page); the pending kill requests."""
         online_since = now - Host.offline_after()
-        fleet = ~awaiting_acceptance_q()
 
-        def fleet_sum(name: str) -> Coalesce:
-            return Coalesce(Sum(f"summary__{name}", filter=fleet), 0)
+        def total(name: str) -> Coalesce:
+            return Coalesce(Sum(f"summary__{name}"), 0)
 
-        figures = Host.objects.aggregate(
-            online=Count("pk", filter=fleet & Q(last_seen_at__gte=online_since)),
-            fleet=Count("pk", filter=fleet),
-            awaiting=Count("pk", filter=~fleet),
-            gpus=fleet_sum("gpu_count"),
-            total=fleet_sum("memory_total_bytes"),
-            used=fleet_sum("memory_used_bytes"),
-            unattributed=fleet_sum("memory_unattributed_bytes"),
-            **{severity.value: fleet_sum(f"findings_{severity.value}_count")
-               for severity in Finding.Severity},
-        )
+        # Grouped by whether the host awaits acceptance (at most two rows): the condition is read once a
+        # host, not once an aggregate (a FILTER each); of the awaiting hosts only their number is used.
+        grouped = (Host.objects.annotate(awaiting=Case(When(awaiting_acceptance_q(), then=Value(True)),
+                                                       default=Value(False), output_field=BooleanField()))
+                   .order_by().values("awaiting").annotate(
+                       hosts=Count("pk"),
+                       online=Count("pk", filter=Q(last_seen_at__gte=online_since)),
+                       gpus=total("gpu_count"),
+                       total=total("memory_total_bytes"),
+                       used=total("memory_used_bytes"),
+                       unattributed=total("memory_unattributed_bytes"),
+                       **{severity.value: total(f"findings_{severity.value}_count")
+                          for severity in Finding.Severity},
+                       critical_hosts=Count("pk", filter=Q(summary__findings_critical_count__gt=0)),
+                       models=distinct_gpu_models("summary__gpu_models"),
+                   ))
+        rows = {row["awaiting"]: row for row in grouped}
+        fleet, awaiting = rows.get(False, {}), rows.get(True, {})
+
+        def figure(name: str) -> int:
+            """A figure of the fleet's row (none without hosts); int(): PostgreSQL sums bigints as
+            numeric, which arrives as a Decimal."""
+            return int(fleet.get(name) or 0)
+
         return cls(
-            hosts_online=figures["online"],
-            hosts_offline=figures["fleet"] - figures["online"],
-            hosts_awaiting=figures["awaiting"],
-            # int(): PostgreSQL sums bigints as numeric, which arrives as a Decimal.
-            gpus=int(figures["gpus"]),
-            memory_total_bytes=int(figures["total"]),
-            memory_used_bytes=int(figures["used"]),
-            memory_unattributed_bytes=int(figures["unattributed"]),
-            findings_critical=int(figures[Finding.Severity.CRITICAL.value]),
-            findings_warning=int(figures[Finding.Severity.WARNING.value]),
-            findings_info=int(figures[Finding.Severity.INFO.value]),
+            hosts_online=figure("online"),
+            hosts_offline=figure("hosts") - figure("online"),
+            hosts_awaiting=int(awaiting.get("hosts") or 0),
+            gpus=figure("gpus"),
+            memory_total_bytes=figure("total"),
+            memory_used_bytes=figure("used"),
+            memory_unattributed_bytes=figure("unattributed"),
+            findings_critical=figure(Finding.Severity.CRITICAL.value),
+            findings_warning=figure(Finding.Severity.WARNING.value),
+            findings_info=figure(Finding.Severity.INFO.value),
             kill_requests_pending=KillRequest.objects.pending().count(),
+            critical_hosts=figure("critical_hosts"),
+            gpu_models=tuple(gpu_models_in(fleet.get("models"))),
         )
 
     @property
@@ -401,22 +437,19 @@ class Attention:
         fleet = Host.objects.fleet()
         offline: tuple[tuple[str, datetime | None], ...] = ()
         critical: tuple[str, ...] = ()
-        critical_hosts = 0
         pending: tuple[tuple[int, str], ...] = ()
         if summary.hosts_offline:
             offline = tuple(fleet.offline(now).order_by(F("last_seen_at").desc(nulls_last=True), "name")
                             .values_list("name", "last_seen_at")[:ATTENTION_NAMED_MAX])
         if summary.findings_critical:
             # By host, not by finding: one host's five findings are one place to go.
-            with_critical = (fleet.filter(summary__findings_critical_count__gt=0).order_by("name")
-                             .values_list("name", flat=True))
-            critical = tuple(with_critical[:ATTENTION_NAMED_MAX])
-            critical_hosts = len(critical) if len(critical) < ATTENTION_NAMED_MAX else with_critical.count()
+            critical = tuple(fleet.filter(summary__findings_critical_count__gt=0).order_by("name")
+                             .values_list("name", flat=True)[:ATTENTION_NAMED_MAX])
         if summary.kill_requests_pending:
             pending = tuple(KillRequest.objects.pending().order_by("pk").values_list("pk", "host__name")
                             [:ATTENTION_NAMED_MAX])
-        return cls(summary.hosts_offline, offline, summary.findings_critical, critical_hosts, critical,
-                   summary.kill_requests_pending, pending)
+        return cls(summary.hosts_offline, offline, summary.findings_critical, summary.critical_hosts,
+                   critical, summary.kill_requests_pending, pending)
 
     @property
     def alarming(self) -> bool:
@@ -451,7 +484,7 @@ class FleetPage:
     @classmethod
     def load(cls, query: FleetQuery, now: datetime) -> FleetPage:
         """The summary and the asked page (past the end: the last; the fleet may have shrunk)."""
-        page = query.hosts(now).get_page(query.page)
+        page = query.page_of_hosts(now)
         summary = FleetSummary.of_fleet(now)
         return cls(query, summary, page, _rows(list(page), now), Attention.of_fleet(summary, now))
 

@@ -39,7 +39,7 @@ from gpuadmin.notify.directory import Directory
 from gpuadmin.text import human_age
 from gpuadmin.web import attention
 from gpuadmin.web.finding_actions import finding_view, kill_request_url
-from gpuadmin.web.fleet_page import SORTS, STATUSES, FleetPage, FleetQuery, changes, gpu_models
+from gpuadmin.web.fleet_page import SORTS, STATUSES, FleetPage, FleetQuery, changes
 from gpuadmin.web.host_tables import (
     SHOW_CHOICES,
     SORT_DESCENDING_BY_DEFAULT,
@@ -75,8 +75,9 @@ def fleet(request: HtmxHttpRequest) -> HttpResponse:
     context = {"fleet": page, "poll_seconds": poll_seconds(), "statuses": STATUSES,
                "finding_kinds": Finding.Kind.choices, "nav_attention": nav_attention}
     if not wants_fragment(request):
-        return render(request, "web/fleet.html", {**context, "awaiting_hosts": _awaiting_for(request),
-                                                  "sorts": SORTS, "gpu_models": gpu_models()})
+        # The summary counted the hosts awaiting acceptance: none, no query for them.
+        awaiting = _awaiting_for(request) if page.summary.hosts_awaiting else []
+        return render(request, "web/fleet.html", {**context, "awaiting_hosts": awaiting, "sorts": SORTS})
     changed = changes(page, request.GET.get("seen", ""))
     if changed.nothing:
         return HttpResponse(status=HTTP_NO_CONTENT)

@@ -10,7 +10,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from gpuadmin.fleet.models import Finding, Host
-from gpuadmin.web.fleet_page import PAGE_ROWS
+from gpuadmin.web.fleet_page import ATTENTION_NAMED_MAX, PAGE_ROWS
 from tests.factories import GiB, gpu, proc
 from tests.fleet.helpers import make_offline, store, store_busy_host
 from tests.keys import enrol
@@ -127,11 +127,11 @@ def test_the_number_of_queries_does_not_grow_with_the_number_of_hosts(viewer_cli
     poll_sixty = queries_for_the_page(viewer_client, reverse("fleet"), HTTP_HX_REQUEST="true")
     assert with_sixty == with_ten
     assert poll_sixty == poll_ten
-    # session, user, groups; summary: the hosts with their summaries summed, kill requests; page: count, its
-    # hosts' keys in order, those hosts with their summaries (GPUs, finding counts, worst finding, orphans,
-    # top holder: fleet.summary); the GPU models to filter by. The attention strip reads nothing when nothing
-    # needs attention.
-    assert with_sixty <= 9
+    # session, user, groups; summary: the hosts with their summaries summed (and the GPU models to filter
+    # by), kill requests; page: its hosts' keys in order (and how many match), those hosts with their
+    # summaries (GPUs, finding counts, worst finding, orphans, top holder: fleet.summary). The attention
+    # strip reads nothing when nothing needs attention; awaiting hosts are read only when counted.
+    assert with_sixty == 7
 
 
 def test_a_page_shows_fifty_hosts_and_links_to_the_next(viewer_client):
@@ -237,6 +237,46 @@ def test_the_strip_names_offline_hosts_then_critical_findings_then_waiting_reque
     assert '?attention=1" class="attention-action">List hosts needing attention</a>' in strip
     assert "1 kill request waiting for approval:" in strip
     assert f'<a href="{reverse("kill_requests")}" class="attention-action">Review requests</a>' in strip
+
+
+def store_critical(name: str) -> Host:
+    """A host whose orphan holds GPU memory: one critical finding."""
+    return store(name, processes=[proc(10, ppid=1, orphaned=True, pgid=9, sid=9,
+                                       gpu_memory={"GPU-sim-0000": GiB})], gpus=[gpu(0, used=GiB)])
+
+
+def test_the_strip_names_the_first_few_and_counts_the_rest(viewer_client):
+    for n in range(ATTENTION_NAMED_MAX + 1):
+        store_critical(f"crit{n}")
+    for n in range(ATTENTION_NAMED_MAX):
+        make_offline(store(f"gone{n}"))
+    Host.objects.create(name="never-seen")  # no key offered, no snapshot yet: offline too
+    Host.objects.create(name="never-seen-either")
+    # A host awaiting acceptance is not in the fleet: neither offline nor critical, whatever it holds.
+    awaiting = store_critical("z-awaiting")
+    Host.objects.filter(pk=awaiting.pk).update(public_key="x" * 43, key_accepted_at=None)
+    strip = strip_of(viewer_client.get(reverse("fleet")).content.decode())
+    assert f"{ATTENTION_NAMED_MAX + 2} hosts offline:" in strip
+    # The most recently gone first; never seen last; the rest counted.
+    assert "gone0" in strip and "never-seen" not in strip and " and 2 more" in strip
+    critical = f"{ATTENTION_NAMED_MAX + 1} critical findings on {ATTENTION_NAMED_MAX + 1} hosts:"
+    assert critical in strip
+    assert all(f">crit{n}</a>" in strip for n in range(ATTENTION_NAMED_MAX))
+    assert f">crit{ATTENTION_NAMED_MAX}</a>" not in strip and " and 1 more" in strip
+    assert "z-awaiting" not in strip
+
+
+def test_the_model_filter_offers_each_model_of_the_fleet_once(viewer_client):
+    store("gpu01", gpus=[gpu(0, name="NVIDIA H100"), gpu(1, name="NVIDIA A100")])
+    store("gpu02", gpus=[gpu(0, name="NVIDIA A100")])
+    store("gpu03", gpus=[])  # no GPU: no model
+    Host.objects.create(name="never-seen")  # no summary yet
+    awaiting = store("gpu04", gpus=[gpu(0, name="Prototype X")])
+    Host.objects.filter(pk=awaiting.pk).update(public_key="x" * 43, key_accepted_at=None)
+    page = viewer_client.get(reverse("fleet")).content.decode()
+    offered = re.findall(r'<option value="([^"]*)"', re.search(r'<select name="model".*?</select>', page,
+                                                                re.S).group(0))
+    assert offered == ["", "NVIDIA A100", "NVIDIA H100"]  # "" is "any model"
 
 
 def test_a_quiet_fleet_gets_a_status_not_an_alert(viewer_client, requester):
