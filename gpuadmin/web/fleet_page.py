@@ -10,6 +10,11 @@ lives and findings. Only the page's keys are read in the fleet's order; then
 only the page's hosts with their summaries. Online or offline is the clock's
 (``last_seen_at`` against the offline window), never stored.
 
+At 10,000 hosts each pass over the hosts and their summaries is most of what a
+page costs, so a page makes two: the summary's aggregate (with the strip's
+count of hosts and the model filter's choices) and the page's keys (with how
+many match); the strip's lists of names are cut short by their order.
+
 Every row is a ``FleetRow``: the values the row template shows and nothing
 else, so a row's ``version`` (a short hash of those values) changes exactly
 when what the row shows changes. The page's ``version`` strings together the
