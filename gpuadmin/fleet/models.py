@@ -39,6 +39,12 @@ def awaiting_acceptance_q() -> Q:
     return ~Q(public_key="") & Q(key_accepted_at__isnull=True)
 
 
+def online_q(now: datetime) -> Q:
+    """A host seen within the offline window at ``now`` (``Host.is_online``), as a condition: its
+    negation (``exclude``, ``~``) is offline, never seen included, in the same pass over the hosts."""
+    return Q(last_seen_at__gte=now - Host.offline_after())
+
+
 class HostQuerySet(models.QuerySet):
     def lock_in_id_order(self, host_ids: Sequence[int]) -> list[int]:
         """Lock these hosts' rows, in id order, in the caller's transaction; the ids found.
@@ -90,13 +96,11 @@ class HostQuerySet(models.QuerySet):
 
     def online(self, now: datetime | None = None) -> HostQuerySet:
         """Hosts seen within the offline window (``Host.is_online`` as a query)."""
-        return self.filter(last_seen_at__gte=(now or timezone.now()) - Host.offline_after())
+        return self.filter(online_q(now or timezone.now()))
 
     def offline(self, now: datetime | None = None) -> HostQuerySet:
-        """Hosts not seen within the offline window, never seen included: the complement of ``online``,
-        read in one pass over the hosts (not a NOT IN of the online ones, a second pass)."""
-        since = (now or timezone.now()) - Host.offline_after()
-        return self.filter(Q(last_seen_at__lt=since) | Q(last_seen_at__isnull=True))
+        """Hosts not seen within the offline window, never seen included (``online``'s complement)."""
+        return self.exclude(online_q(now or timezone.now()))
 
     def with_open_finding(self, kind: str) -> HostQuerySet:
         """Hosts with an open finding of ``kind``."""

@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.core.cache import cache
-from django.db.models import Count, Q, Sum
+from django.db.models import Count, Sum
 from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.functional import SimpleLazyObject
 
 from gpuadmin.accounts.roles import Role, has_role
-from gpuadmin.fleet.models import Host, awaiting_acceptance_q
+from gpuadmin.fleet.models import Host, awaiting_acceptance_q, online_q
 from gpuadmin.htmx import poll_seconds
 from gpuadmin.kills.models import KillRequest
 
@@ -50,7 +50,7 @@ class AttentionCount:
         summed: ``HostSummary``, one row per host), and the pending requests."""
         fleet = ~awaiting_acceptance_q()
         hosts = Host.objects.aggregate(
-            offline=Count("pk", filter=fleet & ~Q(last_seen_at__gte=now - Host.offline_after())),
+            offline=Count("pk", filter=fleet & ~online_q(now)),
             critical=Sum("summary__findings_critical_count", filter=fleet))
         return cls(offline_hosts=hosts["offline"], critical_findings=int(hosts["critical"] or 0),
                    pending_approvals=KillRequest.objects.pending().count())

@@ -12,8 +12,9 @@ only the page's hosts with their summaries. Online or offline is the clock's
 
 At 10,000 hosts each pass over the hosts and their summaries is most of what a
 page costs, so a page makes two: the summary's aggregate (with the strip's
-count of hosts and the model filter's choices) and the page's keys (with how
-many match); the strip's lists of names are cut short by their order.
+count of hosts and, for the whole page, not a poll, the model filter's choices)
+and the page's keys (with how many match); the strip's lists of names are cut
+short by their order.
 
 Every row is a ``FleetRow``: the values the row template shows and nothing
 else, so a row's ``version`` (a short hash of those values) changes exactly
@@ -53,7 +54,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from functools import cached_property, lru_cache
 from typing import Any
@@ -66,7 +67,7 @@ from django.template.loader import render_to_string
 from django.urls import get_script_prefix
 from django.utils.safestring import SafeString
 
-from gpuadmin.fleet.models import Finding, Host, HostQuerySet, HostSummary, awaiting_acceptance_q
+from gpuadmin.fleet.models import Finding, Host, HostQuerySet, HostSummary, awaiting_acceptance_q, online_q
 from gpuadmin.fleet.summary import distinct_gpu_models, gpu_models_contain, gpu_models_in
 from gpuadmin.kills.models import KillRequest
 from gpuadmin.web.attention import AttentionCount
@@ -184,10 +185,9 @@ class FleetQuery:
         """The hosts that match, in the page's order: read from the hosts and their summaries
         (``HostSummary``), one row each, never their GPUs, process lives or findings (but for the
         finding-kind filter, a semi-join on the open findings)."""
-        online_since = now - Host.offline_after()
         hosts = Host.objects.fleet().annotate(
             # 1 for offline (never seen included): old data sorts after current data.
-            offline_rank=Case(When(last_seen_at__gte=online_since, then=Value(0)), default=Value(1),
+            offline_rank=Case(When(online_q(now), then=Value(0)), default=Value(1),
                               output_field=IntegerField()),
             # A host without a summary yet (stored before summaries existed) sorts as one with nothing.
             worst_finding_rank=Coalesce(F("summary__worst_finding_rank"), len(Finding.Severity)),
@@ -358,15 +358,16 @@ class FleetSummary:
     findings_info: int
     kill_requests_pending: int
     critical_hosts: int  # hosts with a critical finding open (the strip's "on N hosts")
-    gpu_models: tuple[str, ...]  # the fleet's GPU models, sorted (the model filter's choices)
+    # The fleet's GPU models, sorted: the model filter's choices, read for the whole page only
+    # (``of_fleet(gpu_models=True)``) and not in the version: a poll's summary does not show them.
+    gpu_models: tuple[str, ...] = ()
 
     @classmethod
-    def of_fleet(cls, now: datetime) -> FleetSummary:
+    def of_fleet(cls, now: datetime, *, gpu_models: bool = False) -> FleetSummary:
         """Two queries, whatever the fleet's size: the hosts with their summaries, summed (and the
-        strip's count of hosts, and the filter's models, in the same pass: at 10,000 hosts each pass
-        over the hosts and their summaries is most of the page); the pending kill requests."""
-        online_since = now - Host.offline_after()
-
+        strip's count of hosts, and with ``gpu_models`` the filter's models, in the same pass: at 10,000
+        hosts each pass over the hosts and their summaries is most of the page); the pending kill
+        requests."""
         def total(name: str) -> Coalesce:
             return Coalesce(Sum(f"summary__{name}"), 0)
 
@@ -376,7 +377,7 @@ class FleetSummary:
                                                        default=Value(False), output_field=BooleanField()))
                    .order_by().values("awaiting").annotate(
                        hosts=Count("pk"),
-                       online=Count("pk", filter=Q(last_seen_at__gte=online_since)),
+                       online=Count("pk", filter=online_q(now)),
                        gpus=total("gpu_count"),
                        total=total("memory_total_bytes"),
                        used=total("memory_used_bytes"),
@@ -384,7 +385,7 @@ class FleetSummary:
                        **{severity.value: total(f"findings_{severity.value}_count")
                           for severity in Finding.Severity},
                        critical_hosts=Count("pk", filter=Q(summary__findings_critical_count__gt=0)),
-                       models=distinct_gpu_models("summary__gpu_models"),
+                       **({"models": distinct_gpu_models("summary__gpu_models")} if gpu_models else {}),
                    ))
         rows = {row["awaiting"]: row for row in grouped}
         fleet, awaiting = rows.get(False, {}), rows.get(True, {})
@@ -412,7 +413,7 @@ class FleetSummary:
 
     @property
     def version(self) -> str:
-        return _fields_version(self)
+        return _fields_version(replace(self, gpu_models=()))
 
     @property
     def attention_count(self) -> AttentionCount:
@@ -487,10 +488,11 @@ class FleetPage:
     attention: Attention | None = None
 
     @classmethod
-    def load(cls, query: FleetQuery, now: datetime) -> FleetPage:
-        """The summary and the asked page (past the end: the last; the fleet may have shrunk)."""
+    def load(cls, query: FleetQuery, now: datetime, *, gpu_models: bool = False) -> FleetPage:
+        """The summary and the asked page (past the end: the last; the fleet may have shrunk); with
+        ``gpu_models``, the whole page's, the model filter's choices too."""
         page = query.page_of_hosts(now)
-        summary = FleetSummary.of_fleet(now)
+        summary = FleetSummary.of_fleet(now, gpu_models=gpu_models)
         return cls(query, summary, page, _rows(list(page), now), Attention.of_fleet(summary, now))
 
     @property

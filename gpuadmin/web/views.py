@@ -69,12 +69,13 @@ def _host_gone(request: HttpRequest, name: str) -> HttpResponse:
 def fleet(request: HtmxHttpRequest) -> HttpResponse:
     """The page, or (htmx's poll, which says what it shows in ``seen``) only what changed since:
     204 for nothing, else the changed rows and summary out of band (``gpuadmin.web.fleet_page``)."""
-    page = FleetPage.load(FleetQuery.from_params(request.GET), timezone.now())
+    whole_page = not wants_fragment(request)
+    page = FleetPage.load(FleetQuery.from_params(request.GET), timezone.now(), gpu_models=whole_page)
     # The nav's count from the summary's figures: the context processor's queries are not run.
     nav_attention = attention.keep(page.summary.attention_count)
     context = {"fleet": page, "poll_seconds": poll_seconds(), "statuses": STATUSES,
                "finding_kinds": Finding.Kind.choices, "nav_attention": nav_attention}
-    if not wants_fragment(request):
+    if whole_page:
         # The summary counted the hosts awaiting acceptance: none, no query for them.
         awaiting = _awaiting_for(request) if page.summary.hosts_awaiting else []
         return render(request, "web/fleet.html", {**context, "awaiting_hosts": awaiting, "sorts": SORTS})
