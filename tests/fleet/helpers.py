@@ -108,6 +108,12 @@ def store_busy_host(host: str = "gpu01") -> Host:
     return store(host, processes=busy_host_processes(), gpus=busy_host_gpus())
 
 
+def store_critical_host(host: str) -> Host:
+    """A host whose one orphan holds GPU memory: one critical finding, nothing else."""
+    return store(host, processes=[proc(10, ppid=1, orphaned=True, pgid=9, sid=9,
+                                       gpu_memory={"GPU-sim-0000": GiB})], gpus=[gpu(0, used=GiB)])
+
+
 def store_hostile_host(host: str = "gpu66") -> Host:
     """A GPU holder whose command line, user and name try to inject markup and spoof the display."""
     return store(host, processes=[

@@ -12,8 +12,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from gpuadmin.web.attention import CACHE_KEY, AttentionCount
-from tests.factories import GiB, gpu, proc
-from tests.fleet.helpers import make_offline, store, store_busy_host
+from tests.fleet.helpers import make_offline, store, store_busy_host, store_critical_host
 from tests.keys import enrol
 from tests.kills.helpers import file
 
@@ -48,8 +47,7 @@ def test_the_count_adds_offline_hosts_critical_findings_and_waiting_requests(req
 
 def test_the_count_does_not_cost_more_queries_with_more_hosts():
     for n in range(3):
-        store(f"node{n}", processes=[proc(10, ppid=1, orphaned=True, pgid=9, sid=9,
-                                          gpu_memory={"GPU-sim-0000": GiB})], gpus=[gpu(0, used=GiB)])
+        store_critical_host(f"node{n}")
     with CaptureQueriesContext(connection) as few:
         AttentionCount.of_fleet(timezone.now())
     for n in range(3, 30):

@@ -12,7 +12,7 @@ from django.urls import reverse
 from gpuadmin.fleet.models import Finding, Host
 from gpuadmin.web.fleet_page import ATTENTION_NAMED_MAX, PAGE_ROWS
 from tests.factories import GiB, gpu, proc
-from tests.fleet.helpers import make_offline, store, store_busy_host
+from tests.fleet.helpers import make_offline, store, store_busy_host, store_critical_host
 from tests.keys import enrol
 from tests.kills.helpers import file
 
@@ -202,8 +202,7 @@ def test_every_gpu_cell_has_the_same_width_so_every_gpu_is_drawn_on_one_scale():
 
 def test_hosts_are_ordered_by_their_worst_open_finding(viewer_client):
     store("a-quiet")  # nothing wrong
-    store("b-critical", processes=[proc(10, ppid=1, orphaned=True, pgid=9, sid=9,
-                                        gpu_memory={"GPU-sim-0000": GiB})], gpus=[gpu(0, used=GiB)])
+    store_critical_host("b-critical")
     store("c-info", processes=[proc(20, name="p"), proc(21, ppid=20, state="Z")])
     store("d-warning", gpus=[gpu(0, used=10 * GiB)])  # unattributed memory
     page = viewer_client.get(reverse("fleet")).content.decode()
@@ -239,21 +238,15 @@ def test_the_strip_names_offline_hosts_then_critical_findings_then_waiting_reque
     assert f'<a href="{reverse("kill_requests")}" class="attention-action">Review requests</a>' in strip
 
 
-def store_critical(name: str) -> Host:
-    """A host whose orphan holds GPU memory: one critical finding."""
-    return store(name, processes=[proc(10, ppid=1, orphaned=True, pgid=9, sid=9,
-                                       gpu_memory={"GPU-sim-0000": GiB})], gpus=[gpu(0, used=GiB)])
-
-
 def test_the_strip_names_the_first_few_and_counts_the_rest(viewer_client):
     for n in range(ATTENTION_NAMED_MAX + 1):
-        store_critical(f"crit{n}")
+        store_critical_host(f"crit{n}")
     for n in range(ATTENTION_NAMED_MAX):
         make_offline(store(f"gone{n}"))
     Host.objects.create(name="never-seen")  # no key offered, no snapshot yet: offline too
     Host.objects.create(name="never-seen-either")
     # A host awaiting acceptance is not in the fleet: neither offline nor critical, whatever it holds.
-    awaiting = store_critical("z-awaiting")
+    awaiting = store_critical_host("z-awaiting")
     Host.objects.filter(pk=awaiting.pk).update(public_key="x" * 43, key_accepted_at=None)
     strip = strip_of(viewer_client.get(reverse("fleet")).content.decode())
     assert f"{ATTENTION_NAMED_MAX + 2} hosts offline:" in strip
